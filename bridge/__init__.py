@@ -1,0 +1,1 @@
+"""Bridge that puts KSP devices in front of a SEPA broker."""

@@ -1,0 +1,25 @@
+"""ksp — the Knowledge Sharing Protocol core: codes, terms, messages and the codec (sans-I/O).
+
+Nothing in this package opens a socket, reads a clock or imports asyncio.
+"""
+from .codec import (
+    LAYOUT, TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, header_size,
+    peek_tid, tcp_frame_length,
+)
+from .codes import VERSION, LiteralType, Member, Op, Opt, Status, Tx
+from .errors import DecodeError, EncodeError, KspError
+from .model import (
+    Ack, AskResult, Bind, ConstructResult, Credentials, Expression, Message, Options, Order,
+    Request, Response, Result, SelectResult, SolutionModifier,
+)
+from .seqnum import is_newer, next_seq
+from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
+
+__all__ = [
+    "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
+    "header_size", "peek_tid", "tcp_frame_length", "VERSION", "LiteralType", "Member", "Op", "Opt",
+    "Status", "Tx", "DecodeError", "EncodeError", "KspError", "Ack", "AskResult", "Bind",
+    "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
+    "Response", "Result", "SelectResult", "SolutionModifier", "is_newer", "next_seq",
+    "DEFAULT_GRAPH", "IRI", "BNode", "Literal", "Term", "Triple", "Var",
+]

@@ -1,0 +1,126 @@
+"""The typed message model: what `ksp.codec` turns bytes into and back.
+
+Hot messages are NamedTuples (immutable, 0.4 µs to build against 2.1 µs for a frozen
+dataclass of the same fields, measured); rarely built parts are frozen dataclasses.
+A `Request` has one flat set of data fields named by their role (`delete`, `insert`, `where`,
+`optional`, `template`, `projection`, `graphs`, `source`, `target`); `codec.LAYOUT` says which
+ones each transaction type carries, in wire order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple, Union
+
+from .codes import Op, Status, Tx, VERSION
+from .terms import Graph, IRI, Term
+
+Token = Union[Term, Op]
+Expression = tuple[Token, ...]
+
+
+class Order(IntEnum):
+    NONE = 0
+    ASC = 1
+    DESC = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SolutionModifier:
+    order: Order = Order.NONE
+    order_var: int | None = None
+    limit: int | None = None
+    offset: int | None = None
+    distinct: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    var: int
+    expr: Expression
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    kp_id: bytes  # 16 bytes
+    password: str = ""
+
+
+class Options(NamedTuple):
+    """The options of a REQ. `prefixes=None` lets the encoder choose a prefix list."""
+
+    prefixes: tuple[str, ...] | None = None
+    delete_graphs: tuple[IRI, ...] | None = None
+    insert_graphs: tuple[IRI, ...] | None = None
+    query_graphs: tuple[IRI, ...] | None = None
+    optional: tuple[Graph, ...] | None = None
+    filters: tuple[Expression, ...] | None = None
+    modifier: SolutionModifier | None = None
+    binds: tuple[Bind, ...] | None = None
+    max_response_size: int | None = None
+    credentials: Credentials | None = None
+
+
+NO_OPTIONS = Options()
+
+
+class Request(NamedTuple):
+    tx: Tx
+    tid: int
+    confirmable: bool = True
+    delete: Graph | None = None
+    insert: Graph | None = None
+    where: Graph | None = None
+    optional: tuple[Graph, ...] | None = None
+    template: Graph | None = None
+    projection: int | None = None
+    graphs: tuple[IRI, ...] | None = None
+    source: IRI | None = None
+    target: IRI | None = None
+    options: Options = NO_OPTIONS
+    version: int = VERSION
+
+
+class SelectResult(NamedTuple):
+    """`rows[i][k]` is the binding of variable k (None = unbound); `total` is TRC."""
+
+    variables: int
+    rows: tuple[tuple[Term | None, ...], ...] = ()
+    total: int | None = None
+    prefixes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AskResult:
+    value: bool
+
+
+class ConstructResult(NamedTuple):
+    triples: Graph = ()
+    total: int | None = None
+    prefixes: tuple[str, ...] | None = None
+
+
+Result = Union[SelectResult, AskResult, ConstructResult]
+
+
+class Response(NamedTuple):
+    """A RES, or an IND when `indication` is set (`seq` travels over UDP only)."""
+
+    tid: int
+    status: Status | int = Status.OK
+    result: Result | None = None
+    indication: bool = False
+    seq: int | None = None
+    version: int = VERSION
+
+
+class Ack(NamedTuple):
+    """Acknowledges IND `seq` and every older IND of transaction `tid` (R10)."""
+
+    tid: int
+    seq: int | None = None
+    version: int = VERSION
+
+
+Message = Union[Request, Response, Ack]

@@ -1,0 +1,60 @@
+# Shared bootstrap for scripts/test and scripts/run. Source it; don't execute it.
+# After sourcing, the cwd is the repository root.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+# Run a command as root (directly, or via sudo when we are not root).
+_as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# System packages: install what scripts/apt-packages.txt lists (one name per
+# line, '#' comments allowed), but only if something is missing. Later issues
+# add e.g. mosquitto to that file. No-op when everything is already present.
+install_system_packages() {
+    local list="$REPO_ROOT/scripts/apt-packages.txt" pkg missing=()
+    [ -f "$list" ] || return 0
+    while read -r pkg; do
+        [ -n "$pkg" ] || continue
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done < <(sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$list")
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    echo "installing system packages: ${missing[*]}" >&2
+    _as_root apt-get update
+    _as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# Node packages: if package.json exists, run `npm ci` (or `npm install` without
+# a lockfile) when node_modules is missing or older than package.json/lockfile.
+# No-op otherwise.
+install_node_packages() {
+    [ -f "$REPO_ROOT/package.json" ] || return 0
+    local stamp="$REPO_ROOT/node_modules/.ksp-install-stamp"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(_node_inputs_hash)" ]; then
+        return 0
+    fi
+    if [ -f package-lock.json ]; then npm ci; else npm install; fi
+    mkdir -p node_modules
+    _node_inputs_hash > "$stamp"   # after install: `npm install` may write the lockfile
+}
+
+_node_inputs_hash() {
+    cat package.json $( [ -f package-lock.json ] && echo package-lock.json ) | sha256sum | cut -d' ' -f1
+}
+
+# Python: create .venv if missing and install the project (editable) with the
+# given extras, e.g. ensure_venv "[test]".
+ensure_venv() {
+    local extras="${1:-}"
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    .venv/bin/pip install -q -e ".${extras}"
+}
+
+bootstrap() {
+    install_system_packages
+    install_node_packages
+    ensure_venv "${1:-}"
+}

@@ -1,0 +1,1 @@
+"""Semantic Information Broker (SIB): the KSP server holding the RDF knowledge base."""

@@ -1,0 +1,1 @@
+"""PySpark Structured Streaming ingest of MQTT telemetry."""

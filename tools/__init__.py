@@ -1,0 +1,1 @@
+"""Command-line tools for ksp-gateway (entry point: the ``ksp`` command)."""

@@ -1,0 +1,1 @@
+"""Benchmarks for the KSP codec, transports and SIB."""
