@@ -579,193 +579,238 @@ def _pack_result(result, prefixes: tuple[str, ...], items, total: int, fixed: in
 
 # ---------------------------------------------------------------------------------------------
 # Decoding
+#
+# Free functions over (buf, pos) returning (value, new pos): attribute access and method calls
+# per byte cost more than the parsing itself. A function that finds bad bytes raises _Bad; an
+# IndexError, struct.error or UnicodeDecodeError means the same. The section being read turns
+# either into a DecodeError with its status (data 0x04, options 0x06).
 
 
-class _Deferred(NamedTuple):
-    """A URI whose prefix list comes later in the message (REQ options follow the data)."""
-
-    index: int
-    local: str
+class _Bad(Exception):
+    pass
 
 
-class _Reader:
-    """Cursor over one message; `status` is what a failure in the current section answers."""
+# A URI whose prefix list comes later in the message (REQ options follow the data) is held as
+# a plain `(index, local)` tuple until the options are read: no term is a plain tuple, and a
+# tuple costs a tenth of a named one.
+_Deferred = tuple
 
-    __slots__ = ("buf", "pos", "end", "status", "path", "pfx", "deferred", "tid")
 
-    def __init__(self, buf: bytes, pos: int, tid: int):
-        self.buf = buf
-        self.pos = pos
-        self.end = len(buf)
-        self.status = Status.INVALID_DATA_FORMAT
-        self.path = "data"
-        self.pfx: tuple[str, ...] | None = None
-        self.deferred = False
-        self.tid = tid
+_FAILURES = (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError)
+_LITERAL_SIZES = {1: 4, 2: 4, 3: 19, 4: 1, 7: 8}
+_literal_cache: dict[bytes, Literal] = {}
 
-    def fail(self, message: str) -> DecodeError:
-        return DecodeError(self.status, f"{message} (offset {self.pos})", self.path, self.tid)
 
-    def take(self, n: int) -> bytes:
-        pos = self.pos
-        end = pos + n
-        if end > self.end:
-            raise self.fail(f"needs {n} bytes, {self.end - pos} left")
-        self.pos = end
-        return self.buf[pos:end]
+def _uri_len_at(buf: bytes, pos: int) -> tuple[int, int]:
+    n = buf[pos]
+    if n < 0x80:
+        return n, pos + 1
+    n = (n & 0x7F) | buf[pos + 1] << 7
+    if n < 0x80:
+        raise _Bad("two-byte URI length below 128 (not minimal)")
+    return n, pos + 2
 
-    def u8(self) -> int:
-        pos = self.pos
-        if pos >= self.end:
-            raise self.fail("truncated")
-        self.pos = pos + 1
-        return self.buf[pos]
 
-    def u16(self) -> int:
-        return _U16.unpack(self.take(2))[0]
+def _str_len_at(buf: bytes, pos: int) -> tuple[int, int]:
+    b0 = buf[pos]
+    if b0 < 0x40:
+        return b0, pos + 1
+    width = b0 >> 6
+    n = b0 & 0x3F
+    for i in range(width):
+        n |= buf[pos + 1 + i] << (6 + 8 * i)
+    if n < (0x40, 0x4000, 0x400000)[width - 1]:
+        raise _Bad("string length not in its shortest form")
+    return n, pos + 1 + width
 
-    def uri_len(self) -> int:
-        b0 = self.u8()
-        if b0 < 0x80:
-            return b0
-        n = (b0 & 0x7F) | (self.u8() << 7)
+
+def _text_at(buf: bytes, pos: int, n: int) -> tuple[str, int]:
+    end = pos + n
+    if end > len(buf):
+        raise _Bad(f"{n} bytes of text run past the end")
+    return buf[pos:end].decode("utf-8"), end
+
+
+class _Pending:
+    """Stands for a REQ's prefix list while its data is read; notes whether any URI needed it."""
+
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = False
+
+
+def _uri_at(buf: bytes, pos: int, pfx) -> tuple[IRI | _Deferred, int]:
+    index = buf[pos]
+    n = buf[pos + 1]
+    pos += 2
+    if n > 0x7F:
+        n = (n & 0x7F) | buf[pos] << 7
+        pos += 1
         if n < 0x80:
-            raise self.fail("two-byte URI length below 128 (not minimal)")
-        return n
+            raise _Bad("two-byte URI length below 128 (not minimal)")
+    end = pos + n
+    if end > len(buf):
+        raise _Bad("URI runs past the end")
+    local = buf[pos:end].decode("utf-8")
+    if not index:
+        return IRI(local), end
+    if type(pfx) is _Pending:
+        pfx.used = True
+        return (index, local), end
+    if index > len(pfx):
+        raise _Bad(f"prefix index {index} beyond the {len(pfx)} prefixes")
+    return IRI(pfx[index - 1] + local), end
 
-    def str_len(self) -> int:
-        b0 = self.u8()
-        width = b0 >> 6
-        n = b0 & 0x3F
-        if width:
-            for shift in range(width):
-                n |= self.u8() << (6 + 8 * shift)
-            if n < (0x40, 0x4000, 0x400000)[width - 1]:
-                raise self.fail("string length not in its shortest form")
-        return n
 
-    def text(self, n: int) -> str:
-        try:
-            return self.take(n).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self.fail("invalid UTF-8") from None
+def _literal_at(buf: bytes, pos: int, pfx) -> tuple[Literal, int]:
+    kind = buf[pos]
+    size = _LITERAL_SIZES.get(kind)
+    if size is not None:  # fixed-size payloads: decoded once, then cached by their bytes
+        end = pos + 1 + size
+        raw = buf[pos:end]
+        lit = _literal_cache.get(raw)
+        if lit is None:
+            if len(raw) != size + 1:
+                raise _Bad("literal runs past the end")
+            lit = _fixed_literal(kind, raw[1:])
+            if len(_literal_cache) >= 8192:
+                _literal_cache.clear()
+            _literal_cache[raw] = lit
+        return lit, end
+    pos += 1
+    if kind == 0:
+        n, pos = _str_len_at(buf, pos)
+        text, pos = _text_at(buf, pos, n)
+        return Literal(text, XSD_STRING), pos
+    if kind == 5:
+        n = buf[pos]
+        tag, pos = _text_at(buf, pos + 1, n)
+        if not is_lang_tag(tag):
+            raise _Bad(f"invalid language tag {tag!r}")
+        n, pos = _str_len_at(buf, pos)
+        text, pos = _text_at(buf, pos, n)
+        return Literal(text, RDF_LANGSTRING, tag), pos
+    if kind == 6:
+        datatype, pos = _uri_at(buf, pos, pfx)
+        if datatype == RDF_LANGSTRING:
+            raise _Bad("an rdf:langString literal without a language tag")
+        n, pos = _str_len_at(buf, pos)
+        text, pos = _text_at(buf, pos, n)
+        return Literal(text, datatype), pos
+    raise _Bad(f"literal type {kind:#04x}")
 
-    def string(self) -> str:
-        return self.text(self.str_len())
 
-    def uri(self) -> IRI | _Deferred:
-        index = self.u8()
-        local = self.text(self.uri_len())
-        if not index:
-            return IRI(local)
-        pfx = self.pfx
-        if pfx is None:
-            self.deferred = True
-            return _Deferred(index, local)
-        if index > len(pfx):
-            raise self.fail(f"prefix index {index} beyond the {len(pfx)} prefixes")
-        return IRI(pfx[index - 1] + local)
+def _fixed_literal(kind: int, raw: bytes) -> Literal:
+    if kind == 1:
+        return Literal(str(_I32.unpack(raw)[0]), XSD_INTEGER)
+    if kind == 2:
+        return Literal(float_lexical(_F32.unpack(raw)[0]), XSD_FLOAT)
+    if kind == 3:
+        lex = raw.decode("latin-1")
+        if not is_datetime19(lex):
+            raise _Bad(f"invalid dateTime {raw!r}")
+        return Literal(lex, XSD_DATETIME)
+    if kind == 4:
+        if raw[0] > 1:
+            raise _Bad(f"boolean byte {raw[0]}")
+        return Literal("true" if raw[0] else "false", XSD_BOOLEAN)
+    return Literal(double_lexical(_F64.unpack(raw)[0]), XSD_DOUBLE)
 
-    def literal(self, kind: int) -> Literal:
-        if kind == 0:
-            return Literal(self.string(), XSD_STRING)
-        if kind == 1:
-            return Literal(str(_I32.unpack(self.take(4))[0]), XSD_INTEGER)
-        if kind == 2:
-            return Literal(float_lexical(_F32.unpack(self.take(4))[0]), XSD_FLOAT)
-        if kind == 3:
-            raw = self.take(19)
-            lex = raw.decode("latin-1")
-            if not is_datetime19(lex):
-                raise self.fail(f"invalid dateTime {raw!r}")
-            return Literal(lex, XSD_DATETIME)
-        if kind == 4:
-            b = self.u8()
-            if b > 1:
-                raise self.fail(f"boolean byte {b}")
-            return Literal("true" if b else "false", XSD_BOOLEAN)
-        if kind == 5:
-            tag = self.take(self.u8()).decode("latin-1")
-            if not is_lang_tag(tag):
-                raise self.fail(f"invalid language tag {tag!r}")
-            return Literal(self.string(), RDF_LANGSTRING, tag)
-        if kind == 6:
-            datatype = self.uri()
-            lex = self.string()
-            if datatype == RDF_LANGSTRING:
-                raise self.fail("an rdf:langString literal without a language tag")
-            return Literal(lex, datatype)
-        if kind == 7:
-            return Literal(double_lexical(_F64.unpack(self.take(8))[0]), XSD_DOUBLE)
-        raise self.fail(f"literal type {kind:#04x}")
 
-    def member(self, code: int):
-        if code == 1:
-            return self.uri()
-        if code == 2:
-            word = self.u8()
-            if word >= len(_RESERVED_IRIS):
-                raise self.fail(f"reserved word {word:#04x}")
-            return _RESERVED_IRIS[word]
-        if code == 3:
-            return Var(self.u8())
-        if code == 4:
-            return self.literal(self.u8())
-        if code == 5:
-            n = self.uri_len()
-            if not n:
-                raise self.fail("empty blank node label")
-            return BNode(self.text(n))
-        raise self.fail(f"member type {code:#04x}")
+def _member_at(buf: bytes, pos: int, code: int, pfx):
+    if code == 1:
+        return _uri_at(buf, pos, pfx)
+    if code == 4:
+        return _literal_at(buf, pos, pfx)
+    if code == 3:
+        return Var(buf[pos]), pos + 1
+    if code == 2:
+        word = buf[pos]
+        if word >= len(_RESERVED_IRIS):
+            raise _Bad(f"reserved word {word:#04x}")
+        return _RESERVED_IRIS[word], pos + 1
+    if code == 5:
+        n, pos = _uri_len_at(buf, pos)
+        if not n:
+            raise _Bad("empty blank node label")
+        label, pos = _text_at(buf, pos, n)
+        return BNode(label), pos
+    raise _Bad(f"member type {code:#04x}")
 
-    def triples(self, count: int, allow_vars: bool, prev: Triple | None = None) -> list[Triple]:
-        out = []
-        member = self.member
-        for _ in range(count):
-            b = self.u8()
-            st, pt, ot = b & 7, (b >> 3) & 3, b >> 5
-            if st not in ST_ALLOWED or ot not in OT_ALLOWED:
-                raise self.fail(f"triple type byte {b:#04x}")
-            if (st == 0 or pt == 0 or ot == 0) and prev is None:
-                raise self.fail("Empty member in the first triple")
-            s = member(st) if st else prev[0]
-            p = member(pt) if pt else prev[1]
-            o = member(ot) if ot else prev[2]
-            if not allow_vars and (st == 3 or pt == 3 or ot == 3):
-                raise self.fail("variable in a DATA operation or a result")
-            prev = Triple(s, p, o)
-            out.append(prev)
-        return out
 
-    def graph(self, allow_vars: bool) -> tuple[Triple, ...]:
-        return tuple(self.triples(self.u8(), allow_vars))
+def _triples_at(buf: bytes, pos: int, count: int, pfx, allow_vars: bool) -> tuple[list, int]:
+    out = []
+    prev = None
+    for _ in range(count):
+        b = buf[pos]
+        pos += 1
+        st, pt, ot = b & 7, (b >> 3) & 3, b >> 5
+        if st == 4 or st > 5 or ot > 5:
+            raise _Bad(f"triple type byte {b:#04x}")
+        if st == 1:
+            s, pos = _uri_at(buf, pos, pfx)
+        elif st:
+            s, pos = _member_at(buf, pos, st, pfx)
+        elif prev is None:
+            raise _Bad("Empty member in the first triple")
+        else:
+            s = prev[0]
+        if pt == 1:
+            p, pos = _uri_at(buf, pos, pfx)
+        elif pt:
+            p, pos = _member_at(buf, pos, pt, pfx)
+        elif prev is None:
+            raise _Bad("Empty member in the first triple")
+        else:
+            p = prev[1]
+        if ot:
+            o, pos = _member_at(buf, pos, ot, pfx)
+        elif prev is None:
+            raise _Bad("Empty member in the first triple")
+        else:
+            o = prev[2]
+        if not allow_vars and (st == 3 or pt == 3 or ot == 3):
+            raise _Bad("a variable where variables are not allowed")
+        prev = Triple(s, p, o)
+        out.append(prev)
+    return out, pos
 
-    def graph_name(self) -> IRI | _Deferred:
-        return self.uri()
 
-    def expression(self) -> tuple:
-        count = self.u8()
-        if not count:
-            raise self.fail("empty expression")
-        tokens = []
-        for _ in range(count):
-            code = self.u8()
-            if code == TOKEN_VARIABLE:
-                tokens.append(Var(self.u8()))
-            elif code == TOKEN_URI:
-                tokens.append(self.uri())
-            elif code <= TOKEN_BOOLEAN:
-                tokens.append(self.literal(code))
-            elif code == TOKEN_LITERAL:
-                tokens.append(self.literal(self.u8()))
-            else:
-                op = _OP_BY_CODE.get(code)
-                if op is None:
-                    raise self.fail(f"token type {code:#04x}")
-                tokens.append(op)
-        expr = tuple(tokens)
-        _check_rpn(expr, DecodeError)
-        return expr
+def _graph_at(buf: bytes, pos: int, pfx, allow_vars: bool) -> tuple[tuple, int]:
+    triples, pos = _triples_at(buf, pos + 1, buf[pos], pfx, allow_vars)
+    return tuple(triples), pos
+
+
+def _expression_at(buf: bytes, pos: int, pfx) -> tuple[tuple, int]:
+    count = buf[pos]
+    pos += 1
+    if not count:
+        raise _Bad("empty expression")
+    tokens = []
+    for _ in range(count):
+        code = buf[pos]
+        pos += 1
+        if code == TOKEN_VARIABLE:
+            tokens.append(Var(buf[pos]))
+            pos += 1
+        elif code == TOKEN_URI:
+            iri, pos = _uri_at(buf, pos, pfx)
+            tokens.append(iri)
+        elif code <= TOKEN_BOOLEAN:
+            lit, pos = _literal_at(buf, pos - 1, pfx)  # operand codes 0-4 = literal types 0-4
+            tokens.append(lit)
+        elif code == TOKEN_LITERAL:
+            lit, pos = _literal_at(buf, pos, pfx)
+            tokens.append(lit)
+        else:
+            op = _OP_BY_CODE.get(code)
+            if op is None:
+                raise _Bad(f"token type {code:#04x}")
+            tokens.append(op)
+    expr = tuple(tokens)
+    _check_rpn(expr, _Bad)
+    return expr, pos
 
 
 def _header(buf: bytes, transport: Transport) -> tuple[int, int, int, int]:
@@ -791,6 +836,18 @@ def _header(buf: bytes, transport: Transport) -> tuple[int, int, int, int]:
     return version, type_byte, tid, size
 
 
+def _failure(exc: Exception, status: Status, path: str, pos: int, tid: int) -> DecodeError:
+    if isinstance(exc, _Bad):
+        reason = str(exc)
+    elif isinstance(exc, (IndexError, struct.error)):
+        reason = "message ends inside this field"
+    elif isinstance(exc, UnicodeDecodeError):
+        reason = "invalid UTF-8"
+    else:
+        reason = str(exc)
+    return DecodeError(status, f"{reason} (after offset {pos})", path, tid)
+
+
 def decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     """Decode what a SIB receives: a REQ, or (over UDP) an ACK."""
     buf = bytes(buf)
@@ -811,143 +868,213 @@ def decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     if tx is None:
         raise DecodeError(Status.INVALID_TRANSACTION_TYPE, f"transaction type {code:#04x}",
                           "header.type", tid)
-    r = _Reader(buf, pos, tid)
-    fields = _read_request_data(r, tx)
-    r.status = Status.INVALID_OPTION_FORMAT
-    r.path = "options"
-    options = _read_options(r, tx)
-    if r.pos != r.end:
-        raise r.fail(f"{r.end - r.pos} bytes after the last option")
-    if r.deferred:
-        r.status = Status.INVALID_DATA_FORMAT
-        r.path = "data"
-        prefixes = options.prefixes or ()
-        fields = {k: _resolve(v, prefixes, r) for k, v in fields.items()}
-        options = _resolve_options(options, prefixes, r)
-    return Request(tx, tid, bool(type_byte & 0x80), options=options, version=version, **fields)
-
-
-def _read_request_data(r: _Reader, tx: Tx) -> dict:
+    allow_vars = _ALLOW_VARS[code]
+    pending = _Pending()
     fields: dict = {}
-    allow_vars = not tx.is_data_update
-    for name in LAYOUT[tx]:
-        r.path = f"data.{name}"
-        if name in _GRAPH_FIELDS:
-            fields[name] = r.graph(allow_vars)
-        elif name == "projection":
-            fields[name] = r.u8()
-        elif name == "optional":
-            fields[name] = tuple(r.graph(allow_vars) for _ in range(r.u8()))
-        elif name == "graphs":
-            count = r.u8()
-            if not count:
-                raise r.fail("GC = 0")
-            names = tuple(r.graph_name() for _ in range(count))
-            if tx is Tx.CREATE and "" in names:
-                raise r.fail("CREATE cannot name the default graph")
-            fields[name] = names
-        else:
-            fields[name] = r.graph_name()
-    return fields
+    path = "data"
+    try:
+        for name, kind in _LAYOUT_KINDS[code]:
+            path = name
+            if kind == 0:  # graph
+                fields[name], pos = _graph_at(buf, pos, pending, allow_vars)
+            elif kind == 1:  # projection
+                fields[name] = buf[pos]
+                pos += 1
+            elif kind == 2:  # optional graphs
+                graphs = []
+                count = buf[pos]
+                pos += 1
+                for _ in range(count):
+                    graph, pos = _graph_at(buf, pos, pending, allow_vars)
+                    graphs.append(graph)
+                fields[name] = tuple(graphs)
+            elif kind == 3:  # graph names
+                count = buf[pos]
+                pos += 1
+                if not count:
+                    raise _Bad("GC = 0")
+                names = []
+                for _ in range(count):
+                    iri, pos = _uri_at(buf, pos, pending)
+                    names.append(iri)
+                if code == Tx.CREATE and "" in names:
+                    raise _Bad("CREATE cannot name the default graph")
+                fields[name] = tuple(names)
+            else:  # source, target
+                fields[name], pos = _uri_at(buf, pos, pending)
+    except _FAILURES as exc:
+        raise _failure(exc, Status.INVALID_DATA_FORMAT, "data." + path, pos, tid) from None
+    options, pending_options = _read_options(buf, pos, code, tid)
+    if pending.used or pending_options:
+        prefixes = options.prefixes
+        try:
+            fields = {k: _resolve_field(k, v, prefixes) for k, v in fields.items()}
+        except _Bad as exc:
+            raise _failure(exc, Status.INVALID_DATA_FORMAT, "data", pos, tid) from None
+        if pending_options:
+            try:
+                options = _resolve_options(options, prefixes)
+            except _Bad as exc:
+                raise _failure(exc, Status.INVALID_OPTION_FORMAT, "options", pos, tid) from None
+    return Request(tx, tid, type_byte > 0x7F, options=options, version=version, **fields)
 
 
-def _read_options(r: _Reader, tx: Tx) -> Options:
-    count = r.u8()
-    if not count:
-        return NO_OPTIONS
-    values: dict = {}
-    allow_vars = not tx.is_data_update
-    for _ in range(count):
-        code = r.u8()
-        if code > 0x09:
-            raise DecodeError(Status.INVALID_OPTION_TYPE, f"option type {code:#04x}", "options",
-                              r.tid)
-        opt = Opt(code)
-        if tx not in OPTION_APPLIES[opt]:
-            raise DecodeError(Status.INVALID_OPTION_TYPE, f"{opt.name} does not apply to {tx.name}",
-                              "options", r.tid)
-        r.path = f"options.{opt.name}"
-        key = _OPTION_KEYS[opt]
-        if key in values:
-            raise r.fail(f"{opt.name} appears twice")
-        if opt is Opt.MAX_RESPONSE_SIZE:
-            values[key] = _U32.unpack(r.take(4))[0]
-        elif opt is Opt.CREDENTIALS:
-            kp_id = r.take(16)
-            values[key] = Credentials(kp_id, r.text(r.u8()))
-        elif opt is Opt.SOLUTION_MODIFIER:
-            values[key] = _read_modifier(r)
-        else:
-            n = r.u8()
-            if not n:
-                raise r.fail(f"{opt.name} with count 0")
-            if opt is Opt.PREFIX:
-                prefixes = []
-                for _ in range(n):
-                    if r.u8():
-                        raise r.fail("a prefix entry must have prefix index 0")
-                    prefixes.append(r.text(r.uri_len()))
-                values[key] = tuple(prefixes)
-                if not r.deferred:
-                    r.pfx = values[key]
-            elif opt is Opt.OPTIONAL_PATTERN:
-                values[key] = tuple(r.graph(allow_vars) for _ in range(n))
-            elif opt is Opt.FILTER:
-                values[key] = tuple(r.expression() for _ in range(n))
-            elif opt is Opt.BIND:
-                values[key] = tuple(Bind(r.u8(), r.expression()) for _ in range(n))
+# Tables indexed by the integer code: IntEnum hashes in Python, a dict lookup by member costs
+# several times one by int.
+_ALLOW_VARS = [not tx.is_data_update if tx else True for tx in _TX_BY_CODE]
+_FIELD_KIND = {"delete": 0, "insert": 0, "where": 0, "template": 0, "projection": 1,
+               "optional": 2, "graphs": 3, "source": 4, "target": 4}
+_LAYOUT_KINDS = [tuple((name, _FIELD_KIND[name]) for name in LAYOUT[tx]) if tx else ()
+                 for tx in _TX_BY_CODE]
+_OPT_BY_CODE = tuple(Opt)
+_OPTS_ALLOWED = [frozenset(int(o) for o, txs in OPTION_APPLIES.items() if tx in txs) if tx else None
+                 for tx in _TX_BY_CODE]
+
+
+def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options, bool]:
+    """(options, whether option values hold URIs waiting for the prefix list)."""
+    values: list = [None] * 10  # by option code, in Options field order
+    path = "options"
+    pfx = pending = _Pending()
+    try:
+        count = buf[pos]
+        pos += 1
+        if not count and pos == len(buf):
+            return NO_OPTIONS_DECODED, False
+        allow_vars = _ALLOW_VARS[code_tx]
+        allowed = _OPTS_ALLOWED[code_tx]
+        for _ in range(count):
+            code = buf[pos]
+            pos += 1
+            if code > 0x09:
+                raise DecodeError(Status.INVALID_OPTION_TYPE, f"option type {code:#04x}",
+                                  "options", tid)
+            opt = _OPT_BY_CODE[code]
+            if code not in allowed:
+                raise DecodeError(Status.INVALID_OPTION_TYPE,
+                                  f"{opt.name} does not apply to {Tx(code_tx).name}", "options", tid)
+            path = _OPTION_PATHS[code]
+            key = code
+            if values[key] is not None:
+                raise _Bad(f"{opt.name} appears twice")
+            if opt is Opt.MAX_RESPONSE_SIZE:
+                values[key] = _U32.unpack_from(buf, pos)[0]
+                pos += 4
+            elif opt is Opt.CREDENTIALS:
+                kp_id = buf[pos:pos + 16]
+                if len(kp_id) != 16:
+                    raise _Bad("KP ID runs past the end")
+                password, pos = _text_at(buf, pos + 17, buf[pos + 16])
+                values[key] = Credentials(kp_id, password)
+            elif opt is Opt.SOLUTION_MODIFIER:
+                values[key], pos = _modifier_at(buf, pos)
             else:
-                values[key] = tuple(r.graph_name() for _ in range(n))
-    if "prefixes" not in values:
-        values["prefixes"] = ()
-    return Options(**values)
+                n = buf[pos]
+                pos += 1
+                if not n:
+                    raise _Bad(f"{opt.name} with count 0")
+                items = []
+                for _ in range(n):
+                    if opt is Opt.PREFIX:
+                        if buf[pos]:
+                            raise _Bad("a prefix entry must have prefix index 0")
+                        length, pos = _uri_len_at(buf, pos + 1)
+                        item, pos = _text_at(buf, pos, length)
+                    elif opt is Opt.OPTIONAL_PATTERN:
+                        item, pos = _graph_at(buf, pos, pfx, allow_vars)
+                    elif opt is Opt.FILTER:
+                        item, pos = _expression_at(buf, pos, pfx)
+                    elif opt is Opt.BIND:
+                        var = buf[pos]
+                        expr, pos = _expression_at(buf, pos + 1, pfx)
+                        item = Bind(var, expr)
+                    else:
+                        item, pos = _uri_at(buf, pos, pfx)
+                    items.append(item)
+                values[key] = tuple(items)
+                if opt is Opt.PREFIX and not pending.used:
+                    pfx = values[key]  # options after PREFIX resolve directly
+        if pos != len(buf):
+            raise _Bad(f"{len(buf) - pos} bytes after the last option")
+    except _FAILURES as exc:
+        raise _failure(exc, Status.INVALID_OPTION_FORMAT, path, pos, tid) from None
+    if values[0] is None:
+        values[0] = ()
+    return Options._make(values), pending.used
 
 
-_OPTION_KEYS = {
-    Opt.PREFIX: "prefixes", Opt.DELETE_GRAPH: "delete_graphs", Opt.INSERT_GRAPH: "insert_graphs",
-    Opt.QUERY_GRAPH: "query_graphs", Opt.OPTIONAL_PATTERN: "optional", Opt.FILTER: "filters",
-    Opt.SOLUTION_MODIFIER: "modifier", Opt.BIND: "binds",
-    Opt.MAX_RESPONSE_SIZE: "max_response_size", Opt.CREDENTIALS: "credentials",
-}
+_OPTION_PATHS = tuple("options." + opt.name for opt in Opt)
 
 
-def _read_modifier(r: _Reader) -> SolutionModifier:
-    flags = r.u8()
+NO_OPTIONS_DECODED = Options(prefixes=())
+
+
+def _modifier_at(buf: bytes, pos: int) -> tuple[SolutionModifier, int]:
+    flags = buf[pos]
+    pos += 1
     order = flags & 3
     if flags & 0xE0 or order == 3:
-        raise r.fail(f"solution modifier flags {flags:#04x}")
-    order_var = r.u8() if order else None
-    limit = r.u16() if flags & 4 else None
-    offset = r.u16() if flags & 8 else None
-    return SolutionModifier(Order(order), order_var, limit, offset, bool(flags & 16))
+        raise _Bad(f"solution modifier flags {flags:#04x}")
+    order_var = None
+    if order:
+        order_var = buf[pos]
+        pos += 1
+    limit = offset = None
+    if flags & 4:
+        limit = _U16.unpack_from(buf, pos)[0]
+        pos += 2
+    if flags & 8:
+        offset = _U16.unpack_from(buf, pos)[0]
+        pos += 2
+    return SolutionModifier(Order(order), order_var, limit, offset, bool(flags & 16)), pos
 
 
-def _resolve(value, prefixes: tuple[str, ...], r: _Reader):
-    """`value` with every _Deferred URI completed from the prefix list."""
-    if isinstance(value, _Deferred):
-        if value.index > len(prefixes):
-            raise r.fail(f"prefix index {value.index} beyond the {len(prefixes)} prefixes")
-        return IRI(prefixes[value.index - 1] + value.local)
-    if isinstance(value, Literal):
-        if isinstance(value.datatype, _Deferred):
-            return value._replace(datatype=_resolve(value.datatype, prefixes, r))
-        return value
-    if isinstance(value, Triple):
-        return Triple(*(_resolve(v, prefixes, r) for v in value))
-    if isinstance(value, tuple) and not isinstance(value, (Var, BNode)):
-        return tuple(_resolve(v, prefixes, r) for v in value)
-    if isinstance(value, Bind):
-        return Bind(value.var, _resolve(value.expr, prefixes, r))
+def _resolve_iri(value, prefixes: tuple[str, ...]):
+    """A term with a deferred URI (also a literal's datatype) completed from the prefix list."""
+    cls = type(value)
+    if cls is tuple:
+        index, local = value
+        if index > len(prefixes):
+            raise _Bad(f"prefix index {index} beyond the {len(prefixes)} prefixes")
+        return IRI(prefixes[index - 1] + local)
+    if cls is Literal and type(value.datatype) is tuple:
+        return value._replace(datatype=_resolve_iri(value.datatype, prefixes))
     return value
 
 
-def _resolve_options(options: Options, prefixes: tuple[str, ...], r: _Reader) -> Options:
-    r.status = Status.INVALID_OPTION_FORMAT
-    r.path = "options"
-    return options._replace(**{
-        key: _resolve(getattr(options, key), prefixes, r)
-        for key in ("delete_graphs", "insert_graphs", "query_graphs", "optional", "filters", "binds")
-    })
+def _resolve_graph(graph: tuple, prefixes: tuple[str, ...]) -> tuple:
+    r = _resolve_iri
+    return tuple(Triple(r(s, prefixes), r(p, prefixes), r(o, prefixes)) for s, p, o in graph)
+
+
+def _resolve_field(name: str, value, prefixes: tuple[str, ...]):
+    kind = _FIELD_KIND[name]
+    if kind == 0:
+        return _resolve_graph(value, prefixes)
+    if kind == 2:
+        return tuple(_resolve_graph(g, prefixes) for g in value)
+    if kind == 3:
+        return tuple(_resolve_iri(n, prefixes) for n in value)
+    if kind == 4:
+        return _resolve_iri(value, prefixes)
+    return value
+
+
+def _resolve_options(options: Options, prefixes: tuple[str, ...]) -> Options:
+    r = _resolve_iri
+    changes = {}
+    for key in ("delete_graphs", "insert_graphs", "query_graphs"):
+        names = getattr(options, key)
+        if names is not None:
+            changes[key] = tuple(r(n, prefixes) for n in names)
+    if options.optional is not None:
+        changes["optional"] = tuple(_resolve_graph(g, prefixes) for g in options.optional)
+    if options.filters is not None:
+        changes["filters"] = tuple(tuple(r(t, prefixes) for t in e) for e in options.filters)
+    if options.binds is not None:
+        changes["binds"] = tuple(Bind(b.var, tuple(r(t, prefixes) for t in b.expr))
+                                 for b in options.binds)
+    return options._replace(**changes)
 
 
 def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | None = None) -> Response:
@@ -958,7 +1085,7 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
     """
     buf = bytes(buf)
     version, type_byte, tid, pos = _header(buf, transport)
-    indication = bool(type_byte & 0x80)
+    indication = type_byte > 0x7F
     seq = None
     if indication and transport is UDP:
         if len(buf) < 6:
@@ -966,56 +1093,67 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
         seq = _U16.unpack_from(buf, 4)[0]
         pos = 6
     status = _STATUS_BY_CODE[type_byte & 0x7F]
-    r = _Reader(buf, pos, tid)
-    result = None
-    if pos < r.end or (status == Status.OK and answers is not None and Tx(answers).is_query):
-        if status != Status.OK:
-            raise r.fail("a RES/IND with an error status has no Data field")
-        if answers is None or not Tx(answers).is_query:
-            raise r.fail("a Data field, but the request answered has no result "
-                         f"({'unknown' if answers is None else Tx(answers).name})")
-        result = _read_result(r, Tx(answers).base)
-        if r.pos != r.end:
-            raise r.fail(f"{r.end - r.pos} bytes after the result")
+    form = None if answers is None else _RESULT_FORM[answers]
+    if status or form is None:
+        if pos != len(buf):
+            reason = ("a RES/IND with an error status has no Data field" if status else
+                      "a Data field, but the request answered has no result "
+                      f"({'unknown' if form is None else form.name})")
+            raise DecodeError(Status.INVALID_DATA_FORMAT, reason, "data", tid)
+        return Response(tid, status, None, indication, seq, version)
+    path = "data"
+    try:
+        result, pos = _result_at(buf, pos, form)
+        if pos != len(buf):
+            raise _Bad(f"{len(buf) - pos} bytes after the result")
+    except _FAILURES as exc:
+        raise _failure(exc, Status.INVALID_DATA_FORMAT, path, pos, tid) from None
     return Response(tid, status, result, indication, seq, version)
 
 
-def _read_result(r: _Reader, form: Tx):
+def _result_at(buf: bytes, pos: int, form: Tx):
     if form is Tx.ASK:
-        r.path = "data.ask"
-        b = r.u8()
+        b = buf[pos]
         if b > 1:
-            raise r.fail(f"ASK result byte {b}")
-        return AskResult(bool(b))
-    r.path = "data.prefixes"
+            raise _Bad(f"ASK result byte {b}")
+        return AskResult(bool(b)), pos + 1
     prefixes = []
-    for _ in range(r.u8()):
-        if r.u8():
-            raise r.fail("a prefix entry must have prefix index 0")
-        prefixes.append(r.text(r.uri_len()))
-    r.pfx = prefixes = tuple(prefixes)
-    r.path = "data.counts"
-    total = r.u16()
-    count = r.u16()
+    for _ in range(buf[pos]):
+        if buf[pos + 1]:
+            raise _Bad("a prefix entry must have prefix index 0")
+        n, pos = _uri_len_at(buf, pos + 2)
+        prefix, pos = _text_at(buf, pos, n)
+        prefixes.append(prefix)
+        pos -= 1  # the loop reads the next entry's index byte at pos + 1
+    pos += 1
+    pfx = tuple(prefixes)
+    total, count = _U16x2.unpack_from(buf, pos)
+    pos += 4
     if count > total:
-        raise r.fail(f"RC {count} > TRC {total}")
+        raise _Bad(f"RC {count} > TRC {total}")
     if form is Tx.CONSTRUCT:
-        r.path = "data.triples"
-        return ConstructResult(tuple(r.triples(count, False)), total, prefixes)
-    variables = r.u8()
-    r.path = "data.rows"
+        triples, pos = _triples_at(buf, pos, count, pfx, False)
+        return ConstructResult(tuple(triples), total, pfx), pos
+    variables = buf[pos]
+    pos += 1
     rows = []
-    u8 = r.u8
-    member = r.member
+    member_at = _member_at
     for _ in range(count):
         row = []
+        append = row.append
         for _ in range(variables):
-            code = u8()
+            code = buf[pos]
+            pos += 1
             if code == 0:
-                row.append(None)
+                append(None)
             elif code == 3:
-                raise r.fail("a variable in a result row")
+                raise _Bad("a variable in a result row")
             else:
-                row.append(member(code))
+                term, pos = member_at(buf, pos, code, pfx)
+                append(term)
         rows.append(tuple(row))
-    return SelectResult(variables, tuple(rows), total, prefixes)
+    return SelectResult(variables, tuple(rows), total, pfx), pos
+
+
+_U16x2 = struct.Struct("<HH")
+_RESULT_FORM = [tx.base if tx and tx.is_query else None for tx in _TX_BY_CODE]
