@@ -523,14 +523,15 @@ def _encode_result(result, limit: int | None) -> bytes | None:
     if result.prefixes is not None:
         return _pack_result(result, tuple(result.prefixes), items, total, fixed, limit)[0]
     triples = isinstance(result, ConstructResult)
-    prefixes = choose_prefixes(result_iris(items, triples))
-    body, count = _pack_result(result, prefixes, items, total, fixed, limit)
-    if body is not None and count < len(items):
-        # Cut short: a prefix list chosen for the results that fit may leave room for more.
-        smaller = choose_prefixes(result_iris(items[:count], triples))
-        body2, count2 = _pack_result(result, smaller, items, total, fixed, limit)
-        if body2 is not None and (count2, -len(body2)) > (count, -len(body)):
-            body = body2
+    body, count = _pack_result(result, choose_prefixes(result_iris(items, triples)), items, total,
+                               fixed, limit)
+    if body is None or count < len(items):
+        # Cut short: a prefix list for just the results that fit, or none at all, may leave
+        # room for more results (or for the empty result, rather than RESPONSE_TOO_LARGE).
+        for prefixes in (choose_prefixes(result_iris(items[:count], triples)), ()):
+            body2, count2 = _pack_result(result, prefixes, items, total, fixed, limit)
+            if body2 is not None and (body is None or (count2, -len(body2)) > (count, -len(body))):
+                body, count = body2, count2
     return body
 
 
