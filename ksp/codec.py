@@ -149,6 +149,8 @@ class _Prefixes:
         self.items = tuple(prefixes)
         if len(self.items) > 255:
             raise EncodeError(f"{len(self.items)} prefixes; KSP carries at most 255")
+        if not all(self.items):
+            raise EncodeError("a prefix list entry cannot be empty")
         self.order = sorted(((p, i + 1) for i, p in enumerate(self.items) if p),
                             key=lambda pi: (-len(pi[0]), pi[1]))
         self.cache: dict[str, bytes] = {}
@@ -173,8 +175,23 @@ def _string(text: str) -> bytes:
     return _str_len(len(raw)) + raw
 
 
+_compact_cache: dict[Literal, tuple[int, bytes]] = {}
+
+
 def _literal_payload(lit: Literal, pfx: _Prefixes) -> tuple[int, bytes]:
     """(literal type, payload) of a literal by the compact-form rule."""
+    cached = _compact_cache.get(lit)
+    if cached is not None:
+        return cached
+    kind, payload = _literal_payload_uncached(lit, pfx)
+    if kind != LiteralType.TYPED:  # TYPED payloads depend on the message's prefix list
+        if len(_compact_cache) >= 8192:
+            _compact_cache.clear()
+        _compact_cache[lit] = (kind, payload)
+    return kind, payload
+
+
+def _literal_payload_uncached(lit: Literal, pfx: _Prefixes) -> tuple[int, bytes]:
     try:
         kind = compact_type(lit)
     except ValueError as exc:
@@ -211,6 +228,15 @@ def _bnode(label: str) -> bytes:
 
 def _member(term: object, pfx: _Prefixes, where: str) -> tuple[int, bytes]:
     """(member type, payload) of a non-Empty triple member."""
+    cls = type(term)
+    if cls is IRI:
+        code = RESERVED_CODE.get(term)
+        if code is not None:
+            return 2, bytes((code,))
+        return 1, pfx.uri(term)
+    if cls is Literal:
+        kind, payload = _literal_payload(term, pfx)
+        return 4, bytes((kind,)) + payload
     if isinstance(term, str):
         code = RESERVED_CODE.get(term)
         if code is not None:
@@ -464,7 +490,13 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
     For a Response, `max_size` is the requester's MAX RESPONSE SIZE: results are cut to fit
     (RC < TRC), or the answer becomes status RESPONSE_TOO_LARGE (§6.4).
     """
-    transport = Transport(transport)
+    try:
+        return _encode(msg, Transport(transport), max_size)
+    except UnicodeEncodeError as exc:
+        raise EncodeError(f"text that UTF-8 cannot carry: {exc}") from None
+
+
+def _encode(msg: Message, transport: Transport, max_size: int | None) -> bytes:
     if isinstance(msg, Request):
         type_byte, body = _encode_request(msg)
         return _frame(transport, msg.version, type_byte, msg.tid, body)
@@ -641,6 +673,16 @@ class _Pending:
         self.used = False
 
 
+def _prefix_entry_at(buf: bytes, pos: int) -> tuple[str, int]:
+    """One entry of a prefix list: a URI field with prefix index 0 and a non-empty string."""
+    if buf[pos]:
+        raise _Bad("a prefix entry must have prefix index 0")
+    n, pos = _uri_len_at(buf, pos + 1)
+    if not n:
+        raise _Bad("an empty prefix entry")
+    return _text_at(buf, pos, n)
+
+
 def _uri_at(buf: bytes, pos: int, pfx) -> tuple[IRI | _Deferred, int]:
     index = buf[pos]
     n = buf[pos + 1]
@@ -696,6 +738,8 @@ def _literal_at(buf: bytes, pos: int, pfx) -> tuple[Literal, int]:
         datatype, pos = _uri_at(buf, pos, pfx)
         if datatype == RDF_LANGSTRING:
             raise _Bad("an rdf:langString literal without a language tag")
+        if datatype == "":
+            raise _Bad("a literal with an empty datatype IRI")
         n, pos = _str_len_at(buf, pos)
         text, pos = _text_at(buf, pos, n)
         return Literal(text, datatype), pos
@@ -977,10 +1021,7 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
                 items = []
                 for _ in range(n):
                     if opt is Opt.PREFIX:
-                        if buf[pos]:
-                            raise _Bad("a prefix entry must have prefix index 0")
-                        length, pos = _uri_len_at(buf, pos + 1)
-                        item, pos = _text_at(buf, pos, length)
+                        item, pos = _prefix_entry_at(buf, pos)
                     elif opt is Opt.OPTIONAL_PATTERN:
                         item, pos = _graph_at(buf, pos, pfx, allow_vars)
                     elif opt is Opt.FILTER:
@@ -1039,7 +1080,12 @@ def _resolve_iri(value, prefixes: tuple[str, ...]):
             raise _Bad(f"prefix index {index} beyond the {len(prefixes)} prefixes")
         return IRI(prefixes[index - 1] + local)
     if cls is Literal and type(value.datatype) is tuple:
-        return value._replace(datatype=_resolve_iri(value.datatype, prefixes))
+        datatype = _resolve_iri(value.datatype, prefixes)
+        if datatype == RDF_LANGSTRING:
+            raise _Bad("an rdf:langString literal without a language tag")
+        if datatype == "":
+            raise _Bad("a literal with an empty datatype IRI")
+        return value._replace(datatype=datatype)
     return value
 
 
@@ -1119,14 +1165,11 @@ def _result_at(buf: bytes, pos: int, form: Tx):
             raise _Bad(f"ASK result byte {b}")
         return AskResult(bool(b)), pos + 1
     prefixes = []
-    for _ in range(buf[pos]):
-        if buf[pos + 1]:
-            raise _Bad("a prefix entry must have prefix index 0")
-        n, pos = _uri_len_at(buf, pos + 2)
-        prefix, pos = _text_at(buf, pos, n)
-        prefixes.append(prefix)
-        pos -= 1  # the loop reads the next entry's index byte at pos + 1
+    count = buf[pos]
     pos += 1
+    for _ in range(count):
+        prefix, pos = _prefix_entry_at(buf, pos)
+        prefixes.append(prefix)
     pfx = tuple(prefixes)
     total, count = _U16x2.unpack_from(buf, pos)
     pos += 4

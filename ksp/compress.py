@@ -12,23 +12,38 @@ from .codes import RESERVED_CODE, Op
 from .terms import COMPACT_DATATYPES, Literal
 
 
+_namespaces: dict[str, str] = {}
+
+
 def namespace(iri: str) -> str:
-    cut = max(iri.rfind("#"), iri.rfind("/"), iri.rfind(":"))
-    return iri[: cut + 1] if cut > 0 else ""
+    """The IRI up to and including its last `#`, `/` or `:` ("" if none)."""
+    ns = _namespaces.get(iri)
+    if ns is None:
+        cut = max(iri.rfind("#"), iri.rfind("/"), iri.rfind(":"))
+        ns = iri[: cut + 1] if cut > 0 else ""
+        if len(_namespaces) >= 8192:
+            _namespaces.clear()
+        _namespaces[iri] = ns
+    return ns
 
 
 def choose_prefixes(iris: Iterable[str]) -> tuple[str, ...]:
     """Namespaces worth a prefix entry, in order of first use (at most 255).
 
-    An entry costs its length plus two bytes and saves its length at every use, so a namespace
-    is taken when `uses × len > len + 2`.
+    An entry costs its length in bytes plus two and saves that length at every use, so a
+    namespace is taken when `uses × bytes > bytes + 2`.
     """
     uses: dict[str, int] = {}
+    get = uses.get
     for iri in iris:
         ns = namespace(iri)
         if ns:
-            uses[ns] = uses.get(ns, 0) + 1
-    chosen = [ns for ns, n in uses.items() if n * len(ns) > len(ns) + 2]
+            uses[ns] = get(ns, 0) + 1
+    chosen = []
+    for ns, n in uses.items():
+        size = len(ns.encode("utf-8"))
+        if n * size > size + 2:
+            chosen.append(ns)
     return tuple(chosen[:255])
 
 

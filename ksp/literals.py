@@ -28,7 +28,7 @@ _float_lex_cache: dict[float, str] = {}
 
 def float_lexical(value: float) -> str:
     """Lexical form of an xsd:float: the shortest decimal that reads back as the same binary32."""
-    cached = _float_lex_cache.get(value)
+    cached = _float_lex_cache.get(value) if value else None  # 0.0 == -0.0: never cached
     if cached is not None:
         return cached
     if not math.isfinite(value):
