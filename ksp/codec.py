@@ -895,6 +895,8 @@ def _failure(exc: Exception, status: Status, path: str, pos: int, tid: int) -> D
 
 def decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     """Decode what a SIB receives: a REQ, or (over UDP) an ACK."""
+    if type(transport) is not Transport:
+        transport = Transport(transport)
     buf = bytes(buf)
     version, type_byte, tid, pos = _header(buf, transport)
     code = type_byte & 0x7F
@@ -1130,6 +1132,8 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
     `answers` is the transaction type of the request it answers: a RES header does not say,
     and the Data field's layout depends on it. Without it, a Data field is an error.
     """
+    if type(transport) is not Transport:
+        transport = Transport(transport)
     buf = bytes(buf)
     version, type_byte, tid, pos = _header(buf, transport)
     indication = type_byte > 0x7F

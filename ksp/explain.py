@@ -28,6 +28,7 @@ from .codes import (
     Member, Op, Opt, Status, Tx,
 )
 from .errors import DecodeError
+from .terms import BNode, Literal, Triple, Var, double_lexical
 
 __all__ = ["Row", "explain", "explain_partial", "render", "format_message", "decode_command"]
 
@@ -114,7 +115,8 @@ def _instrument(node, memo: dict):
         if key in memo:
             return memo[key]
         attrs = {k: _instrument(v, memo) for k, v in vars(node).items()}
-        if isinstance(node, (Renamed, Array)) or any(attrs[k] is not v for k, v in vars(node).items()):
+        changed = any(attrs[k] is not v for k, v in vars(node).items())
+        if changed or isinstance(node, (Renamed, Array)):
             clone = object.__new__(type(node))
             clone.__dict__.update(attrs)
             if isinstance(node, Renamed):
@@ -176,6 +178,7 @@ _COUNTS = [  # (counted element, label)
     (schema.Option, "OC: {n} option{s}"),
     (schema.Token, "{n} token{s}"),
     (schema.BindItem, "BC: {n} bind{s}"),
+    (schema.Expression, "FC: {n} expression{s}"),
 ]
 
 
@@ -213,8 +216,6 @@ def _counted(element) -> str:
     for construct, label in _COUNTS:
         if element is _innermost(construct):
             return label
-    if element is _innermost(schema.Expression):
-        return "FC: {n} expression{s}"
     return "count {n}"
 
 
@@ -241,13 +242,10 @@ def _literal_value(kind: int, value) -> str:
     if kind == LiteralType.FLOAT:
         return schema.float_lexical(value)
     if kind == LiteralType.DOUBLE:
-        from .terms import double_lexical
         return double_lexical(value)
     if kind == LiteralType.BOOLEAN:
         return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    return repr(value)
+    return repr(value)  # the dateTime string
 
 
 def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
@@ -316,7 +314,7 @@ def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
     if label == "token":
         if v in _OPERAND_NAMES:
             return f"token {v:#04x}: {_OPERAND_NAMES[v]}"
-        if v in Op._value2member_map_:
+        if v in schema._OP_CODES:
             op = Op(v)
             return f"token {v:#04x}: {op.symbol} ({op.name}, {op.arity}-ary)"
         return f"token {v:#04x}: invalid"
@@ -456,7 +454,6 @@ def format_message(msg, indent: str = "") -> str:
 
 
 def _is_term(x) -> bool:
-    from .terms import BNode, Literal, Triple, Var
     return isinstance(x, (BNode, Literal, Var, Triple))
 
 
@@ -488,7 +485,7 @@ def decode_command(hex_text: str, *, tcp: bool = False, from_sib: bool = False,
     transport = TCP if tcp else UDP
     direction = "sib_to_kp" if from_sib else "kp_to_sib"
     result = explain_partial(buf, transport, direction, answers_tx)
-    title = {"kp_to_sib": "KP → SIB (REQ or ACK)", "sib_to_kp": "SIB → KP (RES or IND)"}[direction]
+    title = "SIB → KP (RES or IND)" if from_sib else "KP → SIB (REQ or ACK)"
     print(f"{len(buf)} bytes, {transport.value.upper()}, {title}"
           + (f", answering {answers_tx.name}" if answers_tx is not None else ""), file=out)
     print(render(result.rows, buf), file=out)
@@ -521,6 +518,7 @@ def decode_command(hex_text: str, *, tcp: bool = False, from_sib: bool = False,
 
 
 def _grammar_error(result: Explained) -> str:
-    message = str(result.error).splitlines()[-1] if str(result.error) else type(result.error).__name__
+    text = str(result.error)
+    message = text.splitlines()[-1] if text else type(result.error).__name__
     where = f" at {result.failed_path}" if result.failed_path else ""
     return f"{type(result.error).__name__}{where}: {message}"

@@ -13,13 +13,15 @@ Layout of this module, in the order of the spec: primitives (§1, §4.1, §4.2, 
 headers and whole messages (§2), entry points, `to_model`.
 
 What the grammar itself rejects: every structural error, non-minimal lengths, invalid code
-points, invalid UTF-8, bad dateTimes / language tags / booleans, Empty in a first triple,
+points, invalid UTF-8, bad dateTimes / language tags / booleans, empty prefix entries and
+blank node labels, Empty in a first triple,
 Variables where §3.3/§5.2/§6 forbid them, Literal subjects, count-0 lists, repeated or
 inapplicable options, malformed RPN, RC > TRC, trailing bytes, a wrong TCP Length.
 What only `to_model` can check (it needs the resolved prefix list, which in a REQ follows the
-data): prefix indexes beyond the list, an rdf:langString datatype on a 0x06 literal, and the
-default graph named by CREATE. `to_model` raises `ResolutionError` (a construct
-`ValidationError`) for those.
+data): prefix indexes beyond the list, an rdf:langString datatype on a 0x06 literal, the
+default graph named by CREATE, and an empty datatype IRI (which the spec does not mention,
+but `ksp.codec` rejects). `to_model` raises `ResolutionError` (a construct `ValidationError`)
+for those.
 """
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ __all__ = [
     "TripleField", "DataTripleField", "ResultTriple", "Graph", "DataGraph", "REQUEST_DATA",
     "Token", "Expression", "SolutionModifierBody", "CredentialsBody", "Option", "OptionList",
     "SelectData", "AskData", "ConstructData", "ResultTerm",
-    "UdpHeader", "UdpIndHeader", "TcpHeader", "UdpRequestHeader", "TcpRequestHeader",
-    "UdpResponseHeader", "TcpResponseHeader", "AckData",
+    "UdpRequestHeader", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader", "AckHeader",
+    "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
     "RequestUdp", "RequestTcp", "ResponseUdp", "ResponseTcp",
     "grammar", "parse_request", "parse_response", "build_request", "build_response", "to_model",
 ]
@@ -126,11 +128,11 @@ class UriLength(Construct):
 
     ::
 
-         byte 0                      byte 1 (only when W = 1)
-        +---+--------------------+  +---------------------------+
-        | W | l6 l5 l4 l3 l2 l1 l0|  | l14 l13 l12 l11 l10 l9 l8 l7 |
-        +---+--------------------+  +---------------------------+
-          7   6                 0     7                          0
+         byte 0                        byte 1 (only when W = 1)
+        +---+----------------------+  +-----------------------------+
+        | W | l6 l5 l4 l3 l2 l1 l0 |  | l14 l13 l12 l11 l10 l9 l8 l7 |
+        +---+----------------------+  +-----------------------------+
+          7   6                  0     7                           0
 
         W = 0: 0 … 127        W = 1: 128 … 32 767 (MUST NOT be used below 128)
         length = (b0 & 0x7f) | b1 << 7
@@ -165,11 +167,11 @@ class StringLength(Construct):
 
     ::
 
-         byte 0                     byte 1          byte 2          byte 3
-        +-------+---------------+  +-------------+ +-------------+ +-------------+
-        |  W    | l5 … l0       |  | l13 … l6    | | l21 … l14   | | l29 … l22   |
-        +-------+---------------+  +-------------+ +-------------+ +-------------+
-          7   6   5           0     (W ≥ 1)         (W ≥ 2)         (W = 3)
+         byte 0                 byte 1          byte 2          byte 3
+        +-------+-----------+  +-------------+ +-------------+ +-------------+
+        |   W   |  l5 … l0  |  |  l13 … l6   | |  l21 … l14  | |  l29 … l22  |
+        +-------+-----------+  +-------------+ +-------------+ +-------------+
+          7   6   5       0     (W ≥ 1)         (W ≥ 2)         (W = 3)
 
         W = 0: 0 … 63   1: 64 … 16 383   2: 16 384 … 4 194 303   3: … 1 073 741 823
         length = (b0 & 0x3f) | b1 << 6 | b2 << 14 | b3 << 22
@@ -337,7 +339,8 @@ LITERAL_PAYLOADS = {
 
 LiteralField = Struct(
     "littype" / Int8ul,
-    "payload" / Switch(this.littype, LITERAL_PAYLOADS, default=Invalid("literal type", this.littype)),
+    "payload" / Switch(this.littype, LITERAL_PAYLOADS,
+                       default=Invalid("literal type", this.littype)),
 )
 
 
@@ -469,12 +472,15 @@ Token = Struct(
 )
 
 
+_OP_CODES = frozenset(int(op) for op in Op)
+
+
 def rpn_well_formed(tokens) -> bool:
     """§8.1: never pops an empty stack, leaves exactly one value; bound() follows a variable."""
     depth = 0
     for i, tok in enumerate(tokens):
         code = tok["token"]
-        if code in Op._value2member_map_:
+        if code in _OP_CODES:
             op = Op(code)
             if op is Op.BOUND and (i == 0 or tokens[i - 1]["token"] != TOKEN_VARIABLE):
                 return False
@@ -601,49 +607,66 @@ def _tcp_length(this) -> int:
     return TCP_HEADER_SIZE + len(stream.getvalue())
 
 
-def UdpHeader(type_byte):
-    """REQ, RES and ACK over UDP: 4 bytes."""
-    return Struct(
-        "version" / Const(VERSION, Int8ul),
-        "type" / type_byte,
-        "tid" / Int16ul,
-    )
-
-
-def UdpIndHeader(type_byte):
-    """IND over UDP: 6 bytes, with the sequence number."""
-    return Struct(
-        "version" / Const(VERSION, Int8ul),
-        "type" / type_byte,
-        "tid" / Int16ul,
-        "seq" / Int16ul,
-    )
-
-
-def TcpHeader(type_byte):
-    """Every message over TCP: 8 bytes; Length counts the whole message, header included."""
-    return Struct(
-        "version" / Const(VERSION, Int8ul),
-        "type" / type_byte,
-        "tid" / Int16ul,
-        "length" / Rebuild(Int32ul, _tcp_length),
-    )
-
-
-# KP→SIB headers: the byte 0x80 (transaction type 0 with CON) is neither a REQ nor an ACK.
+# KP→SIB type byte: the byte 0x80 (transaction type 0 with CON) is neither a REQ nor an ACK.
 _NOT_0x80 = Check(lambda this: this["type"]["tx"] != 0 or not this["type"]["con"])
 
-UdpRequestHeader = Struct(*UdpHeader(RequestType).subcons, _NOT_0x80)
-TcpRequestHeader = Struct(*TcpHeader(RequestType).subcons, _NOT_0x80)
+# UDP header of a REQ or ACK (4 bytes).
+UdpRequestHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / RequestType,
+    "tid" / Int16ul,
+    _NOT_0x80,
+)
 
-# SIB→KP over UDP: the IND header (6 bytes) when the response type says IND.
+# UDP header of a RES (4 bytes).
+UdpResHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / ResponseType,
+    Check(lambda this: not this["type"]["ind"]),
+    "tid" / Int16ul,
+)
+
+# UDP header of an IND (6 bytes): with the sequence number.
+UdpIndHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / ResponseType,
+    Check(lambda this: this["type"]["ind"]),
+    "tid" / Int16ul,
+    "seq" / Int16ul,
+)
+
+# UDP header of what a KP receives: the IND header when the response type says IND.
 UdpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
     "tid" / Int16ul,
     "seq" / If(this.type.ind, Int16ul),
 )
-TcpResponseHeader = TcpHeader(ResponseType)
+
+# ACK (§2.4): the 4-byte UDP header with type byte 0x00, then the sequence number.
+AckHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / RequestType,
+    Check(lambda this: this["type"]["tx"] == 0 and not this["type"]["con"]),
+    "tid" / Int16ul,
+)
+
+# TCP header of a REQ (8 bytes); Length counts the whole message and is computed on build.
+TcpRequestHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / RequestType,
+    "tid" / Int16ul,
+    "length" / Rebuild(Int32ul, _tcp_length),
+    _NOT_0x80,
+)
+
+# TCP header of a RES or IND (8 bytes, no sequence number: R11).
+TcpResponseHeader = Struct(
+    "version" / Const(VERSION, Int8ul),
+    "type" / ResponseType,
+    "tid" / Int16ul,
+    "length" / Rebuild(Int32ul, _tcp_length),
+)
 
 
 # -------------------------------------------------------------------------------------------
@@ -679,6 +702,13 @@ def _sib_message(header, tcp: bool):
         fields.append(_TCP_LENGTH_MATCHES)
     return Struct(*fields)
 
+
+# An ACK message on its own (UDP only): Header | Data.
+AckMessage = Struct(
+    "header" / AckHeader,
+    "data" / AckData,
+    Terminated,
+)
 
 # What a SIB receives over UDP: a REQ, or an ACK (type byte 0x00).
 RequestUdp = _kp_message(UdpRequestHeader, tcp=False)
@@ -780,6 +810,8 @@ class _Resolver:
             datatype = self.iri(payload.datatype)
             if datatype == RDF_LANGSTRING:
                 raise ResolutionError("an rdf:langString literal without a language tag")
+            if not datatype:  # not in the spec's text (§4.3); the fast codec rejects it too
+                raise ResolutionError("a literal with an empty datatype IRI")
             return Literal(payload.lexical.string, datatype)
         if kind == LiteralType.DOUBLE:
             return Literal(double_lexical(payload), XSD_DOUBLE)
@@ -932,8 +964,8 @@ def _response(c) -> Response:
                 result = ConstructResult(res.triples(data.triples), data.trc, prefixes)
             else:
                 rows = tuple(
-                    tuple(None if term.member == Member.EMPTY else res.member(term.member, term.value)
-                          for term in row)
+                    tuple(None if term.member == Member.EMPTY
+                          else res.member(term.member, term.value) for term in row)
                     for row in data.rows)
                 result = SelectResult(data.vc, rows, data.trc, prefixes)
     return Response(header.tid, _status(header.type.status), result, bool(header.type.ind),

@@ -22,6 +22,30 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
+#: since the benchmarks import pyoxigraph and rdflib).
+BENCH_SUITES = {"codec": "tools.bench.codec"}
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from importlib import import_module
+
+    suite = import_module(BENCH_SUITES[args.suite])
+    return suite.main(args.args, prog=f"ksp bench {args.suite}")
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    """`ksp decode HEX`: the annotated field table (ksp.explain, from the construct grammar),
+    then the message as `ksp.codec` decodes it; exit code 2 for invalid bytes."""
+    from ksp.explain import decode_command
+
+    if args.answers is not None and not args.from_sib:
+        print("error: --answers only applies with --from-sib (a RES/IND)", file=sys.stderr)
+        return 2
+    text = sys.stdin.read() if args.hex == "-" else args.hex
+    return decode_command(text, tcp=args.tcp, from_sib=args.from_sib, answers=args.answers)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ksp", description="Knowledge Sharing Protocol reference tools."
@@ -30,6 +54,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_version = sub.add_parser("version", help="print the ksp-gateway version")
     p_version.set_defaults(func=_cmd_version)
+
+    p_bench = sub.add_parser("bench", help="run a benchmark (tools/bench/) and print its table")
+    p_bench.add_argument("suite", choices=sorted(BENCH_SUITES), help="which benchmark")
+    p_bench.add_argument("args", nargs=argparse.REMAINDER,
+                         help="the benchmark's own options (see `ksp bench SUITE --help`)")
+    p_bench.set_defaults(func=_cmd_bench)
+
+    p_decode = sub.add_parser(
+        "decode", help="annotate and decode one KSP message given in hex",
+        description="Print every field of a KSP message (offset, bytes, field path, meaning), "
+                    "then the decoded message; for invalid bytes, the DecodeError with its "
+                    "status and field path (exit code 2).")
+    p_decode.add_argument("hex", metavar="HEX",
+                          help="the message in hex (whitespace allowed), or - to read stdin")
+    p_decode.add_argument("--tcp", action="store_true",
+                          help="TCP framing (8-byte header with Length); default UDP")
+    p_decode.add_argument("--from-sib", action="store_true",
+                          help="a SIB→KP message (RES/IND); default KP→SIB (REQ/ACK)")
+    p_decode.add_argument("--answers", metavar="TX",
+                          help="with --from-sib: the transaction type of the request answered "
+                               "(name such as SELECT, or code), needed to read a result")
+    p_decode.set_defaults(func=_cmd_decode)
 
     return parser
 
