@@ -46,6 +46,12 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     return decode_command(text, tcp=args.tcp, from_sib=args.from_sib, answers=args.answers)
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tools.demo import run
+
+    return run()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ksp", description="Knowledge Sharing Protocol reference tools."
@@ -60,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("args", nargs=argparse.REMAINDER,
                          help="the benchmark's own options (see `ksp bench SUITE --help`)")
     p_bench.set_defaults(func=_cmd_bench)
+
+    p_demo = sub.add_parser("demo", help="the Smart Greenhouse messages on the wire, annotated")
+    p_demo.set_defaults(func=_cmd_demo)
 
     p_decode = sub.add_parser(
         "decode", help="annotate and decode one KSP message given in hex",
