@@ -13,6 +13,11 @@ from .model import (
     Request, Response, Result, SelectResult, SolutionModifier,
 )
 from .seqnum import is_newer, next_seq
+from .session import (
+    AckReceived, Event, IndicationReceived, KPIdentity, KPSession, KPUnreachable, PersistentEnded,
+    ProtocolError, RequestReceived, RequestTimedOut, ResponseReceived, SessionError, SIBSession,
+    Timing,
+)
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
 
 __all__ = [
@@ -22,4 +27,7 @@ __all__ = [
     "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
     "Response", "Result", "SelectResult", "SolutionModifier", "is_newer", "next_seq",
     "DEFAULT_GRAPH", "IRI", "BNode", "Literal", "Term", "Triple", "Var",
+    "AckReceived", "Event", "IndicationReceived", "KPIdentity", "KPSession", "KPUnreachable",
+    "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
+    "SessionError", "SIBSession", "Timing",
 ]

@@ -1,0 +1,966 @@
+"""KSP sessions, sans-I/O: request matching, retransmission, duplicate detection, IND delivery.
+
+Theory of operation
+-------------------
+A session is a state machine driven by three inputs only: API calls (`send`; `respond`,
+`indicate`), bytes received (`receive_datagram` over UDP, `receive_data` over TCP) and the clock
+(`handle_timer(now)`). It answers with three outputs: bytes to transmit (`datagrams_to_send(now)`
+/ `data_to_send()`), events (`next_event()`, frozen dataclasses) and the time it next wants to
+be woken (`get_timer()`). It never reads a clock, opens a socket or sleeps; `now` is any
+monotonic time in seconds. An adapter, after every input::
+
+    while (event := session.next_event()) is not None:
+        handle(event)                       # may call send / respond / indicate
+    for datagram in session.datagrams_to_send(now):
+        sock.sendto(datagram, sib_addr)     # SIBSession: (datagram, addr) pairs
+    rearm(session.get_timer())              # when it fires: session.handle_timer(loop.time())
+
+`KPSession` is the client: one per KP and transport endpoint. It allocates Transaction IDs,
+remembers which transaction type each pending TID answers (the RES Data field depends on it),
+retransmits CON requests over UDP with CoAP's exponential back-off (RFC 7252 §4.2), ACKs every
+UDP IND and delivers only newer ones (§9 serial arithmetic).
+
+`SIBSession` is the server: one per UDP socket, or one for all the TCP connections of a listener.
+It keys everything on the KP identity (R12: the CREDENTIALS KP ID, else the transport address),
+surfaces each request once (a retransmission within EXCHANGE_LIFETIME gets the cached RES, or
+nothing while the first copy is still executing), answers undecodable input itself, numbers
+INDs and retransmits the newest unacknowledged one until an ACK covers it (R10).
+
+Every table is bounded; the oldest entry goes first. State machines, timers and defaults:
+docs/sessions.md.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from .codec import (
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, tcp_frame_length,
+)
+from .codes import Status, Tx
+from .errors import DecodeError, EncodeError, KspError
+from .model import Ack, Credentials, Request, Response
+from .seqnum import FIRST_SEQ, is_newer, next_seq
+
+__all__ = [
+    "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
+    "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
+    "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
+    "KPUnreachable",
+]
+
+MAX_UDP_PAYLOAD = 65_507
+"""The largest KSP message in one datagram (§2.3, the IPv4 UDP payload limit)."""
+
+DEFAULT_MAX_TCP_MESSAGE = 1 << 20
+"""Default cap on a received TCP message (Length field), so a peer cannot make us buffer 4 GiB."""
+
+
+class SessionError(KspError):
+    """A call the session's state does not allow: the caller's fault, never the peer's."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Timers and their defaults
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Retransmission parameters, CoAP's defaults (RFC 7252 §4.8).
+
+    A CON request (client) or an IND (server) is retransmitted after an initial timeout drawn
+    uniformly from [ack_timeout, ack_timeout × ack_random_factor], doubled after each of at most
+    `max_retransmit` retransmissions; one more timeout after the last one, the sender gives up.
+    `exchange_lifetime` (how long a TID stays a duplicate at the server, and how long a NON
+    request waits for a RES it may never get) defaults to CoAP's derivation
+    MAX_TRANSMIT_SPAN + 2 × max_latency + ack_timeout = 45 + 200 + 2 = 247 s, so it follows
+    the other parameters when they change. Client and server should use the same values.
+    """
+
+    ack_timeout: float = 2.0
+    ack_random_factor: float = 1.5
+    max_retransmit: int = 4
+    max_latency: float = 100.0
+    exchange_lifetime: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ack_timeout > 0:
+            raise ValueError(f"ack_timeout {self.ack_timeout} must be > 0")
+        if not self.ack_random_factor >= 1:
+            raise ValueError(f"ack_random_factor {self.ack_random_factor} must be >= 1")
+        if self.max_retransmit < 0:
+            raise ValueError(f"max_retransmit {self.max_retransmit} must be >= 0")
+        if self.exchange_lifetime is None:
+            object.__setattr__(self, "exchange_lifetime", self.max_transmit_span
+                               + 2 * self.max_latency + self.ack_timeout)
+
+    @property
+    def max_transmit_span(self) -> float:
+        """Longest time from the first to the last transmission of one message."""
+        return self.ack_timeout * (2 ** self.max_retransmit - 1) * self.ack_random_factor
+
+    @property
+    def max_transmit_wait(self) -> float:
+        """Longest time from the first transmission until the sender gives up."""
+        return self.ack_timeout * (2 ** (self.max_retransmit + 1) - 1) * self.ack_random_factor
+
+    def initial_timeout(self, rng: random.Random) -> float:
+        return self.ack_timeout * rng.uniform(1.0, self.ack_random_factor)
+
+
+class _Timers:
+    """One deadline per key, in a heap with lazy deletion (stale entries skipped, compacted)."""
+
+    __slots__ = ("_heap", "_live", "_gen")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._live: dict[Hashable, int] = {}
+        self._gen = itertools.count()
+
+    def set(self, key: Hashable, deadline: float) -> None:
+        gen = next(self._gen)
+        self._live[key] = gen
+        heapq.heappush(self._heap, (deadline, gen, key))
+        if len(self._heap) > 2 * len(self._live) + 64:
+            live = self._live
+            self._heap = [e for e in self._heap if live.get(e[2]) == e[1]]
+            heapq.heapify(self._heap)
+
+    def cancel(self, key: Hashable) -> None:
+        self._live.pop(key, None)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._live
+
+    def next(self) -> float | None:
+        heap, live = self._heap, self._live
+        while heap and live.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now: float) -> list[Hashable]:
+        due = []
+        while (deadline := self.next()) is not None and deadline <= now:
+            key = heapq.heappop(self._heap)[2]
+            del self._live[key]
+            due.append(key)
+        return due
+
+
+# ---------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class of every session event."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseReceived(Event):
+    """The RES of pending request `tid` (its status may be an error)."""
+
+    tid: int
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class IndicationReceived(Event):
+    """A new state of persistent transaction `tid` (UDP: newer than every one delivered before)."""
+
+    tid: int
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class PersistentEnded(Event):
+    """The SIB ended persistent transaction `tid` with a non-OK IND (e.g. TERMINATED)."""
+
+    tid: int
+    status: Status | int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTimedOut(Event):
+    """CON request `tid` got no RES: UDP retransmissions ran out, or EXCHANGE_LIFETIME over TCP,
+    or the TCP connection closed."""
+
+    tid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError(Event):
+    """Input that is not valid KSP. `fatal`: a TCP stream that cannot be resynchronised; the
+    adapter closes the connection (after sending what `data_to_send` holds)."""
+
+    status: Status
+    message: str
+    tid: int | None = None
+    addr: Hashable | None = None
+    fatal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KPIdentity:
+    """Whom a Transaction ID belongs to (R12): the CREDENTIALS KP ID, else the transport address
+    (UDP: (host, port); TCP: the connection handle the adapter passes)."""
+
+    kp_id: bytes | None = None
+    addr: Hashable | None = None
+
+    @classmethod
+    def of(cls, request: Request, addr: Hashable) -> "KPIdentity":
+        creds = request.options.credentials
+        return cls(kp_id=bytes(creds.kp_id)) if creds is not None else cls(addr=addr)
+
+    def __str__(self) -> str:
+        if self.kp_id is None:
+            return f"KP@{self.addr}"
+        return f"KP {uuid.UUID(bytes=self.kp_id) if len(self.kp_id) == 16 else self.kp_id.hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReceived(Event):
+    """A new request for the SIB to execute, then answer with `SIBSession.respond`."""
+
+    kp: KPIdentity
+    addr: Hashable
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class AckReceived(Event):
+    """An ACK from `addr`; `kp` is None when no IND with that TID was sent to that address."""
+
+    kp: KPIdentity | None
+    addr: Hashable
+    tid: int
+    seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class KPUnreachable(Event):
+    """IND retransmissions of (kp, tid) ran out without an ACK (UDP), or the KP's TCP connection
+    is gone. The SIB usually ends the transaction (`end_persistent`)."""
+
+    kp: KPIdentity
+    tid: int
+
+
+# ---------------------------------------------------------------------------------------------
+# TCP stream reassembly
+
+_FRAME, _OVERSIZE, _BROKEN = 0, 1, 2
+
+
+class _FrameReader:
+    """Cuts a TCP byte stream into messages by their Length field (§2.2).
+
+    Yields (_FRAME, message), (_OVERSIZE, header, length) for a message over `max_size`, which
+    is skipped without being buffered, and (_BROKEN, DecodeError) for Length < 8, after which the
+    stream cannot be resynchronised and every further byte is ignored.
+    """
+
+    __slots__ = ("buf", "skip", "max_size", "broken")
+
+    def __init__(self, max_size: int) -> None:
+        self.buf = bytearray()
+        self.skip = 0
+        self.max_size = max_size
+        self.broken = False
+
+    def feed(self, data: bytes) -> list[tuple]:
+        out: list[tuple] = []
+        if self.broken:
+            return out
+        if self.skip:
+            n = min(self.skip, len(data))
+            self.skip -= n
+            data = data[n:]
+        buf = self.buf
+        buf += data
+        pos = 0
+        while len(buf) - pos >= 8:
+            header = bytes(buf[pos:pos + 8])
+            try:
+                length = tcp_frame_length(header)
+            except DecodeError as exc:
+                out.append((_BROKEN, exc))
+                self.broken = True
+                buf.clear()
+                return out
+            if length > self.max_size:
+                out.append((_OVERSIZE, header, length))
+                available = len(buf) - pos
+                if available >= length:
+                    pos += length
+                    continue
+                self.skip = length - available
+                pos = len(buf)
+                break
+            if len(buf) - pos < length:
+                break
+            out.append((_FRAME, bytes(buf[pos:pos + length])))
+            pos += length
+        del buf[:pos]
+        return out
+
+
+def _oversize_error(header: bytes, length: int, limit: int, addr: Hashable | None = None
+                    ) -> ProtocolError:
+    return ProtocolError(Status.LIMIT_EXCEEDED,
+                         f"TCP message of {length} bytes exceeds the {limit}-byte limit; skipped",
+                         peek_tid(header), addr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client
+
+
+class _Pending:
+    __slots__ = ("tx", "confirmable", "data", "timeout", "retransmits", "deadline")
+
+    def __init__(self, tx: Tx, confirmable: bool, data: bytes) -> None:
+        self.tx = tx
+        self.confirmable = confirmable
+        self.data = data
+        self.timeout = 0.0
+        self.retransmits = 0
+        self.deadline = 0.0
+
+
+class _Persistent:
+    __slots__ = ("tx", "last_seq")
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.last_seq: int | None = None
+
+
+class KPSession:
+    """The KP side of KSP over one transport endpoint (see the module docstring)."""
+
+    def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
+                 rng: random.Random | None = None, credentials: Credentials | None = None,
+                 max_message_size: int | None = None, max_pending: int = 1024,
+                 max_ended: int = 256) -> None:
+        self.transport = Transport(transport)
+        self.timing = timing if timing is not None else Timing()
+        self.credentials = credentials
+        """Added to every request sent without CREDENTIALS (the KP identity of R12)."""
+        self.max_message_size = max_message_size or (
+            MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
+        self.max_pending = max_pending
+        self._max_ended = max_ended
+        self._rng = rng if rng is not None else random.Random()
+        self._next = self._rng.randrange(0x10000)  # like CoAP's message IDs: start anywhere
+        self._pending: dict[int, _Pending] = {}
+        self._persistent: dict[int, _Persistent] = {}
+        # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
+        self._ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
+        self._timers = _Timers()
+        self._events: deque[Event] = deque()
+        self._datagrams: list[bytes] = []
+        self._stream = bytearray()
+        self._reader = _FrameReader(self.max_message_size) if self.transport is TCP else None
+        self._closed = False
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> frozenset[int]:
+        """TIDs of requests waiting for their RES."""
+        return frozenset(self._pending)
+
+    @property
+    def persistent(self) -> frozenset[int]:
+        """TIDs of persistent transactions this KP considers active (requested, not ended)."""
+        return frozenset(self._persistent)
+
+    def next_tid(self) -> int:
+        """A TID no pending request, active or recently ended persistent transaction uses (R12).
+
+        TIDs are handed out in sequence from a random start, so one comes back only after
+        65 536 others (the SIB's duplicate cache must have forgotten it: keep below
+        65 536 requests per EXCHANGE_LIFETIME).
+        """
+        for _ in range(0x10000):
+            tid = self._next
+            self._next = (tid + 1) & 0xFFFF
+            if tid not in self._pending and tid not in self._persistent and tid not in self._ended:
+                return tid
+        raise SessionError("every transaction ID is in use")
+
+    # -- API --------------------------------------------------------------------------------
+
+    def send(self, request: Request, now: float) -> None:
+        """Queue `request` (its TID from `next_tid`, or for TERMINATE the target's TID)."""
+        tx, tid = Tx(request.tx), request.tid
+        if self._closed:
+            raise SessionError("the connection is closed")
+        if not 0 <= tid <= 0xFFFF:
+            raise SessionError(f"transaction ID {tid} outside 0..65535")
+        if tid in self._pending:
+            raise SessionError(f"transaction {tid} is still waiting for its RES")
+        if tid in self._persistent and tx is not Tx.TERMINATE:
+            raise SessionError(f"transaction {tid} is an active persistent transaction (R12)")
+        if len(self._pending) >= self.max_pending:
+            raise SessionError(f"{len(self._pending)} requests pending, the limit")
+        if self.credentials is not None and request.options.credentials is None:
+            request = request._replace(
+                options=request.options._replace(credentials=self.credentials))
+        data = encode(request, self.transport)
+        if len(data) > self.max_message_size:
+            raise EncodeError(f"request of {len(data)} bytes exceeds the "
+                              f"{self.max_message_size}-byte message limit")
+        p = _Pending(tx, bool(request.confirmable), data)
+        if self.transport is UDP and p.confirmable:
+            p.timeout = self.timing.initial_timeout(self._rng)
+        else:  # NON: a RES may never come; TCP: no retransmission, but no waiting forever
+            p.timeout = self.timing.exchange_lifetime
+        p.deadline = now + p.timeout
+        self._pending[tid] = p
+        self._timers.set(tid, p.deadline)
+        if tx.persistent:
+            self._persistent[tid] = _Persistent(tx)
+            self._ended.pop(tid, None)
+        self._transmit(data)
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def get_timer(self) -> float | None:
+        """When `handle_timer` must next be called (None: nothing to wait for)."""
+        return self._timers.next()
+
+    def handle_timer(self, now: float) -> None:
+        self._expire_ended(now)
+        for tid in self._timers.pop_due(now):
+            p = self._pending.get(tid)
+            if p is None:
+                continue
+            if (self.transport is UDP and p.confirmable
+                    and p.retransmits < self.timing.max_retransmit):
+                p.retransmits += 1
+                p.timeout *= 2
+                p.deadline = now + p.timeout
+                self._timers.set(tid, p.deadline)
+                self._datagrams.append(p.data)
+                continue
+            del self._pending[tid]
+            if p.confirmable:
+                self._give_up(tid, p, now)
+
+    # -- UDP --------------------------------------------------------------------------------
+
+    def datagrams_to_send(self, now: float) -> list[bytes]:
+        self._require(UDP)
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        self._require(UDP)
+        self._expire_ended(now)
+        self._on_message(bytes(data), now)
+
+    # -- TCP --------------------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        self._require(TCP)
+        out = bytes(self._stream)
+        self._stream.clear()
+        return out
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Bytes from the TCP stream, in any pieces; b"" is the end of the stream."""
+        self._require(TCP)
+        if self._closed:
+            return
+        self._expire_ended(now)
+        if not data:
+            self._close(now)
+            return
+        for item in self._reader.feed(data):
+            if item[0] == _FRAME:
+                self._on_message(item[1], now)
+            elif item[0] == _OVERSIZE:
+                header, length = item[1], item[2]
+                event = _oversize_error(header, length, self.max_message_size)
+                self._events.append(event)
+                if not header[1] & 0x80 and self._pending.pop(event.tid, None) is not None:
+                    self._timers.cancel(event.tid)  # answered, unreadably: don't wait on
+            else:
+                exc = item[1]
+                self._events.append(ProtocolError(exc.status, str(exc), exc.tid, fatal=True))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _require(self, transport: Transport) -> None:
+        if self.transport is not transport:
+            raise SessionError(f"this is a {self.transport.name} session")
+
+    def _transmit(self, data: bytes) -> None:
+        if self.transport is UDP:
+            self._datagrams.append(data)
+        else:
+            self._stream += data
+
+    def _close(self, now: float) -> None:
+        self._closed = True
+        if self._reader.buf or self._reader.skip:
+            self._events.append(ProtocolError(Status.INVALID_DATA_FORMAT,
+                                              "the stream ended inside a message", fatal=True))
+        for tid, p in list(self._pending.items()):
+            self._timers.cancel(tid)
+            del self._pending[tid]
+            if p.confirmable:
+                self._give_up(tid, p, now)
+
+    def _give_up(self, tid: int, p: _Pending, now: float) -> None:
+        if p.tx.persistent and self._persistent.pop(tid, None) is not None:
+            # Whether the SIB started it is unknown: its INDs go un-ACKed, so the SIB's retries
+            # run out and it ends the orphan; the TID is kept out of use meanwhile.
+            self._tombstone(tid, now, ack=False)
+        self._events.append(RequestTimedOut(tid))
+
+    def _tombstone(self, tid: int, now: float, ack: bool) -> None:
+        self._ended[tid] = (now + self.timing.exchange_lifetime, ack)
+        self._ended.move_to_end(tid)
+        while len(self._ended) > self._max_ended:
+            self._ended.popitem(last=False)
+
+    def _expire_ended(self, now: float) -> None:
+        ended = self._ended
+        while ended and next(iter(ended.values()))[0] <= now:
+            ended.popitem(last=False)
+
+    def _on_message(self, data: bytes, now: float) -> None:
+        if len(data) < 4:
+            self._events.append(ProtocolError(Status.INVALID_DATA_FORMAT,
+                                              f"{len(data)} bytes: shorter than any header"))
+            return
+        tid = peek_tid(data)
+        if data[1] & 0x80:
+            self._on_indication(tid, data, now)
+        else:
+            self._on_response(tid, data, now)
+
+    def _on_response(self, tid: int, data: bytes, now: float) -> None:
+        p = self._pending.get(tid)
+        if p is None:
+            return  # a late or duplicated RES: nothing waits for it
+        del self._pending[tid]
+        self._timers.cancel(tid)
+        try:
+            response = decode_sib_message(data, self.transport, answers=p.tx)
+        except DecodeError as exc:
+            self._events.append(ProtocolError(exc.status, str(exc), tid))
+            return
+        status = response.status
+        if p.tx.persistent:
+            if status != Status.OK:
+                self._persistent.pop(tid, None)  # never started
+        elif p.tx is Tx.TERMINATE:
+            if status in (Status.OK, Status.UNKNOWN_TRANSACTION) and self._persistent.pop(tid, None):
+                self._tombstone(tid, now, ack=True)
+        elif p.tx is Tx.RESET and status == Status.OK:
+            for other in [t for t in self._persistent if t not in self._pending]:
+                del self._persistent[other]
+                self._tombstone(other, now, ack=True)
+        self._events.append(ResponseReceived(tid, response))
+
+    def _on_indication(self, tid: int, data: bytes, now: float) -> None:
+        udp = self.transport is UDP
+        sub = self._persistent.get(tid)
+        if sub is None:
+            ended = self._ended.get(tid)
+            if udp and ended is not None and ended[1] and len(data) >= 6:
+                # A retransmission of the final IND, or one sent before TERMINATE: stop the SIB.
+                self._datagrams.append(encode(Ack(tid, int.from_bytes(data[4:6], "little"))))
+            return  # unknown: not ACKed, so the SIB gives up on it (R13)
+        try:
+            response = decode_sib_message(data, self.transport, answers=sub.tx)
+        except DecodeError as exc:
+            self._events.append(ProtocolError(exc.status, str(exc), tid))
+            return
+        if udp:
+            self._datagrams.append(encode(Ack(tid, response.seq)))
+            if not is_newer(response.seq, sub.last_seq):
+                return  # a duplicate or older state: ACKed, not delivered (§9)
+            sub.last_seq = response.seq
+        if response.status != Status.OK:
+            del self._persistent[tid]
+            self._tombstone(tid, now, ack=True)
+            self._events.append(PersistentEnded(tid, response.status))
+        else:
+            self._events.append(IndicationReceived(tid, response))
+
+
+# ---------------------------------------------------------------------------------------------
+# Server
+
+
+class _Exchange:
+    """One request of one KP identity: executing until `respond`, then its RES (if any)."""
+
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "expires", "response")
+
+    def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
+                 max_size: int | None, serial: int, expires: float) -> None:
+        self.key = key
+        self.tx = tx
+        self.addr = addr
+        self.confirmable = confirmable
+        self.max_size = max_size
+        self.serial = serial
+        self.expires = expires
+        self.response: bytes | None = None
+
+
+class _Delivery:
+    """IND state of one persistent transaction: its numbering and the unacknowledged IND."""
+
+    __slots__ = ("addr", "max_size", "seq", "data", "final", "retries", "timeout")
+
+    def __init__(self, addr: Hashable | None, max_size: int | None) -> None:
+        self.addr = addr  # where its request came from (fallback endpoint)
+        self.max_size = max_size
+        self.seq: int | None = None  # of the newest IND sent
+        self.data: bytes | None = None  # the newest IND while unacknowledged (UDP)
+        self.final = False
+        self.retries = 0
+        self.timeout = 0.0
+
+
+class SIBSession:
+    """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener."""
+
+    def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
+                 rng: random.Random | None = None, max_message_size: int | None = None,
+                 max_entries: int = 4096, max_cache_bytes: int = 8 << 20) -> None:
+        self.transport = Transport(transport)
+        self.timing = timing if timing is not None else Timing()
+        self.max_message_size = max_message_size or (
+            MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
+        self.max_entries = max_entries
+        self.max_cache_bytes = max_cache_bytes
+        self._rng = rng if rng is not None else random.Random()
+        self._serial = itertools.count(1)
+        # (kp, tid, tx) -> exchange, oldest first (= soonest to expire). UDP only.
+        self._cache: OrderedDict[tuple, _Exchange] = OrderedDict()
+        self._cache_bytes = 0
+        self._executing: OrderedDict[tuple[KPIdentity, int], _Exchange] = OrderedDict()
+        # KP-ID identity -> (serial of the request that set it, endpoint).
+        self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
+        self._deliveries: OrderedDict[tuple[KPIdentity, int], _Delivery] = OrderedDict()
+        self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
+        self._timers = _Timers()
+        self._events: deque[Event] = deque()
+        self._datagrams: list[tuple[bytes, Hashable]] = []
+        self._streams: dict[Hashable, bytearray] = {}
+        self._readers: dict[Hashable, _FrameReader] = {}
+
+    # -- API --------------------------------------------------------------------------------
+
+    def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
+        """Answer request `tid` of `kp` (call it for every RequestReceived, NON included).
+
+        The RES goes to the address the request came from, is kept for duplicates until
+        EXCHANGE_LIFETIME, and is cut to the request's MAX RESPONSE SIZE (and, over UDP, to
+        one datagram). For a NON request an OK RES without a result is not sent (the paper).
+        """
+        if response.tid != tid or response.indication:
+            raise SessionError(f"respond({tid}) needs a RES with TID {tid}")
+        ex = self._executing.pop((kp, tid), None)
+        if ex is None:  # evicted, or an unsolicited answer (e.g. to a stray ACK)
+            addr = self._endpoint(kp)
+            if addr is None:
+                raise SessionError(f"no request {tid} of {kp} and no known address")
+            self._send(encode(response, self.transport, max_size=self._cap(None)), addr)
+            return
+        status = response.status
+        if ex.confirmable or status != Status.OK or response.result is not None:
+            data = encode(response, self.transport, max_size=self._cap(ex.max_size))
+            if self._cache.get(ex.key) is ex:
+                ex.response = data
+                self._cache_bytes += len(data)
+                self._evict_cache()
+            self._send(data, ex.addr)
+        if kp.kp_id is not None and status != Status.ACCESS_DENIED:
+            self._bind(kp, ex.addr, ex.serial)
+        if ex.tx.persistent:
+            d = self._deliveries.get((kp, tid))
+            if status != Status.OK and d is not None and d.seq is None:
+                self.end_persistent(kp, tid)  # never started
+        elif ex.tx is Tx.TERMINATE:
+            if status in (Status.OK, Status.UNKNOWN_TRANSACTION):
+                self.end_persistent(kp, tid)
+        elif ex.tx is Tx.RESET and status == Status.OK:
+            for key in [k for k in self._deliveries if k[0] == kp]:
+                self.end_persistent(*key)
+
+    def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
+        """Send a new state (or, with a non-OK status, the end) of persistent transaction `tid`.
+
+        Over UDP the IND gets the next sequence number (1, 2, …, 65535, 0, …; `response.seq`,
+        if set, restarts the numbering there) and is retransmitted until ACKed; a newer IND
+        replaces an unacknowledged older one. It goes to the endpoint of the KP's most recent
+        request.
+        """
+        if response.tid != tid:
+            raise SessionError(f"indicate({tid}) needs an IND with TID {tid}")
+        key = (kp, tid)
+        d = self._deliveries.get(key)
+        if d is None:
+            d = self._new_delivery(key, None, None)
+        elif d.final:
+            raise SessionError(f"persistent transaction {tid} of {kp} has ended")
+        self._deliveries.move_to_end(key)
+        addr = self._endpoint(kp)
+        if addr is None:
+            addr = d.addr
+        if addr is None:
+            raise SessionError(f"no known address for {kp}")
+        final = response.status != Status.OK
+        if self.transport is TCP:
+            if addr not in self._readers:  # the KP's connection is gone
+                self.end_persistent(kp, tid)
+                self._events.append(KPUnreachable(kp, tid))
+                return
+            self._send(encode(response._replace(indication=True, seq=None), TCP,
+                              max_size=d.max_size), addr)
+            if final:
+                self.end_persistent(kp, tid)
+            return
+        if response.seq is not None:
+            seq = response.seq
+        else:
+            seq = FIRST_SEQ if d.seq is None else next_seq(d.seq)
+        d.data = encode(response._replace(indication=True, seq=seq), UDP,
+                        max_size=self._cap(d.max_size))
+        d.seq = seq
+        d.final = final
+        self._send_indication(key, d, addr)
+        if key not in self._timers:
+            # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
+            # than the timeout must not postpone KPUnreachable forever.
+            d.retries = 0
+            d.timeout = self.timing.initial_timeout(self._rng)
+            self._timers.set(key, now + d.timeout)
+
+    def end_persistent(self, kp: KPIdentity, tid: int) -> None:
+        """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
+        for an OK TERMINATE or RESET."""
+        self._deliveries.pop((kp, tid), None)
+        self._timers.cancel((kp, tid))
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def get_timer(self) -> float | None:
+        return self._timers.next()
+
+    def handle_timer(self, now: float) -> None:
+        self._expire(now)
+        for key in self._timers.pop_due(now):
+            d = self._deliveries.get(key)
+            if d is None or d.data is None:
+                continue
+            addr = self._endpoint(key[0])
+            if addr is None:
+                addr = d.addr
+            if d.retries >= self.timing.max_retransmit or addr is None:
+                d.data = None  # the numbering stays, in case the SIB indicates again
+                if d.final:
+                    self.end_persistent(*key)
+                self._events.append(KPUnreachable(*key))
+                continue
+            d.retries += 1
+            d.timeout *= 2
+            self._send_indication(key, d, addr)
+            self._timers.set(key, now + d.timeout)
+
+    # -- UDP --------------------------------------------------------------------------------
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
+        """(datagram, address) pairs."""
+        self._require(UDP)
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
+        self._require(UDP)
+        self._expire(now)
+        self._on_message(bytes(data), addr, now)
+
+    # -- TCP --------------------------------------------------------------------------------
+
+    def data_to_send(self) -> list[tuple[bytes, Hashable]]:
+        """(bytes, connection) pairs, one per connection with something to send."""
+        self._require(TCP)
+        out = [(bytes(buf), conn) for conn, buf in self._streams.items() if buf]
+        self._streams.clear()
+        return out
+
+    def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
+        """Bytes of connection `conn` (any hashable handle), in any pieces; b"" = closed."""
+        self._require(TCP)
+        if not data:
+            self.connection_lost(conn)
+            return
+        self._expire(now)
+        reader = self._readers.get(conn)
+        if reader is None:
+            reader = self._readers[conn] = _FrameReader(self.max_message_size)
+        for item in reader.feed(data):
+            if item[0] == _FRAME:
+                self._on_message(item[1], conn, now)
+            elif item[0] == _OVERSIZE:
+                event = _oversize_error(item[1], item[2], self.max_message_size, conn)
+                self._reject(event)
+            else:
+                exc = item[1]
+                self._reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
+
+    def connection_lost(self, conn: Hashable) -> None:
+        """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
+        self._readers.pop(conn, None)
+        self._streams.pop(conn, None)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _require(self, transport: Transport) -> None:
+        if self.transport is not transport:
+            raise SessionError(f"this is a {self.transport.name} session")
+
+    def _cap(self, max_size: int | None) -> int | None:
+        if self.transport is TCP:
+            return max_size
+        return MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
+
+    def _send(self, data: bytes, addr: Hashable) -> None:
+        if self.transport is UDP:
+            self._datagrams.append((data, addr))
+        elif addr in self._readers:  # else the connection is gone: nowhere to send
+            self._streams.setdefault(addr, bytearray()).extend(data)
+
+    def _send_indication(self, key: tuple[KPIdentity, int], d: _Delivery,
+                         addr: Hashable) -> None:
+        self._send(d.data, addr)
+        route = (addr, key[1])
+        self._ack_routes[route] = key[0]
+        self._ack_routes.move_to_end(route)
+        while len(self._ack_routes) > self.max_entries:
+            self._ack_routes.popitem(last=False)
+
+    def _endpoint(self, kp: KPIdentity) -> Hashable | None:
+        if kp.kp_id is None:
+            return kp.addr
+        binding = self._bindings.get(kp)
+        return None if binding is None else binding[1]
+
+    def _bind(self, kp: KPIdentity, addr: Hashable, serial: int) -> None:
+        binding = self._bindings.get(kp)
+        if binding is None or serial >= binding[0]:
+            self._bindings[kp] = (serial, addr)
+            self._bindings.move_to_end(kp)
+            while len(self._bindings) > self.max_entries:
+                self._bindings.popitem(last=False)
+
+    def _new_delivery(self, key: tuple[KPIdentity, int], addr: Hashable | None,
+                      max_size: int | None) -> _Delivery:
+        d = self._deliveries[key] = _Delivery(addr, max_size)
+        while len(self._deliveries) > self.max_entries:
+            old, _ = self._deliveries.popitem(last=False)
+            self._timers.cancel(old)
+        return d
+
+    def _evict_cache(self) -> None:
+        cache = self._cache
+        while cache and (len(cache) > self.max_entries
+                         or self._cache_bytes > self.max_cache_bytes):
+            _, ex = cache.popitem(last=False)
+            if ex.response is not None:
+                self._cache_bytes -= len(ex.response)
+
+    def _expire(self, now: float) -> None:
+        cache = self._cache
+        while cache and next(iter(cache.values())).expires <= now:
+            _, ex = cache.popitem(last=False)
+            if ex.response is not None:
+                self._cache_bytes -= len(ex.response)
+
+    def _reject(self, event: ProtocolError) -> None:
+        """Report undecodable input and answer it with its status (when it has a TID)."""
+        self._events.append(event)
+        if event.tid is not None:
+            self._send(encode(Response(event.tid, event.status), self.transport), event.addr)
+
+    def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
+        try:
+            msg = decode_kp_message(data, self.transport)
+        except DecodeError as exc:
+            tid = exc.tid if exc.tid is not None else peek_tid(data)
+            self._reject(ProtocolError(exc.status, str(exc), tid, addr))
+            return
+        if isinstance(msg, Ack):
+            self._on_ack(msg, addr, now)
+        else:
+            self._on_request(msg, addr, now)
+
+    def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
+        kp = KPIdentity.of(request, addr)
+        tid, tx = request.tid, request.tx
+        key = (kp, tid, tx)
+        if self.transport is UDP:
+            ex = self._cache.get(key)
+            if ex is not None:  # a retransmission (or a duplicated datagram)
+                ex.addr = addr
+                if ex.response is not None:
+                    self._send(ex.response, addr)
+                return
+        ex = _Exchange(key, tx, addr, request.confirmable, request.options.max_response_size,
+                       next(self._serial), now + self.timing.exchange_lifetime)
+        if self.transport is UDP:
+            self._cache[key] = ex
+            self._evict_cache()
+        executing = self._executing
+        executing[(kp, tid)] = ex
+        executing.move_to_end((kp, tid))
+        while len(executing) > self.max_entries:
+            executing.popitem(last=False)
+        if tx.persistent:
+            d = self._deliveries.get((kp, tid))
+            if d is None:
+                self._new_delivery((kp, tid), addr, request.options.max_response_size)
+            else:
+                d.addr, d.max_size = addr, request.options.max_response_size
+        self._events.append(RequestReceived(kp, addr, request))
+
+    def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
+        kp = self._ack_routes.get((addr, ack.tid))
+        self._events.append(AckReceived(kp, addr, ack.tid, ack.seq))
+        if kp is None:
+            return
+        key = (kp, ack.tid)
+        d = self._deliveries.get(key)
+        if d is None or d.data is None:
+            return
+        if ack.seq is None or not is_newer(d.seq, ack.seq):
+            # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
+            d.data = None
+            d.retries = 0
+            self._timers.cancel(key)
+            if d.final:
+                self.end_persistent(kp, ack.tid)
+        else:
+            # An older IND arrived: the KP is alive; the newest is still owed. Keep the schedule
+            # (an ACK must not postpone a retransmission) but restart the retry budget.
+            d.retries = 0
+            d.timeout = self.timing.initial_timeout(self._rng)
