@@ -517,7 +517,9 @@ def _encode_response(msg: Response, transport: Transport, max_size: int | None) 
     type_byte = status | (0x80 if msg.indication else 0)
     seq = None
     if msg.indication and transport is UDP:
-        seq = 0 if msg.seq is None else msg.seq
+        if msg.seq is None:
+            raise EncodeError("an IND over UDP needs a sequence number (§2.3)")
+        seq = msg.seq
     hsize = header_size(transport, msg.indication)
     result = msg.result
     if status != Status.OK or result is None:
