@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import struct
 from enum import Enum
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
 from .codes import (
-    OPTION_APPLIES, RESERVED_CODE, RESERVED_WORDS, TOKEN_BOOLEAN, TOKEN_DATETIME, TOKEN_FLOAT,
-    TOKEN_INTEGER, TOKEN_LITERAL, TOKEN_STRING, TOKEN_URI, TOKEN_VARIABLE, VERSION, LiteralType,
+    OPTION_APPLIES, RESERVED_CODE, RESERVED_WORDS, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI,
+    TOKEN_VARIABLE, VERSION, LiteralType,
     Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
 from .errors import DecodeError, EncodeError
-from .literals import I32_MAX, I32_MIN, compact_type, float_lexical, is_datetime19, is_lang_tag
+from .literals import compact_type, float_lexical, is_datetime19, is_lang_tag
 from .model import (
     NO_OPTIONS, Ack, AskResult, Bind, ConstructResult, Credentials, Message, Options, Order,
     Request, Response, SelectResult, SolutionModifier,
@@ -168,6 +168,12 @@ class _Prefixes:
             field = bytes((index,)) + _uri_len(len(raw)) + raw
             self.cache[iri] = field
         return field
+
+
+def _prefix_entry(prefix: str) -> bytes:
+    """One entry of a prefix list (§7.2): a URI field with prefix index 0."""
+    raw = prefix.encode("utf-8")
+    return b"\x00" + _uri_len(len(raw)) + raw
 
 
 def _string(text: str) -> bytes:
@@ -332,21 +338,15 @@ def _check_rpn(expr: tuple, error) -> None:
     for i, token in enumerate(expr):
         if isinstance(token, Op):
             if token is Op.BOUND and (i == 0 or not isinstance(expr[i - 1], Var)):
-                raise _rpn_error(error, "bound() must follow a variable token")
+                raise error("bound() must follow a variable token")
             arity = token.arity
             if depth < arity:
-                raise _rpn_error(error, f"{token.name} needs {arity} operands, has {depth}")
+                raise error(f"{token.name} needs {arity} operands, has {depth}")
             depth -= arity - 1
         else:
             depth += 1
     if depth != 1:
-        raise _rpn_error(error, f"expression leaves {depth} values, not 1")
-
-
-def _rpn_error(error, message: str) -> Exception:
-    if error is DecodeError:
-        return DecodeError(Status.INVALID_OPTION_FORMAT, message, "options.expression")
-    return error(message)
+        raise error(f"expression leaves {depth} values, not 1")
 
 
 def _graph_name(pfx: _Prefixes, name: str) -> bytes:
@@ -376,9 +376,7 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
         where = f"options.{opt.name}"
         if opt is Opt.PREFIX:
             for prefix in _put_count(out, value, where, 1):
-                out.append(0)
-                raw = prefix.encode("utf-8")
-                out += _uri_len(len(raw)) + raw
+                out += _prefix_entry(prefix)
         elif opt in (Opt.DELETE_GRAPH, Opt.INSERT_GRAPH, Opt.QUERY_GRAPH):
             for name in _put_count(out, value, where, 1):
                 out += _graph_name(pfx, name)
@@ -574,8 +572,7 @@ def _pack_result(result, prefixes: tuple[str, ...], items, total: int, fixed: in
     pfx = _Prefixes(prefixes)
     head = bytearray((len(prefixes),))
     for prefix in prefixes:
-        raw = prefix.encode("utf-8")
-        head += b"\x00" + _uri_len(len(raw)) + raw
+        head += _prefix_entry(prefix)
     room = None if limit is None else limit - len(head) - fixed + 1
     if room is not None and room < 0:
         return None, 0
@@ -793,28 +790,24 @@ def _triples_at(buf: bytes, pos: int, count: int, pfx, allow_vars: bool) -> tupl
         b = buf[pos]
         pos += 1
         st, pt, ot = b & 7, (b >> 3) & 3, b >> 5
-        if st == 4 or st > 5 or ot > 5:
+        if st not in ST_ALLOWED or ot not in OT_ALLOWED:
             raise _Bad(f"triple type byte {b:#04x}")
+        if prev is None and not (st and pt and ot):
+            raise _Bad("Empty member in the first triple")
         if st == 1:
             s, pos = _uri_at(buf, pos, pfx)
         elif st:
             s, pos = _member_at(buf, pos, st, pfx)
-        elif prev is None:
-            raise _Bad("Empty member in the first triple")
         else:
             s = prev[0]
         if pt == 1:
             p, pos = _uri_at(buf, pos, pfx)
         elif pt:
             p, pos = _member_at(buf, pos, pt, pfx)
-        elif prev is None:
-            raise _Bad("Empty member in the first triple")
         else:
             p = prev[1]
         if ot:
             o, pos = _member_at(buf, pos, ot, pfx)
-        elif prev is None:
-            raise _Bad("Empty member in the first triple")
         else:
             o = prev[2]
         if not allow_vars and (st == 3 or pt == 3 or ot == 3):
