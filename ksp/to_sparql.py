@@ -203,7 +203,9 @@ class _Writer:
         prec = _PREC[op]
         if op.arity == 1:
             (p, text), = args
-            return prec, f"{op.symbol}{text if p == _PRIMARY else f'({text})'}"
+            # `-5` would read back as the literal -5, not as minus applied to 5.
+            bare = p == _PRIMARY and not text[0].isdigit()
+            return prec, f"{op.symbol}{text if bare else f'({text})'}"
         (lp, left), (rp, right) = args
         # Left-associative operators keep a left operand of equal precedence bare; relational
         # ones are not associative in SPARQL, so an equal-precedence operand needs parentheses.
@@ -352,7 +354,7 @@ def _quads(w: _Writer, graph: Graph | None, targets: Sequence[IRI] | None) -> li
     lines: list[str] = []
     if not graph:
         return lines
-    for target in targets or (DEFAULT_GRAPH,):
+    for target in dict.fromkeys(targets or (DEFAULT_GRAPH,)):  # each graph once
         if target == DEFAULT_GRAPH:
             lines += w.triples(graph, False, "  ")
         else:
