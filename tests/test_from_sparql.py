@@ -354,3 +354,16 @@ def test_mutated_renderings_raise_only_typed_errors(r, data):
 def test_not_text_is_a_typed_error():
     with pytest.raises(SparqlError):
         compile(b"SELECT * {}")  # type: ignore[arg-type]
+
+
+def test_benchmark_texts_compile_and_the_benchmark_runs():
+    """Smoke test of tools/bench/sparql.py (no timing assertions): its texts are in the subset,
+    and one pass of every contender produces a row."""
+    from tools.bench import _timing, sparql as bench
+    for text, query in bench.CASES.values():
+        req = compile(text)
+        (ox.Store().query if query else ox.Store().update)(render(req))
+    report = {name: _timing.compare(bench._contenders(text, query), target=0, repeats=1,
+                                    max_loops=1)
+              for name, (text, query) in bench.CASES.items()}
+    assert [row[0] for row in bench.table_rows(report)] == list(bench.CASES)
