@@ -23,7 +23,10 @@ from .session import (
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
 from .from_sparql import compile as compile_sparql, compile_named as compile_sparql_named
-from .to_sparql import from_results_json, reads_union, render as render_sparql, results_json
+from .to_sparql import (
+    from_results_json, reads_union, render as render_sparql, render_where as render_sparql_where,
+    results_json,
+)
 
 __all__ = [
     "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
@@ -36,6 +39,6 @@ __all__ = [
     "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
     "SessionError", "SIBSession", "Timing",
     "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql",
-    "render_sparql", "compile_sparql", "compile_sparql_named", "results_json",
+    "render_sparql", "render_sparql_where", "compile_sparql", "compile_sparql_named", "results_json",
     "from_results_json", "reads_union",
 ]

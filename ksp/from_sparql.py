@@ -60,6 +60,7 @@ _TOKEN = re.compile(
     |(?P<name>[A-Za-z_][A-Za-z0-9_]*)
     |(?P<op>\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.=<>!+\-*/^|?])""",
     re.VERBOSE)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _UESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})")
 
 
@@ -259,6 +260,9 @@ class _Parser:
             raise _syntax(self.text, tok.pos, str(e)) from None
         if re.search('[\x00-\x20<>"{}|^`\\\\]', value):
             raise _syntax(self.text, tok.pos, "an \\u escape gives a character IRIs cannot hold")
+        if not _SCHEME.match(value):
+            raise UnsupportedSparql("relative IRIs", f"relative IRIs (<{value}>) are not "
+                                                     "supported: KSP IRIs are absolute")
         return IRI(value)
 
     def iri(self) -> IRI:
@@ -324,7 +328,8 @@ class _Parser:
         if tok.kind == "var":
             if not ctx.vars_ok:
                 raise self.error(f"variables are not allowed in {ctx.where}")
-            if tok.text[1:].startswith(BNODE_VAR_PREFIX):  # render's spelling of a blank node
+            if tok.text[1:].startswith(BNODE_VAR_PREFIX) and len(tok.text) > 1 + len(
+                    BNODE_VAR_PREFIX):  # render's spelling of a blank node
                 self.i += 1
                 return self.bnode(label_from_name(tok.text[1 + len(BNODE_VAR_PREFIX):]), ctx, tok)
             return self.var()
@@ -1032,6 +1037,9 @@ def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]
     if no_projection:
         p.projection = []
         seen = [n for n in seen if n != NO_PROJECTION]
+    if len(p.projection or ()) > 255:
+        raise UnsupportedSparql("more than 255 projected variables",
+                                "more than 255 projected variables are not supported")
     index = _assign(p, seen)
     names = [""] * (max(index.values()) + 1 if index else 0)
     for name, k in index.items():

@@ -19,7 +19,7 @@ from ksp import (
     DEFAULT_GRAPH, IRI, Bind, BNode, Literal, Op, Options, Order, Request, SolutionModifier,
     Triple, Tx, Var,
 )
-from ksp.codec import LAYOUT
+from ksp.codec import LAYOUT, encode
 from ksp.codes import RDF, XSD
 from ksp.errors import (
     KspError, NoSparqlEquivalent, SparqlError, SparqlSyntaxError, UnsupportedSparql,
@@ -160,6 +160,9 @@ def test_compile_named_and_no_projection():
     assert r.projection == 0 and names == ("a", "b")
     r, names = compile_named(PRE + "SELECT ?x { ?x ex:p ?_b_q . ?_b_q ex:r _:q }")
     assert r.where[0].o == BNode("q") == r.where[1].s == r.where[1].o and names == ("x",)
+    # Names render never writes stay what they say: `_:x_` is the label "x_", `?_b_` a variable.
+    r = compile(PRE + "SELECT ?_b_ { ?_b_ ex:p _:x_ }")
+    assert r.where == (Triple(Var(0), IRI(EX + "p"), BNode("x_")),)
 
 
 def test_expression_shapes():
@@ -218,6 +221,9 @@ UNSUPPORTED = {
     "more than 255 triples in one graph": [
         "INSERT DATA { " + " ".join(f"ex:a ex:b {i} ." for i in range(256)) + " }"],
     "persistent INSERT_DATA": ["INSERT DATA { ex:a ex:b 1 }"],
+    "relative IRIs": ["SELECT ?s { ?s <p> ?o }", "PREFIX e: <> SELECT ?s { ?s e:p ?o }"],
+    "more than 255 projected variables": [
+        "SELECT " + " ".join(f"?x{i}" for i in range(256)) + " { }"],
 }
 
 
@@ -299,6 +305,7 @@ def test_compile_render_round_trip(r):
     event(f"round trip: {r.tx.base.name}")
     back = compile(text, persistent=r.tx.persistent)
     assert normalise(back) == normalise(r), text
+    encode(back)
 
 
 _RICH = [t for t in Tx if t.is_query or t.is_pattern_update]
@@ -329,9 +336,10 @@ _SPARQLISH = st.lists(st.sampled_from(_PIECES), max_size=80).map("".join)
                           max_size=25).map(" ".join)))
 def test_random_text_raises_only_typed_errors(text):
     try:
-        compile(PRE + text)
+        req = compile(PRE + text)
     except (UnsupportedSparql, SparqlSyntaxError):
-        pass
+        return
+    encode(req)  # whatever compiles is a request KSP can carry
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -346,9 +354,10 @@ def test_mutated_renderings_raise_only_typed_errors(r, data):
     junk = data.draw(st.sampled_from(["", "}", "{", "'", "\"", "(", "?", "<", ";", "OPTIONAL",
                                       "\\", "UNION"]))
     try:
-        compile(text[:cut] + junk + text[cut + data.draw(st.integers(0, 3)):])
+        req = compile(text[:cut] + junk + text[cut + data.draw(st.integers(0, 3)):])
     except (UnsupportedSparql, SparqlSyntaxError):
-        pass
+        return
+    encode(req)
 
 
 def test_not_text_is_a_typed_error():

@@ -21,7 +21,8 @@ from ksp.codes import RDF, XSD
 from ksp.errors import KspError, NoSparqlEquivalent, SparqlError
 from ksp.terms import XSD_DOUBLE, XSD_INTEGER
 from ksp.to_sparql import (
-    from_results_json, label_from_name, label_name, reads_union, render, results_json,
+    from_results_json, label_from_name, label_name, reads_union, render, render_where,
+    results_json,
     to_ntriples,
 )
 from tests import strategies as ks
@@ -187,6 +188,23 @@ def test_pattern_update(store):
           for x in store.quads_for_pattern(ox.NamedNode(S3), None, None, ox.NamedNode(G2))}
     assert (TEMP, "30") not in g1 and (LOC, EX + "garden") in g1
     assert g2 == {(EX + "hot", "30"), (EX + "where", EX + "garden")}
+
+
+def test_render_where_reads_the_union_for_a_pattern_update(store):
+    # KSP's DELETE without graph options matches the union: s1 (default graph) has readings
+    # in the default graph and in g2; the WHERE as a union query finds both.
+    upd = Request(Tx.DELETE, 0, delete=(Triple(Var(0), TEMP, Var(1)),),
+                  where=(Triple(Var(0), NAME, Literal.lang_string("Küche", "de")),
+                         Triple(Var(0), TEMP, Var(1))),
+                  options=Options(filters=((Var(1), lit_int(100), Op.LT),),
+                                  binds=(Bind(2, (Var(1), lit_int(1), Op.ADD)),)))
+    text = render_where(upd)
+    assert text.startswith("SELECT ?v0 ?v1 ?v2\n")
+    rows = {tuple(sol[v].value for v in ("v0", "v1", "v2"))
+            for sol in store.query(text, use_default_graph_as_union=True)}
+    assert rows == {(S1, "21", "22"), (S1, "19", "20")}
+    with pytest.raises(NoSparqlEquivalent):
+        render_where(Request(Tx.INSERT_DATA, 0, insert=()))
 
 
 def test_graph_management(store):
