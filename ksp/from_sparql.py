@@ -1,8 +1,8 @@
 """SPARQL 1.1 text → KSP requests, for the subset KSP can say (docs/sparql.md).
 
 A hand-written tokenizer and recursive-descent parser rather than rdflib's pyparsing grammar:
-rdflib's parser takes 25–130 times as long for the same texts (tools/bench/sparql.py; ~0.2–0.3
-ms here against 4–40 ms), and since this one knows the subset it names what is outside it
+rdflib's parser takes 26–180 times as long for the same texts (tools/bench/sparql.py; 0.16–0.5
+ms here against 4–46 ms), and since this one knows the subset it names what is outside it
 ("UNION is not supported") where it occurs, with line and column, where a full parser would
 accept the query and leave the feature to be dug out of its parse tree.
 Everything is checked while parsing: valid SPARQL outside the subset raises
