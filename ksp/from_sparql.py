@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 from .codes import RDF, Op, Tx
-from .errors import SparqlSyntaxError, UnsupportedSparql
+from .errors import SparqlError, SparqlSyntaxError, UnsupportedSparql
 from .model import Bind, Options, Order, Request, SolutionModifier
 from .terms import (
     DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER,
@@ -61,6 +61,7 @@ _TOKEN = re.compile(
     |(?P<op>\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.=<>!+\-*/^|?])""",
     re.VERBOSE)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_IRI_BAD = re.compile('[\x00-\x20<>"{}|^`\\\\]')
 _UESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})")
 
 
@@ -258,7 +259,7 @@ class _Parser:
             value = _unescape_uchar(tok.text[1:-1])
         except ValueError as e:
             raise _syntax(self.text, tok.pos, str(e)) from None
-        if re.search('[\x00-\x20<>"{}|^`\\\\]', value):
+        if _IRI_BAD.search(value):
             raise _syntax(self.text, tok.pos, "an \\u escape gives a character IRIs cannot hold")
         if not _SCHEME.match(value):
             raise UnsupportedSparql("relative IRIs", f"relative IRIs (<{value}>) are not "
@@ -1102,6 +1103,9 @@ def compile_named(text: str, *, persistent: bool = False,
     """`compile`, also returning `names[k]`: the SPARQL name of variable k."""
     if not isinstance(text, str):
         raise SparqlSyntaxError(f"SPARQL text must be a str, not {type(text).__name__}")
+    for name, ns in (prefixes or {}).items():
+        if not isinstance(ns, str) or not _SCHEME.match(ns) or _IRI_BAD.search(ns):
+            raise SparqlError(f"prefix {name!r} must map to an absolute IRI, not {ns!r}")
     parser = _Parser(text, prefixes)
     try:
         parser.parse()
@@ -1121,6 +1125,3 @@ def compile(text: str, *, persistent: bool = False,  # noqa: A001 - the task's p
     """
     return compile_named(text, persistent=persistent, prefixes=prefixes)[0]
 
-
-def _iter_tokens(text: str) -> Iterator[_Tok]:  # for tests and tools: the token stream
-    yield from _tokens(text)

@@ -33,8 +33,9 @@ from .terms import (
 )
 
 __all__ = [
-    "render", "render_where", "render_term", "results_json", "from_results_json", "to_ntriples", "var_name",
-    "label_name", "label_from_name", "reads_union", "WELL_KNOWN_PREFIXES", "NO_PROJECTION", "CONSTRUCT_VARS",
+    "render", "render_where", "render_term", "results_json", "from_results_json", "to_ntriples",
+    "var_name", "label_name", "label_from_name", "reads_union", "WELL_KNOWN_PREFIXES",
+    "NO_PROJECTION", "CONSTRUCT_VARS",
 ]
 
 #: Prefix names used for these namespaces when a request's prefix list holds them.

@@ -183,7 +183,8 @@ UNSUPPORTED = {
     "aggregates (COUNT)": ["SELECT (COUNT(?s) AS ?n) { ?s ?p ?o }"],
     "aggregates (SUM)": ["SELECT ?s { ?s ?p ?o FILTER(SUM(?o) > 1) }"],
     "SERVICE": ["SELECT ?s { SERVICE <http://x> { ?s ?p ?o } }"],
-    "VALUES": ["SELECT ?s { VALUES ?s { ex:a } ?s ?p ?o }", "SELECT ?s { ?s ?p ?o } VALUES ?s { ex:a }"],
+    "VALUES": ["SELECT ?s { VALUES ?s { ex:a } ?s ?p ?o }",
+               "SELECT ?s { ?s ?p ?o } VALUES ?s { ex:a }"],
     "MINUS": ["SELECT ?s { ?s ?p ?o MINUS { ?s ex:q ?o } }"],
     "GRAPH patterns": ["SELECT ?s { GRAPH ?g { ?s ?p ?o } }"],
     "nested OPTIONAL": ["SELECT ?s { ?s ?p ?o OPTIONAL { ?s ex:a ?x OPTIONAL { ?x ex:b ?y } } }"],
@@ -358,6 +359,11 @@ def test_mutated_renderings_raise_only_typed_errors(r, data):
     except (UnsupportedSparql, SparqlSyntaxError):
         return
     encode(req)
+
+
+def test_bad_prefixes_argument_is_a_typed_error():
+    with pytest.raises(SparqlError, match="absolute IRI"):
+        compile("SELECT ?s { ?s e:p ?o }", prefixes={"e": "not an iri"})
 
 
 def test_not_text_is_a_typed_error():

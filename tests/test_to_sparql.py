@@ -516,5 +516,6 @@ def test_ntriples_parse_back():
                Triple(S1, NAME, Literal.lang_string("c", "fr")))
     text = to_ntriples(triples)
     parsed = list(ox.parse(text.encode(), ox.RdfFormat.N_TRIPLES))
-    assert [p.object for p in parsed] == [ox.Literal("a\"b\n"), ox.Literal("3", datatype=ox.NamedNode(XSD_INTEGER)),
-                                          ox.Literal("c", language="fr")]
+    assert [p.object for p in parsed] == [
+        ox.Literal("a\"b\n"), ox.Literal("3", datatype=ox.NamedNode(XSD_INTEGER)),
+        ox.Literal("c", language="fr")]
