@@ -164,7 +164,20 @@ class _Writer:
             return self.iri(t)
         raise NoSparqlEquivalent("term", f"{t!r} is not a KSP term")
 
-    def triples(self, graph: Graph | None, in_pattern: bool, indent: str) -> list[str]:
+    def triples(self, graph: Graph | None, in_pattern: bool, indent: str, *,
+                vars_ok: bool = True, bnodes_ok: bool = True) -> list[str]:
+        """Triples, refusing what SPARQL's grammar (and KSP, §3.3, §4.4, §5.2) rules out."""
+        for t in graph or ():
+            if isinstance(t.s, Literal):
+                raise NoSparqlEquivalent("literal subject", f"a literal subject in {t!r}")
+            if not isinstance(t.p, (str, Var)):
+                raise NoSparqlEquivalent("predicate", f"a predicate that is not an IRI or a "
+                                                      f"variable in {t!r}")
+            if not vars_ok and any(isinstance(m, Var) for m in t):
+                raise NoSparqlEquivalent("variable in DATA", f"a variable in DATA: {t!r}")
+            if not bnodes_ok and any(isinstance(m, BNode) for m in t):
+                raise NoSparqlEquivalent("blank node in a delete graph",
+                                         f"a blank node in what is deleted: {t!r}")
         return [f"{indent}{self.term(s, in_pattern)} {self.term(p, in_pattern)} "
                 f"{self.term(o, in_pattern)} ." for s, p, o in graph or ()]
 
@@ -375,17 +388,18 @@ def _modifiers(w: _Writer, mod, sep: str) -> str:
     return "".join(sep + p for p in parts)
 
 
-def _quads(w: _Writer, graph: Graph | None, targets: Sequence[IRI] | None) -> list[str]:
+def _quads(w: _Writer, graph: Graph | None, targets: Sequence[IRI] | None, **checks: bool
+           ) -> list[str]:
     """`graph` written into each target graph (the default graph without a graph option)."""
     lines: list[str] = []
     if not graph:
         return lines
     for target in dict.fromkeys(targets or (DEFAULT_GRAPH,)):  # each graph once
         if target == DEFAULT_GRAPH:
-            lines += w.triples(graph, False, "  ")
+            lines += w.triples(graph, False, "  ", **checks)
         else:
             lines.append(f"  GRAPH {w.iri(target, 'graph name')} {{")
-            lines += w.triples(graph, False, "    ")
+            lines += w.triples(graph, False, "    ", **checks)
             lines.append("  }")
     return lines
 
@@ -400,9 +414,11 @@ def _delete_insert(w: _Writer, request: Request, base: Tx, suffix: str) -> list[
     opts = request.options
     parts = []
     if base not in (Tx.INSERT, Tx.INSERT_DATA):
-        parts.append(_block("DELETE" + suffix, _quads(w, request.delete, opts.delete_graphs)))
+        parts.append(_block("DELETE" + suffix, _quads(
+            w, request.delete, opts.delete_graphs, vars_ok=not suffix, bnodes_ok=False)))
     if base not in (Tx.DELETE, Tx.DELETE_DATA):
-        parts.append(_block("INSERT" + suffix, _quads(w, request.insert, opts.insert_graphs)))
+        parts.append(_block("INSERT" + suffix, _quads(
+            w, request.insert, opts.insert_graphs, vars_ok=not suffix)))
     return parts
 
 

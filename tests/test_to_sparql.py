@@ -237,6 +237,19 @@ def test_inapplicable_option_and_unwritable_terms():
         render(q(projection=0, where=(Triple(IRI("http://a b"), TYPE, SENSOR),)))
     with pytest.raises(NoSparqlEquivalent, match="language tag"):
         render(q(projection=0, where=(Triple(S1, NAME, Literal.lang_string("x", "0-")),)))
+    # What SPARQL's grammar forbids is refused, never written as invalid text.
+    for req, feature in [
+        (Request(Tx.INSERT_DATA, 0, insert=(Triple(S1, TEMP, Var(0)),)), "variable in DATA"),
+        (Request(Tx.DELETE_DATA, 0, delete=(Triple(BNode("b"), TEMP, S2),)),
+         "blank node in a delete graph"),
+        (Request(Tx.DELETE, 0, delete=(Triple(Var(0), TEMP, BNode("b")),), where=()),
+         "blank node in a delete graph"),
+        (q(projection=0, where=(Triple(lit_int(1), TEMP, S2),)), "literal subject"),
+        (q(projection=0, where=(Triple(S1, lit_int(1), S2),)), "predicate"),
+    ]:
+        with pytest.raises(NoSparqlEquivalent) as e:
+            render(req)
+        assert e.value.feature == feature
     with pytest.raises(NoSparqlEquivalent, match="RPN"):
         render(q(projection=0, options=Options(filters=((Var(0), Op.AND),))))
 
