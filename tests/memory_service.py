@@ -130,6 +130,8 @@ class MemoryService:
         base = req.tx.base
         if base is Tx.ASK:
             return AskResult(bool(solutions))
+        if base is Tx.SELECT and req.projection == 0:  # a solution count (§5.1)
+            return SelectResult(0, ((),) * len(solutions))
         if base is Tx.SELECT:
             rows = sorted({tuple(s.get(k) for k in range(req.projection)) for s in solutions},
                           key=repr)
