@@ -47,6 +47,7 @@ class MemoryService:
         self.answer_later = answer_later
         self.first_seq = first_seq
         self.changed = asyncio.Event()
+        self.lost = asyncio.Event()  # set by kp_unreachable
 
     # -- Service ----------------------------------------------------------------------------
 
@@ -59,6 +60,7 @@ class MemoryService:
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         self.unreachable.append((kp, tid))
+        self.lost.set()
         entry = self.subs.pop((kp, tid), None)
         if entry is not None:
             entry[1].end()
