@@ -379,7 +379,9 @@ class CoapLink(Link):
                     return
                 if consider(message):
                     return
-            sink.fail(KspConnectionError(f"observation of transaction {tid} ended"))
+            # aiocoap ends the iteration on a non-2.xx notification (4.04: TERMINATE or RESET
+            # removed the resource) or when the server ends the observation.
+            sink.end(Status.TERMINATED)
         except asyncio.CancelledError:
             pending.observation.cancel()
             raise
