@@ -13,6 +13,7 @@ from ksp import (
     Response, ResponseReceived, Status, Tx,
 )
 
+from ._timer import SessionTimer
 from .errors import KspConnectionError, KspProtocolError, KspTimeout
 
 
@@ -44,8 +45,7 @@ class SessionLink(Link):
         self.loop = asyncio.get_running_loop()
         self._waiters: dict[int, asyncio.Future[Response]] = {}
         self._sinks: dict[int, Sink] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self.timer = SessionTimer(self.loop, session, self.pump)
         self._lost: BaseException | None = None
 
     async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
@@ -104,7 +104,7 @@ class SessionLink(Link):
                 self._resolve(event.tid, None, KspProtocolError(event.status, event.message))
         self.transmit()
         if self._lost is None:
-            self._rearm()
+            self.timer.rearm()
 
     def _resolve(self, tid: int, response: Response | None, exc: BaseException | None) -> None:
         fut = self._waiters.pop(tid, None)
@@ -128,23 +128,6 @@ class SessionLink(Link):
         sinks, self._sinks = self._sinks, {}
         for sink in sinks.values():
             sink.fail(KspConnectionError(str(exc)))
-        self._stop_timer()
+        self.timer.stop()
 
-    def _rearm(self) -> None:
-        when = self.session.get_timer()
-        if when == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = None if when is None else self.loop.call_at(when, self._on_timer)
 
-    def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
-        self.session.handle_timer(self.loop.time())
-        self.pump()
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_at = None

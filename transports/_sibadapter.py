@@ -14,6 +14,7 @@ from ksp import (
     KPIdentity, KPUnreachable, ProtocolError, RequestReceived, Response, SIBSession,
 )
 
+from ._timer import SessionTimer
 from .service import Channel, Service
 
 log = logging.getLogger("transports.server")
@@ -64,8 +65,7 @@ class SessionAdapter:
         self.service = service
         self.session = session
         self.loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False
 
     def channel(self, kp: KPIdentity, tid: int) -> Channel:
@@ -93,30 +93,17 @@ class SessionAdapter:
         self.transmit()
         for addr in fatal:
             self.abort(addr)
-        self._rearm()
+        self.timer.rearm()
 
     def transmit(self) -> None:
         raise NotImplementedError
 
+    def shut(self) -> None:
+        """Stop reacting: no more events handled, no timer."""
+        self._closed = True
+        self.timer.stop()
+
     def abort(self, addr: Hashable) -> None:
         """Close the stream `addr` after a fatal framing error (TCP only)."""
 
-    def _rearm(self) -> None:
-        when = self.session.get_timer()
-        if when == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = None if when is None else self.loop.call_at(when, self._on_timer)
 
-    def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
-        self.session.handle_timer(self.loop.time())
-        self.pump()
-
-    def _stop_timer(self) -> None:
-        self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_at = None

@@ -125,8 +125,10 @@ class KP:
                       confirmable: bool | None = None) -> Response | None:
         """Send one request and return its RES (None for NON: no RES waited for). Raises
         `KspStatusError` for a non-OK status."""
-        req = self._prepare(request, persistent)
-        if confirmable is not None:
+        return await self._send(self._prepare(request, persistent), confirmable)
+
+    async def _send(self, req: Request, confirmable: bool | None = None) -> Response | None:
+        if confirmable is not None and req.confirmable != confirmable:
             req = req._replace(confirmable=confirmable)
         return _checked(await self._link.request(req))
 
@@ -144,7 +146,7 @@ class KP:
         req = self._prepare(query)
         if not req.tx.is_query or req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
-        response = await self.request(req, confirmable=True)
+        response = await self._send(req, confirmable=True)
         return convert_result(response.result)
 
     async def update(self, update: Request | str, *, confirmable: bool = True) -> None:
@@ -153,7 +155,7 @@ class KP:
         req = self._prepare(update)
         if not (req.tx.is_data_update or req.tx.is_pattern_update) or req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
-        await self.request(req, confirmable=confirmable)
+        await self._send(req, confirmable)
 
     async def insert_data(self, triples: Iterable, graph: Any = None, *,
                           confirmable: bool = True) -> None:
@@ -171,15 +173,15 @@ class KP:
             options = options._replace(**{key: (graph_name(graph),)})
         req = Request(tx, 0, confirmable, options=options,
                       **{field: tuple(triple_to_ksp(t) for t in triples)})
-        await self.request(req)
+        await self._send(req)
 
     # -- graph management -------------------------------------------------------------------
 
     async def create(self, *graphs: Any) -> None:
-        await self.request(Request(Tx.CREATE, 0, graphs=tuple(graph_name(g) for g in graphs)))
+        await self._send(Request(Tx.CREATE, 0, graphs=tuple(graph_name(g) for g in graphs)))
 
     async def drop(self, *graphs: Any) -> None:
-        await self.request(Request(Tx.DROP, 0, graphs=tuple(graph_name(g) for g in graphs)))
+        await self._send(Request(Tx.DROP, 0, graphs=tuple(graph_name(g) for g in graphs)))
 
     async def copy(self, source: Any, target: Any) -> None:
         await self._transfer(Tx.COPY, source, target)
@@ -191,7 +193,7 @@ class KP:
         await self._transfer(Tx.ADD, source, target)
 
     async def _transfer(self, tx: Tx, source: Any, target: Any) -> None:
-        await self.request(Request(tx, 0, source=graph_name(source), target=graph_name(target)))
+        await self._send(Request(tx, 0, source=graph_name(source), target=graph_name(target)))
 
     # -- persistent operations --------------------------------------------------------------
 
@@ -207,7 +209,7 @@ class KP:
         """End persistent transaction `tid` (raises `KspStatusError` UNKNOWN_TRANSACTION if the
         SIB has none)."""
         try:
-            await self.request(Request(Tx.TERMINATE, tid))
+            await self._send(Request(Tx.TERMINATE, tid))
         finally:
             self._link.forget(tid)
             for sub in [s for s in self._subscriptions if s.tid == tid]:
@@ -215,7 +217,7 @@ class KP:
 
     async def reset(self) -> None:
         """End every persistent transaction of this KP (R13)."""
-        await self.request(Request(Tx.RESET, 0))
+        await self._send(Request(Tx.RESET, 0))
         for sub in list(self._subscriptions):
             sub._finish(Status.TERMINATED)
 

@@ -68,8 +68,21 @@ def triple_from_ksp(triple) -> tuple:
     return (from_ksp(triple[0]), from_ksp(triple[1]), from_ksp(triple[2]))
 
 
+_KSP_TERMS = frozenset({IRI, BNode, Var, Literal})
+
+
+def _is_ksp(graph) -> bool:
+    """Already KSP triples of KSP terms (the common case: checked, not rebuilt)."""
+    terms = _KSP_TERMS
+    return type(graph) is tuple and all(
+        type(t) is Triple and type(t[0]) in terms and type(t[1]) in terms
+        and type(t[2]) in terms for t in graph)
+
+
 def _graph(graph) -> tuple[Triple, ...] | None:
-    return None if graph is None else tuple(triple_to_ksp(t) for t in graph)
+    if graph is None or _is_ksp(graph):
+        return graph
+    return tuple(triple_to_ksp(t) for t in graph)
 
 
 def request_to_ksp(request: Request) -> Request:
@@ -78,14 +91,16 @@ def request_to_ksp(request: Request) -> Request:
     for name in _GRAPH_FIELDS:
         value = getattr(request, name)
         if value is not None:
-            changes[name] = _graph(value)
-    if request.optional is not None:
+            graph = _graph(value)
+            if graph is not value:
+                changes[name] = graph
+    if request.optional is not None and not all(_is_ksp(g) for g in request.optional):
         changes["optional"] = tuple(_graph(g) for g in request.optional)
     for name in ("source", "target"):
         value = getattr(request, name)
-        if value is not None:
+        if value is not None and type(value) is not IRI:
             changes[name] = graph_name(value)
-    if request.graphs is not None:
+    if request.graphs is not None and not all(type(g) is IRI for g in request.graphs):
         changes["graphs"] = tuple(graph_name(g) for g in request.graphs)
     return request._replace(**changes) if changes else request
 

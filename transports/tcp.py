@@ -88,7 +88,7 @@ class TcpServer(SessionAdapter):
             addr.transport.close()  # after the error RES already written
 
     async def close(self) -> None:
-        self._stop_timer()
+        self.shut()
         if self._server is not None:
             self._server.close()
         conns = list(self._connections)

@@ -55,7 +55,7 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         pass  # ICMP unreachable from a KP that went away: IND retries run out on their own
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_timer()
+        self.shut()
         if not self._closed_fut.done():
             self._closed_fut.set_result(None)
 
@@ -67,7 +67,7 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
             transport.sendto(data, addr)
 
     async def close(self) -> None:
-        self._stop_timer()
+        self.shut()
         if self.transport is not None:
             self.transport.close()
             await self._closed_fut
