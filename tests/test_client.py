@@ -1,18 +1,17 @@
 """The Python KP client against a real server over loopback, on every transport."""
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import pytest
 import rdflib
 from rdflib import XSD, Literal, URIRef, Variable
 
-from ksp import IRI, Request, Status, Timing, Triple, Tx, Var
+from ksp import IRI, Literal as KspLiteral, Request, Status, Timing, Triple, Tx, Var
 from transports import KspStatusError, KspTimeout, connect
+from transports.client import kp_id_bytes
 
-from memory_service import MemoryService
-from transport_helpers import FAST, TRANSPORTS, client_of, run
+from transport_helpers import TRANSPORTS, client_of, run
 
 EX = "http://example.org/"
 S1, S2 = URIRef(EX + "s1"), URIRef(EX + "s2")
@@ -65,7 +64,7 @@ def test_query_update_and_graph_management(transport, tmp_path):
             # each request executed once, with the KP's identity from CREDENTIALS
             assert all(count == 1 for count in svc.executions.values())
             assert {r.options.credentials.kp_id for _, r in svc.requests} == {
-                __import__("transports").client.kp_id_bytes("kp-1")}
+                kp_id_bytes("kp-1")}
             assert {t for t, _ in svc.requests} == {"tcp" if transport == "tls" else transport}
 
     run(scenario())
@@ -155,8 +154,7 @@ def test_non_update_returns_at_once_and_is_executed(tmp_path):
             while not svc.store:
                 svc.changed.clear()
                 await svc.changed.wait()
-            assert Triple(IRI(S1), IRI(TEMP), __import__("ksp").Literal("7", str(XSD.integer))) \
-                in svc.store
+            assert Triple(IRI(S1), IRI(TEMP), KspLiteral("7", str(XSD.integer))) in svc.store
 
     run(scenario())
 
@@ -181,3 +179,19 @@ def test_rdflib_term_conversion_round_trips():
         assert from_ksp(to_ksp(term)) == term
     with pytest.raises(ValueError):
         to_ksp(Variable("name"))
+
+
+def test_persistent_update_is_an_iterator_of_indications(transport, tmp_path):
+    async def scenario():
+        async with client_of(transport, tmp_path) as (svc, server, kp):
+            rule = Request(Tx.INSERT_PERSISTENT, 0,
+                           insert=((Variable("v0"), URIRef(EX + "seen"), Literal(True)),),
+                           where=((Variable("v0"), TEMP, Variable("v1")),))
+            async with kp.subscribe(rule) as sub:
+                assert (await anext(sub)).result is None  # the RES: it started
+                await kp.insert_data([(S1, TEMP, Literal(1))])
+                ind = await anext(sub)
+                assert ind.result is None and ind.tid == sub.tid
+            assert not svc.subs
+
+    run(scenario())

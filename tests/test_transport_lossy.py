@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ksp import IRI, Literal, Request, Status, Timing, Triple, Tx, Var, is_newer
+from ksp import IRI, Literal, Request, Timing, Triple, Tx, Var, is_newer
 from transports import Server, connect
 
 from lossy_proxy import LossyProxy

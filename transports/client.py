@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import rdflib
 
 from ksp import (
-    AskResult, ConstructResult, Credentials, IRI, Options, Request, Response, SelectResult, Status,
+    AskResult, ConstructResult, Credentials, Options, Request, Response, SelectResult, Status,
     Timing, Tx,
 )
 
