@@ -195,3 +195,27 @@ def test_persistent_update_is_an_iterator_of_indications(transport, tmp_path):
             assert not svc.subs
 
     run(scenario())
+
+
+def test_sparql_text(transport, tmp_path):
+    from ksp.errors import UnsupportedSparql
+
+    async def scenario():
+        async with client_of(transport, tmp_path) as (svc, server, kp):
+            await kp.update(f"INSERT DATA {{ <{S1}> <{TEMP}> 21 . <{S2}> <{TEMP}> 19 }}")
+            rows = await kp.query(f"SELECT ?room ?t WHERE {{ ?room <{TEMP}> ?t }}")
+            assert rows.variables == (Variable("room"), Variable("t"))
+            assert set(rows.rows) == {(S1, Literal(21)), (S2, Literal(19))}
+            assert await kp.query(f"ASK {{ <{S1}> <{TEMP}> 21 }}") is True
+            kp.prefixes = {"ex": EX}
+            async with kp.subscribe("SELECT ?room WHERE { ?room ex:temperature ?t }") as sub:
+                assert {r[0] for r in (await anext(sub)).result.rows} == {S1, S2}
+                await kp.update("INSERT DATA { ex:s3 ex:temperature 5 }")
+                ind = await anext(sub)
+                assert ind.result.variables == (Variable("room"),) and len(ind.result.rows) == 3
+            with pytest.raises(UnsupportedSparql) as err:
+                await kp.query("SELECT ?s WHERE { { ?s ?p ?o } UNION { ?o ?p ?s } }")
+            assert "UNION" in str(err.value)
+            assert not [r for _, r in svc.requests if r.tx is Tx.SELECT and r.projection == 1]
+
+    run(scenario())

@@ -10,7 +10,8 @@
 Requests are `ksp.Request` objects (their TID is assigned here; rdflib terms allowed in the
 data fields) or SPARQL text, compiled by `ksp.from_sparql`. Results come back as rdflib terms.
 A non-OK status raises `KspStatusError` carrying the `ksp.Status`; no answer raises
-`KspTimeout`. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
+`KspTimeout`; SPARQL outside the compiled subset raises `ksp.errors.UnsupportedSparql` naming
+the feature. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ksp import (
 )
 
 from ._kplink import Link
-from .errors import ClientError, KspConnectionError, KspStatusError, KspTimeout
+from .errors import KspConnectionError, KspStatusError, KspTimeout
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
 
 __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "kp_id_bytes"]
@@ -59,12 +60,14 @@ class Indication(NamedTuple):
     seq: int | None = None
 
 
-def convert_result(result) -> Any:
-    """A `ksp` result as rdflib terms: SelectRows, bool (ASK) or a list of triples."""
+def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
+    """A `ksp` result as rdflib terms: SelectRows, bool (ASK) or a list of triples. `names`:
+    the SPARQL names of the variables (from compiled text), else `?v{k}` (§4.5)."""
     if result is None:
         return None
     if isinstance(result, SelectResult):
-        return SelectRows(tuple(rdflib.Variable(f"v{k}") for k in range(result.variables)),
+        return SelectRows(tuple(rdflib.Variable(names[k] if names and k < len(names)
+                                                else f"v{k}") for k in range(result.variables)),
                           tuple(tuple(from_ksp(t) for t in row) for row in result.rows),
                           result.total)
     if isinstance(result, AskResult):
@@ -91,21 +94,23 @@ def kp_id_bytes(kp_id: Any) -> bytes:
     raise TypeError(f"not a KP ID: {kp_id!r}")
 
 
-def _compile(text: str, persistent: bool) -> Request:
-    try:
-        from ksp.from_sparql import compile as compile_sparql
-    except ImportError as exc:  # the compiler lives in ksp/from_sparql.py
-        raise ClientError("SPARQL text needs ksp.from_sparql, which is not installed; "
-                          "pass a ksp.Request") from exc
-    return compile_sparql(text, persistent=persistent)
+def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
+             ) -> tuple[Request, tuple[str, ...]]:
+    """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
+    the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
+    from ksp.from_sparql import compile_named
+
+    return compile_named(text, persistent=persistent, prefixes=prefixes)
 
 
 class KP:
     """A connected KP. Build it with `connect()`; close it with `close()` or `async with`."""
 
-    def __init__(self, link: Link, url: str) -> None:
+    def __init__(self, link: Link, url: str, prefixes: dict[str, str] | None = None) -> None:
         self._link = link
         self.url = url
+        self.prefixes = prefixes
+        """Prefix names (name → namespace) SPARQL text may use without PREFIX lines."""
         self._subscriptions: set[Subscription] = set()
 
     async def __aenter__(self) -> "KP":
@@ -125,34 +130,36 @@ class KP:
                       confirmable: bool | None = None) -> Response | None:
         """Send one request and return its RES (None for NON: no RES waited for). Raises
         `KspStatusError` for a non-OK status."""
-        return await self._send(self._prepare(request, persistent), confirmable)
+        return await self._send(self._prepare(request, persistent)[0], confirmable)
 
     async def _send(self, req: Request, confirmable: bool | None = None) -> Response | None:
         if confirmable is not None and req.confirmable != confirmable:
             req = req._replace(confirmable=confirmable)
         return _checked(await self._link.request(req))
 
-    def _prepare(self, request: Request | str, persistent: bool = False) -> Request:
+    def _prepare(self, request: Request | str, persistent: bool = False
+                 ) -> tuple[Request, tuple[str, ...] | None]:
+        """(KSP request, SPARQL variable names or None)."""
         if isinstance(request, str):
-            return _compile(request, persistent)
+            return _compile(request, persistent, self.prefixes)
         if not isinstance(request, Request):
             raise TypeError(f"a ksp.Request or SPARQL text, not {type(request).__name__}")
-        return request_to_ksp(request)
+        return request_to_ksp(request), None
 
     # -- queries and updates ----------------------------------------------------------------
 
     async def query(self, query: Request | str) -> Any:
         """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples."""
-        req = self._prepare(query)
+        req, names = self._prepare(query)
         if not req.tx.is_query or req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
         response = await self._send(req, confirmable=True)
-        return convert_result(response.result)
+        return convert_result(response.result, names)
 
     async def update(self, update: Request | str, *, confirmable: bool = True) -> None:
         """Any transient update (DATA or pattern form). NON (`confirmable=False`) returns at
         once: the SIB answers a NON update only when it fails, and nothing waits for that."""
-        req = self._prepare(update)
+        req = self._prepare(update)[0]
         if not (req.tx.is_data_update or req.tx.is_pattern_update) or req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
         await self._send(req, confirmable)
@@ -200,10 +207,10 @@ class KP:
     def subscribe(self, request: Request | str) -> "Subscription":
         """A persistent SELECT/ASK/CONSTRUCT or update, as an async context manager that is an
         async iterator of `Indication`s. SPARQL text is compiled as persistent."""
-        req = self._prepare(request, persistent=True)
+        req, names = self._prepare(request, persistent=True)
         if not req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a persistent transaction")
-        return Subscription(self, req._replace(confirmable=True))
+        return Subscription(self, req._replace(confirmable=True), names)
 
     async def terminate(self, tid: int) -> None:
         """End persistent transaction `tid` (raises `KspStatusError` UNKNOWN_TRANSACTION if the
@@ -233,9 +240,10 @@ class Subscription:
     first the RES's initial state (unless an IND overtook it), then each IND. Iteration stops
     when the SIB ends it with TERMINATED; another final status raises `KspStatusError`."""
 
-    def __init__(self, kp: KP, request: Request) -> None:
+    def __init__(self, kp: KP, request: Request, names: tuple[str, ...] | None = None) -> None:
         self._kp = kp
         self._request = request
+        self._names = names
         self.tid: int | None = None
         self.initial: Any = None
         self.status: Status | int | None = None  # set when it has ended
@@ -248,7 +256,7 @@ class Subscription:
 
     def deliver(self, response: Response) -> None:
         self._delivered_any = True
-        self._queue.append(Indication(response.tid, convert_result(response.result),
+        self._queue.append(Indication(response.tid, convert_result(response.result, self._names),
                                       response.seq))
         self._wakeup.set()
 
@@ -271,7 +279,7 @@ class Subscription:
     async def __aenter__(self) -> "Subscription":
         response = _checked(await self._kp._link.request(self._request, sink=self))
         self.tid = response.tid
-        self.initial = convert_result(response.result)
+        self.initial = convert_result(response.result, self._names)
         if not self._delivered_any:
             self._queue.appendleft(Indication(response.tid, self.initial, None))
             self._wakeup.set()
@@ -322,7 +330,7 @@ class Subscription:
 
 async def connect(url: str, *, kp_id: Any = None, password: str = "",
                   timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
-                  **link_args) -> KP:
+                  prefixes: dict[str, str] | None = None, **link_args) -> KP:
     """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`."""
@@ -353,7 +361,7 @@ async def connect(url: str, *, kp_id: Any = None, password: str = "",
                                     credentials=credentials, **link_args)
     else:
         raise ValueError(f"unknown scheme in {url!r}: udp, tcp, tcps or coap")
-    return KP(link, url)
+    return KP(link, url, prefixes)
 
 
 def _port(port: int | None, url: str) -> int:
