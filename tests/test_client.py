@@ -213,6 +213,10 @@ def test_sparql_text(transport, tmp_path):
                 await kp.update("INSERT DATA { ex:s3 ex:temperature 5 }")
                 ind = await anext(sub)
                 assert ind.result.variables == (Variable("room"),) and len(ind.result.rows) == 3
+            await kp.update("CREATE GRAPH ex:g")
+            with pytest.raises(KspStatusError) as err:
+                await kp.update("CREATE GRAPH ex:g")
+            assert err.value.status is Status.GRAPH_EXISTS
             with pytest.raises(UnsupportedSparql) as err:
                 await kp.query("SELECT ?s WHERE { { ?s ?p ?o } UNION { ?o ?p ?s } }")
             assert "UNION" in str(err.value)

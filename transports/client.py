@@ -157,10 +157,12 @@ class KP:
         return convert_result(response.result, names)
 
     async def update(self, update: Request | str, *, confirmable: bool = True) -> None:
-        """Any transient update (DATA or pattern form). NON (`confirmable=False`) returns at
-        once: the SIB answers a NON update only when it fails, and nothing waits for that."""
+        """Any transient update (DATA or pattern form, or graph management: SPARQL Update's
+        CREATE/DROP/COPY/MOVE/ADD). NON (`confirmable=False`) returns at once: the SIB answers
+        a NON update only when it fails, and nothing waits for that."""
         req = self._prepare(update)[0]
-        if not (req.tx.is_data_update or req.tx.is_pattern_update) or req.tx.persistent:
+        tx = req.tx
+        if not (tx.is_data_update or tx.is_pattern_update or tx.is_management) or tx.persistent:
             raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
         await self._send(req, confirmable)
 
