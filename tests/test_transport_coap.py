@@ -137,3 +137,25 @@ def test_observe_deregistration_reports_the_kp_unreachable():
         assert service.unreachable[0][1] == SUB.tid and not service.subs
 
     run(peer(scenario))
+
+
+def test_large_results_and_inds_travel_block_wise():
+    """A RES and INDs over one CoAP block (1024 B): Block2 on the POST response, and for a
+    notification a GET of the whole resource (RFC 7959 §2.6) by the Python client."""
+    from pathlib import Path
+
+    from transport_helpers import client_of
+
+    async def scenario():
+        async with client_of("coap", Path("/unused")) as (svc, server, kp):
+            for i in range(200):
+                svc.store.add(Triple(IRI(f"{EX}s{i}"), IRI(EX + "p"), Literal("v" * 20)))
+            assert len((await kp.query(SUB._replace(tx=Tx.SELECT))).rows) == 200
+            async with kp.subscribe(SUB) as sub:
+                assert len((await anext(sub)).result.rows) == 200
+                for n in (201, 202):
+                    await kp.insert_data([(IRI(f"{EX}new{n}"), IRI(EX + "p"), Literal("x"))])
+                    ind = await anext(sub)
+                    assert ind.seq is not None and len(ind.result.rows) == n
+
+    run(scenario())

@@ -347,13 +347,22 @@ class CoapLink(Link):
         return response
 
     async def _observe(self, tid: int, tx: Tx, path: str, sink: Sink) -> None:
-        pending = self.context.request(self._message(Code.GET, f"{self.base}/{path}",
-                                                     observe=0))
+        uri = f"{self.base}/{path}"
+        pending = self.context.request(self._message(Code.GET, uri, observe=0))
         last: int | None = None
 
-        def consider(message: aiocoap.Message) -> bool:
+        async def consider(message: aiocoap.Message) -> bool:
             """Deliver one notification; True when it ended the transaction."""
             nonlocal last
+            block2 = message.opt.block2
+            if block2 is not None and block2.more:
+                # An IND larger than one block: the notification carries the first block only
+                # (RFC 7959 §2.6); a plain GET (Block2, reassembled by aiocoap) reads the whole
+                # current representation — the newest IND.
+                message = await _answer(self.context.request(self._message(Code.GET, uri)))
+                if not message.code.is_successful():
+                    sink.end(Status.TERMINATED)
+                    return True
             if not message.payload:
                 return False  # no IND yet: the RES was the state
             ind = decode_sib_message(message.payload, UDP, answers=tx)
@@ -371,13 +380,13 @@ class CoapLink(Link):
             if not first.code.is_successful():
                 sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
                 return
-            if consider(first):
+            if await consider(first):
                 return
             async for message in pending.observation:
                 if not message.code.is_successful():
                     sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
                     return
-                if consider(message):
+                if await consider(message):
                     return
             # aiocoap ends the iteration on a non-2.xx notification (4.04: TERMINATE or RESET
             # removed the resource) or when the server ends the observation.
