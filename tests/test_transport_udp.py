@@ -186,3 +186,42 @@ def test_oversize_result_is_cut_to_one_datagram():
 
     rows = run(scenario())
     assert rows.total == 3000 and 0 < len(rows.rows) < 3000  # TRC tells the KP to page
+
+
+def test_inds_follow_a_kp_id_to_its_new_address():
+    """R12: a device whose address changes (DHCP, reconnect) keeps its persistent operation;
+    its next request from the new address moves the INDs there."""
+    from ksp import Credentials, Options
+
+    creds = Options(credentials=Credentials(b"K" * 16, "pw"))
+
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        old_t, old = await RawUdp.open(server.port)
+        new_t, new = await RawUdp.open(server.port)
+        try:
+            sub = Request(Tx.SELECT_PERSISTENT, 21, projection=0,
+                          where=(Triple(Var(0), Var(1), Var(2)),), options=creds)
+            old_t.sendto(encode(sub, UDP))
+            assert decode_sib_message(await old.recv(), UDP, answers=sub.tx).status == Status.OK
+            service.store.add(Triple(IRI(EX + "a"), IRI(EX + "p"), Literal("1")))
+            service.notify()
+            ind = decode_sib_message(await old.recv(), UDP, answers=sub.tx)
+            old_t.sendto(encode(Ack(21, ind.seq), UDP))
+            # the same KP ID from a new address
+            new_t.sendto(encode(Request(Tx.ASK, 22, where=(Triple(Var(0), Var(1), Var(2)),),
+                                        options=creds), UDP))
+            assert decode_sib_message(await new.recv(), UDP, answers=Tx.ASK).result.value
+            service.store.add(Triple(IRI(EX + "b"), IRI(EX + "p"), Literal("2")))
+            service.notify()
+            ind = decode_sib_message(await new.recv(), UDP, answers=sub.tx)
+            assert (ind.tid, ind.seq, len(ind.result.rows)) == (21, 2, 2)
+            new_t.sendto(encode(Ack(21, ind.seq), UDP))
+            assert old.queue.empty()
+        finally:
+            old_t.close()
+            new_t.close()
+            await server.close()
+
+    run(scenario())
