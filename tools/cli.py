@@ -24,7 +24,8 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 #: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
 #: since the benchmarks import pyoxigraph and rdflib).
-BENCH_SUITES = {"codec": "tools.bench.codec", "sparql": "tools.bench.sparql"}
+BENCH_SUITES = {"codec": "tools.bench.codec", "sparql": "tools.bench.sparql",
+                "transport": "tools.bench.transport"}
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
