@@ -23,8 +23,8 @@ from .compress import choose_prefixes, request_iris, result_iris
 from .errors import DecodeError, EncodeError
 from .literals import compact_type, float_lexical, is_datetime19, is_lang_tag
 from .model import (
-    NO_OPTIONS, Ack, AskResult, Bind, ConstructResult, Credentials, Message, Options, Order,
-    Request, Response, SelectResult, SolutionModifier,
+    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, Bind, ConstructResult, Credentials, Message,
+    Options, Order, Request, Response, SelectResult, SolutionModifier,
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
@@ -143,7 +143,22 @@ def _str_len(n: int) -> bytes:
 class _Prefixes:
     """Longest-prefix matching over a message's prefix list (ties: lowest index)."""
 
-    __slots__ = ("items", "order", "cache")
+    __slots__ = ("items", "order", "cache", "entries")
+
+    _instances: dict[tuple[str, ...], "_Prefixes"] = {}
+
+    @classmethod
+    def of(cls, prefixes: Iterable[str]) -> "_Prefixes":
+        """The matcher of a prefix list, shared by every message with that list: its URI-field
+        cache then serves them all (a sensor sends the same IRIs again and again)."""
+        key = prefixes if type(prefixes) is tuple else tuple(prefixes)
+        pfx = cls._instances.get(key)
+        if pfx is None:
+            pfx = cls(key)
+            if len(cls._instances) >= 256:
+                cls._instances.clear()
+            cls._instances[key] = pfx
+        return pfx
 
     def __init__(self, prefixes: Iterable[str]):
         self.items = tuple(prefixes)
@@ -154,6 +169,7 @@ class _Prefixes:
         self.order = sorted(((p, i + 1) for i, p in enumerate(self.items) if p),
                             key=lambda pi: (-len(pi[0]), pi[1]))
         self.cache: dict[str, bytes] = {}
+        self.entries = b"".join(map(_prefix_entry, self.items))  # the PREFIX entries (§7.2)
 
     def uri(self, iri: str) -> bytes:
         """The URI field (§4.1) of `iri`."""
@@ -166,6 +182,8 @@ class _Prefixes:
                     break
             raw = local.encode("utf-8")
             field = bytes((index,)) + _uri_len(len(raw)) + raw
+            if len(self.cache) >= 4096:
+                self.cache.clear()
             self.cache[iri] = field
         return field
 
@@ -357,6 +375,15 @@ def _graph_name(pfx: _Prefixes, name: str) -> bytes:
 
 def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, ...],
                     pfx: _Prefixes) -> None:
+    if opts[1:] == UNSET_OPTIONS:  # the common case: at most a prefix list
+        if not prefixes:
+            out.append(0)
+            return
+        if tx not in OPTION_APPLIES[Opt.PREFIX]:
+            raise EncodeError(f"option PREFIX does not apply to {tx.name}")
+        out += bytes((1, Opt.PREFIX, len(prefixes)))
+        out += pfx.entries
+        return
     present: list[tuple[Opt, object]] = []
     if prefixes:
         present.append((Opt.PREFIX, prefixes))
@@ -375,8 +402,8 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
         out.append(opt)
         where = f"options.{opt.name}"
         if opt is Opt.PREFIX:
-            for prefix in _put_count(out, value, where, 1):
-                out += _prefix_entry(prefix)
+            _put_count(out, value, where, 1)
+            out += pfx.entries
         elif opt in (Opt.DELETE_GRAPH, Opt.INSERT_GRAPH, Opt.QUERY_GRAPH):
             for name in _put_count(out, value, where, 1):
                 out += _graph_name(pfx, name)
@@ -425,8 +452,10 @@ def _put_modifier(out: bytearray, mod: SolutionModifier) -> None:
 
 
 def _encode_request(req: Request) -> tuple[int, bytearray]:
+    tx = req.tx
     try:
-        tx = Tx(req.tx)
+        if type(tx) is not Tx:
+            tx = Tx(tx)
     except ValueError:
         raise EncodeError(f"unknown transaction type {req.tx!r}") from None
     layout = LAYOUT[tx]
@@ -439,7 +468,7 @@ def _encode_request(req: Request) -> tuple[int, bytearray]:
         prefixes = choose_prefixes(request_iris(req)) if layout else ()
     elif prefixes and not layout:
         raise EncodeError(f"option PREFIX does not apply to {tx.name}")
-    pfx = _Prefixes(prefixes)
+    pfx = _Prefixes.of(prefixes)
     out = bytearray()
     allow_vars = not tx.is_data_update
     for name in layout:
@@ -489,7 +518,9 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
     (RC < TRC), or the answer becomes status RESPONSE_TOO_LARGE (§6.4).
     """
     try:
-        return _encode(msg, Transport(transport), max_size)
+        if type(transport) is not Transport:
+            transport = Transport(transport)
+        return _encode(msg, transport, max_size)
     except UnicodeEncodeError as exc:
         raise EncodeError(f"text that UTF-8 cannot carry: {exc}") from None
 
@@ -569,10 +600,9 @@ def _encode_result(result, limit: int | None) -> bytes | None:
 
 def _pack_result(result, prefixes: tuple[str, ...], items, total: int, fixed: int,
                  limit: int | None) -> tuple[bytes | None, int]:
-    pfx = _Prefixes(prefixes)
+    pfx = _Prefixes.of(prefixes)
     head = bytearray((len(prefixes),))
-    for prefix in prefixes:
-        head += _prefix_entry(prefix)
+    head += pfx.entries
     room = None if limit is None else limit - len(head) - fixed + 1
     if room is not None and room < 0:
         return None, 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from fractions import Fraction
 
 from .codes import LiteralType
 from .terms import (
@@ -34,20 +35,39 @@ def float_lexical(value: float) -> str:
     if not math.isfinite(value):
         text = double_lexical(value)
     else:
-        f32 = _F32.unpack(_F32.pack(value))[0]
-        text = repr(f32)
-        for digits in range(1, 10):
-            candidate = float(f"{f32:.{digits}g}")
-            try:
-                if _F32.unpack(_F32.pack(candidate))[0] == f32:
-                    text = repr(candidate)
-                    break
-            except OverflowError:  # rounded past binary32's largest value
-                continue
+        text = _shortest_f32(_F32.unpack(_F32.pack(value))[0])
     if len(_float_lex_cache) >= 4096:
         _float_lex_cache.clear()
     _float_lex_cache[value] = text
     return text
+
+
+def _shortest_f32(f32: float) -> str:
+    """The fewest digits that read back as `f32`; among equally short ones the closest (a tie:
+    the even last digit).
+
+    Rounding to n digits is not enough: at a power of two the interval of values that read
+    back is lopsided, and the nearest n-digit decimal may fall outside it while its neighbour
+    falls inside. So both neighbours of the rounded mantissa are tried too.
+    """
+    for digits in range(1, 10):
+        mantissa, _, exp = f"{f32:.{digits - 1}e}".partition("e")
+        sign = "-" if mantissa.startswith("-") else ""
+        m = int(mantissa.lstrip("-").replace(".", ""))
+        fits = []
+        for cand in (m, m - 1, m + 1):
+            if cand <= 0:
+                continue
+            decimal = f"{sign}{cand}e{int(exp) - digits + 1}"
+            value = float(decimal)
+            try:
+                if _F32.unpack(_F32.pack(value))[0] == f32:
+                    fits.append((abs(Fraction(decimal) - Fraction(f32)), cand % 2, value))
+            except OverflowError:  # rounded past binary32's largest value
+                continue
+        if fits:  # the closest; of two equally close (a tie), the even last digit
+            return repr(min(fits)[2])
+    return repr(f32)
 
 
 def is_datetime19(lexical: str) -> bool:

@@ -62,6 +62,8 @@ class Options(NamedTuple):
 
 
 NO_OPTIONS = Options()
+# `options[1:] == UNSET_OPTIONS`: no option but (perhaps) PREFIX, the encoders' fast path.
+UNSET_OPTIONS = (None,) * (len(Options._fields) - 1)
 
 
 class Request(NamedTuple):

@@ -38,6 +38,7 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .codec import (
     TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, tcp_frame_length,
@@ -206,10 +207,10 @@ class ProtocolError(Event):
     fatal: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class KPIdentity:
+class KPIdentity(NamedTuple):
     """Whom a Transaction ID belongs to (R12): the CREDENTIALS KP ID, else the transport address
-    (UDP: (host, port); TCP: the connection handle the adapter passes)."""
+    (UDP: (host, port); TCP: the connection handle the adapter passes). A NamedTuple: it keys
+    every session table, and tuple hashing is C code."""
 
     kp_id: bytes | None = None
     addr: Hashable | None = None
@@ -217,7 +218,7 @@ class KPIdentity:
     @classmethod
     def of(cls, request: Request, addr: Hashable) -> "KPIdentity":
         creds = request.options.credentials
-        return cls(kp_id=bytes(creds.kp_id)) if creds is not None else cls(addr=addr)
+        return cls(bytes(creds.kp_id), None) if creds is not None else cls(None, addr)
 
     def __str__(self) -> str:
         if self.kp_id is None:
@@ -401,7 +402,9 @@ class KPSession:
 
     def send(self, request: Request, now: float) -> None:
         """Queue `request` (its TID from `next_tid`, or for TERMINATE the target's TID)."""
-        tx, tid = Tx(request.tx), request.tid
+        tx, tid = request.tx, request.tid
+        if type(tx) is not Tx:
+            tx = Tx(tx)
         if self._closed:
             raise SessionError("the connection is closed")
         if not 0 <= tid <= 0xFFFF:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from fractions import Fraction
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -212,19 +213,56 @@ def _f32(x: float) -> float:
 
 
 def _ref_float_lexical(v: float) -> str:
-    """The shortest decimal reading back as binary32 `v`, written as Python's repr writes it."""
+    """§4.3 "Writing a float" for binary32 `v`, in exact rational arithmetic: the fewest digits
+    inside v's rounding interval, the closest of them, a tie to the even digit."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "INF" if v > 0 else "-INF"
-    for digits in range(1, 10):
-        text = f"{v:.{digits}g}"
-        try:
-            if _f32(float(text)) == v:
-                return repr(float(text))
-        except OverflowError:
-            continue
+    if v == 0:
+        return "-0.0" if math.copysign(1.0, v) < 0 else "0.0"
+    bits = struct.unpack("<I", struct.pack("<f", abs(v)))[0]
+    a = Fraction(abs(v))
+
+    def f32_at(b: int) -> Fraction:
+        if b >= 0x7F800000:  # one step past the largest: where rounding overflows
+            return Fraction(2) ** 128
+        return Fraction(struct.unpack("<f", struct.pack("<I", b))[0])
+
+    lo, hi = (a + f32_at(bits - 1)) / 2, (a + f32_at(bits + 1)) / 2
+    inclusive = bits % 2 == 0  # round-half-even keeps the interval's ends for an even mantissa
+    e10 = math.floor(math.log10(abs(v)))  # an estimate, made exact below
+    while Fraction(10) ** e10 > a:
+        e10 -= 1
+    while Fraction(10) ** (e10 + 1) <= a:
+        e10 += 1
+    for n in range(1, 10):
+        e = e10 - n + 1
+        unit = Fraction(10) ** e
+        c = a // unit
+        fits = [(abs(d * unit - a), d % 2, d) for d in (c, c + 1)
+                if (lo <= d * unit <= hi if inclusive else lo < d * unit < hi)]
+        if fits:
+            d = min(fits)[2]
+            return repr(math.copysign(float(f"{d}e{e}"), v))
     raise AssertionError(v)
+
+
+@pytest.mark.parametrize("bits, text", [
+    (0x0F800000, "1.2621775e-29"),  # 2^-96: the nearest 8-digit decimal does not read back
+    (0x39800000, "0.00024414062"),  # 2^-12: two 11-digit decimals equally close, the even one
+    (0x41AC0000, "21.5"), (0x3DCCCCCD, "0.1"), (0x7F7FFFFF, "3.4028235e+38"), (0x00000001, "1e-45"),
+])
+def test_float_lexical_examples(bits, text):
+    value = struct.unpack("<f", struct.pack("<I", bits))[0]
+    assert float_lexical(value) == _ref_float_lexical(value) == text
+
+
+@settings(max_examples=2000)
+@given(st.integers(0, 2**32 - 1))
+def test_float_lexical_is_the_spec_rule(bits):
+    value = struct.unpack("<f", struct.pack("<I", bits))[0]
+    assert float_lexical(value) == _ref_float_lexical(value)
 
 
 def _ref_double_lexical(v: float) -> str:
