@@ -1,0 +1,499 @@
+"""The device side of the KSP wire format (docs/wire-format.md), for MicroPython.
+
+Encodes what a board sends — REQs (DATA and pattern updates, SELECT/ASK and their persistent
+forms, TERMINATE, RESET; options PREFIX, DELETE/INSERT/QUERY GRAPH, FILTER, SOLUTION MODIFIER,
+MAX RESPONSE SIZE, CREDENTIALS) and ACKs — and decodes what it receives: the status of any
+RES/IND and the SELECT or ASK result. `decode` reads straight from the receive buffer (a
+memoryview is fine), so a board needs one preallocated buffer of its MAX RESPONSE SIZE.
+Canonical encoding (§10) with the prefix list the caller gives; the CPython codec in `ksp/` is
+the reference and the golden vectors prove agreement (tests/test_firmware_vectors.py).
+"""
+import struct
+
+from micropython import const
+
+from .floats import bits, lexical
+from .terms import (RDF_LANGSTRING, RESERVED, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT,
+                    XSD_INTEGER, XSD_STRING, BNode, Lit)
+
+VERSION = const(1)
+SELECT = const(0x07)
+ASK = const(0x08)
+TERMINATE = const(0x10)
+RESET = const(0x11)
+_CONSTRUCT = const(0x09)
+_BAD_DATA = const(4)
+
+
+class KspError(Exception):
+    """Bytes that are not valid KSP; `status` is the KSP status code for them."""
+
+    def __init__(self, status, msg):
+        super().__init__(msg)
+        self.status = status
+
+
+class Response:
+    """A RES or IND. `result`: None (no Data field), a bool (ASK) or a `Select`."""
+
+    __slots__ = ("tid", "status", "ind", "seq", "result")
+
+    def __init__(self, tid, status, ind, seq, result):
+        self.tid = tid
+        self.status = status
+        self.ind = ind
+        self.seq = seq
+        self.result = result
+
+
+class Select:
+    """A SELECT result: `rows[i][k]` is the binding of variable k (None: unbound)."""
+
+    __slots__ = ("prefixes", "total", "variables", "rows")
+
+    def __init__(self, prefixes, total, variables, rows):
+        self.prefixes = prefixes
+        self.total = total
+        self.variables = variables
+        self.rows = rows
+
+
+# ------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _uri_len(out, n):
+    if n < 0x80:
+        out.append(n)
+    elif n < 0x8000:
+        out.append(0x80 | n & 0x7F)
+        out.append(n >> 7)
+    else:
+        raise ValueError("URI over 32767 bytes")
+
+
+def _text(out, s):
+    raw = s.encode()
+    n = len(raw)
+    if n < 0x40:
+        out.append(n)
+    elif n < 0x4000:
+        out.append(0x40 | n & 0x3F)
+        out.append(n >> 6)
+    elif n < 0x400000:
+        out.extend(bytes((0x80 | n & 0x3F, n >> 6 & 0xFF, n >> 14)))
+    elif n < 0x40000000:
+        out.extend(bytes((0xC0 | n & 0x3F, n >> 6 & 0xFF, n >> 14 & 0xFF, n >> 22)))
+    else:
+        raise ValueError("string over 2^30 - 1 bytes")
+    out.extend(raw)
+
+
+def _uri(out, iri, prefixes):
+    """URI field: the longest matching prefix (lowest index on a tie), else index 0."""
+    best = blen = 0
+    for i, p in enumerate(prefixes):
+        if len(p) > blen and iri.startswith(p):
+            best, blen = i + 1, len(p)
+    raw = iri[blen:].encode()
+    out.append(best)
+    _uri_len(out, len(raw))
+    out.extend(raw)
+
+
+def _is_datetime(s):
+    """YYYY-MM-DDThh:mm:ss with month, day, hour, minute and second in range (§4.3)."""
+    if len(s) != 19 or s[4] + s[7] + s[10] + s[13] + s[16] != "--T::":
+        return False
+    for i in (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18):
+        if not "0" <= s[i] <= "9":
+            return False
+    return (1 <= int(s[5:7]) <= 12 and 1 <= int(s[8:10]) <= 31 and int(s[11:13]) < 24
+            and int(s[14:16]) < 60 and int(s[17:19]) < 60)
+
+
+def _is_tag(t):
+    return 0 < len(t) < 256 and all(c == "-" or c.isalpha() and c < "{" or "0" <= c <= "9"
+                                    for c in t)
+
+
+def _compact(lit):
+    """(literal type, fixed payload or None) by the compact-form rule (§4.3)."""
+    if lit.lang is not None:
+        if not _is_tag(lit.lang):
+            raise ValueError("bad language tag")
+        return 5, None
+    dt, v = lit.datatype, lit.value
+    if dt == XSD_STRING:
+        return 0, None
+    if dt == XSD_INTEGER:
+        if v[:1] != "-" and v.isdigit() or v[:1] == "-" and v[1:].isdigit():
+            n = int(v)
+            if str(n) == v and -0x80000000 <= n < 0x80000000:
+                return 1, struct.pack("<i", n)
+    elif dt == XSD_FLOAT or dt == XSD_DOUBLE:
+        wide = dt == XSD_DOUBLE
+        b = bits(v, wide)
+        if b is not None and lexical(b, wide) == v:
+            return (7, struct.pack("<Q", b)) if wide else (2, struct.pack("<I", b))
+    elif dt == XSD_DATETIME:
+        if _is_datetime(v):
+            return 3, v.encode()
+    elif dt == XSD_BOOLEAN:
+        if v == "true" or v == "false":
+            return 4, b"\x01" if v == "true" else b"\x00"
+    elif dt == RDF_LANGSTRING or not dt:
+        raise ValueError("literal needs a datatype (langString: a tag)")
+    return 6, None
+
+
+def _literal(out, lit, prefixes, operand=False):
+    code, raw = _compact(lit)
+    if operand and code > 4:
+        out.append(0x18)
+    out.append(code)
+    if raw is not None:
+        out.extend(raw)
+        return
+    if code == 5:
+        tag = lit.lang.encode()
+        out.append(len(tag))
+        out.extend(tag)
+    elif code == 6:
+        _uri(out, lit.datatype, prefixes)
+    _text(out, lit.value)
+
+
+def _mtype(t, vars_ok):
+    if isinstance(t, str):
+        return 2 if t in RESERVED else 1
+    if isinstance(t, int):
+        if vars_ok and 0 <= t < 256:
+            return 3
+        raise ValueError("variable not allowed here")
+    if isinstance(t, Lit):
+        return 4
+    if isinstance(t, BNode):
+        return 5
+    raise ValueError("not a KSP term: %r" % (t,))
+
+
+def _member(out, t, code, prefixes):
+    if code == 1:
+        _uri(out, t, prefixes)
+    elif code == 2:
+        out.append(RESERVED.index(t))
+    elif code == 3:
+        out.append(t)
+    elif code == 4:
+        _literal(out, t, prefixes)
+    else:
+        raw = t.label.encode()
+        if not raw:
+            raise ValueError("empty blank node label")
+        _uri_len(out, len(raw))
+        out.extend(raw)
+
+
+def _graph(out, g, prefixes, vars_ok):
+    if len(g) > 255:
+        raise ValueError("more than 255 triples")
+    out.append(len(g))
+    prev = None
+    for t in g:
+        codes = [0, 0, 0]
+        for i in range(3):
+            if prev is None or prev[i] != t[i]:
+                codes[i] = _mtype(t[i], vars_ok)
+        if codes[0] == 4 or codes[1] > 3:
+            raise ValueError("literal subject / literal or blank node predicate")
+        out.append(codes[0] | codes[1] << 3 | codes[2] << 5)
+        for i in range(3):
+            if codes[i]:
+                _member(out, t[i], codes[i], prefixes)
+        prev = t
+
+
+def _count(out, items, minimum=1):
+    if not minimum <= len(items) < 256:
+        raise ValueError("count out of range")
+    out.append(len(items))
+
+
+def _expression(out, expr, prefixes):
+    """FILTER expression: a list of tokens, each a term or an operator code (int 0x07-0x17,
+    given as `Op(code)` so it differs from a variable)."""
+    _count(out, expr)
+    for tok in expr:
+        if isinstance(tok, Op):
+            out.append(tok.code)
+        elif isinstance(tok, int):
+            out.append(5)
+            out.append(tok)
+        elif isinstance(tok, str):
+            out.append(6)
+            _uri(out, tok, prefixes)
+        else:
+            _literal(out, tok, prefixes, True)
+
+
+class Op:
+    """An operator token of a FILTER expression (§8.2 code)."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code):
+        self.code = code
+
+
+def request(tx, tid, con=True, graphs=(), vc=None, optional=None, prefixes=(), tcp=False,
+            delete_graphs=None, insert_graphs=None, query_graphs=None, filters=None,
+            modifier=None, max_size=None, credentials=None, out=None):
+    """A REQ's bytes. `graphs`: the Graph fields in wire order (table 3.1: e.g. (delete,
+    insert) for UPDATE DATA, (template, where) for INSERT, (where,) for SELECT/ASK); `vc`:
+    SELECT's projection count; `optional`: the OGC graphs of a query; `modifier`: (order,
+    order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password)."""
+    base = tx - 6 if 0x0A <= tx <= 0x0F else tx
+    if not (1 <= base <= 8 or tx == TERMINATE or tx == RESET):
+        raise ValueError("transaction type not in the firmware's scope")
+    hs = 8 if tcp else 4
+    if out is None:
+        out = bytearray(hs)
+    else:
+        out[:] = bytes(hs)
+    vars_ok = base > 3
+    if tx == SELECT or tx == SELECT + 6:
+        _count(out, (0,) * vc, 0)
+    for g in graphs:
+        _graph(out, g, prefixes, vars_ok)
+    if base == SELECT or base == ASK:
+        optional = optional or ()
+        _count(out, optional, 0)
+        for g in optional:
+            _graph(out, g, prefixes, True)
+    if (tx == TERMINATE or tx == RESET) and prefixes:
+        raise ValueError("no PREFIX without a Data field")
+    opts = []
+    if prefixes:
+        opts.append(0)
+    for code, value in ((1, delete_graphs), (2, insert_graphs), (3, query_graphs), (5, filters),
+                        (6, modifier), (8, max_size), (9, credentials)):
+        if value is not None:
+            opts.append(code)
+    out.append(len(opts))
+    for code in opts:
+        out.append(code)
+        if code == 0:
+            _count(out, prefixes)
+            for p in prefixes:
+                if not p:
+                    raise ValueError("empty prefix")
+                _uri(out, p, ())
+        elif code < 4:
+            names = (delete_graphs, insert_graphs, query_graphs)[code - 1]
+            _count(out, names)
+            for g in names:
+                _uri(out, g, prefixes)
+        elif code == 5:
+            _count(out, filters)
+            for expr in filters:
+                _expression(out, expr, prefixes)
+        elif code == 6:
+            order, var, limit, offset, distinct = modifier
+            out.append(order | (limit is not None) << 2 | (offset is not None) << 3
+                       | bool(distinct) << 4)
+            if order:
+                out.append(var)
+            for n in (limit, offset):
+                if n is not None:
+                    out.extend(struct.pack("<H", n))
+        elif code == 8:
+            out.extend(struct.pack("<I", max_size))
+        else:
+            kp_id, password = credentials
+            pw = password.encode()
+            if len(kp_id) != 16 or len(pw) > 255:
+                raise ValueError("KP ID is 16 bytes, password at most 255")
+            out.extend(kp_id)
+            out.append(len(pw))
+            out.extend(pw)
+    struct.pack_into("<BBH", out, 0, VERSION, tx | (0x80 if con else 0), tid)
+    if tcp:
+        struct.pack_into("<I", out, 4, len(out))
+    return out
+
+
+def ack(tid, seq):
+    """An ACK of IND `seq` (and every older one) of transaction `tid` (UDP only, R10)."""
+    return struct.pack("<BBHH", VERSION, 0, tid, seq)
+
+
+# ------------------------------------------------------------------------------------------
+# Decoding
+
+
+def peek_tid(buf):
+    return buf[2] | buf[3] << 8 if len(buf) >= 4 else None
+
+
+def _ulen(buf, pos):
+    n = buf[pos]
+    if n < 0x80:
+        return n, pos + 1
+    n = n & 0x7F | buf[pos + 1] << 7
+    if n < 0x80:
+        raise ValueError("URI length not minimal")
+    return n, pos + 2
+
+
+def _str(buf, pos, n):
+    end = pos + n
+    if end > len(buf):
+        raise IndexError
+    return str(buf[pos:end], "utf-8"), end
+
+
+def _slen(buf, pos):
+    b = buf[pos]
+    w = b >> 6
+    n = b & 0x3F
+    for i in range(w):
+        n |= buf[pos + 1 + i] << (6 + 8 * i)
+    if w and n < 1 << (6 + 8 * (w - 1)):
+        raise ValueError("string length not minimal")
+    return _str(buf, pos + 1 + w, n)
+
+
+def _uri_at(buf, pos, prefixes):
+    i = buf[pos]
+    n, pos = _ulen(buf, pos + 1)
+    s, pos = _str(buf, pos, n)
+    if i:
+        s = prefixes[i - 1] + s  # IndexError: beyond the list
+    return s, pos
+
+
+def _literal_at(buf, pos, prefixes):
+    k = buf[pos]
+    pos += 1
+    size = (0, 4, 4, 19, 1, 0, 0, 8)[k] if k < 8 else -1
+    if size < 0:
+        raise ValueError("literal type")
+    if size:
+        end = pos + size
+        if end > len(buf):
+            raise IndexError
+        raw = buf[pos:end]
+        if k == 1:
+            return Lit(str(struct.unpack("<i", raw)[0]), XSD_INTEGER), end
+        if k == 2:
+            return Lit(lexical(struct.unpack("<I", raw)[0], False), XSD_FLOAT), end
+        if k == 7:
+            return Lit(lexical(struct.unpack("<Q", raw)[0], True), XSD_DOUBLE), end
+        if k == 3:
+            s = str(raw, "utf-8")
+            if not _is_datetime(s):
+                raise ValueError("dateTime")
+            return Lit(s, XSD_DATETIME), end
+        if raw[0] > 1:
+            raise ValueError("boolean")
+        return Lit("true" if raw[0] else "false", XSD_BOOLEAN), end
+    if k == 0:
+        s, pos = _slen(buf, pos)
+        return Lit(s), pos
+    if k == 5:
+        tag, pos = _str(buf, pos + 1, buf[pos])
+        if not _is_tag(tag):
+            raise ValueError("language tag")
+        s, pos = _slen(buf, pos)
+        return Lit(s, RDF_LANGSTRING, tag), pos
+    dt, pos = _uri_at(buf, pos, prefixes)
+    if not dt or dt == RDF_LANGSTRING:
+        raise ValueError("datatype")
+    s, pos = _slen(buf, pos)
+    return Lit(s, dt), pos
+
+
+def _term_at(buf, pos, prefixes):
+    """One result term (type byte + payload); None for unbound."""
+    k = buf[pos]
+    pos += 1
+    if k == 0:
+        return None, pos
+    if k == 1:
+        return _uri_at(buf, pos, prefixes)
+    if k == 2:
+        return RESERVED[buf[pos]], pos + 1  # IndexError: no such reserved word
+    if k == 4:
+        return _literal_at(buf, pos, prefixes)
+    if k == 5:
+        n, pos = _ulen(buf, pos)
+        if not n:
+            raise ValueError("empty blank node label")
+        s, pos = _str(buf, pos, n)
+        return BNode(s), pos
+    raise ValueError("result term type")
+
+
+def decode(buf, answers, tcp=False):
+    """Decode a RES/IND answering a request of transaction type `answers`. Raises KspError
+    (with the status a SIB would answer) for invalid bytes."""
+    n = len(buf)
+    if n < (8 if tcp else 4):
+        raise KspError(_BAD_DATA, "shorter than a header")
+    tid = buf[2] | buf[3] << 8
+    if tcp and struct.unpack_from("<I", buf, 4)[0] != n:
+        raise KspError(_BAD_DATA, "TCP Length is not the message size")
+    if buf[0] != VERSION:
+        raise KspError(1, "version")
+    ind = buf[1] >> 7
+    status = buf[1] & 0x7F
+    seq = None
+    pos = 8 if tcp else 4
+    if ind and not tcp:
+        if n < 6:
+            raise KspError(_BAD_DATA, "an IND header is 6 bytes")
+        seq = buf[4] | buf[5] << 8
+        pos = 6
+    base = answers - 6 if 0x0A <= answers <= 0x0F else answers
+    if status or not SELECT <= base <= _CONSTRUCT:
+        if pos != n:
+            raise KspError(_BAD_DATA, "a Data field where none belongs")
+        return Response(tid, status, ind, seq, None)
+    if base == _CONSTRUCT:
+        raise NotImplementedError("CONSTRUCT results")
+    try:
+        if base == ASK:
+            if buf[pos] > 1:
+                raise ValueError("ASK byte")
+            result = bool(buf[pos])
+            pos += 1
+        else:
+            prefixes = []
+            count = buf[pos]
+            pos += 1
+            for _ in range(count):
+                if buf[pos]:
+                    raise ValueError("prefix entry with an index")
+                k, pos = _ulen(buf, pos + 1)
+                if not k:
+                    raise ValueError("empty prefix entry")
+                p, pos = _str(buf, pos, k)
+                prefixes.append(p)
+            total, count, vc = struct.unpack_from("<HHB", buf, pos)
+            pos += 5
+            if count > total:
+                raise ValueError("RC > TRC")
+            rows = []
+            for _ in range(count):
+                row = []
+                for _ in range(vc):
+                    t, pos = _term_at(buf, pos, prefixes)
+                    row.append(t)
+                rows.append(row)
+            result = Select(prefixes, total, vc, rows)
+        if pos != n:
+            raise ValueError("trailing bytes")
+    except (IndexError, ValueError) as e:
+        raise KspError(_BAD_DATA, "bad data field: %s" % e)
+    return Response(tid, status, ind, seq, result)
