@@ -78,3 +78,11 @@ def read_results(path: Path) -> dict[str, tuple[dict, str | None]]:
         rec = json.loads(meta)
         out[rec["name"]] = (rec, hexed or None)
     return out
+
+
+def import_path() -> None:
+    """Make the firmware importable in this (CPython) process: `kspfw`, and the stand-in
+    `micropython` module."""
+    for path in (str(CPYTHON_SHIMS), str(FIRMWARE), str(HERE)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
