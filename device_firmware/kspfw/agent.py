@@ -2,8 +2,7 @@
 (R13: IDs from before are forgotten), the persistent transactions kept across deep sleep (their
 IDs and sequence numbers in the board's state, R12), and the loop that keeps the link up."""
 from . import codec
-from .client import Client
-from .ticks import ticks_add, ticks_diff
+from .client import Client, ticks_add, ticks_diff
 
 _IDLE = 60000
 

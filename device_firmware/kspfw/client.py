@@ -12,13 +12,23 @@ import random
 from micropython import const
 
 from . import codec
-from .ticks import ticks_add, ticks_diff
 
 _TX = const(0)  # pending entry fields
 _MSG = const(1)
 _DUE = const(2)
 _WAIT = const(3)
 _LEFT = const(4)
+_PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
+_HALF = const(0x20000000)
+
+
+def ticks_add(a, b):
+    return (a + b) & (_PERIOD - 1)
+
+
+def ticks_diff(a, b):
+    """a - b for ticks that wrap at 2^30 (time.ticks_diff without importing time)."""
+    return ((a - b + _HALF) & (_PERIOD - 1)) - _HALF
 
 
 def is_newer(seq, last):

@@ -5,16 +5,56 @@ forms, TERMINATE, RESET; options PREFIX, DELETE/INSERT/QUERY GRAPH, FILTER, SOLU
 MAX RESPONSE SIZE, CREDENTIALS) and ACKs — and decodes what it receives: the status of any
 RES/IND and the SELECT or ASK result. `decode` reads straight from the receive buffer (a
 memoryview is fine), so a board needs one preallocated buffer of its MAX RESPONSE SIZE.
-Canonical encoding (§10) with the prefix list the caller gives; the CPython codec in `ksp/` is
-the reference and the golden vectors prove agreement (tests/test_firmware_vectors.py).
+Terms: an IRI is a str, a variable an int (its index), a literal a `Lit`, a blank node a
+`BNode` (plain values keep a board's heap small). Canonical encoding (§10) with the prefix list
+the caller gives; the CPython codec in `ksp/` is the reference and the golden vectors prove
+agreement (tests/test_firmware_vectors.py).
 """
 import struct
 
 from micropython import const
 
-from .floats import bits, lexical
-from .terms import (RDF_LANGSTRING, RESERVED, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT,
-                    XSD_INTEGER, XSD_STRING, BNode, Lit)
+XSD = "http://www.w3.org/2001/XMLSchema#"
+RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+RDFS = "http://www.w3.org/2000/01/rdf-schema#"
+XSD_STRING = XSD + "string"
+XSD_INTEGER = XSD + "integer"
+XSD_FLOAT = XSD + "float"
+XSD_DOUBLE = XSD + "double"
+XSD_DATETIME = XSD + "dateTime"
+XSD_BOOLEAN = XSD + "boolean"
+RDF_LANGSTRING = RDF + "langString"
+
+#: Table 3.5: the IRIs sent as a one-byte reserved word (code = index).
+RESERVED = (RDF + "type", RDFS + "Class", RDFS + "subClassOf", RDF + "Property",
+            RDFS + "subPropertyOf", RDFS + "range", RDFS + "domain",
+            "http://www.w3.org/2002/07/owl#TransitiveProperty",
+            "http://www.w3.org/2002/07/owl#sameAs", XSD_STRING, XSD_INTEGER, XSD_FLOAT,
+            XSD_DATETIME, XSD_BOOLEAN)
+
+
+class Lit:
+    """A literal: lexical form, datatype IRI, language tag (then datatype is rdf:langString)."""
+
+    def __init__(self, value, datatype=XSD_STRING, lang=None):
+        self.value = value
+        self.datatype = RDF_LANGSTRING if lang is not None else datatype
+        self.lang = lang
+
+    def __eq__(self, other):
+        return (isinstance(other, Lit) and self.value == other.value
+                and self.datatype == other.datatype and self.lang == other.lang)
+
+
+class BNode:
+    """A blank node, by label (no `_:`)."""
+
+    def __init__(self, label):
+        self.label = label
+
+    def __eq__(self, other):
+        return isinstance(other, BNode) and self.label == other.label
+
 
 VERSION = const(1)
 SELECT = const(0x07)
@@ -36,7 +76,6 @@ class KspError(Exception):
 class Response:
     """A RES or IND. `result`: None (no Data field), a bool (ASK) or a `Select`."""
 
-    __slots__ = ("tid", "status", "ind", "seq", "result")
 
     def __init__(self, tid, status, ind, seq, result):
         self.tid = tid
@@ -49,7 +88,6 @@ class Response:
 class Select:
     """A SELECT result: `rows[i][k]` is the binding of variable k (None: unbound)."""
 
-    __slots__ = ("prefixes", "total", "variables", "rows")
 
     def __init__(self, prefixes, total, variables, rows):
         self.prefixes = prefixes
@@ -132,6 +170,8 @@ def _compact(lit):
             if str(n) == v and -0x80000000 <= n < 0x80000000:
                 return 1, struct.pack("<i", n)
     elif dt == XSD_FLOAT or dt == XSD_DOUBLE:
+        from .floats import bits, lexical
+
         wide = dt == XSD_DOUBLE
         b = bits(v, wide)
         if b is not None and lexical(b, wide) == v:
@@ -220,39 +260,14 @@ def _count(out, items, minimum=1):
     out.append(len(items))
 
 
-def _expression(out, expr, prefixes):
-    """FILTER expression: a list of tokens, each a term or an operator code (int 0x07-0x17,
-    given as `Op(code)` so it differs from a variable)."""
-    _count(out, expr)
-    for tok in expr:
-        if isinstance(tok, Op):
-            out.append(tok.code)
-        elif isinstance(tok, int):
-            out.append(5)
-            out.append(tok)
-        elif isinstance(tok, str):
-            out.append(6)
-            _uri(out, tok, prefixes)
-        else:
-            _literal(out, tok, prefixes, True)
-
-
-class Op:
-    """An operator token of a FILTER expression (§8.2 code)."""
-
-    __slots__ = ("code",)
-
-    def __init__(self, code):
-        self.code = code
-
-
-def request(tx, tid, con=True, graphs=(), vc=None, optional=None, prefixes=(), tcp=False,
-            delete_graphs=None, insert_graphs=None, query_graphs=None, filters=None,
-            modifier=None, max_size=None, credentials=None, out=None):
+def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=False,
+            delete_graphs=(), insert_graphs=(), query_graphs=(), filters=(), modifier=(),
+            max_size=None, credentials=(), out=None):
     """A REQ's bytes. `graphs`: the Graph fields in wire order (table 3.1: e.g. (delete,
     insert) for UPDATE DATA, (template, where) for INSERT, (where,) for SELECT/ASK); `vc`:
     SELECT's projection count; `optional`: the OGC graphs of a query; `modifier`: (order,
-    order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password)."""
+    order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password). An empty
+    option value means the option is absent."""
     base = tx - 6 if 0x0A <= tx <= 0x0F else tx
     if not (1 <= base <= 8 or tx == TERMINATE or tx == RESET):
         raise ValueError("transaction type not in the firmware's scope")
@@ -263,11 +278,12 @@ def request(tx, tid, con=True, graphs=(), vc=None, optional=None, prefixes=(), t
         out[:] = bytes(hs)
     vars_ok = base > 3
     if tx == SELECT or tx == SELECT + 6:
-        _count(out, (0,) * vc, 0)
+        if not 0 <= vc < 256:
+            raise ValueError("projection count 0..255")
+        out.append(vc)
     for g in graphs:
         _graph(out, g, prefixes, vars_ok)
     if base == SELECT or base == ASK:
-        optional = optional or ()
         _count(out, optional, 0)
         for g in optional:
             _graph(out, g, prefixes, True)
@@ -278,7 +294,7 @@ def request(tx, tid, con=True, graphs=(), vc=None, optional=None, prefixes=(), t
         opts.append(0)
     for code, value in ((1, delete_graphs), (2, insert_graphs), (3, query_graphs), (5, filters),
                         (6, modifier), (8, max_size), (9, credentials)):
-        if value is not None:
+        if value or code == 8 and value is not None:
             opts.append(code)
     out.append(len(opts))
     for code in opts:
@@ -289,24 +305,11 @@ def request(tx, tid, con=True, graphs=(), vc=None, optional=None, prefixes=(), t
                 if not p:
                     raise ValueError("empty prefix")
                 _uri(out, p, ())
-        elif code < 4:
-            names = (delete_graphs, insert_graphs, query_graphs)[code - 1]
-            _count(out, names)
-            for g in names:
-                _uri(out, g, prefixes)
-        elif code == 5:
-            _count(out, filters)
-            for expr in filters:
-                _expression(out, expr, prefixes)
-        elif code == 6:
-            order, var, limit, offset, distinct = modifier
-            out.append(order | (limit is not None) << 2 | (offset is not None) << 3
-                       | bool(distinct) << 4)
-            if order:
-                out.append(var)
-            for n in (limit, offset):
-                if n is not None:
-                    out.extend(struct.pack("<H", n))
+        elif code < 8:  # graph names, FILTER, SOLUTION MODIFIER: loaded when first used
+            from .options import put
+
+            put(out, code, (None, delete_graphs, insert_graphs, query_graphs, None, filters,
+                            modifier)[code], prefixes)
         elif code == 8:
             out.extend(struct.pack("<I", max_size))
         else:
@@ -384,12 +387,14 @@ def _literal_at(buf, pos, prefixes):
         if end > len(buf):
             raise IndexError
         raw = buf[pos:end]
+        if k == 2 or k == 7:
+            from .floats import lexical
+
+            wide = k == 7
+            return Lit(lexical(struct.unpack("<Q" if wide else "<I", raw)[0], wide),
+                       XSD_DOUBLE if wide else XSD_FLOAT), end
         if k == 1:
             return Lit(str(struct.unpack("<i", raw)[0]), XSD_INTEGER), end
-        if k == 2:
-            return Lit(lexical(struct.unpack("<I", raw)[0], False), XSD_FLOAT), end
-        if k == 7:
-            return Lit(lexical(struct.unpack("<Q", raw)[0], True), XSD_DOUBLE), end
         if k == 3:
             s = str(raw, "utf-8")
             if not _is_datetime(s):

@@ -86,7 +86,7 @@ def check(cfg, free=None):
     out["transport"] = c.get("sib.transport", str, "udp", required=False, choices=("udp", "tcp"))
     kp_id = c.get("kp.id", str)
     out["kp_id"] = None
-    if kp_id is not None:
+    if isinstance(kp_id, str):
         hexed = kp_id.replace("-", "")
         try:
             if len(hexed) != 32:
@@ -96,8 +96,8 @@ def check(cfg, free=None):
             c.bad("kp.id", "must be a UUID (32 hex digits)", kp_id)
     out["kp_password"] = _password(c, cfg, "kp")
     out["device"] = c.get("device", str)
-    out["prefixes"] = c.get("prefixes", list, [], required=False)
-    for i, p in enumerate(out["prefixes"]):
+    prefixes = out["prefixes"] = c.get("prefixes", list, [], required=False)
+    for i, p in enumerate(prefixes if isinstance(prefixes, list) else ()):
         if not isinstance(p, str) or not p:
             c.bad("prefixes[%d]" % i, "must be a non-empty IRI", p)
     out["period_s"] = c.get("period_s", int, 60, required=False, lo=1, hi=86400)

@@ -14,13 +14,21 @@ A board object provides:
 a simulated one for CPython and the WebAssembly MicroPython.
 """
 import json
+import struct
+
+from .codec import XSD_BOOLEAN, XSD_FLOAT, XSD_INTEGER, Lit
+
+
+def flt(x):
+    """An xsd:float literal of a number, in the canonical form that travels as 4 bytes."""
+    from .floats import lexical
+
+    return Lit(lexical(struct.unpack("<I", struct.pack("<f", x))[0], False), XSD_FLOAT)
 
 
 def term(x):
     """A term from config JSON: "?n" is variable n, a string an IRI, true/false/ints/floats
     literals, {"value", "datatype"[, "lang"]} any literal."""
-    from .terms import Lit, boolean, flt, integer
-
     if isinstance(x, bool):
         return boolean(x)
     if isinstance(x, int):
@@ -33,6 +41,14 @@ def term(x):
     if x[:1] == "?" and x[1:].isdigit():
         return int(x[1:])
     return x
+
+
+def integer(n):
+    return Lit(str(int(n)), XSD_INTEGER)
+
+
+def boolean(b):
+    return Lit("true" if b else "false", XSD_BOOLEAN)
 
 
 def pattern(triples):

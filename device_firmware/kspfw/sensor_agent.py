@@ -5,7 +5,8 @@ values survive in the board's state, so a wake-up neither RESETs nor re-subscrib
 "period_property" it subscribes (SELECT_PERSISTENT) to its own sampling period in the SIB."""
 from . import codec
 from .agent import Agent, due_in, later
-from .terms import flt
+from .codec import XSD_FLOAT, Lit
+from .hal import flt
 
 UPDATE_DATA = 0x03
 DELETE = 0x04
@@ -75,8 +76,6 @@ class SensorAgent(Agent):
         return self.period
 
     def send(self, values):
-        from .terms import Lit, XSD_FLOAT
-
         dev = self.cfg["device"]
         old = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in self.last.items() if p in values]
         new = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in values.items()]
@@ -84,8 +83,8 @@ class SensorAgent(Agent):
         self.request(UPDATE_DATA, self._sent, graphs=(old, new))
 
     def _sent(self, kind, r):
-        values, self.in_flight = self.in_flight, None
-        if kind == "res" and not r.status:
+        values, self.in_flight = self.in_flight or {}, None
+        if kind == "res" and r is not None and not r.status:
             self.last.update(values)
         else:  # unknown what the SIB holds now: start over with a clean slate
             self.synced = False

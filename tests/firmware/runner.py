@@ -23,7 +23,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 
 from kspfw import codec  # noqa: E402
-from kspfw.terms import BNode, Lit  # noqa: E402
+from kspfw.options import Op  # noqa: E402
+from kspfw.codec import BNode, Lit  # noqa: E402
 
 TX = {"DELETE_DATA": 1, "INSERT_DATA": 2, "UPDATE_DATA": 3, "DELETE": 4, "INSERT": 5,
       "UPDATE": 6, "SELECT": 7, "ASK": 8, "CONSTRUCT": 9, "DELETE_PERSISTENT": 10,
@@ -68,7 +69,7 @@ def graph(items):
 
 
 def token(d):
-    return codec.Op(OPS[d["op"]]) if d["type"] == "op" else term(d)
+    return Op(OPS[d["op"]]) if d["type"] == "op" else term(d)
 
 
 def encode_request(m, tcp):

@@ -4,6 +4,7 @@ import esp32
 
 
 def make(spec):
-    if hasattr(esp32, "mcu_temperature"):
-        return lambda: float(esp32.mcu_temperature())
+    mcu = getattr(esp32, "mcu_temperature", None)
+    if mcu is not None:
+        return lambda: float(mcu())
     return lambda: (esp32.raw_temperature() - 32) / 1.8
