@@ -181,14 +181,6 @@ def render(report: dict, command: str, markdown: bool) -> str:
                       f"CPython: {sys.version.split()[0]}"])
 
 
-def module_command(args: list[str]) -> str:
-    python = sys.executable
-    rel = os.path.relpath(python)
-    if not rel.startswith(".."):
-        python = rel if os.sep in rel else f".{os.sep}{rel}"
-    return shlex.join([python, "-m", "tools.bench.firmware", *args])
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.firmware",
@@ -198,7 +190,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--markdown", action="store_true",
                         help="print the markdown tables for docs/benchmarks.md")
     args = parser.parse_args(argv)
-    command = shlex.join([*shlex.split(prog), *argv]) if prog else module_command(argv)
+    command = shlex.join([*(shlex.split(prog) if prog else
+                            [os.path.relpath(sys.executable), "-m", "tools.bench.firmware"]), *argv])
     print(render(run(args.quick), command, args.markdown))
     return 0
 
