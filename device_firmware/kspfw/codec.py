@@ -63,6 +63,8 @@ TERMINATE = const(0x10)
 RESET = const(0x11)
 _CONSTRUCT = const(0x09)
 _BAD_DATA = const(4)
+# What reading past the end or bad bytes raise (MicroPython's struct raises ValueError).
+_FAILURES = (IndexError, ValueError, getattr(struct, "error", ValueError))
 
 
 class KspError(Exception):
@@ -499,6 +501,6 @@ def decode(buf, answers, tcp=False):
             result = Select(prefixes, total, vc, rows)
         if pos != n:
             raise ValueError("trailing bytes")
-    except (IndexError, ValueError) as e:
+    except _FAILURES as e:
         raise KspError(_BAD_DATA, "bad data field: %s" % e)
     return Response(tid, status, ind, seq, result)
