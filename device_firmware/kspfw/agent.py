@@ -14,6 +14,7 @@ class Agent:
         self.client = Client(None, self._event, tcp=cfg["transport"] == "tcp")
         self.calls = {}  # tid -> function(kind, response)
         self.ready = False  # cold boot: after the RESET's RES
+        self.started = False
 
     def request(self, tx, on_result=None, **req):
         """Send a CON REQ with the board's credentials and MAX RESPONSE SIZE."""
@@ -67,22 +68,19 @@ class Agent:
         return _IDLE
 
 
-def run(agent, link_factory, rounds=None):
-    """Keep the network and the link up and drive the agent (forever, or `rounds` loop turns:
-    tests). A lost link or Wi-Fi is rebuilt with back-off; the agent's state is kept."""
+def run(agent, link_factory, stop=None):
+    """Keep the network and the link up and drive the agent, forever or until `stop()` is true
+    (tests). A lost link or Wi-Fi is rebuilt with back-off; the agent's state is kept."""
     board, client = agent.board, agent.client
-    link, backoff, started = None, 1000, False
-    while rounds is None or rounds > 0:
-        if rounds is not None:
-            rounds -= 1
+    link, backoff = client.link, 1000
+    while stop is None or not stop():
         try:
             if link is None:
                 board.network(agent.cfg)
-                link = link_factory(agent.cfg)
-                client.link = link
+                link = client.link = link_factory(agent.cfg)
                 backoff = 1000
-                if not started:
-                    started = True
+                if not agent.started:
+                    agent.started = True
                     agent.start()
             now = board.ticks_ms()
             client.poll(now)
@@ -90,7 +88,7 @@ def run(agent, link_factory, rounds=None):
             due = client.next_due(now)
             if due is not None:
                 wait = min(wait, due)
-            if link.wait(wait):
+            if link.wait(min(wait, 1000) if stop else wait):
                 while True:
                     msg = link.recv()
                     if msg is None:
@@ -100,7 +98,7 @@ def run(agent, link_factory, rounds=None):
             print("ksp: link down (%s), reconnecting in %d ms" % (e, backoff))
             if link is not None:
                 link.close()
-            link = None
+            link = client.link = None
             board.sleep_ms(backoff)
             backoff = min(backoff * 2, 60000)
 

@@ -19,6 +19,8 @@ class SimBoard:
         self.clock = clock
         self.network_up = True
         self.connects = 0
+        self.attempts = 0
+        self.sleeps = []
 
     def sensor(self, spec):
         prop = spec["property"]
@@ -43,6 +45,7 @@ class SimBoard:
         return self.clock() if self.clock else self.now
 
     def sleep_ms(self, ms):
+        self.sleeps.append(ms)
         self.now += ms
 
     def deep_sleep(self, ms):
@@ -56,6 +59,7 @@ class SimBoard:
         self.state = obj
 
     def network(self, cfg):
+        self.attempts += 1
         if not self.network_up:
             raise OSError(118, "Wi-Fi down (simulated)")
         self.connects += 1
