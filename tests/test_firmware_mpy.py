@@ -68,8 +68,8 @@ def cases(tmp_path_factory):
 def mpy(cases, tmp_path_factory):
     out = tmp_path_factory.mktemp("fw-mpy-checks") / "out.json"
     proc = harness.run_mpy(harness.HERE / "mpy_checks.py", "/fw", "/t", "/in/cases.json",
-                           "/out.json", copies={"/t": harness.HERE, "/in": cases.parent},
-                           fetch={"/out.json": out})
+                           "/in/out.json", copies={"/t": harness.HERE, "/in": cases.parent},
+                           fetch={"/in/out.json": out})
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -118,7 +118,12 @@ def test_inds_acked_and_stale_dropped_across_the_wrap(run):
 
 
 def test_config_messages(run):
-    results = run["configs"]
+    missing, broken, *results = run["configs"]
+    assert missing["errors"] == ["config: DIR/no-such-config.json not found: copy "
+                                 "config.example.json to the board as config.json, with your "
+                                 "settings"]
+    assert broken["errors"] == ["config: DIR/bad-config.json is not valid JSON (check quotes, "
+                                "commas and braces)"]
     assert results[0] == {"ok": True, "max_size": 5000}  # "auto": an eighth of 40000
     for (cfg, want), got in zip(BAD, results[1:]):
         assert not got["ok"]

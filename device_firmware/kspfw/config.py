@@ -164,14 +164,20 @@ def _outputs(c, items):
     return items
 
 
+def _fail(msg):
+    print(msg)
+    raise ConfigError([msg])
+
+
 def load(path="config.json", free=None):
     try:
         with open(path) as f:
-            cfg = json.load(f)
+            text = f.read()
     except OSError:
-        print("config: %s not found: copy config.example.json to the board as %s" % (path, path))
-        raise ConfigError(["config: file missing"])
-    except ValueError as e:
-        print("config: %s is not valid JSON (%s)" % (path, e))
-        raise ConfigError(["config: invalid JSON"])
+        _fail("config: %s not found: copy config.example.json to the board as config.json, "
+              "with your settings" % path)
+    try:
+        cfg = json.loads(text)
+    except ValueError:
+        _fail("config: %s is not valid JSON (check quotes, commas and braces)" % path)
     return check(cfg, free)

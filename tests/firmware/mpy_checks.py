@@ -67,8 +67,16 @@ def subscription(inds):
             "persistent": sorted(client.persistent)}
 
 
-def configs(items):
+def configs(items, scratch):
     out = []
+    bad = scratch + "/bad-config.json"
+    with open(bad, "w") as f:
+        f.write('{"agent": "sensor"')  # unterminated (MicroPython's json allows a trailing comma)
+    for path in (scratch + "/no-such-config.json", bad):
+        try:
+            config.load(path)
+        except config.ConfigError as e:
+            out.append({"ok": False, "errors": [m.replace(scratch, "DIR") for m in e.args[0]]})
     for cfg in items:
         try:
             checked = config.check(cfg, 40000)
@@ -143,7 +151,7 @@ def main():
     with open(sys.argv[3]) as f:
         cases = json.load(f)
     out = {"retransmission": retransmission(), "subscription": subscription(cases["inds"]),
-           "configs": configs(cases["configs"]), "sensor": sensor(), "actuator": actuator()}
+           "configs": configs(cases["configs"], sys.argv[4].rsplit("/", 1)[0]), "sensor": sensor(), "actuator": actuator()}
     with open(sys.argv[4], "w") as f:
         json.dump(out, f)
 
