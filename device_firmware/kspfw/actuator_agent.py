@@ -1,7 +1,6 @@
 """The actuator agent: each configured output (relay, LED, fan on a GPIO) follows a persistent
 ASK (on while the pattern has a solution) or SELECT (on while the first row's first value is
 true or a non-zero number) in the SIB. The RES sets the initial state, every IND the new one."""
-from . import codec
 from .agent import Agent
 from .hal import pattern
 
@@ -12,9 +11,10 @@ ASK_PERSISTENT = 0x0E
 def truthy(result):
     if isinstance(result, bool):
         return result
-    if not isinstance(result, codec.Select) or not result.rows or result.rows[0][0] is None:
+    rows = getattr(result, "rows", None)  # a results.Select
+    if not rows or rows[0][0] is None:
         return False
-    value = getattr(result.rows[0][0], "value", "")
+    value = getattr(rows[0][0], "value", "")
     if value == "true":
         return True
     try:

@@ -3,7 +3,6 @@ the SIB (UPDATE DATA: delete the value sent last, insert the new one, as xsd:flo
 it deep-sleeps between readings; its KSP state (next TID, persistent transactions) and the last
 values survive in the board's state, so a wake-up neither RESETs nor re-subscribes. With
 "period_property" it subscribes (SELECT_PERSISTENT) to its own sampling period in the SIB."""
-from . import codec
 from .agent import Agent, due_in, later
 from .codec import XSD_FLOAT, Lit
 from .hal import flt
@@ -42,9 +41,7 @@ class SensorAgent(Agent):
             self.synced = True
 
     def _period(self, kind, r):
-        if r is None or r.status or not isinstance(r.result, codec.Select):
-            return
-        rows = r.result.rows
+        rows = getattr(r.result, "rows", None) if r is not None and not r.status else None
         if rows and rows[0][0] is not None:
             try:
                 self.period = max(1, int(float(rows[0][0].value))) * 1000
