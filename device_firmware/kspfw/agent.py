@@ -82,6 +82,8 @@ def run(agent, link_factory, stop=None):
                 if not agent.started:
                     agent.started = True
                     agent.start()
+            elif not board.connected():
+                raise OSError(113, "Wi-Fi lost")
             now = board.ticks_ms()
             client.poll(now)
             wait = agent.tick(now) if agent.ready else _IDLE

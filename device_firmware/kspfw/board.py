@@ -66,3 +66,6 @@ class MCUBoard(FileState):
         from .net import wifi
 
         self.wlan = wifi(cfg["ssid"], cfg["wifi_password"])
+
+    def connected(self):
+        return self.wlan is None or self.wlan.isconnected()

@@ -8,7 +8,8 @@ A board object provides:
 - `free_ram()`, `sleep_ms(ms)`, `deep_sleep(ms)` (does not return on a board), `ticks_ms()`;
 - `load_state()` / `save_state(obj)`: a small JSON-able object kept across deep sleep (RTC
   memory on ESP32, a file elsewhere); `load_state()` is None after a cold boot.
-- `network(cfg)`: bring the network up (Wi-Fi), reconnecting after a loss; raises OSError.
+- `network(cfg)`: bring the network up (Wi-Fi), reconnecting after a loss; raises OSError;
+  `connected()`: whether it is still up (checked every turn of the agent loop).
 
 `board.MCUBoard` is the real one (machine, network, esp32/rp2); tests/firmware/simboard.py is
 a simulated one for CPython and the WebAssembly MicroPython.

@@ -58,6 +58,9 @@ class SimBoard:
     def save_state(self, obj):
         self.state = obj
 
+    def connected(self):
+        return self.network_up
+
     def network(self, cfg):
         self.attempts += 1
         if not self.network_up:
