@@ -160,3 +160,10 @@ def test_actuator_agent_follows_persistent_ask(run):
     assert sent[1].where == ((IRI(EX + "fan1"), IRI(EX + "on"), Literal("true", XSD_BOOLEAN)),)
     assert sent[2:] == [Ack(sent[1].tid, 1), Ack(sent[1].tid, 2), Ack(sent[1].tid, 1)]
     assert a["pin5"] == [False, True, False, True]  # off at boot, RES true, IND false, IND true
+
+
+def test_request_into_a_preallocated_buffer(run):
+    first, again, fresh = run["reuse"]
+    assert first == again == fresh
+    assert decode_kp_message(bytes.fromhex(first)).insert == (
+        (IRI(EX + "s"), IRI(EX + "p"), IRI(EX + "o")),)

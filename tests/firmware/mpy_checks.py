@@ -147,11 +147,21 @@ def actuator():
     return {"sent": link.sent, "pin5": board.outputs[5]}
 
 
+def reuse():
+    """codec.request into a caller's preallocated bytearray gives the same bytes."""
+    g = ([("http://example.org/gh#s", "http://example.org/gh#p", "http://example.org/gh#o")],)
+    buf = bytearray(256)
+    first = bytes(codec.request(2, 1, graphs=g, out=buf))
+    again = bytes(codec.request(2, 1, graphs=g, out=buf))
+    return [first.hex(), again.hex(), bytes(codec.request(2, 1, graphs=g)).hex()]
+
+
 def main():
     with open(sys.argv[3]) as f:
         cases = json.load(f)
     out = {"retransmission": retransmission(), "subscription": subscription(cases["inds"]),
-           "configs": configs(cases["configs"], sys.argv[4].rsplit("/", 1)[0]), "sensor": sensor(), "actuator": actuator()}
+           "configs": configs(cases["configs"], sys.argv[4].rsplit("/", 1)[0]), "sensor": sensor(), "actuator": actuator(),
+           "reuse": reuse()}
     with open(sys.argv[4], "w") as f:
         json.dump(out, f)
 
