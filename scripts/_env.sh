@@ -53,8 +53,29 @@ ensure_venv() {
     .venv/bin/pip install -q -e ".${extras}"
 }
 
+# MicroPython board stubs for pyright (tests/test_firmware_build.py): each board's pinned stub
+# packages go with `pip --target` into typings/<board>/ (pyright's typeshed path there, see
+# device_firmware/pyrightconfig.<board>.json). Reinstalled only when the pins change.
+BOARD_STUBS=(
+    "esp32 micropython-esp32-stubs==1.29.0.post1 micropython-stdlib-stubs==1.29.0.post2"
+    "rp2 micropython-rp2-rpi_pico_w-stubs==1.29.0.post1 micropython-stdlib-stubs==1.29.0.post2"
+)
+install_board_stubs() {
+    local entry board stamp
+    for entry in "${BOARD_STUBS[@]}"; do
+        board="${entry%% *}"
+        stamp="$REPO_ROOT/typings/$board/.ksp-stubs"
+        if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$entry" ]; then continue; fi
+        rm -rf "$REPO_ROOT/typings/$board"
+        # shellcheck disable=SC2086  # the package list is meant to split
+        .venv/bin/pip install -q --no-user --target "$REPO_ROOT/typings/$board" ${entry#* }
+        echo "$entry" > "$stamp"
+    done
+}
+
 bootstrap() {
     install_system_packages
     install_node_packages
     ensure_venv "${1:-}"
+    case "${1:-}" in *test*) install_board_stubs ;; esac  # only the tests type-check firmware
 }

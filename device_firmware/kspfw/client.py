@@ -1,0 +1,149 @@
+"""The KSP client of a board: matches RESs to requests, retransmits CON requests over UDP, ACKs
+INDs and drops stale ones. Sans-I/O like `ksp/session.py` (docs/sessions.md), small.
+
+The link (net.py, or a test's) has `send(bytes)`; received messages go in through
+`feed(buf, now)` and the clock through `poll(now)` (ms ticks). Outcomes go to `handler(kind,
+tid, response)`, kind one of "res", "ind", "timeout", "end" (a persistent transaction ended by
+the SIB or by our TERMINATE/RESET). Timing is CoAP's, like KPSession's: first timeout uniform in
+[ack_timeout, 1.5 × ack_timeout], doubled per retransmission, give up after `max_retransmit`.
+"""
+import random
+
+from micropython import const
+
+from . import codec
+
+_TX = const(0)  # pending entry fields
+_MSG = const(1)
+_DUE = const(2)
+_WAIT = const(3)
+_LEFT = const(4)
+_PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
+_HALF = const(0x20000000)
+
+
+def ticks_add(a, b):
+    return (a + b) & (_PERIOD - 1)
+
+
+def ticks_diff(a, b):
+    """a - b for ticks that wrap at 2^30 (time.ticks_diff without importing time)."""
+    return ((a - b + _HALF) & (_PERIOD - 1)) - _HALF
+
+
+def is_newer(seq, last):
+    """§9: deliver IND `seq` after `last` (None: none yet) iff 1 <= (seq - last) mod 2^16 <= 2^15."""
+    return last is None or 0 < (seq - last) & 0xFFFF <= 0x8000
+
+
+class Client:
+    def __init__(self, link, handler, tcp=False, ack_timeout=2000, max_retransmit=4,
+                 rand=random.getrandbits, lifetime=247000):
+        self.link = link
+        self.handler = handler
+        self.tcp = tcp
+        self.ack_timeout = ack_timeout
+        self.max_retransmit = max_retransmit
+        self.lifetime = lifetime
+        self.rand = rand
+        self.pending = {}     # tid -> [tx, bytes or None, due, wait, retransmissions left]
+        self.persistent = {}  # tid -> [tx, last seq delivered or None]
+        self.tid = rand(16)
+
+    def next_tid(self):
+        for _ in range(0x10000):
+            self.tid = (self.tid + 1) & 0xFFFF
+            if self.tid not in self.pending and self.tid not in self.persistent:
+                return self.tid
+        raise OSError("no free transaction ID")
+
+    def send(self, now, tx, con=True, tid=None, **req):
+        """Send a REQ (codec.request arguments); returns its TID. TERMINATE takes the target's
+        `tid`."""
+        if tid is None:
+            tid = self.next_tid()
+        elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
+            raise ValueError("TID in use")
+        msg = bytes(codec.request(tx, tid, con, tcp=self.tcp, **req))
+        self.link.send(msg)
+        if con and not self.tcp:
+            wait = self.ack_timeout + (self.ack_timeout * self.rand(8) >> 9)
+            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit]
+        else:  # NON or TCP: no retransmission; wait a lifetime for a RES that may not come
+            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0]
+        if 0x0A <= tx <= 0x0F:
+            self.persistent[tid] = [tx, None]
+        return tid
+
+    def feed(self, buf, now=0):
+        """One received message (a datagram, or one whole TCP frame)."""
+        tid = codec.peek_tid(buf)
+        if tid is None or len(buf) < 2:
+            return
+        if buf[1] & 0x80:
+            p = self.persistent.get(tid)
+            if p is None:
+                return  # unknown transaction: no ACK, so the SIB gives up on it (R13)
+            try:
+                r = codec.decode(buf, p[0], self.tcp)
+            except codec.KspError:
+                return
+            if r.seq is not None:
+                self.link.send(codec.ack(tid, r.seq))
+                if not is_newer(r.seq, p[1]):
+                    return
+                p[1] = r.seq
+            if r.status:
+                del self.persistent[tid]
+                self.handler("end", tid, r)
+            else:
+                self.handler("ind", tid, r)
+            return
+        entry = self.pending.pop(tid, None)
+        if entry is None:
+            return  # late or duplicate RES
+        tx = entry[_TX]
+        try:
+            r = codec.decode(buf, tx, self.tcp)
+        except codec.KspError as e:
+            r = codec.Response(tid, e.status, False, None, None)
+        if r.status and tid in self.persistent and tx != codec.TERMINATE:
+            del self.persistent[tid]  # it never started
+        elif tx == codec.TERMINATE and r.status in (0, 0x0B):  # ended, or was already gone
+            self._end(tid)
+        elif not r.status and tx == codec.RESET:
+            for t in list(self.persistent):
+                self._end(t)
+        self.handler("res", tid, r)
+
+    def _end(self, tid):
+        if self.persistent.pop(tid, None) is not None:
+            self.handler("end", tid, None)
+
+    def poll(self, now):
+        """Retransmit what is due; give up on what has run out."""
+        for tid in [t for t, e in self.pending.items() if ticks_diff(now, e[_DUE]) >= 0]:
+            e = self.pending[tid]
+            if e[_MSG] is not None and e[_LEFT]:
+                e[_LEFT] -= 1
+                e[_WAIT] *= 2
+                e[_DUE] = ticks_add(now, e[_WAIT])
+                self.link.send(e[_MSG])
+                continue
+            del self.pending[tid]
+            self.persistent.pop(tid, None)
+            if e[_MSG] is not None:
+                self.handler("timeout", tid, None)
+
+    def next_due(self, now):
+        """Milliseconds until `poll` has work (None: nothing pending)."""
+        waits = [ticks_diff(e[_DUE], now) for e in self.pending.values()]
+        return max(0, min(waits)) if waits else None
+
+    def state(self):
+        """What survives deep sleep: the next TID and the persistent transactions (R12/R13)."""
+        return [self.tid, [[t, p[0], p[1]] for t, p in self.persistent.items()]]
+
+    def restore(self, state):
+        self.tid = state[0]
+        self.persistent = {t: [tx, seq] for t, tx, seq in state[1]}

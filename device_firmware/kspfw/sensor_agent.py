@@ -1,0 +1,94 @@
+"""The sensor agent: every period, each configured sensor's reading replaces the previous one in
+the SIB (UPDATE DATA: delete the value sent last, insert the new one, as xsd:float). Optionally
+it deep-sleeps between readings; its KSP state (next TID, persistent transactions) and the last
+values survive in the board's state, so a wake-up neither RESETs nor re-subscribes. With
+"period_property" it subscribes (SELECT_PERSISTENT) to its own sampling period in the SIB."""
+from .agent import Agent, due_in, later
+from .codec import XSD_FLOAT, Lit
+from .hal import flt
+
+UPDATE_DATA = 0x03
+DELETE = 0x04
+SELECT_PERSISTENT = 0x0D
+
+
+class SensorAgent(Agent):
+    def __init__(self, cfg, board):
+        Agent.__init__(self, cfg, board)
+        self.readers = [(s["property"], board.sensor(s)) for s in cfg["sensors"]]
+        self.period = cfg["period_s"] * 1000
+        self.last = {}  # property -> lexical form of the value the SIB holds
+        self.due = None
+        self.synced = False
+        self.in_flight = None
+
+    def begin(self):
+        """Cold start: drop whatever values of ours the SIB holds, then report."""
+        dev = self.cfg["device"]
+        for t in [(dev, prop, 0) for prop, _ in self.readers]:  # one DELETE per property, so a missing one does not block the rest
+            self.request(DELETE, self._synced, graphs=([t], [t]))
+        prop = self.cfg.get("period_property")
+        if prop:
+            self.request(SELECT_PERSISTENT, self._period, vc=1, graphs=([(dev, prop, 0)],))
+
+    def resume(self, state):
+        self.last = state.get("last", {})
+        self.period = state.get("period", self.period)
+        self.synced = True
+
+    def _synced(self, kind, r):
+        if kind == "res" and not r.status:
+            self.synced = True
+
+    def _period(self, kind, r):
+        rows = getattr(r.result, "rows", None) if r is not None and not r.status else None
+        if rows and rows[0][0] is not None:
+            try:
+                self.period = max(1, int(float(rows[0][0].value))) * 1000
+            except (AttributeError, ValueError):
+                print("sensor: ignoring period", rows[0][0])
+
+    def read(self):
+        values = {}
+        for prop, read in self.readers:
+            try:
+                values[prop] = flt(read()).value
+            except (OSError, ValueError) as e:  # skip this sensor for this round
+                print("sensor: reading %s failed: %s" % (prop, e))
+        return values
+
+    def tick(self, now):
+        if self.due is None:
+            self.due = now
+        if not self.synced or self.in_flight is not None:
+            return 200 if self.in_flight is None else 1000
+        if due_in(now, self.due):
+            return due_in(now, self.due)
+        self.due = later(now, self.period)
+        values = self.read()
+        if values:
+            self.send(values)
+        elif self.cfg["deep_sleep"]:
+            self.sleep()
+        return self.period
+
+    def send(self, values):
+        dev = self.cfg["device"]
+        old = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in self.last.items() if p in values]
+        new = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in values.items()]
+        self.in_flight = values
+        self.request(UPDATE_DATA, self._sent, graphs=(old, new))
+
+    def _sent(self, kind, r):
+        values, self.in_flight = self.in_flight or {}, None
+        if kind == "res" and r is not None and not r.status:
+            self.last.update(values)
+        else:  # unknown what the SIB holds now: start over with a clean slate
+            self.synced = False
+            self.begin()
+        if self.cfg["deep_sleep"] and self.synced:
+            self.sleep()
+
+    def sleep(self):
+        self.save({"last": self.last, "period": self.period})
+        self.board.deep_sleep(self.period)

@@ -1,0 +1,37 @@
+"""Board entry point (MicroPython runs main.py after boot): read config.json, bring up Wi-Fi and
+the link to the SIB, run the configured agent. Every bad setting is printed on the console."""
+import gc
+import time
+
+from kspfw import config
+from kspfw.board import MCUBoard
+
+
+def make_link(cfg):
+    from kspfw.net import Link
+
+    return Link(cfg["host"], cfg["port"], cfg["transport"] == "tcp", cfg["max_size"])
+
+
+def main():
+    board = MCUBoard()
+    gc.collect()
+    try:
+        cfg = config.load("config.json", board.free_ram())
+    except config.ConfigError:
+        print("ksp: fix config.json and reset the board")
+        while True:
+            time.sleep(60)
+    if cfg["agent"] == "sensor":
+        from kspfw.sensor_agent import SensorAgent as Kind
+    else:
+        from kspfw.actuator_agent import ActuatorAgent as Kind
+    agent = Kind(cfg, board)
+    print("ksp: %s agent, SIB %s:%d/%s, max response %d bytes" % (
+        cfg["agent"], cfg["host"], cfg["port"], cfg["transport"], cfg["max_size"]))
+    from kspfw.agent import run
+
+    run(agent, make_link)
+
+
+main()

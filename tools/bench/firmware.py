@@ -1,0 +1,201 @@
+"""Device firmware benchmark: heap, bundle size, codec speed on MicroPython beside CPython.
+
+Run as ``python -m tools.bench.firmware [--quick] [--markdown]`` or ``ksp bench firmware``.
+Measured in one run (the ratios never mix runs):
+
+- heap (``gc.mem_alloc()``) of client + codec right after import, and while subscribed (a
+  persistent SELECT with its RES and one IND held, plus a 1 KiB receive buffer), inside
+  MicroPython's WebAssembly build under Node, importing the compiled ``.mpy`` bundle as a board
+  does (32-bit object model, like ESP32 and RP2040);
+- size of the ``.mpy`` bundle ``ksp flash`` builds, per board, and of its client + codec core;
+- µs per message for the same messages encoded/decoded by the firmware codec on MicroPython
+  (WASM) and on CPython (same source), and their ratio;
+- agreement with the golden vectors: the firmware runner inside MicroPython against every
+  vector in its scope (tests/firmware/scope.py lists the rest).
+
+Targets (issue 5): heap after import < 16 KiB, bundle < 24 KiB, 100 % vector agreement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ksp import (
+    IRI, AskResult, Literal, Response, SelectResult, Status, Transport, Tx, decode_sib_message,
+    encode,
+)
+from ksp.jsonmodel import from_json, to_json
+from tools import flash
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = Path(__file__).with_name("firmware_probe.py")
+RUN_MPY = ROOT / "tests" / "firmware" / "run_mpy.mjs"
+RUNNER = ROOT / "tests" / "firmware" / "runner.py"
+SHIMS = ROOT / "tests" / "firmware" / "cpython"
+CORE = ("kspfw/__init__.mpy", "kspfw/codec.mpy", "kspfw/client.mpy", "kspfw/floats.mpy",
+        "kspfw/options.mpy", "kspfw/results.mpy")
+HEAP_TARGET, BUNDLE_TARGET = 16 * 1024, 24 * 1024
+GH = "http://example.org/greenhouse#"
+XSD_FLOAT = "http://www.w3.org/2001/XMLSchema#float"
+
+
+def inputs() -> dict[str, str]:
+    """Messages a board receives, encoded by the reference codec. The SELECT answers carry
+    TID 1: the probe's client (random start 0) gives its subscription that TID."""
+    rows = tuple((IRI(GH + f"sensor{i}"), Literal(v, XSD_FLOAT))
+                 for i, v in ((1, "21.5"), (2, "19.25"), (3, "23.0")))
+    select = SelectResult(2, rows, 3, (GH,))
+    return {"ind_select": encode(Response(1, Status.OK, select, True, 17)).hex(),
+            "res_select": encode(Response(1, Status.OK, select)).hex(),
+            "res_ask": encode(Response(9, Status.OK, AskResult(True))).hex(),
+            "res_ok": encode(Response(7)).hex()}
+
+
+def node_cmd(copies: dict[str, Path], script: Path, *args: str) -> list[str]:
+    cmd = ["node", str(RUN_MPY)]
+    for target, host in copies.items():
+        cmd += ["--copy", f"{host}:{target}"]
+    return cmd + [str(script), *args]
+
+
+def run_probe(bundle: Path, work: Path, rounds: int, target_ms: int) -> tuple[dict, dict]:
+    (work / "in").mkdir()
+    (work / "in" / "inputs.json").write_text(json.dumps(inputs()))
+    mpy = subprocess.run(node_cmd({"/b": bundle, "/in": work / "in"}, PROBE, "/b",
+                                  "/in/inputs.json", str(rounds), str(target_ms)),
+                         cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if mpy.returncode:
+        raise SystemExit(f"MicroPython probe failed:\n{mpy.stderr}")
+    env = dict(os.environ, PYTHONPATH=str(SHIMS))
+    cpy = subprocess.run([sys.executable, str(PROBE), str(flash.FIRMWARE),
+                          str(work / "in" / "inputs.json"), str(rounds), str(target_ms)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
+    if cpy.returncode:
+        raise SystemExit(f"CPython probe failed:\n{cpy.stderr}")
+    return json.loads(mpy.stdout), json.loads(cpy.stdout)
+
+
+def vector_agreement(work: Path) -> tuple[int, int]:
+    """(vectors in the firmware's scope that agree, vectors in its scope), in MicroPython."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from firmware import harness
+    from firmware.scope import OUT_OF_SCOPE
+
+    harness.vector_inputs(work / "vin")
+    cmd = node_cmd({"/fw": flash.FIRMWARE, "/in": work / "vin"}, RUNNER, "/fw", "/in", "/r.txt")
+    cmd[2:2] = ["--fetch", f"/r.txt:{work / 'r.txt'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise SystemExit(f"vector runner failed:\n{proc.stderr}")
+    results = harness.read_results(work / "r.txt")
+    agree = total = 0
+    for path in sorted(harness.VECTORS.glob("*.json")):
+        if path.stem in OUT_OF_SCOPE:
+            continue
+        total += 1
+        v = json.loads(path.read_text(encoding="utf-8"))
+        rec, hexed = results.get(path.stem, ({"kind": "missing"}, None))
+        if "error" in v:
+            agree += rec["kind"] == "reject" and rec.get("status") == v["error"]["status"]
+        elif v["direction"] == "kp_to_sib":
+            agree += rec["kind"] == "encode" and hexed == v["hex"]
+        else:
+            python = to_json(decode_sib_message(bytes.fromhex(v["hex"]), Transport(v["transport"]),
+                                                Tx[v["answers"]]))
+            want = v.get("decoded", v["message"])
+            agree += rec["kind"] == "decode" and rec["json"] == want == python == to_json(
+                from_json(want))
+    return agree, total
+
+
+def run(quick: bool) -> dict:
+    rounds, target_ms = (3, 50) if quick else (7, 200)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        sizes = {}
+        for board in flash.BOARDS:
+            files = flash.build(work / f"build-{board}", board)
+            sizes[board] = sum(f.stat().st_size for f in files)
+        core = sum((work / "build-esp32" / name).stat().st_size for name in CORE)
+        mpy, cpy = run_probe(work / "build-esp32", work, rounds, target_ms)
+        agree, total = vector_agreement(work)
+    return {"sizes": sizes, "core": core, "mpy": mpy, "cpy": cpy, "agree": agree,
+            "total": total, "rounds": rounds, "target_ms": target_ms}
+
+
+def _kib(n: int) -> str:
+    return f"{n:,} B ({n / 1024:.1f} KiB)"
+
+
+def rows(report: dict) -> tuple[list[list[str]], list[list[str]]]:
+    mpy, cpy = report["mpy"], report["cpy"]
+    memory = [
+        ["heap after import (client + codec, .mpy)", _kib(mpy["heap_after_import"]),
+         "< 16 KiB", "yes" if mpy["heap_after_import"] < HEAP_TARGET else "**no**"],
+        ["heap while subscribed (+ 1 KiB buffer, lazily loaded float and result readers, "
+         "the newest IND's result held)", _kib(mpy["heap_subscribed"]),
+         "", ""],
+    ]
+    for board, size in report["sizes"].items():
+        memory.append([f".mpy bundle, {board} (`ksp flash --board {board}`)", _kib(size),
+                       "< 24 KiB", "yes" if size < BUNDLE_TARGET else "**no**"])
+    memory.append([".mpy of client + codec (codec, client, floats, options, results)",
+                   _kib(report["core"]), "", ""])
+    pct = 100 * report["agree"] / report["total"]
+    memory.append(["golden vectors agreeing (in the firmware's scope)",
+                   f"{report['agree']}/{report['total']} ({pct:.0f} %)", "100 %",
+                   "yes" if report["agree"] == report["total"] else "**no**"])
+    speed = []
+    for (name, m_times), (_, c_times) in zip(mpy["ops"], cpy["ops"]):
+        m, c = statistics.median(m_times), statistics.median(c_times)
+        speed.append([name, f"{m:.1f}", f"{c:.2f}", f"{m / c:.1f}×"])
+    return memory, speed
+
+
+def _table(headers: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
+
+
+def render(report: dict, command: str, markdown: bool) -> str:
+    memory, speed = rows(report)
+    m_head = ["firmware (MicroPython 1.29, WebAssembly build)", "measured", "target", "met"]
+    s_head = ["message", "MicroPython µs", "CPython µs", "MicroPython / CPython"]
+    method = (f"µs: median of {report['rounds']} interleaved rounds of ~{report['target_ms']} ms "
+              "per message, same messages and same firmware source on both (CPython with the "
+              "`micropython.const` stand-in); heap: gc.mem_alloc() after gc.collect()")
+    if not markdown:
+        strip = lambda rs: [[c.replace("**", "").replace("`", "") for c in r] for r in rs]  # noqa
+        return "\n".join(["\t".join(m_head), *("\t".join(r) for r in strip(memory)), "",
+                          "\t".join(s_head), *("\t".join(r) for r in strip(speed)), "",
+                          method, f"command: {command}"])
+    return "\n".join([_table(m_head, memory), "", _table(s_head, speed), "",
+                      f"Method: {method}.", "", f"Command: `{command}`  ",
+                      f"CPython: {sys.version.split()[0]}"])
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.firmware",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 rounds of ~50 ms instead of 7 of ~200 ms")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the markdown tables for docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    command = shlex.join([*(shlex.split(prog) if prog else
+                            [os.path.relpath(sys.executable), "-m", "tools.bench.firmware"]), *argv])
+    print(render(run(args.quick), command, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

