@@ -1,0 +1,282 @@
+"""The SIB core: executes one request at a time against the store and runs the persistent
+operations after every change. Synchronous and single-threaded by design — the scheduler
+(`sib.service`) feeds it in arrival order, so every persistent operation is checked against
+the same snapshot after each update, and nothing interleaves with a request.
+
+After a change (an update, a graph operation, a new rule):
+
+1. **Rules cascade.** Rules are visited in passes, in registration order. A visited rule's
+   pattern is evaluated; if its solution set changed and is not empty, it fires (its templates
+   over all its solutions, one atomic write). A firing's delta marks the rules it can affect:
+   later ones are visited in this pass, earlier ones (and itself) in the next. The cascade ends
+   when a pass fires nothing. **Cascade protection**: a rule may fire at most
+   `rule_firing_limit` times per cascade, and a cascade at most `cascade_limit` times in all;
+   the rule that would exceed either is ended with a TERMINATED IND instead of firing, and the
+   cascade goes on without it.
+2. **Subscriptions.** Each query group the changed quads (of the update and every firing) can
+   affect is evaluated once against the final state; when its result differs from the last one
+   sent, each member gets an IND with the full result.
+
+Which rules and groups a delta "can affect" comes from the pattern index (smart mode) or is
+simply all of them (naive mode, SEPA's broker: re-evaluate everything after every update). The
+two send identical INDs; the naive mode is the oracle for that and the benchmark baseline.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import Counter
+from collections.abc import Iterable
+
+from ksp.codes import Status, Tx
+from ksp.model import Request, Response
+from ksp.session import KPIdentity
+
+from .errors import RequestError
+from .index import PatternIndex
+from .pattern import Pattern
+from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
+from .query import evaluate
+from .store import Delta, QuadStore
+from .updates import Fresh, data_delta, fresh_labels, management, template_delta
+from .validate import check_request
+
+log = logging.getLogger("ksp.sib")
+
+
+class SibCore:
+    def __init__(self, store: QuadStore, *, smart: bool = True, rule_firing_limit: int = 16,
+                 cascade_limit: int = 1024, fresh: Fresh | None = None) -> None:
+        self.store = store
+        self.smart = smart
+        self.rule_firing_limit = rule_firing_limit
+        self.cascade_limit = cascade_limit
+        self._fresh = fresh or fresh_labels()
+        self._groups: dict[object, QueryGroup] = {}
+        self._group_by_id: dict[int, QueryGroup] = {}
+        self._rules: dict[int, Rule] = {}
+        self._ops: dict[OpKey, Subscription | Rule] = {}
+        self._group_index = PatternIndex()
+        self._rule_index = PatternIndex()
+        self._next_id = 0
+        self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def persistent_count(self) -> int:
+        return len(self._ops)
+
+    def handle(self, request: Request, channel: Channel) -> None:
+        """Execute `request`, answer it on `channel`, then run the persistent operations."""
+        kp = channel.kp
+        after = None
+        try:
+            check_request(request)
+            response, after = self._dispatch(request, channel, kp)
+        except RequestError as exc:
+            log.info("%s %s tid %d: %s (%s)", kp, request.tx.name, request.tid,
+                     exc.status.name, exc)
+            response = Response(request.tid, exc.status)
+        except Exception:  # a bug or an I/O error: the request changed nothing it reports
+            log.exception("%s %s tid %d failed", kp, request.tx.name, request.tid)
+            response = Response(request.tid, Status.INTERNAL_ERROR)
+            after = None
+        channel.respond(response)
+        if after is not None:
+            try:
+                self._propagate(*after)
+            except Exception:  # the request itself is done and answered
+                log.exception("persistent operations after %s tid %d", request.tx.name,
+                              request.tid)
+
+    def drop_kp(self, kp: KPIdentity) -> None:
+        """Forget every persistent operation of `kp` (RESET, or the KP became unreachable)."""
+        for key in [k for k in self._ops if k[0] == kp]:
+            self._remove(key).channel.end()
+
+    def terminate_all(self) -> None:
+        """End every persistent operation with a TERMINATED IND (the SIB shuts down)."""
+        for key in list(self._ops):
+            self._terminate(key)
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def _dispatch(self, req: Request, channel: Channel, kp: KPIdentity):
+        tx = req.tx
+        if tx is Tx.TERMINATE:
+            op = self._ops.get((kp, req.tid))
+            if op is None:
+                raise RequestError(Status.UNKNOWN_TRANSACTION,
+                                   f"no persistent transaction {req.tid}")
+            self._remove((kp, req.tid)).channel.end()
+            return Response(req.tid), None
+        if tx is Tx.RESET:
+            self.drop_kp(kp)
+            return Response(req.tid), None
+        if tx.is_data_update:
+            delta = data_delta(self.store, req, self._fresh)
+            self.store.apply(delta)
+            return Response(req.tid), (delta, None)
+        if tx.is_management:
+            change = management(self.store, req)
+            self.store.apply(change.delta, change.create, change.drop)
+            self._end_ops_on_graphs(change.drop)
+            return Response(req.tid), (change.delta, None)
+        pattern = Pattern(req)
+        if tx.is_query:
+            if tx.persistent:
+                return self._subscribe(req, channel, kp, pattern), None
+            return Response(req.tid, Status.OK, evaluate(self.store, req, pattern)), None
+        # pattern updates
+        if tx.persistent:
+            pattern.solutions(self.store)  # refuse what cannot be evaluated, before registering
+            rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
+            self._replace((kp, req.tid))
+            self._rules[rule.id] = rule
+            self._ops[(kp, req.tid)] = rule
+            self._rule_index.add(rule.id, pattern.triples, pattern.graphs)
+            return Response(req.tid), (Delta(), rule)
+        delta = template_delta(self.store, req, pattern.solutions(self.store), self._fresh)
+        self.store.apply(delta)
+        return Response(req.tid), (delta, None)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _subscribe(self, req: Request, channel: Channel, kp: KPIdentity,
+                   pattern: Pattern) -> Response:
+        key = group_key(req, pattern)
+        group = self._groups.get(key)
+        if group is None:
+            result = evaluate(self.store, req, pattern)
+            group = QueryGroup(self._new_id(), req, pattern, result)
+            self._groups[key] = group
+            self._group_by_id[group.id] = group
+            self._group_index.add(group.id, pattern.triples, pattern.graphs)
+        self._replace((kp, req.tid))
+        sub = Subscription(kp, req.tid, channel, group)
+        group.members[(kp, req.tid)] = sub
+        self._ops[(kp, req.tid)] = sub
+        return Response(req.tid, Status.OK, group.result)
+
+    def _replace(self, key: OpKey) -> None:
+        """A KP reusing the TID of its active persistent transaction replaces it (R12)."""
+        if key in self._ops:
+            self._remove(key).channel.end()
+
+    def _remove(self, key: OpKey) -> Subscription | Rule:
+        op = self._ops.pop(key)
+        if isinstance(op, Rule):
+            op.ended = True
+            del self._rules[op.id]
+            self._rule_index.remove(op.id)
+        else:
+            group = op.group
+            del group.members[key]
+            if not group.members:
+                del self._groups[group_key(group.request, group.pattern)]
+                del self._group_by_id[group.id]
+                self._group_index.remove(group.id)
+        return op
+
+    def _terminate(self, key: OpKey, status: Status = Status.TERMINATED) -> None:
+        op = self._remove(key)
+        op.channel.indicate(Response(op.tid, status, indication=True))
+
+    def _end_ops_on_graphs(self, dropped: Iterable) -> None:
+        dropped = set(dropped)
+        if not dropped:
+            return
+        for key, op in list(self._ops.items()):
+            req = op.request if isinstance(op, Rule) else op.group.request
+            opts = req.options
+            named = set(opts.query_graphs or ()) | set(opts.insert_graphs or ()) | set(
+                opts.delete_graphs or ())
+            if named & dropped:
+                self._terminate(key)
+
+    # -- propagation ----------------------------------------------------------------------
+
+    def _affected_rules(self, quads) -> Iterable[int]:
+        if self.smart:
+            return self._rule_index.candidates(quads)
+        return self._rules.keys()
+
+    def _propagate(self, delta: Delta, new_rule: Rule | None) -> None:
+        touched = list(delta.quads)
+        current = sorted(self._affected_rules(touched)) if delta else []
+        if new_rule is not None and new_rule.id not in current:
+            current.append(new_rule.id)
+            current.sort()
+        if current:
+            touched += self._cascade(current)
+        if touched:
+            self._notify(touched)
+
+    def _cascade(self, current: list[int]) -> list:
+        touched: list = []
+        fired: Counter[int] = Counter()
+        total = 0
+        queued = set(current)
+        heapq.heapify(current)
+        while current:
+            following: set[int] = set()
+            while current:
+                rid = heapq.heappop(current)
+                queued.discard(rid)
+                rule = self._rules.get(rid)
+                if rule is None:
+                    continue
+                try:
+                    solutions = rule.pattern.solutions(self.store)
+                except Exception:
+                    log.exception("rule %d of %s failed", rule.tid, rule.kp)
+                    self._terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
+                    continue
+                self.evaluations += 1
+                now = frozenset(solutions)
+                if now == rule.last:
+                    continue
+                rule.last = now
+                if not now:
+                    continue
+                if fired[rid] >= self.rule_firing_limit or total >= self.cascade_limit:
+                    log.warning("rule %d of %s ended: cascade limit", rule.tid, rule.kp)
+                    self._terminate((rule.kp, rule.tid))
+                    continue
+                fired[rid] += 1
+                total += 1
+                d = template_delta(self.store, rule.request, solutions, self._fresh)
+                if not d:
+                    continue
+                self.store.apply(d)
+                touched += d.quads
+                for other in self._affected_rules(d.quads):
+                    if other > rid:
+                        if other not in queued:
+                            queued.add(other)
+                            heapq.heappush(current, other)
+                    else:
+                        following.add(other)
+            current = sorted(following)
+            queued = set(current)
+        return touched
+
+    def _notify(self, touched: list) -> None:
+        if self.smart:
+            ids = sorted(self._group_index.candidates(touched))
+        else:
+            ids = sorted(self._group_by_id)
+        for gid in ids:
+            group = self._group_by_id.get(gid)
+            if group is None:
+                continue
+            self.evaluations += 1
+            result = evaluate(self.store, group.request, group.pattern)
+            if result == group.result:
+                continue
+            group.result = result
+            for sub in list(group.members.values()):
+                sub.channel.indicate(Response(sub.tid, Status.OK, result, indication=True))

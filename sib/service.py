@@ -1,0 +1,86 @@
+"""The SIB as a `Service` (the seam in /work/interface.md): the gates hand requests to
+`submit`, which only queues them; one scheduler task executes them one at a time in arrival
+order on the core (gates → scheduler → core, as in SEPA's broker)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ksp.model import Request
+from ksp.session import KPIdentity
+
+from .core import SibCore
+from .persistent import Channel
+from .store import QuadStore
+
+log = logging.getLogger("ksp.sib")
+
+_STOP = object()
+
+
+class Sib:
+    """The SIB: a store, a core and the scheduler in front of it.
+
+    Everything the core does runs on the scheduler task, in the event loop's thread (channels
+    are not thread-safe). `await drain()` waits until everything submitted so far is done.
+    """
+
+    def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
+                 **core_options) -> None:
+        self.store = store if store is not None else QuadStore()
+        self.core = SibCore(self.store, smart=smart, **core_options)
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- Service --------------------------------------------------------------------------
+
+    def submit(self, request: Request, channel: Channel) -> None:
+        self._ensure_started()
+        self._queue.put_nowait((request, channel))
+
+    def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
+        self._ensure_started()
+        self._queue.put_nowait((None, kp))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> "Sib":
+        self._ensure_started()
+        return self
+
+    async def drain(self) -> None:
+        if self._queue is not None:
+            await self._queue.join()
+
+    async def close(self) -> None:
+        """Finish what is queued, then stop; persistent operations end with TERMINATED."""
+        if self._task is None:
+            return
+        self._queue.put_nowait((_STOP, None))
+        await self._task
+        self._task = None
+        self.core.terminate_all()
+        self.store.flush()
+
+    def _ensure_started(self) -> None:
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sib-scheduler")
+
+    async def _run(self) -> None:
+        queue = self._queue
+        while True:
+            request, channel = await queue.get()
+            try:
+                if request is _STOP:
+                    return
+                if request is None:
+                    self.core.drop_kp(channel)
+                else:
+                    self.core.handle(request, channel)
+            except Exception:  # never let one request stop the scheduler
+                log.exception("scheduler: unhandled error")
+            finally:
+                queue.task_done()
+            # Let the transports run between requests (the core itself never awaits).
+            await asyncio.sleep(0)
