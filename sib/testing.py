@@ -63,3 +63,12 @@ class Client:
 
     def clear(self) -> None:
         self.log.clear()
+
+
+EX = "http://example.org/"
+
+
+def ex(local: str):
+    """An IRI in the test namespace."""
+    from ksp.terms import IRI
+    return IRI(EX + local)
