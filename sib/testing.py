@@ -45,7 +45,7 @@ class Client:
 
     def submit(self, request: Request) -> RecordingChannel:
         ch = RecordingChannel(self.kp, request.tid, self.log)
-        self.channels[request.tid] = ch
+        self.channels.setdefault(request.tid, ch)  # the first: a TERMINATE reuses the TID
         self.sib.submit(request, ch)
         return ch
 
