@@ -1,0 +1,30 @@
+"""Smoke test of the SIB benchmark (tools/bench/sib.py) — no timing assertions: it runs, both
+modes do the same work (same INDs for the same updates), and the smart mode evaluates less."""
+from __future__ import annotations
+
+import asyncio
+
+from tools.bench import sib as bench
+
+
+def test_bench_modes_send_the_same_indications_for_the_same_updates():
+    store = bench.seed_store(2_000)
+    results = {}
+    for mode, smart in (("smart", True), ("naive", False)):
+        results[mode] = asyncio.run(bench.run_mode(store, 200, smart, budget=60.0,
+                                                   max_updates=20, start_value=1 + 100 * smart))
+    smart, naive = results["smart"], results["naive"]
+    assert smart["updates"] == naive["updates"] == 20
+    assert smart["inds"] == naive["inds"] == 20 * 2 + 200  # 2 affected per update + TERMINATED
+    assert smart["evaluations"] < naive["evaluations"]
+    table = bench.table([{"n": 200, "smart": smart, "naive": naive}])
+    assert table.count("\n") == 2 and "| 200 | 2 |" in table
+
+
+def test_bench_updates_keep_one_value_per_sensor():
+    store = bench.seed_store(1_000)
+    for start in (1, 1000):
+        asyncio.run(bench.run_mode(store, 10, True, budget=60.0, max_updates=30,
+                                   start_value=start))
+    for k in range(bench.WATCHED):
+        assert len(store.match(bench.sensor(k), bench.VALUE)) == 1

@@ -1,0 +1,169 @@
+"""SIB benchmark: subscription processing, smart (pattern index) against naive (re-evaluate
+every persistent query after every update, as SEPA's broker does), in one run.
+
+Run as ``python -m tools.bench.sib [--quick] [--triples N] [--queries 10,100,...]``.
+
+Workload (in-process, through `Sib.submit` with an in-memory channel; the integrator extends it
+to UDP on loopback): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the
+rest filler of the same shape), and for each size n of persistent queries, n distinct
+``SELECT ?v WHERE { <sensor_k> :value ?v FILTER(?v > -j) }`` (query j watches sensor k = j mod
+100; the FILTER makes every query distinct so none shares an evaluation). Each update is an
+UPDATE DATA moving one watched sensor to a new value, so about 1 % of the queries (at least
+one: with 10 queries, 10 %) are affected and each sends an IND.
+
+Reported per n: updates/s for smart and naive and their ratio (same run, same store), and the
+update-to-IND latency (submit → the last IND of that update recorded) p50/p99 for each mode.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+
+from ksp.codes import Op, Tx
+from ksp.model import Options, Request
+from ksp.session import KPIdentity
+from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
+from sib import QuadStore, Sib
+
+EX = "http://example.org/bench#"
+VALUE = IRI(EX + "value")
+KIND = IRI(EX + "kind")
+WATCHED = 100
+
+
+def sensor(k: int) -> IRI:
+    return IRI(f"{EX}sensor{k}")
+
+
+def seed_store(triples: int) -> QuadStore:
+    store = QuadStore()
+    things = max(WATCHED, triples // 2)
+    store.load(q for k in range(things) for q in (
+        (sensor(k), VALUE, Literal.of(0), DEFAULT_GRAPH),
+        (sensor(k), KIND, IRI(EX + f"kind{k % 10}"), DEFAULT_GRAPH)))
+    return store
+
+
+class _Channel:
+    """Records only what the benchmark needs: when the latest IND was sent."""
+
+    __slots__ = ("kp", "tid", "transport", "stats")
+
+    def __init__(self, kp: KPIdentity, tid: int, stats: dict) -> None:
+        self.kp, self.tid, self.transport, self.stats = kp, tid, "udp", stats
+
+    def respond(self, response) -> None:
+        pass
+
+    def indicate(self, response) -> None:
+        self.stats["inds"] += 1
+        self.stats["last_ind"] = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def query(j: int) -> Request:
+    return Request(Tx.SELECT_PERSISTENT, j, projection=1,
+                   where=(Triple(sensor(j % WATCHED), VALUE, Var(0)),),
+                   options=Options(filters=((Var(0), Literal.of(-j), Op.GT),)))
+
+
+async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
+                   start_value: int) -> dict:
+    sib = Sib(store, smart=smart)
+    stats = {"inds": 0, "last_ind": 0.0}
+    kp = KPIdentity(addr=("bench", 1))
+    for j in range(n):
+        sib.submit(query(j), _Channel(kp, j, stats))
+    await sib.drain()
+    writer = KPIdentity(addr=("writer", 1))
+    latencies: list[float] = []
+    values = {k: [q[2] for q in store.match(sensor(k), VALUE)] for k in range(WATCHED)}
+    began = time.perf_counter()
+    count = 0
+    while count < max_updates and (count < 3 or time.perf_counter() - began < budget):
+        k = count * 37 % min(n, WATCHED)  # a watched sensor: every update sends INDs
+        new = Literal.of(start_value + count)
+        req = Request(Tx.UPDATE_DATA, count % 60000,
+                      delete=tuple(Triple(sensor(k), VALUE, v) for v in values[k]),
+                      insert=(Triple(sensor(k), VALUE, new),))
+        values[k] = [new]
+        before = stats["inds"]
+        t0 = time.perf_counter()
+        sib.submit(req, _Channel(writer, req.tid, stats))
+        await sib.drain()
+        if stats["inds"] > before:
+            latencies.append(stats["last_ind"] - t0)
+        count += 1
+    elapsed = time.perf_counter() - began
+    await sib.close()
+    latencies.sort()
+    return {
+        "updates": count, "rate": count / elapsed, "inds": stats["inds"],
+        "p50": statistics.median(latencies) if latencies else float("nan"),
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        if latencies else float("nan"),
+        "evaluations": sib.core.evaluations,
+    }
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+async def bench(triples: int, sizes: list[int], budget: float, max_updates: int) -> list[dict]:
+    t0 = time.perf_counter()
+    store = seed_store(triples)
+    print(f"store: {len(store)} triples loaded in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    rows = []
+    base = 1
+    for n in sizes:
+        row = {"n": n}
+        for mode, smart in (("smart", True), ("naive", False)):
+            r = await run_mode(store, n, smart, budget, max_updates, base)
+            base += r["updates"] + 1
+            row[mode] = r
+            print(f"n={n} {mode}: {r}", file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| persistent queries | affected / update | smart updates/s | naive updates/s | "
+           "smart / naive | smart IND latency p50 / p99 ms | naive IND latency p50 / p99 ms |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        s, nv = row["smart"], row["naive"]
+        affected = max(1, row["n"] // WATCHED)
+        out.append(f"| {row['n']:,} | {affected} | {s['rate']:,.0f} | {nv['rate']:,.1f} | "
+                   f"{s['rate'] / nv['rate']:.1f}× | {_ms(s['p50'])} / {_ms(s['p99'])} | "
+                   f"{_ms(nv['p50'])} / {_ms(nv['p99'])} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--triples", type=int, default=100_000)
+    ap.add_argument("--queries", default="10,100,1000,10000",
+                    help="comma-separated numbers of persistent queries")
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds of updates per mode")
+    ap.add_argument("--max-updates", type=int, default=2000)
+    ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.triples, args.budget, args.max_updates = 10_000, 0.5, 200
+    sizes = [int(x) for x in args.queries.split(",")]
+    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates))
+    print(f"SIB subscription processing, in-process, {args.triples:,} triples "
+          f"(`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
