@@ -7,7 +7,11 @@ from functools import lru_cache
 
 import pyoxigraph as ox
 
+from ksp.codes import Status
+
 from ksp.terms import DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_STRING, BNode, Literal, Term
+
+from .errors import RequestError
 
 Quad = tuple[Term, Term, Term, IRI]
 _DEFAULT = ox.DefaultGraph()
@@ -26,18 +30,23 @@ def _literal(lit: Literal) -> ox.Literal:
 
 
 def to_ox(term: Term):
-    """The pyoxigraph term of a concrete ksp term (IRI, BNode, Literal)."""
-    if isinstance(term, IRI):
-        return named(term)
-    if isinstance(term, Literal):
-        return _literal(term)
-    if isinstance(term, BNode):
-        return ox.BlankNode(term.label)
+    """The pyoxigraph term of a concrete ksp term (IRI, BNode, Literal). A term the store
+    cannot hold (the codec carries any text as an IRI; oxigraph wants an absolute IRI, a valid
+    language tag) is a RequestError with status 0x04."""
+    try:
+        if isinstance(term, IRI):
+            return named(term)
+        if isinstance(term, Literal):
+            return _literal(term)
+        if isinstance(term, BNode):
+            return ox.BlankNode(term.label)
+    except ValueError as exc:
+        raise RequestError(Status.INVALID_DATA_FORMAT, f"{term!r}: {exc}") from None
     raise TypeError(f"{term!r} is not a concrete RDF term")
 
 
 def graph_to_ox(graph: IRI):
-    return _DEFAULT if graph == DEFAULT_GRAPH else named(graph)
+    return _DEFAULT if graph == DEFAULT_GRAPH else to_ox(graph)
 
 
 def quad_to_ox(q: Quad) -> ox.Quad:
@@ -73,7 +82,7 @@ _S, _P = ox.NamedNode("urn:ksp:s"), ox.NamedNode("urn:ksp:p")
 
 @lru_cache(maxsize=65536)
 def _canonical_literal(lit: Literal) -> Literal:
-    _scratch.add(ox.Quad(_S, _P, _literal(lit)))
+    _scratch.add(ox.Quad(_S, _P, to_ox(lit)))
     stored = next(iter(_scratch))
     _scratch.remove(stored)
     return from_ox(stored.object)

@@ -59,7 +59,7 @@ def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
         # same state gives the same result.
         counter = iter(range(1 << 30))
         bnodes: dict[str, BNode] = {}
-        for t in req.template:
+        for t in req.template or ():
             c = instantiate(t, sol, bnodes, lambda: f"c{i}_{next(counter)}")
             if c is not None:
                 triples.setdefault(c, None)

@@ -10,12 +10,9 @@ from ksp.terms import DEFAULT_GRAPH, IRI, BNode, Literal, Var
 
 from .errors import RequestError
 
+# A graph field that is None is an empty Graph (TC = 0) and valid; these fields have no
+# empty form.
 _REQUIRED: dict[Tx, tuple[str, ...]] = {
-    Tx.DELETE_DATA: ("delete",), Tx.INSERT_DATA: ("insert",),
-    Tx.UPDATE_DATA: ("delete", "insert"),
-    Tx.DELETE: ("delete", "where"), Tx.INSERT: ("insert", "where"),
-    Tx.UPDATE: ("delete", "insert", "where"),
-    Tx.SELECT: ("where",), Tx.ASK: ("where",), Tx.CONSTRUCT: ("template", "where"),
     Tx.CREATE: ("graphs",), Tx.DROP: ("graphs",),
     Tx.COPY: ("source", "target"), Tx.MOVE: ("source", "target"), Tx.ADD: ("source", "target"),
 }

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ksp import DEFAULT_GRAPH, BNode, Literal, Request, Triple, Tx, Var
+from ksp import DEFAULT_GRAPH, BNode, Literal, Request, Status, Triple, Tx, Var
 from ksp.terms import XSD_INTEGER
 from sib import Delta, QuadStore, Sib
 from sib.index import PatternIndex
@@ -51,7 +51,7 @@ def test_a_request_failing_midway_changes_nothing():
         bad = Literal("x", "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString", "bad tag!")
         r = await kp.call(Request(Tx.INSERT_DATA, 1, insert=(Triple(S, P, Literal.of(1)),
                                                               Triple(S, Q, bad))))
-        assert r.status != 0
+        assert r.status == Status.INVALID_DATA_FORMAT
         assert set(sib.store.match()) == set()
     asyncio.run(go())
 

@@ -163,7 +163,7 @@ BAD = [
     (Request(Tx.INSERT_DATA, 1, insert=(t(S, P, Var(0)),)), Status.INVALID_DATA_FORMAT),
     (Request(Tx.DELETE_DATA, 1, delete=(t(BNode("b"), P, S),)), Status.INVALID_DATA_FORMAT),
     (Request(Tx.INSERT_DATA, 1, insert=(t(Literal.of(1), P, S),)), Status.INVALID_DATA_FORMAT),
-    (Request(Tx.INSERT_DATA, 1), Status.INVALID_DATA_FORMAT),
+    (Request(Tx.COPY, 1, source=G1), Status.INVALID_DATA_FORMAT),
     (Request(Tx.CREATE, 1, graphs=(DEFAULT_GRAPH,)), Status.INVALID_DATA_FORMAT),
     (Request(Tx.CREATE, 1, graphs=()), Status.INVALID_DATA_FORMAT),
     (Request(Tx.INSERT_DATA, 1, insert=(t(S, P, S),), options=Options(query_graphs=(G1,))),
