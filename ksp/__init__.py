@@ -7,7 +7,10 @@ from .codec import (
     peek_tid, tcp_frame_length,
 )
 from .codes import VERSION, LiteralType, Member, Op, Opt, Status, Tx
-from .errors import DecodeError, EncodeError, KspError
+from .errors import (
+    DecodeError, EncodeError, KspError, NoSparqlEquivalent, SparqlError, SparqlSyntaxError,
+    UnsupportedSparql,
+)
 from .model import (
     Ack, AskResult, Bind, ConstructResult, Credentials, Expression, Message, Options, Order,
     Request, Response, Result, SelectResult, SolutionModifier,
@@ -19,6 +22,7 @@ from .session import (
     Timing,
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
+from .to_sparql import from_results_json, reads_union, render as to_sparql, results_json
 
 __all__ = [
     "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
@@ -30,4 +34,6 @@ __all__ = [
     "AckReceived", "Event", "IndicationReceived", "KPIdentity", "KPSession", "KPUnreachable",
     "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
     "SessionError", "SIBSession", "Timing",
+    "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql", "to_sparql",
+    "results_json", "from_results_json", "reads_union",
 ]

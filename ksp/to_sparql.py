@@ -1,0 +1,521 @@
+"""KSP requests as SPARQL 1.1 text, and KSP results as SPARQL 1.1 Query Results JSON.
+
+The SIB runs requests on a SPARQL store and the SEPA bridge forwards them to a SPARQL broker,
+so a request's SPARQL is its meaning written in a language both understand. The mapping is
+in docs/sparql.md; the points that shape the code:
+
+- Variable k is `?v{k}` unless a name table says otherwise; a SELECT with no projection
+  (VC = 0) projects the never-bound `?_`, which gives one empty row per solution.
+- A blank node in a WHERE or OPTIONAL pattern is a non-projected variable (§4.4). SPARQL forbids
+  one blank-node label in two blocks, so such blank nodes are written as variables `?_b_<label>`;
+  in templates and DATA they stay `_:<label>`. Labels that are not SPARQL names are spelled as
+  `x_` + UTF-8 hex (`label_name` / `label_from_name` reverse it).
+- The dataset: without graph options KSP reads the union of all graphs; the SPARQL is written for
+  a store whose default graph is that union (pyoxigraph: `use_default_graph_as_union=True`).
+  QUERY GRAPH is `FROM` / `USING`, which cannot name the store's default graph: callers that pass
+  the dataset through an API instead ask for `dataset_clauses=False`. pyoxigraph's union flag
+  overrides FROM, so it is set only when `reads_union(request)`.
+- MAX RESPONSE SIZE and CREDENTIALS are transport matters with no SPARQL form; they are ignored.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from .codes import OPTION_APPLIES, OWL, RDF, RDFS, XSD, Op, Opt, Tx
+from .errors import NoSparqlEquivalent, SparqlError
+from .model import (
+    AskResult, Bind, ConstructResult, Expression, Order, Request, Result, SelectResult,
+)
+from .terms import (
+    DEFAULT_GRAPH, IRI, XSD_BOOLEAN, XSD_INTEGER, XSD_STRING, BNode, Graph, Literal, Term,
+    Triple, Var,
+)
+
+__all__ = [
+    "render", "render_term", "results_json", "from_results_json", "to_ntriples", "var_name",
+    "label_name", "label_from_name", "reads_union", "WELL_KNOWN_PREFIXES", "NO_PROJECTION", "CONSTRUCT_VARS",
+]
+
+#: Prefix names used for these namespaces when a request's prefix list holds them.
+WELL_KNOWN_PREFIXES: dict[str, str] = {RDF: "rdf", RDFS: "rdfs", OWL: "owl", XSD: "xsd"}
+#: The variable a SELECT with VC = 0 projects (never bound: one empty row per solution).
+NO_PROJECTION = "_"
+#: The variables of a CONSTRUCT result in the Query Results JSON form (`results_json`).
+CONSTRUCT_VARS = ("subject", "predicate", "object")
+BNODE_VAR_PREFIX = "_b_"
+
+# SPARQL's PN_CHARS_BASE without the planes above the BMP, which pyoxigraph 0.5 rejects in
+# prefixed names (an IRI with such characters is written in full instead).
+_PN_BASE = ("A-Za-z\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u02FF\u0370-\u037D\u037F-\u1FFF"
+            "\u200C-\u200D\u2070-\u218F\u2C00-\u2FEF\u3001-\uD7FF\uF900-\uFDCF\uFDF0-\uFFFD")
+_PN_U = _PN_BASE + "_"
+_PN = _PN_U + "\\-0-9\u00B7\u0300-\u036F\u203F-\u2040"
+# PN_LOCAL without escapes and percent-encodings; a local part outside it is written as <IRI>.
+_PN_LOCAL = re.compile(f"(?:[{_PN_U}:0-9](?:[{_PN}.:]*[{_PN}:])?)?")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_IRIREF_BAD = re.compile('[\x00-\x20<>"{}|^`\\\\]')
+_VARNAME = re.compile(f"[{_PN_U}0-9][{_PN_U}0-9\u00B7\u0300-\u036F\u203F-\u2040]*")
+_LANGTAG = re.compile(r"[a-zA-Z]+(?:-[a-zA-Z0-9]+)*")
+_PLAIN_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+_BARE_INTEGER = re.compile(r"0|[1-9][0-9]*")
+_ECHAR = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
+          "\f": "\\f"}
+_ECHAR_RE = re.compile('[\\\\"\n\r\t\b\f]')
+
+# Operator precedence in SPARQL's grammar (higher binds tighter).
+_PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 3, Op.GT: 3, Op.LE: 3, Op.GE: 3,
+         Op.ADD: 4, Op.SUB: 4, Op.MUL: 5, Op.DIV: 5, Op.NOT: 6, Op.NEG: 6}
+_PRIMARY = 7
+
+
+def label_name(label: str) -> str:
+    """A blank-node label as a SPARQL name: itself when it is one, else `x_` + UTF-8 hex."""
+    if _PLAIN_LABEL.fullmatch(label) and not label.startswith("x_"):
+        return label
+    return "x_" + label.encode("utf-8", "surrogatepass").hex()
+
+
+def label_from_name(name: str) -> str:
+    """Inverse of `label_name` (names it never produces are labels as they stand)."""
+    if name.startswith("x_"):
+        try:
+            return bytes.fromhex(name[2:]).decode("utf-8")
+        except ValueError:
+            pass
+    return name
+
+
+def var_name(index: int, names: Sequence[str] | None = None) -> str:
+    """The SPARQL name (without `?`) of variable `index`."""
+    if names is not None and index < len(names):
+        return names[index]
+    return f"v{index}"
+
+
+class _Writer:
+    """Writes terms of one request: its prefix names, variable names and blank-node mode."""
+
+    def __init__(self, prefixes: Iterable[str] | None, names: Sequence[str] | None,
+                 bare_literals: bool = True):
+        self.names = names
+        self.bare = bare_literals  # `42`, `true` (N-Triples has no such short forms)
+        self.declared: list[tuple[str, str]] = []  # (name, namespace) in list order
+        taken: set[str] = set()
+        for k, ns in enumerate(prefixes or (), 1):
+            if _IRIREF_BAD.search(ns) or not _SCHEME.match(ns):
+                continue  # not an absolute IRI SPARQL can write: only an encoding hint, dropped
+            name = WELL_KNOWN_PREFIXES.get(ns, f"p{k}")
+            if name in taken:
+                name = f"p{k}"
+            taken.add(name)
+            self.declared.append((name, ns))
+        # Longest namespace first (§10.2's rule), earliest on a tie.
+        self.by_length = sorted(self.declared, key=lambda e: -len(e[1]))
+
+    def prologue(self) -> str:
+        return "".join(f"PREFIX {name}: <{ns}>\n" for name, ns in self.declared)
+
+    def iri(self, iri: str, what: str = "IRI") -> str:
+        if not iri or _IRIREF_BAD.search(iri):
+            raise NoSparqlEquivalent(
+                what, f"{what} {iri!r} cannot be written in SPARQL (empty, or a space, control "
+                      "character or one of <>\"{}|^`\\ that an IRIREF cannot hold)")
+        for name, ns in self.by_length:
+            if iri.startswith(ns) and _PN_LOCAL.fullmatch(iri, len(ns)):
+                return f"{name}:{iri[len(ns):]}"
+        return f"<{iri}>"
+
+    def var(self, index: int) -> str:
+        name = var_name(index, self.names)
+        if not _VARNAME.fullmatch(name):
+            raise NoSparqlEquivalent("variable name", f"{name!r} is not a SPARQL variable name")
+        return "?" + name
+
+    def literal(self, lit: Literal) -> str:
+        lex = lit.lexical
+        if lit.lang is not None:
+            if not _LANGTAG.fullmatch(lit.lang):
+                raise NoSparqlEquivalent("language tag",
+                                         f"language tag {lit.lang!r} is not a SPARQL LANGTAG")
+            return f"{_quote(lex)}@{lit.lang}"
+        dt = lit.datatype
+        if dt == XSD_STRING:
+            return _quote(lex)
+        if self.bare and ((dt == XSD_INTEGER and _BARE_INTEGER.fullmatch(lex))
+                          or (dt == XSD_BOOLEAN and lex in ("true", "false"))):
+            return lex
+        return f"{_quote(lex)}^^{self.iri(dt, 'datatype IRI')}"
+
+    def term(self, t: Term, in_pattern: bool) -> str:
+        """`in_pattern`: a WHERE/OPTIONAL pattern, where blank nodes are variables (§4.4)."""
+        if isinstance(t, Var):
+            return self.var(t.index)
+        if isinstance(t, IRI):
+            return self.iri(t)
+        if isinstance(t, Literal):
+            return self.literal(t)
+        if isinstance(t, BNode):
+            name = label_name(t.label)
+            return f"?{BNODE_VAR_PREFIX}{name}" if in_pattern else f"_:{name}"
+        if isinstance(t, str):  # a plain str where an IRI was meant
+            return self.iri(t)
+        raise NoSparqlEquivalent("term", f"{t!r} is not a KSP term")
+
+    def triples(self, graph: Graph | None, in_pattern: bool, indent: str) -> list[str]:
+        return [f"{indent}{self.term(s, in_pattern)} {self.term(p, in_pattern)} "
+                f"{self.term(o, in_pattern)} ." for s, p, o in graph or ()]
+
+    def graph_name(self, name: IRI) -> str:
+        return "DEFAULT" if name == DEFAULT_GRAPH else "GRAPH " + self.iri(name, "graph name")
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def expression(self, expr: Expression) -> str:
+        """RPN (§8) → infix SPARQL with the parentheses precedence needs, and no more."""
+        stack: list[tuple[int, str]] = []  # (precedence, text)
+        prev: object = None
+        for token in expr:
+            if isinstance(token, Op):
+                n = token.arity
+                if len(stack) < n:
+                    raise NoSparqlEquivalent("expression", f"malformed RPN expression {expr!r}: "
+                                                           f"{token.name} lacks operands")
+                args = stack[len(stack) - n:]
+                del stack[len(stack) - n:]
+                stack.append(self._apply(token, args, prev))
+            else:
+                stack.append((_PRIMARY, self.term(token, True)))
+            prev = token
+        if len(stack) != 1:
+            raise NoSparqlEquivalent("expression", f"malformed RPN expression {expr!r}: "
+                                                   f"leaves {len(stack)} values")
+        return stack[0][1]
+
+    @staticmethod
+    def _apply(op: Op, args: list[tuple[int, str]], prev: object) -> tuple[int, str]:
+        if op is Op.BOUND:
+            if not isinstance(prev, Var):
+                raise NoSparqlEquivalent("expression", "bound() must follow a variable (§8.2)")
+            return _PRIMARY, f"bound({args[0][1]})"
+        if op is Op.REGEX or op is Op.REGEX_FLAGS:
+            return _PRIMARY, f"regex({', '.join(text for _, text in args)})"
+        prec = _PREC[op]
+        if op.arity == 1:
+            (p, text), = args
+            return prec, f"{op.symbol}{text if p == _PRIMARY else f'({text})'}"
+        (lp, left), (rp, right) = args
+        # Left-associative operators keep a left operand of equal precedence bare; relational
+        # ones are not associative in SPARQL, so an equal-precedence operand needs parentheses.
+        if lp < prec or (lp == prec and prec == 3):
+            left = f"({left})"
+        if rp <= prec:
+            right = f"({right})"
+        return prec, f"{left} {op.symbol} {right}"
+
+
+def _quote(text: str) -> str:
+    return '"' + _ECHAR_RE.sub(lambda m: _ECHAR[m.group()], text) + '"'
+
+
+def render_term(term: Term, prefixes: Iterable[str] | None = None,
+                names: Sequence[str] | None = None) -> str:
+    """One term as SPARQL (a blank node as `_:label`)."""
+    return _Writer(prefixes, names).term(term, False)
+
+
+# -- requests ------------------------------------------------------------------------------
+
+def render(request: Request, *, names: Sequence[str] | None = None,
+           dataset_clauses: bool = True) -> str:
+    """SPARQL 1.1 text with the meaning of `request` (docs/sparql.md has the mapping).
+
+    `names[k]` names variable k (default `v{k}`). `dataset_clauses=False` leaves out FROM /
+    USING for a caller that gives the store the QUERY GRAPH dataset itself. Raises
+    `NoSparqlEquivalent` for TERMINATE and RESET, options the transaction does not take, and
+    terms SPARQL cannot write.
+    """
+    tx = Tx(request.tx)
+    if tx in (Tx.TERMINATE, Tx.RESET):
+        raise NoSparqlEquivalent(tx.name, f"{tx.name} ends persistent transactions of a KP "
+                                          "session and has no SPARQL 1.1 equivalent")
+    opts = request.options
+    for opt, value in zip(Opt, opts):
+        if value is not None and opt is not Opt.PREFIX and tx not in OPTION_APPLIES[opt]:
+            raise NoSparqlEquivalent(opt.name, f"option {opt.name} does not apply to {tx.name}")
+    w = _Writer(opts.prefixes, names)
+    base = tx.base
+    if tx.is_query:
+        body = _query(w, request, base, dataset_clauses)
+    elif tx.is_pattern_update:
+        body = _pattern_update(w, request, base, dataset_clauses)
+    elif tx.is_data_update:
+        body = _data_update(w, request, tx)
+    else:
+        body = _management(w, request, tx)
+    return w.prologue() + body
+
+
+def _group(w: _Writer, request: Request, optional: Sequence[Graph], indent: str = "  "
+           ) -> list[str]:
+    """The inside of a WHERE group: triples, OPTIONAL groups, BINDs, FILTERs."""
+    lines = w.triples(request.where, True, indent)
+    for g in optional:
+        lines.append(indent + _block("OPTIONAL", w.triples(g, True, indent + "  "), indent))
+    opts = request.options
+    if opts.binds:
+        in_scope = _pattern_vars(request.where, optional)
+        for b in opts.binds:
+            lines.append(f"{indent}BIND({w.expression(b.expr)} AS {w.var(b.var)})")
+            _check_bind(b, in_scope)
+            in_scope.add(b.var)
+    for f in opts.filters or ():
+        lines.append(f"{indent}FILTER({w.expression(f)})")
+    return lines
+
+
+def reads_union(request: Request) -> bool:
+    """Does the request match against the union of all graphs (no QUERY GRAPH option)?"""
+    return not request.options.query_graphs
+
+
+def _pattern_vars(where: Graph | None, optional: Sequence[Graph]) -> set[int]:
+    found = set()
+    for g in (where or (), *optional):
+        for t in g:
+            found.update(m.index for m in t if isinstance(m, Var))
+    return found
+
+
+def _check_bind(b: Bind, in_scope: set[int]) -> None:
+    if b.var in in_scope:
+        raise NoSparqlEquivalent(
+            "BIND", f"BIND to variable {b.var}, which the pattern or an earlier BIND already "
+                    "binds: SPARQL only binds a new variable")
+
+
+def _where(w: _Writer, request: Request, optional: Sequence[Graph]) -> str:
+    return _block("WHERE", _group(w, request, optional))
+
+
+def _dataset(w: _Writer, graphs: Sequence[IRI] | None, keyword: str, enabled: bool) -> str:
+    if not graphs or not enabled:
+        return ""
+    if DEFAULT_GRAPH in graphs:
+        raise NoSparqlEquivalent(
+            "QUERY GRAPH", "QUERY GRAPH naming the default graph has no SPARQL form: FROM and "
+                           "USING cannot name the store's default graph (render with "
+                           "dataset_clauses=False and give the store the dataset)")
+    return "".join(f"{keyword} {w.iri(g, 'graph name')}\n" for g in graphs)
+
+
+def _query(w: _Writer, request: Request, base: Tx, dataset_clauses: bool) -> str:
+    opts = request.options
+    mod = opts.modifier
+    head = ""
+    if base is Tx.SELECT:
+        vc = request.projection or 0
+        projected = " ".join(w.var(k) for k in range(vc)) if vc else "?" + NO_PROJECTION
+        head = f"SELECT {'DISTINCT ' if mod and mod.distinct else ''}{projected}\n"
+    elif base is Tx.ASK:
+        head = "ASK\n"
+    else:
+        head = _block("CONSTRUCT", w.triples(request.template, False, "  ")) + "\n"
+    from_ = _dataset(w, opts.query_graphs, "FROM", dataset_clauses)
+    where = _where(w, request, request.optional or ())
+    if base is Tx.CONSTRUCT and mod and mod.distinct:
+        # CONSTRUCT has no DISTINCT: distinct solutions (before OFFSET/LIMIT) by a subquery.
+        sub = _group(w, request, request.optional or (), "    ")
+        return (head + from_ + "WHERE {\n  SELECT DISTINCT * WHERE {\n" + "\n".join(sub)
+                + "\n  }" + _modifiers(w, mod, "\n  ") + "\n}")
+    return head + from_ + where + _modifiers(w, mod, "\n")
+
+
+def _modifiers(w: _Writer, mod, sep: str) -> str:
+    if mod is None:
+        return ""
+    parts = []
+    if mod.order != Order.NONE:
+        if mod.order_var is None:
+            raise NoSparqlEquivalent("SOLUTION MODIFIER", "an order without a variable")
+        parts.append(f"ORDER BY {'ASC' if mod.order == Order.ASC else 'DESC'}"
+                     f"({w.var(mod.order_var)})")
+    if mod.limit is not None:
+        parts.append(f"LIMIT {mod.limit}")
+    if mod.offset is not None:
+        parts.append(f"OFFSET {mod.offset}")
+    return "".join(sep + p for p in parts)
+
+
+def _quads(w: _Writer, graph: Graph | None, targets: Sequence[IRI] | None) -> list[str]:
+    """`graph` written into each target graph (the default graph without a graph option)."""
+    lines: list[str] = []
+    if not graph:
+        return lines
+    for target in targets or (DEFAULT_GRAPH,):
+        if target == DEFAULT_GRAPH:
+            lines += w.triples(graph, False, "  ")
+        else:
+            lines.append(f"  GRAPH {w.iri(target, 'graph name')} {{")
+            lines += w.triples(graph, False, "    ")
+            lines.append("  }")
+    return lines
+
+
+def _block(keyword: str, lines: list[str], indent: str = "") -> str:
+    """`keyword { lines }`, the closing brace at `indent`."""
+    return f"{keyword} {{\n" + "\n".join(lines) + f"\n{indent}}}" if lines else f"{keyword} {{ }}"
+
+
+def _delete_insert(w: _Writer, request: Request, base: Tx, suffix: str) -> list[str]:
+    """The DELETE and INSERT parts (`suffix` " DATA" for DATA updates) the transaction has."""
+    opts = request.options
+    parts = []
+    if base not in (Tx.INSERT, Tx.INSERT_DATA):
+        parts.append(_block("DELETE" + suffix, _quads(w, request.delete, opts.delete_graphs)))
+    if base not in (Tx.DELETE, Tx.DELETE_DATA):
+        parts.append(_block("INSERT" + suffix, _quads(w, request.insert, opts.insert_graphs)))
+    return parts
+
+
+def _data_update(w: _Writer, request: Request, tx: Tx) -> str:
+    # UPDATE DATA is two operations of one request, applied atomically (as KSP's).
+    return " ;\n".join(_delete_insert(w, request, tx, " DATA"))
+
+
+def _pattern_update(w: _Writer, request: Request, base: Tx, dataset_clauses: bool) -> str:
+    opts = request.options
+    using = _dataset(w, opts.query_graphs, "USING", dataset_clauses)
+    return ("\n".join(_delete_insert(w, request, base, "")) + "\n" + using
+            + _where(w, request, opts.optional or ()))
+
+
+def _management(w: _Writer, request: Request, tx: Tx) -> str:
+    if tx in (Tx.CREATE, Tx.DROP):
+        graphs = request.graphs or ()
+        if not graphs:
+            raise NoSparqlEquivalent(tx.name, f"{tx.name} of no graph (GC = 0)")
+        if tx is Tx.CREATE and DEFAULT_GRAPH in graphs:
+            raise NoSparqlEquivalent("CREATE", "CREATE of the default graph (§5.3)")
+        return " ;\n".join(f"{tx.name} {w.graph_name(g)}" for g in graphs)
+    if request.source is None or request.target is None:
+        raise NoSparqlEquivalent(tx.name, f"{tx.name} needs a source and a target graph")
+    return f"{tx.name} {_default_or(w, request.source)} TO {_default_or(w, request.target)}"
+
+
+def _default_or(w: _Writer, name: IRI) -> str:
+    return "DEFAULT" if name == DEFAULT_GRAPH else w.iri(name, "graph name")
+
+
+# -- results -------------------------------------------------------------------------------
+
+def _term_json(term: Term) -> dict:
+    if isinstance(term, IRI):
+        return {"type": "uri", "value": str(term)}
+    if isinstance(term, BNode):
+        return {"type": "bnode", "value": term.label}
+    if isinstance(term, Literal):
+        out = {"type": "literal", "value": term.lexical}
+        if term.lang is not None:
+            out["xml:lang"] = term.lang
+        elif term.datatype != XSD_STRING:
+            out["datatype"] = term.datatype
+        return out
+    raise SparqlError(f"{term!r} cannot be a result term")
+
+
+def results_json(result: Result, names: Sequence[str] | None = None) -> dict:
+    """A KSP result in the W3C SPARQL 1.1 Query Results JSON format.
+
+    SELECT: `head.vars` are the variable names (`names` or `v{k}`), unbound variables are
+    absent from their binding. ASK: `{"head": {}, "boolean": …}`. CONSTRUCT: one binding per
+    triple over the variables `subject`, `predicate`, `object` (`CONSTRUCT_VARS`), so that the
+    same JSON reader handles every result; `to_ntriples` gives the graph as N-Triples. TRC (the
+    `total` of a paged result) has no place in the format and is not carried.
+    """
+    if isinstance(result, AskResult):
+        return {"head": {}, "boolean": bool(result.value)}
+    if isinstance(result, ConstructResult):
+        return {"head": {"vars": list(CONSTRUCT_VARS)},
+                "results": {"bindings": [
+                    {k: _term_json(m) for k, m in zip(CONSTRUCT_VARS, t)}
+                    for t in result.triples]}}
+    if isinstance(result, SelectResult):
+        vars_ = [var_name(k, names) for k in range(result.variables)]
+        return {"head": {"vars": vars_},
+                "results": {"bindings": [
+                    {v: _term_json(t) for v, t in zip(vars_, row) if t is not None}
+                    for row in result.rows]}}
+    raise SparqlError(f"{result!r} is not a KSP query result")
+
+
+def _term_from_json(obj: object) -> Term:
+    if not isinstance(obj, dict):
+        raise SparqlError(f"a result term must be a JSON object, not {obj!r}")
+    kind, value = obj.get("type"), obj.get("value")
+    if not isinstance(value, str):
+        raise SparqlError(f"result term {obj!r} has no string value")
+    if kind == "uri":
+        return IRI(value)
+    if kind == "bnode":
+        if not value:
+            raise SparqlError("a blank node needs a label")
+        return BNode(value)
+    if kind in ("literal", "typed-literal"):  # typed-literal: the 2008 form
+        lang, dt = obj.get("xml:lang"), obj.get("datatype")
+        if lang is not None:
+            if not isinstance(lang, str) or not lang:
+                raise SparqlError(f"bad xml:lang in {obj!r}")
+            return Literal.lang_string(value, lang)
+        if dt is None:
+            return Literal(value)
+        if not isinstance(dt, str) or not dt:
+            raise SparqlError(f"bad datatype in {obj!r}")
+        return Literal(value, dt)
+    raise SparqlError(f"result term type {kind!r} is not supported (uri, bnode, literal)")
+
+
+def from_results_json(obj: object, names: Sequence[str] | None = None,
+                      form: Tx | None = None) -> Result:
+    """The KSP result of a SPARQL 1.1 Query Results JSON document (the reverse of
+    `results_json`). `names[k]` is the JSON variable of KSP variable k (default: `head.vars`
+    in order); `form=Tx.CONSTRUCT` reads the `subject/predicate/object` form as triples.
+    Malformed documents raise `SparqlError`."""
+    if not isinstance(obj, dict):
+        raise SparqlError("a SPARQL results document is a JSON object")
+    if "boolean" in obj:
+        if not isinstance(obj["boolean"], bool):
+            raise SparqlError("'boolean' must be true or false")
+        return AskResult(obj["boolean"])
+    head, results = obj.get("head"), obj.get("results")
+    if not isinstance(head, dict) or not isinstance(results, dict):
+        raise SparqlError("a SELECT results document needs 'head' and 'results' objects")
+    bindings = results.get("bindings")
+    if not isinstance(bindings, list) or not all(isinstance(b, dict) for b in bindings):
+        raise SparqlError("'results.bindings' must be a list of objects")
+    if form is not None and Tx(form).base is Tx.CONSTRUCT:
+        triples = []
+        for b in bindings:
+            try:
+                triples.append(Triple(*(_term_from_json(b[k]) for k in CONSTRUCT_VARS)))
+            except KeyError as e:
+                raise SparqlError(f"a CONSTRUCT binding lacks {e.args[0]!r}") from None
+        return ConstructResult(tuple(triples))
+    if names is None:
+        names = head.get("vars", [])
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            raise SparqlError("'head.vars' must be a list of names")
+    rows = tuple(tuple(_term_from_json(b[v]) if v in b else None for v in names)
+                 for b in bindings)
+    return SelectResult(len(names), rows)
+
+
+def to_ntriples(triples: Iterable[Triple]) -> str:
+    """Ground triples as N-Triples (one per line), e.g. a CONSTRUCT result for a SPARQL client."""
+    w = _Writer(None, None, bare_literals=False)
+    lines = []
+    for t in triples:
+        if any(isinstance(m, Var) for m in t):
+            raise SparqlError(f"{t!r} has a variable: N-Triples holds ground triples only")
+        lines.append(f"{w.term(t.s, False)} {w.term(t.p, False)} {w.term(t.o, False)} .\n")
+    return "".join(lines)
