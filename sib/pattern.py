@@ -1,19 +1,28 @@
 """A request's graph pattern (Where graph, optional groups, FILTER, BIND, QUERY GRAPH) and its
-evaluation on the store to solutions: tuples indexed by variable index (None = unbound)."""
+evaluation on the store to solutions: tuples indexed by variable index (None = unbound).
+
+The SPARQL text comes from the project's one renderer, `ksp.to_sparql.render`, of a SELECT
+request carrying the pattern; the dataset (union of all graphs, or the QUERY GRAPH list, which
+may name the default graph) is given to pyoxigraph through its API, not as FROM clauses."""
 from __future__ import annotations
 
 from functools import cached_property
 
 from ksp.codes import Status
-from ksp.model import Expression, Request, SolutionModifier
+from ksp.errors import NoSparqlEquivalent, SparqlError
+from ksp.model import Expression, Options, Request, SolutionModifier
+from ksp.codes import Tx
 from ksp.terms import IRI, Triple, Var
+from ksp.to_sparql import render
 
 from .errors import RequestError
 from .oxterms import from_ox, graph_to_ox
-from .render import RenderError, render_select
 from .store import QuadStore
 
 Solution = tuple  # tuple[Term | None, ...], index = variable index
+
+#: `NoSparqlEquivalent.feature` values that come from an option (status 0x06, not 0x04).
+_OPTION_FEATURES = frozenset({"BIND", "expression", "SOLUTION MODIFIER", "variable name"})
 
 
 def _expr_vars(expr: Expression):
@@ -43,19 +52,31 @@ class Pattern:
         """Every triple pattern whose matches can change the solutions (for the index)."""
         return self.where + tuple(t for g in self.optional for t in g)
 
-    def solutions(self, store: QuadStore, projection: tuple[int, ...] | None = None,
-                  modifier: SolutionModifier | None = None) -> list[Solution]:
-        """Solutions projected on `projection` (default: every variable, in index order)."""
-        if projection is None:
-            projection = tuple(range(self.nvars))
+    def sparql(self, projection: int, modifier: SolutionModifier | None) -> str:
+        """SELECT text projecting variables 0 … projection-1 (cached per projection/modifier)."""
         text = self._texts.get((projection, modifier))
         if text is None:
+            request = Request(Tx.SELECT, 0, projection=projection, where=self.where,
+                              optional=self.optional, options=Options(
+                                  filters=self.filters or None, binds=self.binds or None,
+                                  modifier=modifier))
             try:
-                text = render_select(self.where, self.optional, self.filters, self.binds,
-                                     projection, modifier)
-            except RenderError as exc:
-                raise RequestError(Status.INVALID_OPTION_FORMAT, str(exc)) from None
+                text = render(request, dataset_clauses=False)
+            except NoSparqlEquivalent as exc:
+                status = (Status.INVALID_OPTION_FORMAT
+                          if exc.feature in _OPTION_FEATURES else Status.INVALID_DATA_FORMAT)
+                raise RequestError(status, str(exc)) from None
+            except SparqlError as exc:
+                raise RequestError(Status.INVALID_DATA_FORMAT, str(exc)) from None
             self._texts[(projection, modifier)] = text
+        return text
+
+    def solutions(self, store: QuadStore, projection: int | None = None,
+                  modifier: SolutionModifier | None = None) -> list[Solution]:
+        """Solutions projected on variables 0 … projection-1 (default: every variable)."""
+        if projection is None:
+            projection = self.nvars
+        text = self.sparql(projection, modifier)
         if self.graphs is None:
             kwargs = {"use_default_graph_as_union": True}
         else:

@@ -43,10 +43,10 @@ def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
     base = req.tx.base
     modifier = req.options.modifier
     if base is Tx.ASK:
-        return AskResult(bool(pattern.solutions(store, (), _ASK_MODIFIER)))
+        return AskResult(bool(pattern.solutions(store, 0, _ASK_MODIFIER)))
     if base is Tx.SELECT:
         vc = req.projection or 0
-        rows = pattern.solutions(store, tuple(range(vc)), modifier)
+        rows = pattern.solutions(store, vc, modifier)
         if not _ordered(modifier):
             rows.sort(key=_row_key)
         return SelectResult(vc, tuple(rows))
