@@ -134,3 +134,17 @@ def test_unordered_results_are_in_one_canonical_order():
         req = Request(Tx.SELECT, 1, projection=2, where=(t(Var(0), Var(1), Var(2)),))
         assert (await a.call(req)).result == (await b.call(req)).result
     query(go)
+
+
+def test_construct_result_within_max_response_size():
+    async def go():
+        sib, kp = await people()
+        req = Request(Tx.CONSTRUCT, 1, template=(t(Var(0), ex("aged"), Var(1)),),
+                      where=(t(Var(0), AGE, Var(1)),), options=Options(max_response_size=40))
+        res = await kp.call(req)
+        assert len(res.result.triples) == 7
+        wire = encode(res, TCP, max_size=40)
+        got = decode_sib_message(wire, TCP, answers=Tx.CONSTRUCT).result
+        assert len(wire) <= 40 and got.total == 7 and len(got.triples) < 7
+        assert set(got.triples) <= set(res.result.triples)
+    query(go)
