@@ -28,3 +28,10 @@ def test_bench_updates_keep_one_value_per_sensor():
                                    start_value=start))
     for k in range(bench.WATCHED):
         assert len(store.match(bench.sensor(k), bench.VALUE)) == 1
+
+
+def test_fixed_scenario_affects_exactly_one_query_per_update():
+    store = bench.seed_store(1_000)
+    r = asyncio.run(bench.run_mode(store, 300, True, budget=60.0, max_updates=10,
+                                   start_value=1, fixed=True))
+    assert r["inds"] == 10 + 300 and r["evaluations"] == 10

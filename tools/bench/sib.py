@@ -11,6 +11,9 @@ rest filler of the same shape), and for each size n of persistent queries, n dis
 UPDATE DATA moving one watched sensor to a new value, so about 1 % of the queries (at least
 one: with 10 queries, 10 %) are affected and each sends an IND.
 
+With ``--scenario fixed`` exactly one query is affected by every update (query 0 watches sensor 0,
+which every update moves; the others watch sensors 1–99): the cost of the unaffected ones.
+
 Reported per n: updates/s for smart and naive and their ratio (same run, same store), and the
 update-to-IND latency (submit → the last IND of that update recorded) p50/p99 for each mode.
 """
@@ -66,19 +69,26 @@ class _Channel:
         pass
 
 
-def query(j: int) -> Request:
+def watched(j: int, fixed: bool) -> int:
+    """The sensor query j watches."""
+    if fixed:
+        return 0 if j == 0 else 1 + j % (WATCHED - 1)
+    return j % WATCHED
+
+
+def query(j: int, fixed: bool = False) -> Request:
     return Request(Tx.SELECT_PERSISTENT, j, projection=1,
-                   where=(Triple(sensor(j % WATCHED), VALUE, Var(0)),),
+                   where=(Triple(sensor(watched(j, fixed)), VALUE, Var(0)),),
                    options=Options(filters=((Var(0), Literal.of(-j), Op.GT),)))
 
 
 async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
-                   start_value: int) -> dict:
+                   start_value: int, fixed: bool = False) -> dict:
     sib = Sib(store, smart=smart)
     stats = {"inds": 0, "last_ind": 0.0}
     kp = KPIdentity(addr=("bench", 1))
     for j in range(n):
-        sib.submit(query(j), _Channel(kp, j, stats))
+        sib.submit(query(j, fixed), _Channel(kp, j, stats))
     await sib.drain()
     writer = KPIdentity(addr=("writer", 1))
     latencies: list[float] = []
@@ -86,7 +96,8 @@ async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_upd
     began = time.perf_counter()
     count = 0
     while count < max_updates and (count < 3 or time.perf_counter() - began < budget):
-        k = count * 37 % min(n, WATCHED)  # a watched sensor: every update sends INDs
+        # a watched sensor: every update sends INDs
+        k = 0 if fixed else count * 37 % min(n, WATCHED)
         new = Literal.of(start_value + count)
         req = Request(Tx.UPDATE_DATA, count % 60000,
                       delete=tuple(Triple(sensor(k), VALUE, v) for v in values[k]),
@@ -115,7 +126,8 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f}"
 
 
-async def bench(triples: int, sizes: list[int], budget: float, max_updates: int) -> list[dict]:
+async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
+                fixed: bool = False) -> list[dict]:
     t0 = time.perf_counter()
     store = seed_store(triples)
     print(f"store: {len(store)} triples loaded in {time.perf_counter() - t0:.1f} s",
@@ -125,7 +137,7 @@ async def bench(triples: int, sizes: list[int], budget: float, max_updates: int)
     for n in sizes:
         row = {"n": n}
         for mode, smart in (("smart", True), ("naive", False)):
-            r = await run_mode(store, n, smart, budget, max_updates, base)
+            r = await run_mode(store, n, smart, budget, max_updates, base, fixed)
             base += r["updates"] + 1
             row[mode] = r
             print(f"n={n} {mode}: {r}", file=sys.stderr)
@@ -133,13 +145,13 @@ async def bench(triples: int, sizes: list[int], budget: float, max_updates: int)
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], fixed: bool = False) -> str:
     out = ["| persistent queries | affected / update | smart updates/s | naive updates/s | "
            "smart / naive | smart IND latency p50 / p99 ms | naive IND latency p50 / p99 ms |",
            "|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         s, nv = row["smart"], row["naive"]
-        affected = max(1, row["n"] // WATCHED)
+        affected = 1 if fixed else max(1, row["n"] // WATCHED)
         out.append(f"| {row['n']:,} | {affected} | {s['rate']:,.0f} | {nv['rate']:,.1f} | "
                    f"{s['rate'] / nv['rate']:.1f}× | {_ms(s['p50'])} / {_ms(s['p99'])} | "
                    f"{_ms(nv['p50'])} / {_ms(nv['p99'])} |")
@@ -153,15 +165,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     help="comma-separated numbers of persistent queries")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds of updates per mode")
     ap.add_argument("--max-updates", type=int, default=2000)
+    ap.add_argument("--scenario", choices=("one-percent", "fixed"), default="one-percent",
+                    help="about 1 %% of the queries affected per update, or exactly one")
     ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
     args = ap.parse_args(argv)
     if args.quick:
         args.triples, args.budget, args.max_updates = 10_000, 0.5, 200
     sizes = [int(x) for x in args.queries.split(",")]
-    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates))
+    fixed = args.scenario == "fixed"
+    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates, fixed))
     print(f"SIB subscription processing, in-process, {args.triples:,} triples "
           f"(`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
-    print(table(rows))
+    print(table(rows, fixed))
     return 0
 
 
