@@ -31,9 +31,11 @@ from collections.abc import Iterable
 from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
+from ksp.terms import IRI, Literal
 
 from .errors import RequestError
 from .index import PatternIndex
+from .oxterms import to_ox
 from .pattern import Pattern
 from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
 from .query import evaluate
@@ -130,7 +132,12 @@ class SibCore:
             return Response(req.tid, Status.OK, evaluate(self.store, req, pattern)), None
         # pattern updates
         if tx.persistent:
-            pattern.solutions(self.store)  # refuse what cannot be evaluated, before registering
+            # Refuse what cannot be evaluated or written, before registering.
+            pattern.solutions(self.store)
+            for t in (*(req.delete or ()), *(req.insert or ())):
+                for term in t:
+                    if isinstance(term, (IRI, Literal)):
+                        to_ox(term)
             rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
             self._replace((kp, req.tid))
             self._rules[rule.id] = rule
@@ -248,10 +255,15 @@ class SibCore:
                     continue
                 fired[rid] += 1
                 total += 1
-                d = template_delta(self.store, rule.request, solutions, self._fresh)
+                try:
+                    d = template_delta(self.store, rule.request, solutions, self._fresh)
+                    self.store.apply(d)
+                except Exception:
+                    log.exception("rule %d of %s failed", rule.tid, rule.kp)
+                    self._terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
+                    continue
                 if not d:
                     continue
-                self.store.apply(d)
                 touched += d.quads
                 for other in self._affected_rules(d.quads):
                     if other > rid:
@@ -274,7 +286,13 @@ class SibCore:
             if group is None:
                 continue
             self.evaluations += 1
-            result = evaluate(self.store, group.request, group.pattern)
+            try:
+                result = evaluate(self.store, group.request, group.pattern)
+            except Exception:
+                log.exception("persistent query group %d failed", gid)
+                for key in list(group.members):
+                    self._terminate(key, Status.INTERNAL_ERROR)
+                continue
             if result == group.result:
                 continue
             group.result = result

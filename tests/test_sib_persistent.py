@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ksp import (
-    AskResult, Literal, Options, Request, Response, SelectResult, Status, Triple, Tx, Var,
+    IRI, AskResult, Literal, Options, Request, Response, SelectResult, Status, Triple, Tx, Var,
 )
 from ksp.codes import Op
 from ksp.model import Bind
@@ -230,4 +230,15 @@ def test_close_terminates_persistent_operations():
         await r.call(subscribe(1))
         await sib.close()
         assert r.inds(1) == [Response(1, Status.TERMINATED, indication=True)]
+    run(go)
+
+
+def test_rule_with_a_template_term_the_store_cannot_hold_is_refused():
+    async def go():
+        sib = Sib()
+        kp = Client(sib)
+        bad = Request(Tx.INSERT_PERSISTENT, 1, insert=(t(Var(0), ex("x"), IRI("é:x")),),
+                      where=(t(Var(0), P, Var(1)),))
+        assert (await kp.call(bad)).status == Status.INVALID_DATA_FORMAT
+        assert sib.core.persistent_count == 0
     run(go)
