@@ -17,9 +17,11 @@ After a change (an update, a graph operation, a new rule):
    affect is evaluated once against the final state; when its result differs from the last one
    sent, each member gets an IND with the full result.
 
-Which rules and groups a delta "can affect" comes from the pattern index (smart mode) or is
-simply all of them (naive mode, SEPA's broker: re-evaluate everything after every update). The
-two send identical INDs; the naive mode is the oracle for that and the benchmark baseline.
+Which rules and groups a write "can affect" comes from the pattern index, screened with the
+changed quad bound (`sib.screen`; removed quads against the state before the write, added ones
+after), in smart mode, or is simply all of them (naive mode, SEPA's broker: re-evaluate
+everything after every update). The two send identical INDs; the naive mode is the oracle for
+that and the benchmark baseline.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ksp.terms import IRI, Literal
 
 from .errors import RequestError
 from .index import PatternIndex
+from .screen import could_use
 from .oxterms import to_ox
 from .pattern import Pattern
 from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
@@ -61,6 +64,9 @@ class SibCore:
         self._group_index = PatternIndex()
         self._rule_index = PatternIndex()
         self._next_id = 0
+        # What the writes of the current request (and its cascade) changed and can affect.
+        self._changed = False
+        self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
 
     # -- public ---------------------------------------------------------------------------
@@ -73,6 +79,8 @@ class SibCore:
         """Execute `request`, answer it on `channel`, then run the persistent operations."""
         kp = channel.kp
         after = None
+        self._changed = False
+        self._dirty_groups.clear()
         try:
             check_request(request)
             response, after = self._dispatch(request, channel, kp)
@@ -117,14 +125,13 @@ class SibCore:
             self.drop_kp(kp)
             return Response(req.tid), None
         if tx.is_data_update:
-            delta = data_delta(self.store, req, self._fresh)
-            self.store.apply(delta)
-            return Response(req.tid), (delta, None)
+            rules = self._write(data_delta(self.store, req, self._fresh))
+            return Response(req.tid), (rules, None)
         if tx.is_management:
             change = management(self.store, req)
-            self.store.apply(change.delta, change.create, change.drop)
+            rules = self._write(change.delta, change.create, change.drop)
             self._end_ops_on_graphs(change.drop)
-            return Response(req.tid), (change.delta, None)
+            return Response(req.tid), (rules, None)
         pattern = Pattern(req)
         if tx.is_query:
             if tx.persistent:
@@ -143,10 +150,9 @@ class SibCore:
             self._rules[rule.id] = rule
             self._ops[(kp, req.tid)] = rule
             self._rule_index.add(rule.id, pattern.triples, pattern.graphs)
-            return Response(req.tid), (Delta(), rule)
+            return Response(req.tid), (set(), rule)
         delta = template_delta(self.store, req, pattern.solutions(self.store), self._fresh)
-        self.store.apply(delta)
-        return Response(req.tid), (delta, None)
+        return Response(req.tid), (self._write(delta), None)
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -206,24 +212,45 @@ class SibCore:
 
     # -- propagation ----------------------------------------------------------------------
 
-    def _affected_rules(self, quads) -> Iterable[int]:
+    def _write(self, delta: Delta, create=(), drop=()) -> set[int]:
+        """Write `delta`; note the query groups it can affect; return the rules it can affect.
+        Removed quads are screened against the state before the write, added ones after."""
+        if not (delta or create or drop):
+            return set()
+        rules: set[int] = set()
         if self.smart:
-            return self._rule_index.candidates(quads)
-        return self._rules.keys()
+            self._screen(delta.removed, rules)
+        self.store.apply(delta, create, drop)
+        if not delta:
+            return rules
+        self._changed = True
+        if self.smart:
+            self._screen(delta.added, rules)
+        else:
+            rules.update(self._rules)
+        return rules
 
-    def _propagate(self, delta: Delta, new_rule: Rule | None) -> None:
-        touched = list(delta.quads)
-        current = sorted(self._affected_rules(touched)) if delta else []
-        if new_rule is not None and new_rule.id not in current:
-            current.append(new_rule.id)
-            current.sort()
-        if current:
-            touched += self._cascade(current)
-        if touched:
-            self._notify(touched)
+    def _screen(self, quads, rules: set[int]) -> None:
+        if not quads:
+            return
+        for index, owners, found in ((self._group_index, self._group_by_id, self._dirty_groups),
+                                     (self._rule_index, self._rules, rules)):
+            for owner, position, quad in index.hits(quads):
+                if owner not in found:
+                    pattern = owners[owner].pattern
+                    tp, others = pattern.probes[position]
+                    if could_use(self.store, pattern.graphs, tp, others, quad):
+                        found.add(owner)
 
-    def _cascade(self, current: list[int]) -> list:
-        touched: list = []
+    def _propagate(self, rules: set[int], new_rule: Rule | None) -> None:
+        if new_rule is not None:
+            rules = rules | {new_rule.id}
+        if rules:
+            self._cascade(sorted(rules))
+        if self._changed:
+            self._notify()
+
+    def _cascade(self, current: list[int]) -> None:
         fired: Counter[int] = Counter()
         total = 0
         queued = set(current)
@@ -257,15 +284,12 @@ class SibCore:
                 total += 1
                 try:
                     d = template_delta(self.store, rule.request, solutions, self._fresh)
-                    self.store.apply(d)
+                    affected = self._write(d)
                 except Exception:
                     log.exception("rule %d of %s failed", rule.tid, rule.kp)
                     self._terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
                     continue
-                if not d:
-                    continue
-                touched += d.quads
-                for other in self._affected_rules(d.quads):
+                for other in affected:
                     if other > rid:
                         if other not in queued:
                             queued.add(other)
@@ -274,11 +298,10 @@ class SibCore:
                         following.add(other)
             current = sorted(following)
             queued = set(current)
-        return touched
 
-    def _notify(self, touched: list) -> None:
+    def _notify(self) -> None:
         if self.smart:
-            ids = sorted(self._group_index.candidates(touched))
+            ids = sorted(self._dirty_groups)
         else:
             ids = sorted(self._group_by_id)
         for gid in ids:

@@ -14,7 +14,7 @@ mode).
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 
 from ksp.terms import IRI, BNode, Triple, Var
 
@@ -44,12 +44,13 @@ class PatternIndex:
 
     def add(self, owner: Hashable, triples: Iterable[Triple],
             graphs: Iterable[IRI] | None) -> None:
+        """File `owner`'s triple patterns; `hits` reports the position of the one matched."""
         scope = None if graphs is None else frozenset(graphs)
         filed = self._filed.setdefault(owner, [])
-        for t in triples:
+        for position, t in enumerate(triples):
             mask, key = _mask_key(t)
             owners = self._tables.setdefault(mask, {}).setdefault(key, {})
-            owners.setdefault(owner, []).append(scope)
+            owners.setdefault(owner, []).append((scope, position))
             filed.append((mask, key))
 
     def remove(self, owner: Hashable) -> None:
@@ -64,7 +65,10 @@ class PatternIndex:
                     del self._tables[mask]
 
     def candidates(self, quads: Iterable[Quad]) -> set[Hashable]:
-        found: set[Hashable] = set()
+        return {owner for owner, _, _ in self.hits(quads)}
+
+    def hits(self, quads: Iterable[Quad]) -> Iterator[tuple[Hashable, int, Quad]]:
+        """(owner, position of the triple pattern matched, quad) for each match in scope."""
         tables = list(self._tables.items())
         for q in quads:
             g = q[3]
@@ -72,7 +76,7 @@ class PatternIndex:
                 owners = table.get(tuple(q[i] for i in _POSITIONS[mask]))
                 if not owners:
                     continue
-                for owner, scopes in owners.items():
-                    if owner not in found and any(s is None or g in s for s in scopes):
-                        found.add(owner)
-        return found
+                for owner, filed in owners.items():
+                    for scope, position in filed:
+                        if scope is None or g in scope:
+                            yield owner, position, q

@@ -17,6 +17,7 @@ from ksp.to_sparql import render
 
 from .errors import RequestError
 from .oxterms import from_ox, graph_to_ox
+from .screen import Probe, probes
 from .store import QuadStore
 
 Solution = tuple  # tuple[Term | None, ...], index = variable index
@@ -49,8 +50,14 @@ class Pattern:
 
     @cached_property
     def triples(self) -> tuple[Triple, ...]:
-        """Every triple pattern whose matches can change the solutions (for the index)."""
+        """Every triple pattern whose matches can change the solutions (for the index), in
+        the order of `sib.screen.probes`."""
         return self.where + tuple(t for g in self.optional for t in g)
+
+    @cached_property
+    def probes(self) -> list[Probe]:
+        """`sib.screen.probes`, by position in `triples`."""
+        return probes(self)
 
     def sparql(self, projection: int, modifier: SolutionModifier | None) -> str:
         """SELECT text projecting variables 0 … projection-1 (cached per projection/modifier)."""

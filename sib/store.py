@@ -75,6 +75,14 @@ class QuadStore:
             None if o is None else to_ox(o), None if g is None else graph_to_ox(g))
         return [quad_from_ox(q) for q in it]
 
+    def exists(self, s: Term | None = None, p: Term | None = None, o: Term | None = None,
+               g: IRI | None = None) -> bool:
+        """Is there at least one quad matching the constants given?"""
+        it = self._store.quads_for_pattern(
+            None if s is None else to_ox(s), None if p is None else to_ox(p),
+            None if o is None else to_ox(o), None if g is None else graph_to_ox(g))
+        return next(it, None) is not None
+
     def graph_exists(self, g: IRI) -> bool:
         """The default graph always exists; a named graph once created or written to."""
         return g == DEFAULT_GRAPH or self._store.contains_named_graph(graph_to_ox(g))

@@ -30,8 +30,12 @@ def term(rng: random.Random, pool, var: int):
 
 
 def triple_pattern(rng: random.Random, first: int) -> Triple:
-    return Triple(term(rng, SUBJECTS, first), term(rng, PREDICATES, first + 1),
-                  Var(first + 2) if rng.random() < 0.6 else value(rng))
+    """Variables `first`…`first+2`, or often variable 0 as subject (a join with the first
+    pattern) and variable 2 as object (a join on values)."""
+    s = Var(0) if first and rng.random() < 0.5 else term(rng, SUBJECTS, first)
+    o = Var(2) if first and rng.random() < 0.3 else (
+        Var(first + 2) if rng.random() < 0.6 else value(rng))
+    return Triple(s, term(rng, PREDICATES, first + 1), o)
 
 
 def pattern_options(rng: random.Random, nvars: int) -> dict:
@@ -60,6 +64,8 @@ def persistent_query(rng: random.Random, tid: int) -> Request:
 
 def rule(rng: random.Random, tid: int) -> Request:
     where = (Triple(Var(0), rng.choice(PREDICATES), Var(1)),)
+    if rng.random() < 0.3:
+        where += (Triple(Var(0), rng.choice(PREDICATES), value(rng)),)
     insert = (Triple(Var(0), rng.choice(PREDICATES), Var(2)),)
     delete = (Triple(Var(0), rng.choice(PREDICATES), Var(1)),)
     binds = (Bind(2, (Var(1), Literal.of(1), Op.ADD)),) if rng.random() < 0.5 else None

@@ -242,3 +242,24 @@ def test_rule_with_a_template_term_the_store_cannot_hold_is_refused():
         assert (await kp.call(bad)).status == Status.INVALID_DATA_FORMAT
         assert sib.core.persistent_count == 0
     run(go)
+
+
+def test_changes_that_cannot_join_the_pattern_are_not_evaluated():
+    async def go():
+        sib = Sib()
+        w, r = Client(sib, "w"), Client(sib, "r")
+        TYPE, VALUE = ex("type"), ex("value")
+        for k, kind in (("t1", "Temp"), ("h1", "Hum")):
+            await w.call(Request(Tx.INSERT_DATA, 1, insert=(t(ex(k), TYPE, ex(kind)),)))
+        temps = Request(Tx.SELECT_PERSISTENT, 1, projection=2,
+                        where=(t(Var(0), TYPE, ex("Temp")), t(Var(0), VALUE, Var(1))))
+        await r.call(temps)
+        before = sib.core.evaluations
+        await w.call(put(2, ex("h1"), VALUE, 55))   # a humidity reading: screened out
+        assert sib.core.evaluations == before and r.inds(1) == []
+        await w.call(put(3, ex("t1"), VALUE, 21))
+        assert sib.core.evaluations == before + 1
+        assert r.inds(1)[-1].result.rows == ((ex("t1"), Literal.of(21)),)
+        await w.call(Request(Tx.DELETE_DATA, 4, delete=(t(ex("t1"), TYPE, ex("Temp")),)))
+        assert r.inds(1)[-1].result.rows == ()  # a removal screened against the old state
+    run(go)
