@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ksp.codec import UDP, decode_kp_message, encode
+from ksp.errors import EncodeError
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 
@@ -44,6 +46,12 @@ class Client:
         self.channels: dict[int, RecordingChannel] = {}
 
     def submit(self, request: Request) -> RecordingChannel:
+        """Submit `request` as the SIB would get it from a transport: encoded and decoded
+        (requests the codec refuses to encode go in as they are, to test the SIB's checks)."""
+        try:
+            request = decode_kp_message(encode(request, UDP), UDP)
+        except EncodeError:
+            pass
         ch = RecordingChannel(self.kp, request.tid, self.log)
         self.channels.setdefault(request.tid, ch)  # the first: a TERMINATE reuses the TID
         self.sib.submit(request, ch)

@@ -65,8 +65,8 @@ def check_request(req: Request) -> None:
 def _check_options(req: Request) -> None:
     opts = req.options
     for code, value in zip(Opt, opts):
-        if value is None:
-            continue
+        if value is None or code is Opt.PREFIX:
+            continue  # prefixes were resolved by the decoder (which gives () for none)
         if req.tx not in OPTION_APPLIES[code]:
             raise RequestError(Status.INVALID_OPTION_TYPE,
                                f"option {code.name} does not apply to {req.tx.name}")

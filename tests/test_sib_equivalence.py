@@ -133,7 +133,7 @@ async def replay(ops, smart: bool):
     return log, sorted(sib.store.match(), key=repr), sib.core.evaluations
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_smart_and_naive_send_identical_indications(seed):
     ops = workload(seed)
