@@ -9,10 +9,10 @@ from tools.bench import sib as bench
 
 def test_bench_modes_send_the_same_indications_for_the_same_updates():
     store = bench.seed_store(2_000)
-    results = {}
+    results, shared = {}, {}
     for mode, smart in (("smart", True), ("naive", False)):
         results[mode] = asyncio.run(bench.run_mode(store, 200, smart, budget=60.0,
-                                                   max_updates=20, start_value=1 + 100 * smart))
+                                                   max_updates=20, shared=shared))
     smart, naive = results["smart"], results["naive"]
     assert smart["updates"] == naive["updates"] == 20
     assert smart["inds"] == naive["inds"] == 20 * 2 + 200  # 2 affected per update + TERMINATED
@@ -23,15 +23,16 @@ def test_bench_modes_send_the_same_indications_for_the_same_updates():
 
 def test_bench_updates_keep_one_value_per_sensor():
     store = bench.seed_store(1_000)
-    for start in (1, 1000):
-        asyncio.run(bench.run_mode(store, 10, True, budget=60.0, max_updates=30,
-                                   start_value=start))
+    shared: dict = {}
+    contenders = [bench.Contender(store, n, smart, False, shared) for n, smart in
+                  ((10, True), (100, False), (50, True))]
+    asyncio.run(bench.run_contenders(contenders, budget=60.0, max_updates=30))
+    assert [c.count for c in contenders] == [30, 30, 30]
     for k in range(bench.WATCHED):
         assert len(store.match(bench.sensor(k), bench.VALUE)) == 1
 
 
 def test_fixed_scenario_affects_exactly_one_query_per_update():
     store = bench.seed_store(1_000)
-    r = asyncio.run(bench.run_mode(store, 300, True, budget=60.0, max_updates=10,
-                                   start_value=1, fixed=True))
+    r = asyncio.run(bench.run_mode(store, 300, True, budget=60.0, max_updates=10, fixed=True))
     assert r["inds"] == 10 + 300 and r["evaluations"] == 10

@@ -14,8 +14,10 @@ one: with 10 queries, 10 %) are affected and each sends an IND.
 With ``--scenario fixed`` exactly one query is affected by every update (query 0 watches sensor 0,
 which every update moves; the others watch sensors 1–99): the cost of the unaffected ones.
 
-Reported per n: updates/s for smart and naive and their ratio (same run, same store), and the
-update-to-IND latency (submit → the last IND of that update recorded) p50/p99 for each mode.
+All SIBs (every n, both modes) share the store and take their updates round-robin, so noise
+hits them alike. Reported per n: updates/s (updates / time spent in them) for smart and naive
+and their ratio, and the update-to-IND latency (submit → the last IND of that update recorded)
+p50/p99 for each mode.
 """
 from __future__ import annotations
 
@@ -82,44 +84,79 @@ def query(j: int, fixed: bool = False) -> Request:
                    options=Options(filters=((Var(0), Literal.of(-j), Op.GT),)))
 
 
-async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
-                   start_value: int, fixed: bool = False) -> dict:
-    sib = Sib(store, smart=smart)
-    stats = {"inds": 0, "last_ind": 0.0}
-    kp = KPIdentity(addr=("bench", 1))
-    for j in range(n):
-        sib.submit(query(j, fixed), _Channel(kp, j, stats))
-    await sib.drain()
-    writer = KPIdentity(addr=("writer", 1))
-    latencies: list[float] = []
-    values = {k: [q[2] for q in store.match(sensor(k), VALUE)] for k in range(WATCHED)}
-    began = time.perf_counter()
-    count = 0
-    while count < max_updates and (count < 3 or time.perf_counter() - began < budget):
+class Contender:
+    """One SIB (smart or naive) with n persistent queries over the shared store; `step` makes
+    one update and times it (submit → drained; the latency is submit → last IND)."""
+
+    def __init__(self, store: QuadStore, n: int, smart: bool, fixed: bool, shared: dict) -> None:
+        self.store, self.n, self.smart, self.fixed, self.shared = store, n, smart, fixed, shared
+        self.sib = Sib(store, smart=smart)
+        self.stats = {"inds": 0, "last_ind": 0.0}
+        self.writer = KPIdentity(addr=("writer", 1))
+        self.latencies: list[float] = []
+        self.busy = 0.0
+        self.count = 0
+
+    async def setup(self) -> None:
+        kp = KPIdentity(addr=("bench", 1))
+        for j in range(self.n):
+            self.sib.submit(query(j, self.fixed), _Channel(kp, j, self.stats))
+        await self.sib.drain()
+
+    async def step(self) -> None:
         # a watched sensor: every update sends INDs
-        k = 0 if fixed else count * 37 % min(n, WATCHED)
-        new = Literal.of(start_value + count)
-        req = Request(Tx.UPDATE_DATA, count % 60000,
-                      delete=tuple(Triple(sensor(k), VALUE, v) for v in values[k]),
+        k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
+        values = self.shared.setdefault("values", {})
+        old = values.get(k)
+        if old is None:
+            old = [q[2] for q in self.store.match(sensor(k), VALUE)]
+        self.shared["next"] = new_value = self.shared.get("next", 0) + 1
+        new = Literal.of(new_value)
+        req = Request(Tx.UPDATE_DATA, self.count % 60000,
+                      delete=tuple(Triple(sensor(k), VALUE, v) for v in old),
                       insert=(Triple(sensor(k), VALUE, new),))
         values[k] = [new]
-        before = stats["inds"]
+        before = self.stats["inds"]
         t0 = time.perf_counter()
-        sib.submit(req, _Channel(writer, req.tid, stats))
-        await sib.drain()
-        if stats["inds"] > before:
-            latencies.append(stats["last_ind"] - t0)
-        count += 1
-    elapsed = time.perf_counter() - began
-    await sib.close()
-    latencies.sort()
-    return {
-        "updates": count, "rate": count / elapsed, "inds": stats["inds"],
-        "p50": statistics.median(latencies) if latencies else float("nan"),
-        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        if latencies else float("nan"),
-        "evaluations": sib.core.evaluations,
-    }
+        self.sib.submit(req, _Channel(self.writer, req.tid, self.stats))
+        await self.sib.drain()
+        self.busy += time.perf_counter() - t0
+        if self.stats["inds"] > before:
+            self.latencies.append(self.stats["last_ind"] - t0)
+        self.count += 1
+
+    async def result(self) -> dict:
+        await self.sib.close()
+        lat = sorted(self.latencies)
+        return {
+            "updates": self.count, "rate": self.count / self.busy if self.busy else 0.0,
+            "inds": self.stats["inds"],
+            "p50": statistics.median(lat) if lat else float("nan"),
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan"),
+            "evaluations": self.sib.core.evaluations,
+        }
+
+
+async def run_contenders(contenders: list[Contender], budget: float, max_updates: int) -> None:
+    """Round-robin, one update each per round, so that a slow phase of the machine hits every
+    contender alike; a contender stops after `budget` seconds of its own work (at least 3
+    updates) or `max_updates`."""
+    for c in contenders:
+        await c.setup()
+    active = list(contenders)
+    while active:
+        for c in list(active):
+            await c.step()
+            if c.count >= max_updates or (c.count >= 3 and c.busy >= budget):
+                active.remove(c)
+
+
+async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
+                   fixed: bool = False, shared: dict | None = None) -> dict:
+    """One contender alone (for tests); `shared` as for `Contender` (the sensors' values)."""
+    c = Contender(store, n, smart, fixed, {} if shared is None else shared)
+    await run_contenders([c], budget, max_updates)
+    return await c.result()
 
 
 def _ms(x: float) -> str:
@@ -132,15 +169,16 @@ async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
     store = seed_store(triples)
     print(f"store: {len(store)} triples loaded in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
+    shared: dict = {}
+    contenders = {(n, mode): Contender(store, n, mode == "smart", fixed, shared)
+                  for n in sizes for mode in ("smart", "naive")}
+    await run_contenders(list(contenders.values()), budget, max_updates)
     rows = []
-    base = 1
     for n in sizes:
         row = {"n": n}
-        for mode, smart in (("smart", True), ("naive", False)):
-            r = await run_mode(store, n, smart, budget, max_updates, base, fixed)
-            base += r["updates"] + 1
-            row[mode] = r
-            print(f"n={n} {mode}: {r}", file=sys.stderr)
+        for mode in ("smart", "naive"):
+            row[mode] = await contenders[(n, mode)].result()
+            print(f"n={n} {mode}: {row[mode]}", file=sys.stderr)
         rows.append(row)
     return rows
 
