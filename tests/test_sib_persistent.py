@@ -263,3 +263,23 @@ def test_changes_that_cannot_join_the_pattern_are_not_evaluated():
         await w.call(Request(Tx.DELETE_DATA, 4, delete=(t(ex("t1"), TYPE, ex("Temp")),)))
         assert r.inds(1)[-1].result.rows == ()  # a removal screened against the old state
     run(go)
+
+
+def test_delete_persistent_rule_and_tid_reuse_replaces():
+    async def go():
+        sib = Sib()
+        kp, w = Client(sib, "rules"), Client(sib, "w")
+        ALARM, OK = ex("alarm"), ex("ok")
+        clear = Request(Tx.DELETE_PERSISTENT, 1, delete=(t(Var(0), ALARM, Var(1)),),
+                        where=(t(Var(0), ALARM, Var(1)), t(Var(0), OK, Literal.of(True))))
+        assert (await kp.call(clear)).status == Status.OK
+        await w.call(Request(Tx.INSERT_DATA, 1, insert=(t(S, ALARM, Literal.of("hot")),)))
+        assert len(sib.store.match(S, ALARM)) == 1
+        await w.call(Request(Tx.INSERT_DATA, 2, insert=(t(S, OK, Literal.of(True)),)))
+        assert sib.store.match(S, ALARM) == []
+        # The same KP reusing TID 1 for a subscription replaces the rule (R12).
+        await kp.call(subscribe(1))
+        assert sib.core.persistent_count == 1 and kp.channels[1].ended
+        await w.call(Request(Tx.INSERT_DATA, 3, insert=(t(S, ALARM, Literal.of("hot")),)))
+        assert len(sib.store.match(S, ALARM)) == 1  # the rule is gone
+    run(go)
