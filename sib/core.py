@@ -37,11 +37,11 @@ from ksp.terms import IRI, Literal
 
 from .errors import RequestError
 from .index import PatternIndex
-from .screen import could_use
 from .oxterms import to_ox
 from .pattern import Pattern
 from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
 from .query import evaluate
+from .screen import could_use
 from .store import Delta, QuadStore
 from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from ksp import DEFAULT_GRAPH, BNode, Literal, Request, Status, Triple, Tx, Var
 from ksp.terms import XSD_INTEGER

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from ksp import (
-    DEFAULT_GRAPH, IRI, BNode, Literal, Options, Request, Status, Triple, Tx, Var,
+    DEFAULT_GRAPH, BNode, Literal, Options, Request, Status, Triple, Tx, Var,
 )
 from ksp.model import Bind
 from ksp.codes import Op
