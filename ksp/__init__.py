@@ -22,7 +22,11 @@ from .session import (
     Timing,
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
-from .to_sparql import from_results_json, reads_union, render as to_sparql, results_json
+from .from_sparql import compile as compile_sparql, compile_named as compile_sparql_named
+from .to_sparql import (
+    from_results_json, reads_union, render as render_sparql, render_where as render_sparql_where,
+    results_json,
+)
 
 __all__ = [
     "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
@@ -34,6 +38,7 @@ __all__ = [
     "AckReceived", "Event", "IndicationReceived", "KPIdentity", "KPSession", "KPUnreachable",
     "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
     "SessionError", "SIBSession", "Timing",
-    "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql", "to_sparql",
-    "results_json", "from_results_json", "reads_union",
+    "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql",
+    "render_sparql", "render_sparql_where", "compile_sparql", "compile_sparql_named", "results_json",
+    "from_results_json", "reads_union",
 ]

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 from .codes import OPTION_APPLIES, OWL, RDF, RDFS, XSD, Op, Opt, Tx
 from .errors import NoSparqlEquivalent, SparqlError
 from .model import (
-    AskResult, Bind, ConstructResult, Expression, Order, Request, Result, SelectResult,
+    AskResult, Bind, ConstructResult, Expression, Options, Order, Request, Result, SelectResult,
 )
 from .terms import (
     DEFAULT_GRAPH, IRI, XSD_BOOLEAN, XSD_INTEGER, XSD_STRING, BNode, Graph, Literal, Term,
@@ -33,7 +33,7 @@ from .terms import (
 )
 
 __all__ = [
-    "render", "render_term", "results_json", "from_results_json", "to_ntriples", "var_name",
+    "render", "render_where", "render_term", "results_json", "from_results_json", "to_ntriples", "var_name",
     "label_name", "label_from_name", "reads_union", "WELL_KNOWN_PREFIXES", "NO_PROJECTION", "CONSTRUCT_VARS",
 ]
 
@@ -78,7 +78,7 @@ def label_name(label: str) -> str:
 
 def label_from_name(name: str) -> str:
     """Inverse of `label_name` (names it never produces are labels as they stand)."""
-    if name.startswith("x_"):
+    if name.startswith("x_") and len(name) > 2:
         try:
             return bytes.fromhex(name[2:]).decode("utf-8")
         except ValueError:
@@ -117,10 +117,11 @@ class _Writer:
         return "".join(f"PREFIX {name}: <{ns}>\n" for name, ns in self.declared)
 
     def iri(self, iri: str, what: str = "IRI") -> str:
-        if not iri or _IRIREF_BAD.search(iri):
+        if _IRIREF_BAD.search(iri) or not _SCHEME.match(iri):
             raise NoSparqlEquivalent(
-                what, f"{what} {iri!r} cannot be written in SPARQL (empty, or a space, control "
-                      "character or one of <>\"{}|^`\\ that an IRIREF cannot hold)")
+                what, f"{what} {iri!r} cannot be written in SPARQL: not an absolute IRI (no "
+                      "scheme), or a space, control character or one of <>\"{}|^`\\ that an "
+                      "IRIREF cannot hold")
         for name, ns in self.by_length:
             if iri.startswith(ns) and _PN_LOCAL.fullmatch(iri, len(ns)):
                 return f"{name}:{iri[len(ns):]}"
@@ -203,7 +204,9 @@ class _Writer:
         prec = _PREC[op]
         if op.arity == 1:
             (p, text), = args
-            return prec, f"{op.symbol}{text if p == _PRIMARY else f'({text})'}"
+            # `-5` would read back as the literal -5, not as minus applied to 5.
+            bare = p == _PRIMARY and not text[0].isdigit()
+            return prec, f"{op.symbol}{text if bare else f'({text})'}"
         (lp, left), (rp, right) = args
         # Left-associative operators keep a left operand of equal precedence bare; relational
         # ones are not associative in SPARQL, so an equal-precedence operand needs parentheses.
@@ -254,6 +257,30 @@ def render(request: Request, *, names: Sequence[str] | None = None,
     else:
         body = _management(w, request, tx)
     return w.prologue() + body
+
+
+def render_where(request: Request, *, names: Sequence[str] | None = None,
+                 dataset_clauses: bool = True) -> str:
+    """The WHERE part of a pattern update as a SELECT of variables 0 … n−1 (every variable the
+    request uses), with its optional groups, FILTERs, BINDs and QUERY GRAPH.
+
+    SPARQL Update has no "match the union of all graphs" nor "delete from every graph", which
+    KSP's updates without graph options mean (§7.6): a SIB runs this query in union mode and
+    instantiates the templates itself.
+    """
+    tx = Tx(request.tx)
+    if not tx.is_pattern_update:
+        raise NoSparqlEquivalent(tx.name, f"{tx.name} is not a pattern update")
+    used = _pattern_vars(request.where, request.options.optional or ())
+    for g in (request.delete, request.insert):
+        used |= _pattern_vars(g, ())
+    used.update(b.var for b in request.options.binds or ())
+    o = request.options
+    query = Request(Tx.SELECT, request.tid, where=request.where, optional=o.optional,
+                    projection=max(used, default=-1) + 1,
+                    options=Options(prefixes=o.prefixes, query_graphs=o.query_graphs,
+                                    filters=o.filters, binds=o.binds))
+    return render(query, names=names, dataset_clauses=dataset_clauses)
 
 
 def _group(w: _Writer, request: Request, optional: Sequence[Graph], indent: str = "  "
@@ -352,7 +379,7 @@ def _quads(w: _Writer, graph: Graph | None, targets: Sequence[IRI] | None) -> li
     lines: list[str] = []
     if not graph:
         return lines
-    for target in targets or (DEFAULT_GRAPH,):
+    for target in dict.fromkeys(targets or (DEFAULT_GRAPH,)):  # each graph once
         if target == DEFAULT_GRAPH:
             lines += w.triples(graph, False, "  ")
         else:

@@ -24,7 +24,8 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 #: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
 #: since the benchmarks import pyoxigraph and rdflib).
-BENCH_SUITES = {"codec": "tools.bench.codec", "sib": "tools.bench.sib"}
+BENCH_SUITES = {"codec": "tools.bench.codec", "sparql": "tools.bench.sparql",
+                "transport": "tools.bench.transport", "sib": "tools.bench.sib"}
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

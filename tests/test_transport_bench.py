@@ -1,0 +1,20 @@
+"""Smoke test of the transport benchmark (tools/bench/transport.py): it runs end to end with
+a real mosquitto and prints every row — no timing assertions (speed is the benchmark's job)."""
+from __future__ import annotations
+
+from tools.bench import transport
+from tools.cli import BENCH_SUITES
+
+ROWS = ["bare UDP echo", "KSP/UDP", "KSP/TCP", "KSP/CoAP", "KSP sessions, no sockets",
+        "MQTT QoS 0", "MQTT QoS 1"]
+
+
+def test_the_table_has_every_row():  # mosquitto comes from scripts/apt-packages.txt
+    results, settings = transport.run(rounds=2, per_round=5)
+    assert [r.name for r in results] == ROWS
+    assert all(len(r.samples) == 10 and min(r.samples) > 0 for r in results)
+    table = transport.render(results, settings, "cmd", markdown=True)
+    for name in ROWS:
+        assert f"| {name} |" in table
+    assert "Target: KSP/UDP p50 within 3×" in table
+    assert BENCH_SUITES["transport"] == "tools.bench.transport"

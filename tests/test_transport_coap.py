@@ -1,0 +1,161 @@
+"""The CoAP binding (docs/coap-binding.md), checked with a plain aiocoap client that follows
+the document rather than `transports.coap`'s own client."""
+from __future__ import annotations
+
+import asyncio
+
+import aiocoap
+from aiocoap.numbers.codes import Code
+
+from ksp import (
+    UDP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
+)
+from transports import CoapServer
+
+from memory_service import MemoryService
+from transport_helpers import run
+
+EX = "http://example.org/"
+KSP_CF = 65000
+SUB = Request(Tx.SELECT_PERSISTENT, 40, projection=1,
+              where=(Triple(Var(0), IRI(EX + "p"), Var(1)),))
+
+
+def insert(tid: int, value: str) -> Request:
+    return Request(Tx.INSERT_DATA, tid, insert=(Triple(IRI(EX + value), IRI(EX + "p"),
+                                                       Literal(value)),))
+
+
+async def post(ctx, base: str, payload: bytes, content_format: int | None = KSP_CF):
+    msg = aiocoap.Message(code=Code.POST, uri=base + "/ksp", payload=payload)
+    if content_format is not None:
+        msg.opt.content_format = content_format
+    return await asyncio.wait_for(ctx.request(msg).response, 30)
+
+
+async def peer(scenario):
+    service = MemoryService()
+    server = await CoapServer.start(service)
+    ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+    try:
+        return service, await scenario(service, ctx, f"coap://127.0.0.1:{server.port}")
+    finally:
+        await ctx.shutdown()
+        await server.close()
+
+
+def test_requests_errors_and_coap_level_codes():
+    async def scenario(service, ctx, base):
+        answer = await post(ctx, base, encode(insert(1, "a"), UDP))
+        assert answer.code == Code.CONTENT and answer.opt.content_format == KSP_CF
+        assert decode_sib_message(answer.payload, UDP).status == Status.OK
+        # a KSP decoding error is a KSP status in a 2.05 payload
+        answer = await post(ctx, base, bytes.fromhex("0197020000"))  # tx 0x17
+        res = decode_sib_message(answer.payload, UDP)
+        assert answer.code == Code.CONTENT and (res.tid, res.status) == (
+            2, Status.INVALID_TRANSACTION_TYPE)
+        # CoAP-level problems are CoAP codes
+        assert (await post(ctx, base, b"\x01\x82")).code == Code.BAD_REQUEST  # no TID
+        assert (await post(ctx, base, encode(insert(3, "b"), UDP), 0)).code == \
+            Code.UNSUPPORTED_CONTENT_FORMAT
+        get = aiocoap.Message(code=Code.GET, uri=base + "/ksp")
+        assert (await ctx.request(get).response).code == Code.METHOD_NOT_ALLOWED
+        get = aiocoap.Message(code=Code.GET, uri=base + "/ksp/p/nothing")
+        assert (await ctx.request(get).response).code == Code.NOT_FOUND
+        # a NON request that succeeds without a result: 2.04 without payload
+        msg = aiocoap.Message(code=Code.POST, uri=base + "/ksp", mtype=aiocoap.NON,
+                              payload=encode(insert(4, "c")._replace(confirmable=False), UDP),
+                              content_format=KSP_CF)
+        answer = await asyncio.wait_for(ctx.request(msg).response, 30)
+        assert answer.code == Code.CHANGED and answer.payload == b""
+
+    service, _ = run(peer(scenario))
+    assert [r.tid for _, r in service.requests] == [1, 4]
+
+
+def test_persistent_operation_as_observation_then_terminate():
+    async def scenario(service, ctx, base):
+        answer = await post(ctx, base, encode(SUB, UDP))
+        assert answer.code == Code.CREATED
+        path = answer.opt.location_path
+        assert path[:2] == ("ksp", "p") and len(path) == 3
+        res = decode_sib_message(answer.payload, UDP, answers=SUB.tx)
+        assert res.status == Status.OK and res.result.rows == ()
+        obs = ctx.request(aiocoap.Message(code=Code.GET, uri=f"{base}/{'/'.join(path)}",
+                                          observe=0))
+        first = await asyncio.wait_for(obs.response, 30)
+        assert first.code == Code.CONTENT and first.payload == b""  # no IND yet
+        notifications = aiter(obs.observation)
+        await post(ctx, base, encode(insert(1, "a"), UDP))
+        ind = decode_sib_message((await anext(notifications)).payload, UDP, answers=SUB.tx)
+        assert ind.indication and ind.seq == 1 and ind.result.rows == ((IRI(EX + "a"),),)
+        await post(ctx, base, encode(insert(2, "b"), UDP))
+        ind = decode_sib_message((await anext(notifications)).payload, UDP, answers=SUB.tx)
+        assert ind.seq == 2 and len(ind.result.rows) == 2
+        # TERMINATE (same TID): OK, and the observation ends with 4.04
+        answer = await post(ctx, base, encode(Request(Tx.TERMINATE, SUB.tid), UDP))
+        assert decode_sib_message(answer.payload, UDP).status == Status.OK
+        try:  # aiocoap ends the observation on the 4.04
+            await anext(notifications)
+            raise AssertionError("the observation went on after TERMINATE")
+        except StopAsyncIteration:
+            pass
+        assert not service.subs
+        again = await ctx.request(aiocoap.Message(code=Code.GET,
+                                                  uri=f"{base}/{'/'.join(path)}")).response
+        assert again.code == Code.NOT_FOUND
+
+    run(peer(scenario))
+
+
+def test_final_ind_ends_the_observation_and_lingers():
+    async def scenario(service, ctx, base):
+        answer = await post(ctx, base, encode(SUB, UDP))
+        uri = f"{base}/{'/'.join(answer.opt.location_path)}"
+        service.end_all(Status.TERMINATED)  # before anyone observes
+        obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uri, observe=0))
+        first = await asyncio.wait_for(obs.response, 30)
+        final = decode_sib_message(first.payload, UDP, answers=SUB.tx)
+        assert final.indication and final.status == Status.TERMINATED
+        assert first.opt.observe is None  # not observable any more
+
+    run(peer(scenario))
+
+
+def test_observe_deregistration_reports_the_kp_unreachable():
+    async def scenario(service, ctx, base):
+        answer = await post(ctx, base, encode(SUB, UDP))
+        uri = f"{base}/{'/'.join(answer.opt.location_path)}"
+        obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uri, observe=0))
+        await asyncio.wait_for(obs.response, 30)
+        # aiocoap 0.4.17 deregisters lazily: it still ACKs the next notification and answers
+        # the one after with RST, which ends the observation at the server
+        obs.observation.cancel()
+        await post(ctx, base, encode(insert(1, "a"), UDP))
+        await post(ctx, base, encode(insert(2, "b"), UDP))
+        await asyncio.wait_for(service.lost.wait(), 30)
+        assert service.unreachable[0][1] == SUB.tid and not service.subs
+
+    run(peer(scenario))
+
+
+def test_large_results_and_inds_travel_block_wise():
+    """A RES and INDs over one CoAP block (1024 B): Block2 on the POST response, and for a
+    notification a GET of the whole resource (RFC 7959 §2.6) by the Python client."""
+    from pathlib import Path
+
+    from transport_helpers import client_of
+
+    async def scenario():
+        async with client_of("coap", Path("/unused")) as (svc, server, kp):
+            for i in range(200):
+                svc.store.add(Triple(IRI(f"{EX}s{i}"), IRI(EX + "p"), Literal("v" * 20)))
+            assert len((await kp.query(SUB._replace(tx=Tx.SELECT))).rows) == 200
+            async with kp.subscribe(SUB) as sub:
+                assert len((await anext(sub)).result.rows) == 200
+                for n in (201, 202):
+                    await kp.insert_data([(IRI(f"{EX}new{n}"), IRI(EX + "p"), Literal("x"))])
+                    ind = await anext(sub)
+                    assert ind.seq is not None and len(ind.result.rows) == n
+
+    run(scenario())

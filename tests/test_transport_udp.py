@@ -1,0 +1,227 @@
+"""The UDP adapters over real loopback sockets, spoken to by a raw datagram socket."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ksp import (
+    UDP, Ack, EncodeError, IRI, Literal, Request, Status, Timing, Triple, Tx, Var,
+    decode_sib_message, encode,
+)
+from ksp.session import MAX_UDP_PAYLOAD
+from transports import UdpServer, connect
+
+from memory_service import MemoryService
+from transport_helpers import FAST, run
+
+VECTORS = [json.loads(p.read_text()) for p in
+           sorted((Path(__file__).parent / "vectors").glob("invalid_*.json"))]
+UDP_REQ_VECTORS = [v for v in VECTORS if v["direction"] == "kp_to_sib" and v["transport"] == "udp"]
+
+EX = "http://example.org/"
+SELECT = Request(Tx.SELECT, 7, projection=2, where=(Triple(Var(0), IRI(EX + "p"), Var(1)),))
+
+
+class RawUdp(asyncio.DatagramProtocol):
+    """A bare datagram socket: what a sensor board's firmware would be."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def datagram_received(self, data, addr) -> None:
+        self.queue.put_nowait(data)
+
+    @classmethod
+    async def open(cls, port: int):
+        loop = asyncio.get_running_loop()
+        transport, proto = await loop.create_datagram_endpoint(
+            cls, remote_addr=("127.0.0.1", port))
+        return transport, proto
+
+    async def recv(self, timeout: float = 10.0) -> bytes:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+def test_invalid_datagrams_get_their_status_and_never_reach_the_service():
+    assert len(UDP_REQ_VECTORS) > 20
+
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            for vector in UDP_REQ_VECTORS:
+                data = bytes.fromhex(vector["hex"])
+                transport.sendto(data)
+                if len(data) < 4:  # no TID: nothing to answer
+                    continue
+                answer = decode_sib_message(await raw.recv(), UDP)
+                assert answer.tid == int.from_bytes(data[2:4], "little"), vector["name"]
+                assert answer.status == vector["error"]["status"], vector["name"]
+            # the server still works
+            transport.sendto(encode(SELECT, UDP))
+            answer = decode_sib_message(await raw.recv(), UDP, answers=Tx.SELECT)
+            assert answer.status == Status.OK and answer.tid == 7
+            assert raw.queue.empty()
+        finally:
+            transport.close()
+            await server.close()
+        return service
+
+    service = run(scenario())
+    assert [r.tid for _, r in service.requests] == [7]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=64).filter(lambda b: b[2:4] != b"\xff\xff"),
+                min_size=1, max_size=10))
+def test_random_datagrams_never_crash_the_server(datagrams):
+    async def scenario():
+        service = MemoryService(answer_later=False)
+        server = await UdpServer.start(service, timing=FAST)
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            for data in datagrams:
+                transport.sendto(data)
+            transport.sendto(encode(SELECT._replace(tid=0xFFFF), UDP))
+            while True:  # every answer is a decodable RES/IND; ours arrives in the end
+                data = await raw.recv()
+                ours = data[2:4] == b"\xff\xff"
+                answer = decode_sib_message(data, UDP, answers=Tx.SELECT if ours else None)
+                if ours:
+                    assert answer.status == Status.OK
+                    break
+        finally:
+            transport.close()
+            await server.close()
+
+    run(scenario())
+
+
+def test_retransmitted_request_is_answered_from_the_cache():
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            insert = encode(Request(Tx.INSERT_DATA, 3, insert=(
+                Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("x")),)), UDP)
+            for _ in range(3):
+                transport.sendto(insert)
+                assert decode_sib_message(await raw.recv(), UDP).status == Status.OK
+        finally:
+            transport.close()
+            await server.close()
+        return service
+
+    service = run(scenario())
+    assert len(service.requests) == 1  # an INSERT retried three times inserts once
+
+
+def test_ind_is_retransmitted_until_acked_then_unreachable():
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=Timing(ack_timeout=0.05,
+                                                              max_retransmit=3))
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            sub = Request(Tx.SELECT_PERSISTENT, 9, projection=0,
+                          where=(Triple(Var(0), Var(1), Var(2)),))
+            transport.sendto(encode(sub, UDP))
+            assert decode_sib_message(await raw.recv(), UDP, answers=sub.tx).status == Status.OK
+            service.graphs[IRI("")].add(Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("x")))
+            service.notify()
+            first = decode_sib_message(await raw.recv(), UDP, answers=sub.tx)
+            again = decode_sib_message(await raw.recv(), UDP, answers=sub.tx)
+            assert first.indication and again == first and first.seq == 1
+            transport.sendto(encode(Ack(9, 1), UDP))  # ACKed: no more retransmissions
+            service.notify()
+            second = decode_sib_message(await raw.recv(), UDP, answers=sub.tx)
+            assert second.seq == 2
+            await asyncio.wait_for(service.lost.wait(), 30)  # never ACKed: retries run out
+            for _ in range(3):  # the 3 retransmissions of IND 2 went out meanwhile
+                assert decode_sib_message(await raw.recv(), UDP, answers=sub.tx) == second
+            assert service.unreachable[0][1] == 9 and not service.subs
+        finally:
+            transport.close()
+            await server.close()
+
+    run(scenario(), timeout=120)
+
+
+def test_oversize_request_is_refused_before_sending():
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.port}", timing=FAST) as kp:
+                big = Literal("x" * MAX_UDP_PAYLOAD)
+                with pytest.raises(EncodeError):
+                    await kp.insert_data([(IRI(EX + "s"), IRI(EX + "p"), big)])
+                await kp.insert_data([(IRI(EX + "s"), IRI(EX + "p"), Literal("small"))])
+        finally:
+            await server.close()
+        return service
+
+    service = run(scenario())
+    assert len(service.requests) == 1
+
+
+def test_oversize_result_is_cut_to_one_datagram():
+    async def scenario():
+        service = MemoryService()
+        for i in range(3000):
+            service.store.add(Triple(IRI(f"{EX}s{i}"), IRI(EX + "p"), Literal("v" * 40)))
+        server = await UdpServer.start(service, timing=FAST)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.port}", timing=FAST) as kp:
+                rows = await kp.query(SELECT)
+        finally:
+            await server.close()
+        return rows
+
+    rows = run(scenario())
+    assert rows.total == 3000 and 0 < len(rows.rows) < 3000  # TRC tells the KP to page
+
+
+def test_inds_follow_a_kp_id_to_its_new_address():
+    """R12: a device whose address changes (DHCP, reconnect) keeps its persistent operation;
+    its next request from the new address moves the INDs there."""
+    from ksp import Credentials, Options
+
+    creds = Options(credentials=Credentials(b"K" * 16, "pw"))
+
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        old_t, old = await RawUdp.open(server.port)
+        new_t, new = await RawUdp.open(server.port)
+        try:
+            sub = Request(Tx.SELECT_PERSISTENT, 21, projection=0,
+                          where=(Triple(Var(0), Var(1), Var(2)),), options=creds)
+            old_t.sendto(encode(sub, UDP))
+            assert decode_sib_message(await old.recv(), UDP, answers=sub.tx).status == Status.OK
+            service.store.add(Triple(IRI(EX + "a"), IRI(EX + "p"), Literal("1")))
+            service.notify()
+            ind = decode_sib_message(await old.recv(), UDP, answers=sub.tx)
+            old_t.sendto(encode(Ack(21, ind.seq), UDP))
+            # the same KP ID from a new address
+            new_t.sendto(encode(Request(Tx.ASK, 22, where=(Triple(Var(0), Var(1), Var(2)),),
+                                        options=creds), UDP))
+            assert decode_sib_message(await new.recv(), UDP, answers=Tx.ASK).result.value
+            service.store.add(Triple(IRI(EX + "b"), IRI(EX + "p"), Literal("2")))
+            service.notify()
+            ind = decode_sib_message(await new.recv(), UDP, answers=sub.tx)
+            assert (ind.tid, ind.seq, len(ind.result.rows)) == (21, 2, 2)
+            new_t.sendto(encode(Ack(21, ind.seq), UDP))
+            assert old.queue.empty()
+        finally:
+            old_t.close()
+            new_t.close()
+            await server.close()
+
+    run(scenario())

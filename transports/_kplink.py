@@ -1,0 +1,133 @@
+"""The client side shared by UDP and TCP: one `KPSession` driven by the event loop.
+
+A `Link` turns the session's events into awaitable results: a future per pending TID and a
+sink per persistent transaction. The CoAP link (`transports.coap`) offers the same methods.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from ksp import (
+    IndicationReceived, KPSession, PersistentEnded, ProtocolError, Request, RequestTimedOut,
+    Response, ResponseReceived, Status, Tx,
+)
+
+from ._timer import SessionTimer
+from .errors import KspConnectionError, KspProtocolError, KspTimeout
+
+
+class Sink(Protocol):
+    """Receives the INDs of one persistent transaction (see `client.Subscription`)."""
+
+    def deliver(self, response: Response) -> None: ...
+    def end(self, status: Status | int) -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
+
+
+class Link:
+    """What `client.KP` needs from a transport."""
+
+    async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
+        """Send `request` (its TID is assigned here); the RES, or None for a NON request.
+        With `sink`, the INDs of the persistent transaction go there."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class SessionLink(Link):
+    """A `Link` over a `KPSession`; subclasses implement `transmit()` and `_close_transport()`."""
+
+    def __init__(self, session: KPSession) -> None:
+        self.session = session
+        self.loop = asyncio.get_running_loop()
+        self._waiters: dict[int, asyncio.Future[Response]] = {}
+        self._sinks: dict[int, Sink] = {}
+        self.timer = SessionTimer(self.loop, session, self.pump)
+        self._lost: BaseException | None = None
+
+    async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
+        if self._lost is not None:
+            raise KspConnectionError(str(self._lost)) from self._lost
+        session = self.session
+        if request.tx is not Tx.TERMINATE:
+            request = request._replace(tid=session.next_tid())
+        tid = request.tid
+        fut: asyncio.Future[Response] | None = None
+        if request.confirmable:
+            fut = self.loop.create_future()
+        session.send(request, self.loop.time())
+        if fut is not None:
+            self._waiters[tid] = fut
+        if sink is not None:
+            self._sinks[tid] = sink
+        self.pump()
+        if fut is None:
+            return None
+        try:
+            response = await fut
+        finally:
+            if self._waiters.get(tid) is fut:
+                del self._waiters[tid]
+        if sink is not None and response.status != Status.OK:
+            self._sinks.pop(tid, None)
+        return response
+
+    def forget(self, tid: int) -> None:
+        """Stop routing INDs of `tid` to its sink (after TERMINATE or RESET)."""
+        self._sinks.pop(tid, None)
+
+    def pump(self) -> None:
+        session = self.session
+        while (event := session.next_event()) is not None:
+            kind = type(event)
+            if kind is IndicationReceived:
+                sink = self._sinks.get(event.tid)
+                if sink is not None:
+                    sink.deliver(event.response)
+            elif kind is ResponseReceived:
+                self._resolve(event.tid, event.response, None)
+            elif kind is PersistentEnded:
+                sink = self._sinks.pop(event.tid, None)
+                if sink is not None:
+                    sink.end(event.status)
+            elif kind is RequestTimedOut:
+                self._sinks.pop(event.tid, None)
+                if self._lost is not None:
+                    exc: Exception = KspConnectionError(str(self._lost))
+                else:
+                    exc = KspTimeout(f"no RES for transaction {event.tid}")
+                self._resolve(event.tid, None, exc)
+            elif kind is ProtocolError and event.tid is not None:
+                self._resolve(event.tid, None, KspProtocolError(event.status, event.message))
+        self.transmit()
+        if self._lost is None:
+            self.timer.rearm()
+
+    def _resolve(self, tid: int, response: Response | None, exc: BaseException | None) -> None:
+        fut = self._waiters.pop(tid, None)
+        if fut is None or fut.done():
+            return
+        if exc is None:
+            fut.set_result(response)
+        else:
+            fut.set_exception(exc)
+
+    def transmit(self) -> None:
+        raise NotImplementedError
+
+    def lost(self, exc: BaseException) -> None:
+        """The transport is gone: fail every waiter and every persistent transaction."""
+        if self._lost is not None:
+            return
+        self._lost = exc
+        for tid in list(self._waiters):
+            self._resolve(tid, None, KspConnectionError(str(exc)))
+        sinks, self._sinks = self._sinks, {}
+        for sink in sinks.values():
+            sink.fail(KspConnectionError(str(exc)))
+        self.timer.stop()
+
+

@@ -1,0 +1,109 @@
+"""What the UDP and TCP server adapters share: one `SIBSession` driven by the event loop.
+
+After every input (datagram, stream bytes, timer, or a `Channel` call from the service) the
+adapter drains the session's events, transmits what it holds and re-arms its one timer with
+`loop.call_at(session.get_timer())` — aioquic's asyncio adapter, applied to KSP.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable
+
+from ksp import (
+    KPIdentity, KPUnreachable, ProtocolError, RequestReceived, Response, SIBSession,
+)
+
+from ._timer import SessionTimer
+from .service import Channel, Service
+
+log = logging.getLogger("transports.server")
+
+
+class SessionChannel:
+    """A `Channel` over a `SIBSession`: bound to (transport, KP identity, TID), never to a socket,
+    so the session routes each answer to the KP's current endpoint."""
+
+    __slots__ = ("transport", "kp", "tid", "_adapter")
+
+    def __init__(self, adapter: "SessionAdapter", kp: KPIdentity, tid: int) -> None:
+        self.transport = adapter.transport_name
+        self.kp = kp
+        self.tid = tid
+        self._adapter = adapter
+
+    def respond(self, response: Response) -> None:
+        a = self._adapter
+        a.session.respond(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
+        a.pump()
+
+    def indicate(self, response: Response) -> None:
+        a = self._adapter
+        a.session.indicate(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
+        a.pump()
+
+    def end(self) -> None:
+        a = self._adapter
+        a.session.end_persistent(self.kp, self.tid)
+        a.pump()
+
+    def __repr__(self) -> str:
+        return f"<{self.transport} channel {self.kp} tid={self.tid}>"
+
+
+def _with_tid(response: Response, tid: int) -> Response:
+    return response if response.tid == tid else response._replace(tid=tid)
+
+
+class SessionAdapter:
+    """Feeds one `SIBSession`, hands new requests to the `Service`, keeps the timer armed.
+    Subclasses implement `transmit()` (send what the session holds) and `abort(addr)`."""
+
+    transport_name = ""
+
+    def __init__(self, service: Service, session: SIBSession) -> None:
+        self.service = service
+        self.session = session
+        self.loop = asyncio.get_running_loop()
+        self.timer = SessionTimer(self.loop, session, self.pump)
+        self._closed = False
+
+    def channel(self, kp: KPIdentity, tid: int) -> Channel:
+        """The channel of (kp, tid), e.g. to resume a persistent operation after a restart."""
+        return SessionChannel(self, kp, tid)
+
+    def pump(self) -> None:
+        """Drain events, transmit, re-arm the timer. Re-entrant: the service may answer from
+        inside `submit`."""
+        if self._closed:
+            return
+        session = self.session
+        fatal: list[Hashable] = []
+        while (event := session.next_event()) is not None:
+            if type(event) is RequestReceived:
+                self.service.submit(event.request, self.channel(event.kp, event.request.tid))
+            elif type(event) is KPUnreachable:
+                self.service.kp_unreachable(event.kp, event.tid)
+            elif type(event) is ProtocolError:
+                log.debug("%s: %s from %s (status %s)", self.transport_name, event.message,
+                          event.addr, event.status)
+                if event.fatal:
+                    fatal.append(event.addr)
+            # AckReceived: the session has done all there is to do.
+        self.transmit()
+        for addr in fatal:
+            self.abort(addr)
+        self.timer.rearm()
+
+    def transmit(self) -> None:
+        raise NotImplementedError
+
+    def shut(self) -> None:
+        """Stop reacting: no more events handled, no timer."""
+        self._closed = True
+        self.timer.stop()
+
+    def abort(self, addr: Hashable) -> None:
+        """Close the stream `addr` after a fatal framing error (TCP only)."""
+
+

@@ -1,0 +1,372 @@
+"""The Python KP client: one API over UDP, TCP, TLS and CoAP.
+
+    async with await connect("udp://127.0.0.1:7000", kp_id="…", password="…") as kp:
+        rows = await kp.query(select_request)           # or SPARQL text
+        await kp.insert_data([(s, p, o)])                 # rdflib terms
+        async with kp.subscribe(persistent_select) as sub:
+            async for ind in sub:                         # the full current state, newest only
+                ...                                       # leaving the block TERMINATEs
+
+Requests are `ksp.Request` objects (their TID is assigned here; rdflib terms allowed in the
+data fields) or SPARQL text, compiled by `ksp.from_sparql`. Results come back as rdflib terms.
+A non-OK status raises `KspStatusError` carrying the `ksp.Status`; no answer raises
+`KspTimeout`; SPARQL outside the compiled subset raises `ksp.errors.UnsupportedSparql` naming
+the feature. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl as _ssl
+import uuid
+from typing import Any, Iterable, NamedTuple
+from urllib.parse import urlsplit
+
+import rdflib
+
+from ksp import (
+    AskResult, ConstructResult, Credentials, Options, Request, Response, SelectResult, Status,
+    Timing, Tx,
+)
+
+from ._kplink import Link
+from .errors import KspConnectionError, KspStatusError, KspTimeout
+from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
+
+__all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "kp_id_bytes"]
+
+log = logging.getLogger("transports.client")
+
+DEFAULT_COAP_PORT = 5683
+
+
+class SelectRows(NamedTuple):
+    """A SELECT result: `rows[i][k]` is the rdflib binding of `variables[k]` (None: unbound);
+    `total` is the SIB's total row count (TRC) when it cut the result."""
+
+    variables: tuple[rdflib.Variable, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    total: int | None = None
+
+
+class Indication(NamedTuple):
+    """One state of a persistent operation: `result` as `KP.query` would return it (None for a
+    persistent update). `seq` is the IND's sequence number (UDP/CoAP), None for the initial
+    state carried by the RES."""
+
+    tid: int
+    result: Any
+    seq: int | None = None
+
+
+def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
+    """A `ksp` result as rdflib terms: SelectRows, bool (ASK) or a list of triples. `names`:
+    the SPARQL names of the variables (from compiled text), else `?v{k}` (§4.5)."""
+    if result is None:
+        return None
+    if isinstance(result, SelectResult):
+        return SelectRows(tuple(rdflib.Variable(names[k] if names and k < len(names)
+                                                else f"v{k}") for k in range(result.variables)),
+                          tuple(tuple(from_ksp(t) for t in row) for row in result.rows),
+                          result.total)
+    if isinstance(result, AskResult):
+        return result.value
+    if isinstance(result, ConstructResult):
+        return [triple_from_ksp(t) for t in result.triples]
+    raise TypeError(f"unknown result {result!r}")
+
+
+def kp_id_bytes(kp_id: Any) -> bytes:
+    """A KP ID (16 bytes): a UUID, its text, 16 raw bytes, or any other name (hashed to a
+    UUIDv5, so the same name is always the same KP)."""
+    if isinstance(kp_id, uuid.UUID):
+        return kp_id.bytes
+    if isinstance(kp_id, (bytes, bytearray)):
+        if len(kp_id) != 16:
+            raise ValueError(f"a KP ID is 16 bytes, got {len(kp_id)}")
+        return bytes(kp_id)
+    if isinstance(kp_id, str):
+        try:
+            return uuid.UUID(kp_id).bytes
+        except ValueError:
+            return uuid.uuid5(uuid.NAMESPACE_URL, "ksp:kp:" + kp_id).bytes
+    raise TypeError(f"not a KP ID: {kp_id!r}")
+
+
+def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
+             ) -> tuple[Request, tuple[str, ...]]:
+    """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
+    the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
+    from ksp.from_sparql import compile_named
+
+    return compile_named(text, persistent=persistent, prefixes=prefixes)
+
+
+class KP:
+    """A connected KP. Build it with `connect()`; close it with `close()` or `async with`."""
+
+    def __init__(self, link: Link, url: str, prefixes: dict[str, str] | None = None) -> None:
+        self._link = link
+        self.url = url
+        self.prefixes = prefixes
+        """Prefix names (name → namespace) SPARQL text may use without PREFIX lines."""
+        self._subscriptions: set[Subscription] = set()
+
+    async def __aenter__(self) -> "KP":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the transport. Persistent operations are not terminated (R12: a KP with a KP ID
+        keeps them across reconnects); leave their `subscribe` blocks first to end them."""
+        await self._link.close()
+
+    # -- any request ------------------------------------------------------------------------
+
+    async def request(self, request: Request | str, *, persistent: bool = False,
+                      confirmable: bool | None = None) -> Response | None:
+        """Send one request and return its RES (None for NON: no RES waited for). Raises
+        `KspStatusError` for a non-OK status."""
+        return await self._send(self._prepare(request, persistent)[0], confirmable)
+
+    async def _send(self, req: Request, confirmable: bool | None = None) -> Response | None:
+        if confirmable is not None and req.confirmable != confirmable:
+            req = req._replace(confirmable=confirmable)
+        return _checked(await self._link.request(req))
+
+    def _prepare(self, request: Request | str, persistent: bool = False
+                 ) -> tuple[Request, tuple[str, ...] | None]:
+        """(KSP request, SPARQL variable names or None)."""
+        if isinstance(request, str):
+            return _compile(request, persistent, self.prefixes)
+        if not isinstance(request, Request):
+            raise TypeError(f"a ksp.Request or SPARQL text, not {type(request).__name__}")
+        return request_to_ksp(request), None
+
+    # -- queries and updates ----------------------------------------------------------------
+
+    async def query(self, query: Request | str) -> Any:
+        """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples."""
+        req, names = self._prepare(query)
+        if not req.tx.is_query or req.tx.persistent:
+            raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
+        response = await self._send(req, confirmable=True)
+        return convert_result(response.result, names)
+
+    async def update(self, update: Request | str, *, confirmable: bool = True) -> None:
+        """Any transient update (DATA or pattern form, or graph management: SPARQL Update's
+        CREATE/DROP/COPY/MOVE/ADD). NON (`confirmable=False`) returns at once: the SIB answers
+        a NON update only when it fails, and nothing waits for that."""
+        req = self._prepare(update)[0]
+        tx = req.tx
+        if not (tx.is_data_update or tx.is_pattern_update or tx.is_management) or tx.persistent:
+            raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
+        await self._send(req, confirmable)
+
+    async def insert_data(self, triples: Iterable, graph: Any = None, *,
+                          confirmable: bool = True) -> None:
+        await self._data(Tx.INSERT_DATA, "insert", triples, graph, confirmable)
+
+    async def delete_data(self, triples: Iterable, graph: Any = None, *,
+                          confirmable: bool = True) -> None:
+        await self._data(Tx.DELETE_DATA, "delete", triples, graph, confirmable)
+
+    async def _data(self, tx: Tx, field: str, triples: Iterable, graph: Any,
+                    confirmable: bool) -> None:
+        options = Options()
+        if graph is not None:
+            key = "insert_graphs" if tx is Tx.INSERT_DATA else "delete_graphs"
+            options = options._replace(**{key: (graph_name(graph),)})
+        req = Request(tx, 0, confirmable, options=options,
+                      **{field: tuple(triple_to_ksp(t) for t in triples)})
+        await self._send(req)
+
+    # -- graph management -------------------------------------------------------------------
+
+    async def create(self, *graphs: Any) -> None:
+        await self._send(Request(Tx.CREATE, 0, graphs=tuple(graph_name(g) for g in graphs)))
+
+    async def drop(self, *graphs: Any) -> None:
+        await self._send(Request(Tx.DROP, 0, graphs=tuple(graph_name(g) for g in graphs)))
+
+    async def copy(self, source: Any, target: Any) -> None:
+        await self._transfer(Tx.COPY, source, target)
+
+    async def move(self, source: Any, target: Any) -> None:
+        await self._transfer(Tx.MOVE, source, target)
+
+    async def add(self, source: Any, target: Any) -> None:
+        await self._transfer(Tx.ADD, source, target)
+
+    async def _transfer(self, tx: Tx, source: Any, target: Any) -> None:
+        await self._send(Request(tx, 0, source=graph_name(source), target=graph_name(target)))
+
+    # -- persistent operations --------------------------------------------------------------
+
+    def subscribe(self, request: Request | str) -> "Subscription":
+        """A persistent SELECT/ASK/CONSTRUCT or update, as an async context manager that is an
+        async iterator of `Indication`s. SPARQL text is compiled as persistent."""
+        req, names = self._prepare(request, persistent=True)
+        if not req.tx.persistent:
+            raise ValueError(f"{req.tx.name} is not a persistent transaction")
+        return Subscription(self, req._replace(confirmable=True), names)
+
+    async def terminate(self, tid: int) -> None:
+        """End persistent transaction `tid` (raises `KspStatusError` UNKNOWN_TRANSACTION if the
+        SIB has none)."""
+        try:
+            await self._send(Request(Tx.TERMINATE, tid))
+        finally:
+            self._link.forget(tid)
+            for sub in [s for s in self._subscriptions if s.tid == tid]:
+                sub._finish(Status.TERMINATED)
+
+    async def reset(self) -> None:
+        """End every persistent transaction of this KP (R13)."""
+        await self._send(Request(Tx.RESET, 0))
+        for sub in list(self._subscriptions):
+            sub._finish(Status.TERMINATED)
+
+
+def _checked(response: Response | None) -> Response | None:
+    if response is not None and response.status != Status.OK:
+        raise KspStatusError(response.status)
+    return response
+
+
+class Subscription:
+    """One persistent transaction. Iterating yields its states, newest last, never a stale one:
+    first the RES's initial state (unless an IND overtook it), then each IND. Iteration stops
+    when the SIB ends it with TERMINATED; another final status raises `KspStatusError`."""
+
+    def __init__(self, kp: KP, request: Request, names: tuple[str, ...] | None = None) -> None:
+        self._kp = kp
+        self._request = request
+        self._names = names
+        self.tid: int | None = None
+        self.initial: Any = None
+        self.status: Status | int | None = None  # set when it has ended
+        self._queue: collections.deque[Indication] = collections.deque()
+        self._error: BaseException | None = None
+        self._wakeup = asyncio.Event()
+        self._delivered_any = False
+
+    # -- Sink (called by the link) ------------------------------------------------------------
+
+    def deliver(self, response: Response) -> None:
+        self._delivered_any = True
+        self._queue.append(Indication(response.tid, convert_result(response.result, self._names),
+                                      response.seq))
+        self._wakeup.set()
+
+    def end(self, status: Status | int) -> None:
+        self._finish(status)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.status is None:
+            self._error = exc
+            self._wakeup.set()
+
+    def _finish(self, status: Status | int) -> None:
+        if self.status is None:
+            self.status = status
+            self._kp._subscriptions.discard(self)
+            self._wakeup.set()
+
+    # -- context manager and iterator ---------------------------------------------------------
+
+    async def __aenter__(self) -> "Subscription":
+        response = _checked(await self._kp._link.request(self._request, sink=self))
+        self.tid = response.tid
+        self.initial = convert_result(response.result, self._names)
+        if not self._delivered_any:
+            self._queue.appendleft(Indication(response.tid, self.initial, None))
+            self._wakeup.set()
+        self._kp._subscriptions.add(self)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if self.status is not None or self.tid is None or self._error is not None:
+            return
+        self.status = Status.TERMINATED
+        self._kp._subscriptions.discard(self)
+        try:
+            response = await self._kp._link.request(Request(Tx.TERMINATE, self.tid))
+            if response.status not in (Status.OK, Status.UNKNOWN_TRANSACTION):
+                raise KspStatusError(response.status, f"TERMINATE {self.tid}")
+        except (KspTimeout, KspConnectionError) as err:
+            if exc is None:
+                raise
+            log.debug("TERMINATE %s failed while leaving on an error: %s", self.tid, err)
+        finally:
+            self._kp._link.forget(self.tid)
+
+    def __aiter__(self) -> "Subscription":
+        return self
+
+    async def __anext__(self) -> Indication:
+        while True:
+            if self._queue:
+                return self._queue.popleft()
+            if self._error is not None:
+                raise self._error
+            if self.status is not None:
+                if self.status in (Status.TERMINATED, Status.OK):
+                    raise StopAsyncIteration
+                raise KspStatusError(self.status, f"persistent transaction {self.tid} ended")
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    def latest(self) -> Indication | None:
+        """Drop every queued state but the newest and return it (None if none is queued):
+        for applications that only want the current state."""
+        if not self._queue:
+            return None
+        last = self._queue[-1]
+        self._queue.clear()
+        return last
+
+
+async def connect(url: str, *, kp_id: Any = None, password: str = "",
+                  timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
+                  prefixes: dict[str, str] | None = None, **link_args) -> KP:
+    """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
+    `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
+    carries CREDENTIALS (the KP identity of R12), with `password`."""
+    parts = urlsplit(url)
+    scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
+    if not host:
+        raise ValueError(f"no host in {url!r}")
+    credentials = None
+    if kp_id is not None:
+        credentials = Credentials(kp_id_bytes(kp_id), password)
+    elif password:
+        raise ValueError("a password needs a kp_id")
+    if scheme == "udp":
+        from .udp import open_udp_link
+        link: Link = await open_udp_link(host, _port(port, url), timing=timing,
+                                         credentials=credentials, **link_args)
+    elif scheme in ("tcp", "tcps"):
+        from .tcp import open_tcp_link
+        if scheme == "tcps" and ssl is None:
+            ssl = _ssl.create_default_context()
+        elif scheme == "tcp" and ssl is not None:
+            raise ValueError("an ssl context needs tcps://")
+        link = await open_tcp_link(host, _port(port, url), ssl=ssl, timing=timing,
+                                   credentials=credentials, **link_args)
+    elif scheme == "coap":
+        from .coap import open_coap_link
+        link = await open_coap_link(host, port or DEFAULT_COAP_PORT, timing=timing,
+                                    credentials=credentials, **link_args)
+    else:
+        raise ValueError(f"unknown scheme in {url!r}: udp, tcp, tcps or coap")
+    return KP(link, url, prefixes)
+
+
+def _port(port: int | None, url: str) -> int:
+    if port is None:
+        raise ValueError(f"no port in {url!r} (KSP has no default port)")
+    return port

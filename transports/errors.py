@@ -1,0 +1,36 @@
+"""The client's exceptions: one root, `ClientError`, so an application can catch them all."""
+from __future__ import annotations
+
+from ksp import KspError, Status
+
+__all__ = ["ClientError", "KspStatusError", "KspTimeout", "KspConnectionError",
+           "KspProtocolError"]
+
+
+class ClientError(KspError):
+    """Root of the errors `transports.client` raises."""
+
+
+class KspStatusError(ClientError):
+    """The SIB answered with a non-OK status; `status` says which (`ksp.Status` when known)."""
+
+    def __init__(self, status: Status | int, message: str = "") -> None:
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status = status
+        name = status.name if isinstance(status, Status) else f"0x{status:02x}"
+        super().__init__(f"{name} (0x{int(status):02x})" + (f": {message}" if message else ""))
+
+
+class KspTimeout(ClientError, TimeoutError):
+    """No RES came: retransmissions ran out (UDP, CoAP) or EXCHANGE_LIFETIME passed (TCP)."""
+
+
+class KspConnectionError(ClientError, ConnectionError):
+    """The connection closed (TCP, TLS) or the client was closed while waiting."""
+
+
+class KspProtocolError(KspStatusError):
+    """The SIB's answer was not valid KSP; `status` is the decoding error's status."""

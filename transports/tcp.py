@@ -1,0 +1,152 @@
+"""KSP over TCP (and TLS): messages framed by the 8-byte header's Length field (§2.2).
+
+The sessions reassemble partial reads and enforce the maximum message size (a larger message
+is answered LIMIT_EXCEEDED and skipped unbuffered; Length < 8 closes the connection). TLS is
+asyncio's: pass an `ssl.SSLContext` to the server (certificate) or the client (trust).
+One `SIBSession` serves every connection of a listener, each connection being its own
+endpoint handle, so a KP reconnecting with the same KP ID keeps its persistent operations.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl as _ssl
+from collections.abc import Hashable
+
+from ksp import TCP, KPSession, SIBSession, Timing
+
+from ._kplink import SessionLink
+from ._sibadapter import SessionAdapter
+from .service import Service
+
+__all__ = ["TcpServer", "TcpLink", "open_tcp_link"]
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection; it is also its own endpoint handle in the session."""
+
+    def __init__(self, server: "TcpServer") -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.closed = server.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.session.receive_data(data, self, server.loop.time())
+        server.pump()
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        server = self.server
+        server._connections.discard(self)
+        server.session.connection_lost(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        server.pump()
+
+    def __repr__(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        return f"<tcp connection {peer}>"
+
+
+class TcpServer(SessionAdapter):
+    """The SIB side over TCP/TLS. Start with `await TcpServer.start(service, host, port,
+    ssl=context)`."""
+
+    transport_name = "tcp"
+
+    def __init__(self, service: Service, session: SIBSession) -> None:
+        super().__init__(service, session)
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[_Connection] = set()
+        self.port = 0
+
+    @classmethod
+    async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
+                    ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
+                    max_message_size: int | None = None, **session_args) -> "TcpServer":
+        loop = asyncio.get_running_loop()
+        session = SIBSession(TCP, timing=timing, max_message_size=max_message_size,
+                             **session_args)
+        self = cls(service, session)
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def transmit(self) -> None:
+        for data, conn in self.session.data_to_send():
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.write(data)
+
+    def abort(self, addr: Hashable) -> None:
+        if isinstance(addr, _Connection) and addr.transport is not None:
+            addr.transport.close()  # after the error RES already written
+
+    async def close(self) -> None:
+        self.shut()
+        if self._server is not None:
+            self._server.close()
+        conns = list(self._connections)
+        for conn in conns:
+            if conn.transport is not None:
+                conn.transport.close()
+        if conns:
+            await asyncio.gather(*(c.closed for c in conns))
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class TcpLink(SessionLink, asyncio.Protocol):
+    """The KP side over TCP/TLS."""
+
+    def __init__(self, session: KPSession) -> None:
+        super().__init__(session)
+        self.transport: asyncio.Transport | None = None
+        self._closed_fut = self.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.session.receive_data(data, self.loop.time())
+        self.pump()
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost(exc or ConnectionError("the SIB closed the connection"))
+        self.session.receive_data(b"", self.loop.time())  # the session forgets its requests
+        self.pump()
+        if not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+
+    def transmit(self) -> None:
+        data = self.session.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    async def close(self) -> None:
+        self.lost(ConnectionError("the client was closed"))
+        if self.transport is not None:
+            self.transport.close()
+            await self._closed_fut
+
+
+async def open_tcp_link(host: str, port: int, *, ssl: _ssl.SSLContext | None = None,
+                        server_hostname: str | None = None, timing: Timing | None = None,
+                        credentials=None, max_message_size: int | None = None) -> TcpLink:
+    loop = asyncio.get_running_loop()
+    session = KPSession(TCP, timing=timing, credentials=credentials,
+                        max_message_size=max_message_size)
+    link = TcpLink(session)
+    kwargs = {}
+    if ssl is not None:
+        kwargs = {"ssl": ssl, "server_hostname": server_hostname or host}
+    await loop.create_connection(lambda: link, host, port, **kwargs)
+    return link
