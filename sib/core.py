@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -35,8 +36,11 @@ from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from ksp.terms import IRI, Literal
 
+from .access import AccessPolicy
 from .errors import RequestError
 from .index import PatternIndex
+from .journal import Journal, Saved, TrackedChannel, result_digest
+from .metrics import Metrics
 from .oxterms import to_ox
 from .pattern import Pattern
 from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
@@ -51,8 +55,19 @@ log = logging.getLogger("ksp.sib")
 
 class SibCore:
     def __init__(self, store: QuadStore, *, smart: bool = True, rule_firing_limit: int = 16,
-                 cascade_limit: int = 1024, fresh: Fresh | None = None) -> None:
+                 cascade_limit: int = 1024, fresh: Fresh | None = None,
+                 access: AccessPolicy | None = None, max_persistent_per_kp: int | None = None,
+                 journal: Journal | None = None, endpoint=None,
+                 metrics: Metrics | None = None) -> None:
         self.store = store
+        self.access = access or AccessPolicy.open()
+        self.max_persistent_per_kp = max_persistent_per_kp
+        self.journal = journal
+        #: (transport, kp) -> the KP's current endpoint, for the journal (default: kp.addr).
+        self.endpoint = endpoint or (lambda transport, kp: kp.addr)
+        self.metrics = metrics or Metrics()
+        self._per_kp: Counter[KPIdentity] = Counter()
+        self._ind_count = 0  # INDs sent for the current request (notification latency)
         self.smart = smart
         self.rule_firing_limit = rule_firing_limit
         self.cascade_limit = cascade_limit
@@ -75,30 +90,45 @@ class SibCore:
     def persistent_count(self) -> int:
         return len(self._ops)
 
-    def handle(self, request: Request, channel: Channel) -> None:
-        """Execute `request`, answer it on `channel`, then run the persistent operations."""
+    def handle(self, request: Request, channel: Channel, since: float | None = None) -> None:
+        """Execute `request`, answer it on `channel`, then run the persistent operations.
+        `since`: when it arrived (perf_counter), for the latency histograms."""
         kp = channel.kp
         after = None
         self._changed = False
         self._dirty_groups.clear()
+        self._ind_count = 0
+        since = time.perf_counter() if since is None else since
+        metrics = self.metrics
+        metrics.requests[request.tx.name] += 1
         try:
             check_request(request)
+            self.access.check(request)
             response, after = self._dispatch(request, channel, kp)
         except RequestError as exc:
             log.info("%s %s tid %d: %s (%s)", kp, request.tx.name, request.tid,
                      exc.status.name, exc)
+            if exc.status == Status.ACCESS_DENIED:
+                metrics.denied += 1
+            elif exc.status == Status.LIMIT_EXCEEDED:
+                metrics.limited += 1
             response = Response(request.tid, exc.status)
         except Exception:  # a bug or an I/O error: the request changed nothing it reports
             log.exception("%s %s tid %d failed", kp, request.tx.name, request.tid)
             response = Response(request.tid, Status.INTERNAL_ERROR)
             after = None
         channel.respond(response)
+        is_update = not (request.tx.is_query or request.tx in (Tx.TERMINATE, Tx.RESET))
+        if is_update:
+            metrics.update_latency.observe(time.perf_counter() - since)
         if after is not None:
             try:
                 self._propagate(*after)
             except Exception:  # the request itself is done and answered
                 log.exception("persistent operations after %s tid %d", request.tx.name,
                               request.tid)
+        if self._ind_count and is_update:
+            metrics.notification_latency.observe(time.perf_counter() - since)
 
     def drop_kp(self, kp: KPIdentity) -> None:
         """Forget every persistent operation of `kp` (RESET, or the KP became unreachable)."""
@@ -106,9 +136,35 @@ class SibCore:
             self._remove(key).channel.end()
 
     def terminate_all(self) -> None:
-        """End every persistent operation with a TERMINATED IND (the SIB shuts down)."""
-        for key in list(self._ops):
+        """The SIB shuts down: end every persistent operation with a TERMINATED IND, except
+        those the journal keeps (they resume after the restart)."""
+        for key, op in list(self._ops.items()):
+            if self.journal is not None and op.channel.journal is not None:
+                continue
             self._terminate(key)
+
+    def restore(self, saved: Saved, channel: Channel) -> None:
+        """Re-register a journaled persistent operation after a restart, without a RES: a
+        query sends an IND when its current result is not the one last sent; a rule takes its
+        current solutions as seen (it does not fire again for a state it already acted on)."""
+        req, kp = saved.request, saved.kp
+        tracked = TrackedChannel(channel, self.journal, saved.seq, saved.digest,
+                                 self._count_ind)
+        pattern = Pattern(req)
+        if req.tx.is_query:
+            response = self._subscribe(req, tracked, kp, pattern, restored=True)
+            probe = Response(req.tid, Status.OK, response.result, indication=True)
+            if result_digest(probe) != saved.digest:
+                tracked.indicate(probe)
+        else:
+            rule = self._add_rule(req, tracked, kp, pattern, restored=True)
+            rule.last = frozenset(pattern.solutions(self.store))
+        log.info("%s tid %d: %s restored (%s, endpoint %s)", kp, req.tid, req.tx.name,
+                 saved.transport, saved.endpoint)
+
+    def _count_ind(self) -> None:
+        self._ind_count += 1
+        self.metrics.indications += 1
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -145,11 +201,7 @@ class SibCore:
                 for term in t:
                     if isinstance(term, (IRI, Literal)):
                         to_ox(term)
-            rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
-            self._replace((kp, req.tid))
-            self._rules[rule.id] = rule
-            self._ops[(kp, req.tid)] = rule
-            self._rule_index.add(rule.id, pattern.triples, pattern.graphs)
+            rule = self._add_rule(req, channel, kp, pattern)
             return Response(req.tid), (set(), rule)
         delta = template_delta(self.store, req, pattern.solutions(self.store), self._fresh)
         return Response(req.tid), (self._write(delta), None)
@@ -158,20 +210,55 @@ class SibCore:
         self._next_id += 1
         return self._next_id
 
+    def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
+               restored: bool) -> Channel:
+        """The cap on persistent operations per KP; the channel, tracked and journaled."""
+        key = (kp, req.tid)
+        cap = self.max_persistent_per_kp
+        if cap is not None and key not in self._ops and self._per_kp[kp] >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED,
+                               f"{cap} persistent operations per KP")
+        self._replace(key)
+        if restored:
+            return channel
+        channel = TrackedChannel(channel, self.journal, on_indicate=self._count_ind)
+        if channel.journal is not None:
+            channel.journal.add(kp, req.tid, channel.transport,
+                                self.endpoint(channel.transport, kp), req)
+        return channel
+
+    def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
+        self._ops[key] = op
+        self._per_kp[key[0]] += 1
+        log.info("%s tid %d: persistent %s started", key[0], key[1], op.request.tx.name
+                 if isinstance(op, Rule) else op.group.request.tx.name)
+
+    def _add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
+                  restored: bool = False) -> Rule:
+        channel = self._admit(req, channel, kp, restored)
+        rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
+        self._rules[rule.id] = rule
+        self._registered((kp, req.tid), rule)
+        self._rule_index.add(rule.id, pattern.triples, pattern.graphs)
+        return rule
+
     def _subscribe(self, req: Request, channel: Channel, kp: KPIdentity,
-                   pattern: Pattern) -> Response:
+                   pattern: Pattern, restored: bool = False) -> Response:
         key = group_key(req, pattern)
         group = self._groups.get(key)
+        result = evaluate(self.store, req, pattern) if group is None else None
+        channel = self._admit(req, channel, kp, restored)  # after what can fail
+        group = self._groups.get(key)  # `_admit` may have ended the last member of a group
         if group is None:
-            result = evaluate(self.store, req, pattern)
+            if result is None:
+                result = evaluate(self.store, req, pattern)
             group = QueryGroup(self._new_id(), req, pattern, result)
             self._groups[key] = group
             self._group_by_id[group.id] = group
             self._group_index.add(group.id, pattern.triples, pattern.graphs)
-        self._replace((kp, req.tid))
         sub = Subscription(kp, req.tid, channel, group)
         group.members[(kp, req.tid)] = sub
-        self._ops[(kp, req.tid)] = sub
+        self._registered((kp, req.tid), sub)
         return Response(req.tid, Status.OK, group.result)
 
     def _replace(self, key: OpKey) -> None:
@@ -181,6 +268,12 @@ class SibCore:
 
     def _remove(self, key: OpKey) -> Subscription | Rule:
         op = self._ops.pop(key)
+        self._per_kp[key[0]] -= 1
+        if not self._per_kp[key[0]]:
+            del self._per_kp[key[0]]
+        if self.journal is not None:
+            self.journal.remove(*key)
+        log.info("%s tid %d: persistent operation ended", *key)
         if isinstance(op, Rule):
             op.ended = True
             del self._rules[op.id]

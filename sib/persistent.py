@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ksp.model import Request, Response, Result
 from ksp.session import KPIdentity
+from transports.service import Channel
 
 from .pattern import Pattern
-
-
-class Channel(Protocol):
-    """Where the answers to one request go (the seam in /work/interface.md, structurally the
-    same as `transports.service.Channel`)."""
-
-    transport: str
-    kp: KPIdentity
-    tid: int
-
-    def respond(self, response: Response) -> None: ...
-    def indicate(self, response: Response) -> None: ...
-    def end(self) -> None: ...
 
 
 OpKey = tuple[KPIdentity, int]

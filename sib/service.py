@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from ksp.model import Request
+from ksp.codes import Status
+from ksp.model import Request, Response
 from ksp.session import KPIdentity
 
 from .core import SibCore
@@ -26,9 +28,18 @@ class Sib:
     """
 
     def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
-                 **core_options) -> None:
+                 max_queued: int | None = None, **core_options) -> None:
         self.store = store if store is not None else QuadStore()
         self.core = SibCore(self.store, smart=smart, **core_options)
+        #: Cap on requests waiting in the queue; beyond it a request is answered at once with
+        #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
+        self.max_queued = max_queued
+        self.core.metrics.gauges["ksp_persistent_operations"] = (
+            "Active persistent operations (queries and rules).",
+            lambda: self.core.persistent_count)
+        self.core.metrics.gauges["ksp_queued_requests"] = (
+            "Requests waiting for the scheduler.",
+            lambda: self._queue.qsize() if self._queue is not None else 0)
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
 
@@ -36,11 +47,20 @@ class Sib:
 
     def submit(self, request: Request, channel: Channel) -> None:
         self._ensure_started()
-        self._queue.put_nowait((request, channel))
+        if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
+            self.core.metrics.limited += 1
+            log.warning("%s %s tid %d refused: %d requests queued", channel.kp,
+                        request.tx.name, request.tid, self.max_queued)
+            channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
+            return
+        self._queue.put_nowait((request, channel, time.perf_counter()))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
+        """Not capped: it frees memory."""
         self._ensure_started()
-        self._queue.put_nowait((None, kp))
+        log.warning("%s unreachable (no ACK for tid %d): dropping its persistent operations",
+                    kp, tid)
+        self._queue.put_nowait((None, kp, None))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -56,7 +76,7 @@ class Sib:
         """Finish what is queued, then stop; persistent operations end with TERMINATED."""
         if self._task is None:
             return
-        self._queue.put_nowait((_STOP, None))
+        self._queue.put_nowait((_STOP, None, None))
         await self._task
         self._task = None
         self.core.terminate_all()
@@ -70,14 +90,14 @@ class Sib:
     async def _run(self) -> None:
         queue = self._queue
         while True:
-            request, channel = await queue.get()
+            request, channel, since = await queue.get()
             try:
                 if request is _STOP:
                     return
                 if request is None:
                     self.core.drop_kp(channel)
                 else:
-                    self.core.handle(request, channel)
+                    self.core.handle(request, channel, since)
             except Exception:  # never let one request stop the scheduler
                 log.exception("scheduler: unhandled error")
             finally:
