@@ -67,7 +67,6 @@ class SibCore:
         self.endpoint = endpoint or (lambda transport, kp: kp.addr)
         self.metrics = metrics or Metrics()
         self._per_kp: Counter[KPIdentity] = Counter()
-        self._ind_count = 0  # INDs sent for the current request (notification latency)
         self.smart = smart
         self.rule_firing_limit = rule_firing_limit
         self.cascade_limit = cascade_limit
@@ -97,7 +96,7 @@ class SibCore:
         after = None
         self._changed = False
         self._dirty_groups.clear()
-        self._ind_count = 0
+        inds_before = self.metrics.indications
         since = time.perf_counter() if since is None else since
         metrics = self.metrics
         metrics.requests[request.tx.name] += 1
@@ -127,7 +126,7 @@ class SibCore:
             except Exception:  # the request itself is done and answered
                 log.exception("persistent operations after %s tid %d", request.tx.name,
                               request.tid)
-        if self._ind_count and is_update:
+        if is_update and self.metrics.indications != inds_before:
             metrics.notification_latency.observe(time.perf_counter() - since)
 
     def drop_kp(self, kp: KPIdentity) -> None:
@@ -149,7 +148,7 @@ class SibCore:
         current solutions as seen (it does not fire again for a state it already acted on)."""
         req, kp = saved.request, saved.kp
         tracked = TrackedChannel(channel, self.journal, saved.seq, saved.digest,
-                                 self._count_ind)
+                                 self.metrics.indicated, self.endpoint)
         pattern = Pattern(req)
         if req.tx.is_query:
             response = self._subscribe(req, tracked, kp, pattern, restored=True)
@@ -161,10 +160,6 @@ class SibCore:
             rule.last = frozenset(pattern.solutions(self.store))
         log.info("%s tid %d: %s restored (%s, endpoint %s)", kp, req.tid, req.tx.name,
                  saved.transport, saved.endpoint)
-
-    def _count_ind(self) -> None:
-        self._ind_count += 1
-        self.metrics.indications += 1
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -221,10 +216,10 @@ class SibCore:
         self._replace(key)
         if restored:
             return channel
-        channel = TrackedChannel(channel, self.journal, on_indicate=self._count_ind)
+        channel = TrackedChannel(channel, self.journal, on_indicate=self.metrics.indicated,
+                                 endpoint=self.endpoint)
         if channel.journal is not None:
-            channel.journal.add(kp, req.tid, channel.transport,
-                                self.endpoint(channel.transport, kp), req)
+            channel.journal.add(kp, req.tid, channel.transport, req)
         return channel
 
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
@@ -259,7 +254,10 @@ class SibCore:
         sub = Subscription(kp, req.tid, channel, group)
         group.members[(kp, req.tid)] = sub
         self._registered((kp, req.tid), sub)
-        return Response(req.tid, Status.OK, group.result)
+        response = Response(req.tid, Status.OK, group.result)
+        if not restored:  # the KP sees this result with the RES (journaled then)
+            channel.digest = result_digest(response)
+        return response
 
     def _replace(self, key: OpKey) -> None:
         """A KP reusing the TID of its active persistent transaction replaces it (R12)."""

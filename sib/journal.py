@@ -63,16 +63,17 @@ class Journal:
             "transport TEXT, endpoint TEXT, request BLOB, seq INTEGER, digest BLOB, "
             "PRIMARY KEY (kp_id, kp_addr, tid))")
 
-    def add(self, kp: KPIdentity, tid: int, transport: str, endpoint: Hashable | None,
-            request: Request) -> None:
+    def add(self, kp: KPIdentity, tid: int, transport: str, request: Request) -> None:
         request = request._replace(options=request.options._replace(credentials=None))
-        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                         (*_kp_key(kp), tid, transport, json.dumps(endpoint),
-                          encode(request, UDP)))
+        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL)",
+                         (*_kp_key(kp), tid, transport, encode(request, UDP)))
 
-    def sent(self, kp: KPIdentity, tid: int, seq: int | None, digest: bytes | None) -> None:
-        self._db.execute("UPDATE ops SET seq = ?, digest = ? WHERE kp_id = ? AND kp_addr = ? "
-                         "AND tid = ?", (seq, digest, *_kp_key(kp), tid))
+    def sent(self, kp: KPIdentity, tid: int, seq: int | None, digest: bytes | None,
+             endpoint: Hashable | None) -> None:
+        """After a RES or IND: what the KP has seen, and where it was last seen."""
+        self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ? WHERE kp_id = ? "
+                         "AND kp_addr = ? AND tid = ?",
+                         (seq, digest, json.dumps(endpoint), *_kp_key(kp), tid))
 
     def remove(self, kp: KPIdentity, tid: int) -> None:
         self._db.execute("DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
@@ -97,20 +98,22 @@ class TrackedChannel:
     the session numbers on from the saved one."""
 
     __slots__ = ("inner", "transport", "kp", "tid", "journal", "seq", "digest", "on_indicate",
-                 "_explicit")
+                 "endpoint", "_explicit")
 
     def __init__(self, inner, journal: Journal | None, seq: int | None = None,
-                 digest: bytes | None = None, on_indicate=None) -> None:
+                 digest: bytes | None = None, on_indicate=None, endpoint=None) -> None:
         self.inner = inner
         self.transport, self.kp, self.tid = inner.transport, inner.kp, inner.tid
         self.journal = journal if inner.transport in JOURNALED else None
         self.seq = seq
         self.digest = digest
         self.on_indicate = on_indicate
+        self.endpoint = endpoint  # (transport, kp) -> the KP's endpoint now
         self._explicit = seq is not None
 
     def respond(self, response: Response) -> None:
         self.inner.respond(response)
+        self._journal()
 
     def indicate(self, response: Response) -> None:
         if self.transport == "udp":
@@ -123,10 +126,14 @@ class TrackedChannel:
                     self._explicit = False
         self.digest = result_digest(response)
         self.inner.indicate(response)
-        if self.journal is not None:
-            self.journal.sent(self.kp, self.tid, self.seq, self.digest)
+        self._journal()
         if self.on_indicate is not None:
             self.on_indicate()
 
     def end(self) -> None:
         self.inner.end()
+
+    def _journal(self) -> None:
+        if self.journal is not None:
+            endpoint = self.endpoint(self.transport, self.kp) if self.endpoint else self.kp.addr
+            self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint)

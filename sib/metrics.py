@@ -49,6 +49,9 @@ class Metrics:
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
         self.counters: dict[str, tuple[str, Callable[[], float]]] = {}
 
+    def indicated(self) -> None:
+        self.indications += 1
+
     def render(self) -> str:
         lines = ["# HELP ksp_requests_total Requests executed, by transaction type.",
                  "# TYPE ksp_requests_total counter"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
+from collections import OrderedDict
 
 from ksp.codes import Status
 from ksp.model import Request, Response
@@ -34,14 +36,19 @@ class Sib:
         #: Cap on requests waiting in the queue; beyond it a request is answered at once with
         #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
         self.max_queued = max_queued
+        me = weakref.ref(self)  # no cycle: the store closes when the SIB is dropped
         self.core.metrics.gauges["ksp_persistent_operations"] = (
             "Active persistent operations (queries and rules).",
-            lambda: self.core.persistent_count)
+            lambda: me().core.persistent_count if me() else 0)
         self.core.metrics.gauges["ksp_queued_requests"] = (
-            "Requests waiting for the scheduler.",
-            lambda: self._queue.qsize() if self._queue is not None else 0)
+            "Requests waiting for the scheduler.", lambda: me().queued if me() else 0)
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
+        self._kps: OrderedDict = OrderedDict()
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
 
     # -- Service --------------------------------------------------------------------------
 
@@ -54,6 +61,18 @@ class Sib:
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
         self._queue.put_nowait((request, channel, time.perf_counter()))
+        self._seen(channel)
+
+    def _seen(self, channel: Channel) -> None:
+        """Log a KP's first request (the transports have no notion of a connected KP)."""
+        key = (channel.transport, channel.kp)
+        if key in self._kps:
+            self._kps.move_to_end(key)
+            return
+        self._kps[key] = None
+        if len(self._kps) > 4096:
+            self._kps.popitem(last=False)
+        log.info("%s connected over %s", channel.kp, channel.transport)
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """Not capped: it frees memory."""

@@ -80,3 +80,81 @@ def ex(local: str):
     """An IRI in the test namespace."""
     from ksp.terms import IRI
     return IRI(EX + local)
+
+
+class SibProcess:
+    """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
+    the given flags, its log read on a thread; `ports` are the bound ports it logged."""
+
+    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+        import queue
+        import re
+        import subprocess
+        import sys
+        import threading
+
+        self.args = args
+        self.lines: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sib.cli", "--log-level", "info", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        def read() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                self._lines.put(line)
+            self._lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        self.ports: dict[str, int] = {}
+        pattern = re.compile(r"(?:listening on (\w+)://[^:]+|metrics on http://[^:]+):(\d+)")
+        self.wait_for("SIB ready", timeout, lambda line: (
+            m := pattern.search(line)) and self.ports.__setitem__(m[1] or "metrics", int(m[2])))
+
+    def wait_for(self, text: str, timeout: float = 60.0, each=None) -> str:
+        """Block until a log line contains `text` (returns it); fails if the process ends."""
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} in the SIB log:\n{''.join(self.lines)}")
+            if line is None:
+                raise AssertionError(f"SIB exited ({self.proc.wait()}) before {text!r}:\n"
+                                     + "".join(self.lines))
+            if each is not None:
+                each(line)
+            if text in line:
+                return line
+
+    def stop(self, sig: int | None = None, timeout: float = 60.0) -> int:
+        """Send SIGTERM (or `sig`) and wait for the exit status."""
+        import signal
+
+        self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def __enter__(self) -> "SibProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def free_port(kind: str = "udp") -> int:
+    """A port free right now (for a SIB that must come back on the same port)."""
+    import socket
+
+    with socket.socket(socket.AF_INET,
+                       socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
