@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tools.bench import sib as bench
 
 
@@ -36,3 +38,24 @@ def test_fixed_scenario_affects_exactly_one_query_per_update():
     store = bench.seed_store(1_000)
     r = asyncio.run(bench.run_mode(store, 300, True, budget=60.0, max_updates=10, fixed=True))
     assert r["inds"] == 10 + 300 and r["evaluations"] == 10
+
+
+def test_udp_mode_over_loopback_same_inds_in_both_modes(tmp_path):
+    """The --udp mode: real UdpServers and KP sockets; every update's INDs arrive and are
+    ACKed; smart and naive send the same INDs, naive evaluates more."""
+    rows = asyncio.run(asyncio.wait_for(
+        bench.bench(1_000, [10, 200], budget=60.0, max_updates=12, udp=True), 300))
+    for row in rows:
+        smart, naive = row["smart"], row["naive"]
+        assert smart["updates"] == naive["updates"] == 12
+        per_update = max(1, row["n"] // bench.WATCHED)
+        assert smart["inds"] == naive["inds"] == 12 * per_update
+        assert smart["evaluations"] < naive["evaluations"]
+        assert 0 < smart["p50"] <= smart["p99"]
+    text = bench.table(rows)
+    assert text.count("\n") == 3 and "| 200 | 2 |" in text
+    assert "smart p99 update-to-IND latency" in bench.targets(rows, False)
+    pytest.importorskip("matplotlib")  # the `bench` extra
+    png = tmp_path / "sib.png"
+    bench.plot(rows, str(png), "smoke")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,10 +14,19 @@ one: with 10 queries, 10 %) are affected and each sends an IND.
 With ``--scenario fixed`` exactly one query is affected by every update (query 0 watches sensor 0,
 which every update moves; the others watch sensors 1–99): the cost of the unaffected ones.
 
-All SIBs (every n, both modes) share the store and take their updates round-robin, so noise
-hits them alike. Reported per n: updates/s (updates / time spent in them) for smart and naive
+All SIBs (every n, both modes) have identical stores and take their updates round-robin, so
+noise hits them alike. Reported per n: updates/s (updates / time spent in them) for smart and naive
 and their ratio, and the update-to-IND latency (submit → the last IND of that update recorded)
 p50/p99 for each mode.
+
+``--udp``: the same over UDP on loopback. Each SIB is served by a real `transports.UdpServer`;
+the n persistent queries are sent by one subscriber KP socket (TIDs 0…n−1) that ACKs every IND,
+and the updates by a writer KP socket (CON UPDATE DATA). An update is timed from sending its
+datagram until its RES and all the INDs it causes have arrived (the next update is sent only
+then); its latency is send → the last of its INDs received. Both KPs are minimal (they read the
+4- or 6-byte header, enough to match RES/IND and ACK) and run in the SIB's process and event
+loop, so the numbers include both ends of the sockets. ``--plot FILE.png`` draws updates/s and
+p99 latency against the number of persistent queries (needs the `bench` extra: matplotlib).
 """
 from __future__ import annotations
 
@@ -27,8 +36,9 @@ import statistics
 import sys
 import time
 
+from ksp.codec import UDP, encode
 from ksp.codes import Op, Tx
-from ksp.model import Options, Request
+from ksp.model import Ack, Options, Request
 from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from sib import QuadStore, Sib
@@ -106,6 +116,19 @@ class Contender:
     async def step(self) -> None:
         # a watched sensor: every update sends INDs
         k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
+        req = self._update(k)
+        before = self.stats["inds"]
+        t0 = time.perf_counter()
+        self.sib.submit(req, _Channel(self.writer, req.tid, self.stats))
+        await self.sib.drain()
+        self.busy += time.perf_counter() - t0
+        if self.stats["inds"] > before:
+            self.latencies.append(self.stats["last_ind"] - t0)
+        self.count += 1
+
+    def _update(self, k: int) -> Request:
+        """UPDATE DATA moving sensor k to the next value (the values are shared by all
+        contenders, since they share the store)."""
         values = self.shared.setdefault("values", {})
         old = values.get(k)
         if old is None:
@@ -116,14 +139,7 @@ class Contender:
                       delete=tuple(Triple(sensor(k), VALUE, v) for v in old),
                       insert=(Triple(sensor(k), VALUE, new),))
         values[k] = [new]
-        before = self.stats["inds"]
-        t0 = time.perf_counter()
-        self.sib.submit(req, _Channel(self.writer, req.tid, self.stats))
-        await self.sib.drain()
-        self.busy += time.perf_counter() - t0
-        if self.stats["inds"] > before:
-            self.latencies.append(self.stats["last_ind"] - t0)
-        self.count += 1
+        return req
 
     async def result(self) -> dict:
         await self.sib.close()
@@ -135,6 +151,98 @@ class Contender:
             "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan"),
             "evaluations": self.sib.core.evaluations,
         }
+
+
+class UdpKP(asyncio.DatagramProtocol):
+    """A KP socket reduced to what the benchmark needs: RES matched by TID, every IND ACKed
+    (by its sequence number) and counted, the arrival time of the latest IND kept."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.res: dict[int, asyncio.Future] = {}
+        self.inds = 0
+        self.last_ind = 0.0
+        self.target: tuple[int, asyncio.Future] | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        now = time.perf_counter()
+        kind, tid = data[1], data[2] | data[3] << 8
+        if kind > 0x7F:  # IND: ACK it with its sequence number
+            self.transport.sendto(encode(Ack(tid, data[4] | data[5] << 8), UDP))
+            self.inds += 1
+            self.last_ind = now
+            if self.target is not None and self.inds >= self.target[0]:
+                if not self.target[1].done():
+                    self.target[1].set_result(None)
+            return
+        fut = self.res.pop(tid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(kind & 0x7F)
+
+    def send(self, request: Request) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.res[request.tid] = fut
+        self.transport.sendto(encode(request, UDP))
+        return fut
+
+    def until_inds(self, count: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if self.inds >= count:
+            fut.set_result(None)
+        self.target = (count, fut)
+        return fut
+
+
+TIMEOUT = 120.0  # generous: naive mode at 10,000 queries on a loaded 2-core machine
+
+
+async def _kp(port: int) -> UdpKP:
+    loop = asyncio.get_running_loop()
+    _, kp = await loop.create_datagram_endpoint(UdpKP, remote_addr=("127.0.0.1", port))
+    return kp
+
+
+class UdpContender(Contender):
+    """A `Contender` whose SIB is served over UDP on loopback and driven by `UdpKP`s."""
+
+    async def setup(self) -> None:
+        from transports import Server
+
+        self.server = await Server.start(self.sib, udp=0)
+        port = self.server.udp.port
+        self.subscriber, self.writer_kp = await _kp(port), await _kp(port)
+        window = 256  # requests in flight while subscribing
+        for start in range(0, self.n, window):
+            futs = [self.subscriber.send(query(j, self.fixed))
+                    for j in range(start, min(self.n, start + window))]
+            statuses = await asyncio.wait_for(asyncio.gather(*futs), TIMEOUT)
+            assert not any(statuses), f"subscription refused: {statuses}"
+        self.watchers = [0] * WATCHED
+        for j in range(self.n):
+            self.watchers[watched(j, self.fixed)] += 1
+
+    async def step(self) -> None:
+        k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
+        req = self._update(k)
+        kp = self.subscriber
+        inds = kp.until_inds(kp.inds + self.watchers[k])
+        t0 = time.perf_counter()
+        status = await asyncio.wait_for(self.writer_kp.send(req), TIMEOUT)
+        await asyncio.wait_for(inds, TIMEOUT)
+        self.busy += time.perf_counter() - t0
+        assert status == 0, f"update refused: {status}"
+        self.latencies.append(kp.last_ind - t0)
+        self.stats["inds"] = kp.inds
+        self.count += 1
+
+    async def result(self) -> dict:
+        await self.server.close()
+        for kp in (self.subscriber, self.writer_kp):
+            kp.transport.close()
+        return await super().result()
 
 
 async def run_contenders(contenders: list[Contender], budget: float, max_updates: int) -> None:
@@ -164,14 +272,15 @@ def _ms(x: float) -> str:
 
 
 async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
-                fixed: bool = False) -> list[dict]:
+                fixed: bool = False, udp: bool = False) -> list[dict]:
     t0 = time.perf_counter()
-    store = seed_store(triples)
-    print(f"store: {len(store)} triples loaded in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr)
-    shared: dict = {}
-    contenders = {(n, mode): Contender(store, n, mode == "smart", fixed, shared)
+    kind = UdpContender if udp else Contender
+    # One store per contender: with a shared store, a naive SIB would also see (and send INDs
+    # for) the other contenders' updates, which it never executed.
+    contenders = {(n, mode): kind(seed_store(triples), n, mode == "smart", fixed, {})
                   for n in sizes for mode in ("smart", "naive")}
+    print(f"{len(contenders)} stores of {triples:,} triples loaded in "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     await run_contenders(list(contenders.values()), budget, max_updates)
     rows = []
     for n in sizes:
@@ -196,6 +305,51 @@ def table(rows: list[dict], fixed: bool = False) -> str:
     return "\n".join(out)
 
 
+def targets(rows: list[dict], fixed: bool) -> str:
+    """The issue's targets, checked against this run's numbers."""
+    by_n = {r["n"]: r for r in rows}
+    out = []
+    if 1000 in by_n:
+        r = by_n[1000]
+        ratio = r["smart"]["rate"] / r["naive"]["rate"]
+        out.append(f"- 1,000 persistent queries: smart {ratio:.1f}× the naive update rate "
+                   f"(target ≥ 20×): {'met' if ratio >= 20 else 'NOT MET'}")
+    if fixed and 100 in by_n and 10000 in by_n:
+        cost = by_n[100]["smart"]["rate"] / by_n[10000]["smart"]["rate"]
+        out.append(f"- 100 → 10,000 unaffected queries: each update costs {cost:.2f}× more "
+                   f"(target < 2×): {'met' if cost < 2 else 'NOT MET'}")
+    worst = max((r["smart"]["p99"] for r in rows), default=float("nan"))
+    out.append(f"- smart p99 update-to-IND latency, worst size: {_ms(worst)} ms "
+               f"(target < 10 ms): {'met' if worst < 0.010 else 'NOT MET'}")
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Updates/s and p99 latency against n, smart and naive, log-log, into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, style in (("smart", "o-"), ("naive", "s--")):
+        a.plot(ns, [r[mode]["rate"] for r in rows], style, label=mode)
+        b.plot(ns, [r[mode]["p99"] * 1e3 for r in rows], style, label=mode)
+    a.set(xscale="log", yscale="log", xlabel="persistent queries", ylabel="updates/s",
+          title="update rate")
+    b.set(xscale="log", yscale="log", xlabel="persistent queries",
+          ylabel="p99 update-to-IND latency (ms)", title="notification latency")
+    b.axhline(10, color="grey", linewidth=0.8, linestyle=":")
+    for ax in (a, b):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--triples", type=int, default=100_000)
@@ -206,15 +360,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--scenario", choices=("one-percent", "fixed"), default="one-percent",
                     help="about 1 %% of the queries affected per update, or exactly one")
     ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
+    ap.add_argument("--udp", action="store_true", help="over UDP on loopback (real sockets)")
+    ap.add_argument("--plot", metavar="FILE.png", help="also draw the results (matplotlib)")
     args = ap.parse_args(argv)
     if args.quick:
         args.triples, args.budget, args.max_updates = 10_000, 0.5, 200
     sizes = [int(x) for x in args.queries.split(",")]
     fixed = args.scenario == "fixed"
-    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates, fixed))
-    print(f"SIB subscription processing, in-process, {args.triples:,} triples "
+    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates, fixed,
+                             args.udp))
+    where = "over UDP on loopback" if args.udp else "in-process"
+    print(f"SIB subscription processing, {where}, {args.triples:,} triples "
           f"(`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
     print(table(rows, fixed))
+    print()
+    print(targets(rows, fixed))
+    if args.plot:
+        plot(rows, args.plot, f"SIB, {where}, {args.triples:,} triples")
+        print(f"\nplot: {args.plot}")
     return 0
 
 
