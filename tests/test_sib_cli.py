@@ -163,3 +163,38 @@ def test_hash_password_subcommand():
     stored = out.stdout.strip()
     assert stored.startswith("scrypt$") and "s3cret" not in stored
     assert verify_password("s3cret", stored) and not verify_password("s3cret!", stored)
+
+
+def test_kill_9_mid_stream_loses_no_answered_insert_over_udp(tmp_path):
+    """CON inserts over UDP from the real client; SIGKILL once 200 have been answered (more are
+    in flight); every answered insert is in the store the restarted SIB serves."""
+    data = str(tmp_path / "data")
+    args = ("--data-dir", data, "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1")
+    answered: list[int] = []
+    with SibProcess(*args) as sib:
+        async def stream():
+            async with await connect(f"udp://127.0.0.1:{sib.ports['udp']}",
+                                     timing=Timing(ack_timeout=0.5, max_retransmit=1)) as kp:
+                async def one(k: int):
+                    await kp.insert_data([(S, P, Literal(k))])
+                    answered.append(k)
+
+                k = 0
+                while len(answered) < 200:
+                    await asyncio.gather(*(one(k + i) for i in range(8)))
+                    k += 8
+                pending = [asyncio.ensure_future(one(k + i)) for i in range(8)]
+                await asyncio.sleep(0)  # sent, not answered
+                sib.proc.kill()
+                await asyncio.gather(*pending, return_exceptions=True)
+
+        run(stream())
+        assert sib.proc.wait(60) == -signal.SIGKILL
+    with SibProcess(*args) as sib:
+        async def check():
+            async with await connect(f"udp://127.0.0.1:{sib.ports['udp']}", timing=FAST) as u:
+                return values(await u.query(SELECT))
+
+        stored = {int(v) for v in run(check())}
+        assert sib.stop() == 0
+    assert len(answered) >= 200 and set(answered) <= stored
