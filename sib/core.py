@@ -117,6 +117,10 @@ class SibCore:
             response = Response(request.tid, Status.INTERNAL_ERROR)
             after = None
         channel.respond(response)
+        if request.tx.persistent and response.status == Status.OK:
+            op = self._ops.get((kp, request.tid))
+            if op is not None:
+                op.channel.responded()  # journaled: the KP has its first result
         is_update = not (request.tx.is_query or request.tx in (Tx.TERMINATE, Tx.RESET))
         if is_update:
             metrics.update_latency.observe(time.perf_counter() - since)

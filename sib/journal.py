@@ -83,7 +83,7 @@ class Journal:
         rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport, endpoint, request, seq, "
                                 "digest FROM ops ORDER BY rowid").fetchall()
         for kp_id, addr, tid, transport, endpoint, data, seq, digest in rows:
-            ep = json.loads(endpoint)
+            ep = json.loads(endpoint) if endpoint is not None else None
             yield Saved(_kp_of(kp_id, addr), tid, transport,
                         tuple(ep) if isinstance(ep, list) else ep,
                         decode_kp_message(data, UDP), seq, digest)
@@ -113,7 +113,7 @@ class TrackedChannel:
 
     def respond(self, response: Response) -> None:
         self.inner.respond(response)
-        self._journal()
+        self.responded()
 
     def indicate(self, response: Response) -> None:
         if self.transport == "udp":
@@ -126,14 +126,15 @@ class TrackedChannel:
                     self._explicit = False
         self.digest = result_digest(response)
         self.inner.indicate(response)
-        self._journal()
+        self.responded()
         if self.on_indicate is not None:
             self.on_indicate()
 
     def end(self) -> None:
         self.inner.end()
 
-    def _journal(self) -> None:
+    def responded(self) -> None:
+        """Journal what the KP has now seen, and where it is."""
         if self.journal is not None:
             endpoint = self.endpoint(self.transport, self.kp) if self.endpoint else self.kp.addr
             self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint)

@@ -53,7 +53,7 @@ class Metrics:
         self.indications += 1
 
     def render(self) -> str:
-        lines = ["# HELP ksp_requests_total Requests executed, by transaction type.",
+        lines = ["# HELP ksp_requests_total Requests handled (refused ones included), by transaction type.",
                  "# TYPE ksp_requests_total counter"]
         lines += [f'ksp_requests_total{{type="{tx}"}} {n}'
                   for tx, n in sorted(self.requests.items())]

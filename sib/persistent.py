@@ -6,7 +6,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ksp.model import Request, Response, Result
+from ksp.model import Request, Result
 from ksp.session import KPIdentity
 from transports.service import Channel
 

@@ -158,3 +158,19 @@ def free_port(kind: str = "udp") -> int:
                        socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def scrape(port: int, host: str = "127.0.0.1") -> str:
+    """GET the metrics endpoint over a real HTTP connection; the body (checks the head)."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), head
+    assert b"text/plain; version=0.0.4" in head
+    return body.decode()

@@ -11,7 +11,7 @@ import pytest
 from rdflib import Literal, URIRef
 
 from ksp import Timing
-from sib.testing import SibProcess, free_port
+from sib.testing import SibProcess, free_port, scrape
 from transports import connect
 
 EX = "http://example.org/"
@@ -117,18 +117,6 @@ def test_metrics_endpoint_over_http(tmp_path):
     assert "ksp_notification_latency_seconds_count 1" in lines
     assert '# TYPE ksp_update_latency_seconds histogram' in lines
     assert any(line.startswith("ksp_ind_retransmissions_total ") for line in lines)
-
-
-async def scrape(port: int) -> str:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 30)
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 OK")
-    assert b"text/plain; version=0.0.4" in head
-    return body.decode()
 
 
 def test_config_file_flags_override_and_bad_config_exits_2(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sib.testing import SibProcess
+from sib.testing import SibProcess, scrape
 from tools import greenhouse as gh
 
 
@@ -30,7 +30,6 @@ def test_actuators_follow_the_readings(tmp_path):
 
         async def scenario():
             history = await gh.Greenhouse(url, said.append).run(READINGS)
-            from test_sib_cli import scrape
             return history, await scrape(sib.ports["metrics"])
 
         history, metrics = asyncio.run(asyncio.wait_for(scenario(), 180))
