@@ -259,7 +259,7 @@ class SibCore:
         group.members[(kp, req.tid)] = sub
         self._registered((kp, req.tid), sub)
         response = Response(req.tid, Status.OK, group.result)
-        if not restored:  # the KP sees this result with the RES (journaled then)
+        if not restored and channel.journal is not None:  # journaled with the RES
             channel.digest = result_digest(response)
         return response
 

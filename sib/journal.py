@@ -124,7 +124,8 @@ class TrackedChannel:
                 if self._explicit:
                     response = response._replace(seq=self.seq)
                     self._explicit = False
-        self.digest = result_digest(response)
+        if self.journal is not None:
+            self.digest = result_digest(response)
         self.inner.indicate(response)
         self.responded()
         if self.on_indicate is not None:
