@@ -29,19 +29,21 @@ def values(rows) -> set:
     return {row[0] for row in rows.rows}
 
 
-def test_serves_udp_and_tcp_shuts_down_cleanly_and_keeps_the_data(tmp_path):
+def test_serves_udp_tcp_and_coap_shuts_down_cleanly_and_keeps_the_data(tmp_path):
     data = str(tmp_path / "data")
     with SibProcess("--data-dir", data, "--udp-port", "0", "--tcp-port", "0",
-                    "--coap-port", "-1") as sib:
-        assert set(sib.ports) == {"udp", "tcp"}
+                    "--coap-port", "0") as sib:
+        assert set(sib.ports) == {"udp", "tcp", "coap"}
 
         async def talk():
             async with await connect(f"udp://127.0.0.1:{sib.ports['udp']}", timing=FAST) as u, \
-                    await connect(f"tcp://127.0.0.1:{sib.ports['tcp']}") as t:
+                    await connect(f"tcp://127.0.0.1:{sib.ports['tcp']}") as t, \
+                    await connect(f"coap://127.0.0.1:{sib.ports['coap']}") as c:
                 await u.insert_data([(S, P, Literal(1))])
                 await t.insert_data([(S, P, Literal(2))])
                 assert values(await t.query(SELECT)) == {Literal(1), Literal(2)}
                 assert values(await u.query(SELECT)) == {Literal(1), Literal(2)}
+                assert values(await c.query(SELECT)) == {Literal(1), Literal(2)}
 
         run(talk())
         assert sib.stop() == 0
