@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import Credentials, DEFAULT_GRAPH, Literal, Options, Request, Status, Triple, Tx, Var
 from sib import Sib
@@ -13,6 +13,8 @@ from sib.access import AccessPolicy, hash_password, needs, verify_password
 from sib.testing import Client, ex
 from transports import KspStatusError, Server, connect
 from transports.client import kp_id_bytes
+
+from strategies import requests
 
 S, P, G1, G2 = ex("s"), ex("p"), ex("g1"), ex("g2")
 HASH = hash_password("right")  # once: scrypt is slow on purpose
@@ -200,3 +202,38 @@ def test_credentials_over_real_udp_and_tcp():
         assert len(sib.store) == 1
 
     asyncio.run(asyncio.wait_for(go(), 120))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=requests(small=True),
+       read=st.lists(st.sampled_from(["*", "default", "http://example.org/g1",
+                                      "http://example.org/"]), max_size=2),
+       write=st.lists(st.sampled_from(["*", "default", "http://example.org/g1"]), max_size=2))
+def test_any_request_under_any_grant_is_denied_whole_or_checked_as_usual(request, read, write):
+    """Any valid request, sent with the writer's CREDENTIALS under a random grant: denied with
+    nothing applied, or answered exactly as the same request under an open policy."""
+    creds_ = Credentials(WRITER, "right")
+    request = request._replace(options=request.options._replace(credentials=creds_))
+    config = {"anonymous": "none", "kp": [{"id": "writer", "password_hash": HASH,
+                                           "read": read, "write": write}]}
+
+    async def answer(policy):
+        labels = iter(range(10 ** 6))  # the same fresh blank-node labels in both runs
+        sib = Sib(access=policy, rule_firing_limit=3, cascade_limit=10,
+                  fresh=lambda: f"b{next(labels)}")
+        kp = Client(sib)
+        kp.submit(request)
+        await sib.drain()
+        (res,) = [r for kind, _, _, r in kp.log if kind == "res"]
+        state = set(sib.store.match()), set(sib.store.named_graphs()), sib.core.persistent_count
+        await sib.close()
+        return res, state
+
+    async def go():
+        guarded, state = await answer(AccessPolicy.from_config(config))
+        if guarded.status == Status.ACCESS_DENIED:
+            assert state == (set(), set(), 0)
+        else:
+            assert (guarded, state) == await answer(AccessPolicy.open())
+
+    asyncio.run(go())
