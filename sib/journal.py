@@ -58,6 +58,9 @@ class Journal:
     def __init__(self, path: str) -> None:
         self._db = sqlite3.connect(path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # No fsync per commit: survives the death of the process, not a power loss — the same
+        # stance as the store (docs/sib.md, Durability); one fsync per IND would cost ms.
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS ops (kp_id BLOB, kp_addr TEXT, tid INTEGER, "
             "transport TEXT, endpoint TEXT, request BLOB, seq INTEGER, digest BLOB, "
