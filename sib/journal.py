@@ -96,12 +96,14 @@ class Journal:
 
 
 class TrackedChannel:
-    """Wraps a `Channel`: follows the session's numbering of UDP INDs (1, 2, …) and records
-    each IND in the journal; the first IND after a restart carries its number explicitly, so
-    the session numbers on from the saved one."""
+    """Wraps a `Channel`: numbers UDP INDs (1, 2, …, explicit `seq`) and records each in the
+    journal. The SIB owns the numbering, not the transport session: the numbers go on across a
+    restart, and after the session evicted the operation's delivery state (it keeps
+    `max_entries` of them), where it would start again at 1 and the KP would drop the IND as
+    stale."""
 
     __slots__ = ("inner", "transport", "kp", "tid", "journal", "seq", "digest", "on_indicate",
-                 "endpoint", "_explicit")
+                 "endpoint")
 
     def __init__(self, inner, journal: Journal | None, seq: int | None = None,
                  digest: bytes | None = None, on_indicate=None, endpoint=None) -> None:
@@ -112,7 +114,6 @@ class TrackedChannel:
         self.digest = digest
         self.on_indicate = on_indicate
         self.endpoint = endpoint  # (transport, kp) -> the KP's endpoint now
-        self._explicit = seq is not None
 
     def respond(self, response: Response) -> None:
         self.inner.respond(response)
@@ -124,9 +125,7 @@ class TrackedChannel:
                 self.seq = response.seq
             else:
                 self.seq = FIRST_SEQ if self.seq is None else next_seq(self.seq)
-                if self._explicit:
-                    response = response._replace(seq=self.seq)
-                    self._explicit = False
+                response = response._replace(seq=self.seq)
         if self.journal is not None:
             self.digest = result_digest(response)
         self.inner.indicate(response)

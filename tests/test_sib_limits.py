@@ -97,3 +97,34 @@ def test_kp_that_stops_acking_is_dropped_over_real_udp():
 def ex_rdf(local: str):
     from rdflib import URIRef
     return URIRef(str(ex(local)))
+
+
+def test_more_persistent_operations_than_the_session_keeps_still_number_their_inds():
+    """The UDP session keeps IND state for `max_entries` operations; the SIB numbers INDs
+    itself, so an operation whose delivery state was evicted still sends seq 2 after seq 1
+    (else the KP would drop the second IND as stale)."""
+    from transports.udp import UdpServer
+
+    async def go():
+        sib = Sib()
+        server = await UdpServer.start(sib, "127.0.0.1", 0, max_entries=4)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.port}") as kp:
+                subs = []
+                for k in range(6):
+                    sub = kp.subscribe(Request(Tx.SELECT_PERSISTENT, 0, projection=1, where=(
+                        Triple(ex(f"s{k}"), P, Var(0)),)))
+                    subs.append(await sub.__aenter__())
+                    await anext(sub)  # the initial state
+                for value in (1, 2):
+                    for k in range(6):
+                        await kp.insert_data([(ex_rdf(f"s{k}"), ex_rdf("p"), value)])
+                        ind = await asyncio.wait_for(anext(subs[k]), 30)
+                        assert ind.seq == value and len(ind.result.rows) == value
+                for sub in subs:
+                    await sub.__aexit__(None, None, None)
+        finally:
+            await server.close()
+            await sib.close()
+
+    asyncio.run(asyncio.wait_for(go(), 120))

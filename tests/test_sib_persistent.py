@@ -175,7 +175,7 @@ def test_runaway_rule_is_ended_with_terminated_and_its_work_kept():
         watch = Request(Tx.SELECT_PERSISTENT, 4, projection=1, where=(t(S, ex("count"), Var(0)),))
         await r.call(watch)
         assert (await kp.call(counter)).status == Status.OK
-        assert kp.inds(3) == [Response(3, Status.TERMINATED, indication=True)]
+        assert kp.inds(3) == [Response(3, Status.TERMINATED, indication=True, seq=1)]
         assert sib.core.persistent_count == 1
         # Five firings happened; the subscriber sees only the final state of the cascade.
         assert [i.result.rows for i in r.inds(4)] == [((Literal.of(5),),)]
@@ -218,7 +218,7 @@ def test_dropping_a_graph_ends_operations_that_name_it():
         await r.call(sub)
         await r.call(subscribe(3))
         await w.call(Request(Tx.DROP, 2, graphs=(G1,)))
-        assert r.inds(2) == [Response(2, Status.TERMINATED, indication=True)]
+        assert r.inds(2) == [Response(2, Status.TERMINATED, indication=True, seq=1)]
         assert sib.core.persistent_count == 1
     run(go)
 
@@ -229,7 +229,7 @@ def test_close_terminates_persistent_operations():
         r = Client(sib, "r")
         await r.call(subscribe(1))
         await sib.close()
-        assert r.inds(1) == [Response(1, Status.TERMINATED, indication=True)]
+        assert r.inds(1) == [Response(1, Status.TERMINATED, indication=True, seq=1)]
     run(go)
 
 
