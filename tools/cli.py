@@ -27,6 +27,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 BENCH_SUITES = {
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
+    "sib": "tools.bench.sib",
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
 }
@@ -52,6 +53,10 @@ def _cmd_decode(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.which == "greenhouse":  # a live ksp-sib with the greenhouse KPs (tools/greenhouse.py)
+        from tools.greenhouse import main as greenhouse
+
+        return greenhouse(args.args, prog="ksp demo greenhouse")
     from tools.demo import run
 
     return run()
@@ -78,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the benchmark's own options (see `ksp bench SUITE --help`)")
     p_bench.set_defaults(func=_cmd_bench)
 
-    p_demo = sub.add_parser("demo", help="the Smart Greenhouse messages on the wire, annotated")
+    p_demo = sub.add_parser("demo", help="the Smart Greenhouse: `wire` (default) its messages "
+                                         "annotated; `greenhouse` live on ksp-sib --memory")
+    p_demo.add_argument("which", nargs="?", choices=("wire", "greenhouse"), default="wire")
+    p_demo.add_argument("args", nargs=argparse.REMAINDER, help="greenhouse: its options")
     p_demo.set_defaults(func=_cmd_demo)
 
     p_decode = sub.add_parser(

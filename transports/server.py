@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ssl as _ssl
+from collections.abc import Hashable
 
 from ksp import KPIdentity, Timing
 
@@ -21,6 +22,7 @@ class Server:
         self.udp: UdpServer | None = None
         self.tcp: TcpServer | None = None
         self.coap: CoapServer | None = None
+        self._retransmissions = [0]
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", *,
@@ -31,6 +33,7 @@ class Server:
         try:
             if udp is not None:
                 self.udp = await UdpServer.start(service, host, udp, timing=timing)
+                self._count_retransmissions(self.udp.session)
             if tcp is not None:
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
                                                  max_message_size=max_message_size)
@@ -41,13 +44,52 @@ class Server:
             raise
         return self
 
-    def channel(self, transport: str, kp: KPIdentity, tid: int) -> Channel:
+    def channel(self, transport: str, kp: KPIdentity, tid: int,
+                endpoint: Hashable | None = None) -> Channel:
         """Rebuild the channel of (transport, kp, tid), e.g. for a SIB restoring its persistent
-        operations after a restart."""
+        operations after a restart. `endpoint`: where a KP with a KP ID was last seen (the new
+        session does not know it yet); any later request of that KP rebinds it."""
+        adapter = self._adapter(transport)
+        if endpoint is not None and kp.kp_id is not None and hasattr(adapter, "session"):
+            adapter.session._bind(kp, endpoint, 0)  # serial 0: older than any real request
+        return adapter.channel(kp, tid)
+
+    def endpoint(self, transport: str, kp: KPIdentity) -> Hashable | None:
+        """The KP's current endpoint as the transport's session knows it (for a SIB journaling
+        its persistent operations)."""
+        adapter = self._adapter(transport)
+        session = getattr(adapter, "session", None)
+        return session._endpoint(kp) if session is not None else kp.addr
+
+    @property
+    def ind_retransmissions(self) -> int:
+        """IND retransmissions of the UDP session so far (counted around its timer)."""
+        return self._retransmissions[0]
+
+    def _count_retransmissions(self, session) -> None:
+        """Count INDs the session re-sends from its timer (no counter in `SIBSession` yet)."""
+        counter, in_timer = self._retransmissions, [False]
+        handle_timer, send_indication = session.handle_timer, session._send_indication
+
+        def timed(now: float) -> None:
+            in_timer[0] = True
+            try:
+                handle_timer(now)
+            finally:
+                in_timer[0] = False
+
+        def sent(*args) -> None:
+            if in_timer[0]:
+                counter[0] += 1
+            send_indication(*args)
+
+        session.handle_timer, session._send_indication = timed, sent
+
+    def _adapter(self, transport: str):
         adapter = getattr(self, transport, None) if transport in ("udp", "tcp", "coap") else None
         if adapter is None:
             raise ValueError(f"no {transport!r} transport running")
-        return adapter.channel(kp, tid)
+        return adapter
 
     async def close(self) -> None:
         for adapter in (self.coap, self.tcp, self.udp):

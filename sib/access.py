@@ -1,0 +1,181 @@
+"""Access control: who may read and write which graphs (wire-format R14, status 0x08).
+
+A KP proves its identity with the CREDENTIALS option (KP ID + password), checked against the
+configured KPs, whose passwords are stored as salted scrypt hashes (`hash_password`). A request
+without CREDENTIALS is anonymous and gets the anonymous policy (none / read / read-write, on
+every graph). Wrong password or unknown KP ID: denied — a KP that names an identity must prove
+it, it does not fall back to anonymous.
+
+Permissions are per graph: `read` and `write` lists of graph IRIs, `"default"` for the default
+graph and `"*"` for every graph. What a request needs is decided from the request alone, before
+anything is evaluated or written, so a denied request applies nothing:
+
+- a query or pattern update reads its QUERY GRAPH list, or with none the union of all graphs,
+  which needs read on `"*"`;
+- INSERT writes the INSERT GRAPH list (else the default graph); DELETE writes the DELETE GRAPH
+  list, or with none every graph (`"*"`);
+- CREATE and DROP write the graphs they name; COPY and ADD read the source and write the target;
+  MOVE reads and writes the source (it is emptied) and writes the target.
+
+Persistent operations are checked once, when they are registered.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ksp.codes import Status, Tx
+from ksp.model import Request
+from ksp.terms import DEFAULT_GRAPH, IRI
+
+from .errors import RequestError
+
+ALL = "*"
+DEFAULT = "default"
+ANONYMOUS_POLICIES = ("none", "read", "read-write")
+
+# scrypt cost: 16 MiB and ~50 ms per hash. Successful checks are cached (by a SHA-256 of the
+# password) so only the first request of a KP pays it.
+_N, _R, _P = 2 ** 14, 8, 1
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """`scrypt$N$r$p$salt$hash` (hex), the form the configuration stores."""
+    salt = secrets.token_bytes(16) if salt is None else salt
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
+    return f"scrypt${_N}${_R}${_P}${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        kind, n, r, p, salt, digest = stored.split("$")
+        if kind != "scrypt":
+            return False
+        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r),
+                             p=int(p), dklen=len(bytes.fromhex(digest)))
+    except ValueError:
+        return False
+    return hmac.compare_digest(got, bytes.fromhex(digest))
+
+
+def _graph_name(name: str) -> str:
+    return DEFAULT if name == "" else name
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one principal may do: graph names (IRI text, `default`, `*`)."""
+
+    read: frozenset[str] = frozenset()
+    write: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, read: Iterable[str] = (), write: Iterable[str] = ()) -> "Grant":
+        return cls(frozenset(map(_graph_name, read)), frozenset(map(_graph_name, write)))
+
+    def allows(self, kind: str, graphs: Iterable[str]) -> bool:
+        allowed = self.read if kind == "read" else self.write
+        return ALL in allowed or all(g != ALL and g in allowed for g in graphs)
+
+
+@dataclass
+class KPEntry:
+    kp_id: bytes
+    password_hash: str
+    grant: Grant
+    name: str = ""
+
+
+@dataclass
+class AccessPolicy:
+    """`check(request)` raises `RequestError(ACCESS_DENIED)` or returns. `open()` allows all."""
+
+    kps: dict[bytes, KPEntry] = field(default_factory=dict)
+    anonymous: str = "read-write"
+    _verified: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.anonymous not in ANONYMOUS_POLICIES:
+            raise ValueError(f"anonymous policy {self.anonymous!r}: one of {ANONYMOUS_POLICIES}")
+
+    @classmethod
+    def open(cls) -> "AccessPolicy":
+        return cls()
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> "AccessPolicy":
+        """`[access]` of the TOML file: `anonymous` and a list `kp` of {id, password_hash,
+        read, write}. `id` is a UUID or a name (hashed to a UUID as the client does)."""
+        from transports.client import kp_id_bytes
+
+        kps = {}
+        for entry in config.get("kp", ()):
+            kp_id = kp_id_bytes(str(entry["id"]))
+            kps[kp_id] = KPEntry(kp_id, str(entry["password_hash"]),
+                                 Grant.of(entry.get("read", ()), entry.get("write", ())),
+                                 str(entry["id"]))
+        return cls(kps, str(config.get("anonymous", "read-write")))
+
+    @property
+    def is_open(self) -> bool:
+        return not self.kps and self.anonymous == "read-write"
+
+    def grant_of(self, request: Request) -> Grant:
+        creds = request.options.credentials
+        if creds is None:
+            return Grant.of((ALL,) if self.anonymous != "none" else (),
+                            (ALL,) if self.anonymous == "read-write" else ())
+        entry = self.kps.get(bytes(creds.kp_id))
+        if entry is None:
+            raise RequestError(Status.ACCESS_DENIED, "unknown KP ID")
+        token = hashlib.sha256(creds.password.encode()).digest()
+        cached = self._verified.get(entry.kp_id)
+        if cached is None or not hmac.compare_digest(cached, token):
+            if not verify_password(creds.password, entry.password_hash):
+                raise RequestError(Status.ACCESS_DENIED, "wrong password")
+            self._verified[entry.kp_id] = token
+        return entry.grant
+
+    def check(self, request: Request) -> None:
+        if self.is_open:
+            return
+        if request.tx in (Tx.TERMINATE, Tx.RESET):
+            self.grant_of(request)  # only their own operations: identity is enough
+            return
+        grant = self.grant_of(request)
+        reads, writes = needs(request)
+        if not grant.allows("read", reads):
+            raise RequestError(Status.ACCESS_DENIED, f"no read permission on {sorted(reads)}")
+        if not grant.allows("write", writes):
+            raise RequestError(Status.ACCESS_DENIED, f"no write permission on {sorted(writes)}")
+
+
+def _names(graphs: Iterable[IRI] | None, none: str) -> set[str]:
+    if graphs is None:
+        return {none}
+    return {DEFAULT if g == DEFAULT_GRAPH else str(g) for g in graphs}
+
+
+def needs(request: Request) -> tuple[set[str], set[str]]:
+    """(graphs read, graphs written) by `request`; `*` = every graph."""
+    tx, opts = request.tx.base, request.options
+    reads: set[str] = set()
+    writes: set[str] = set()
+    if tx.is_query or request.where is not None:
+        reads |= _names(opts.query_graphs, ALL)
+    if tx in (Tx.CREATE, Tx.DROP):
+        writes |= _names(request.graphs, ALL)
+    elif tx in (Tx.COPY, Tx.MOVE, Tx.ADD):
+        reads |= _names((request.source,), ALL)
+        writes |= _names((request.target,), ALL)
+        if tx is Tx.MOVE:
+            writes |= _names((request.source,), ALL)
+    else:
+        if request.insert is not None:
+            writes |= _names(opts.insert_graphs, DEFAULT)
+        if request.delete is not None:
+            writes |= _names(opts.delete_graphs, ALL)
+    return reads, writes

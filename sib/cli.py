@@ -1,0 +1,158 @@
+"""`ksp-sib`: run the SIB (store, KSP over UDP/TCP/CoAP, metrics) until SIGINT/SIGTERM.
+
+    ksp-sib [--config sib.toml] [--data-dir DIR | --memory] [--udp-port N] ...
+    ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
+
+Shutdown (SIGINT/SIGTERM): the queue is finished, TCP/CoAP persistent operations get
+TERMINATED INDs (UDP ones are journaled and resume after a restart; with --memory they are
+terminated too), the store is flushed, sockets are closed, exit status 0.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from .access import hash_password
+from .config import Config, ConfigError, load
+from .journal import FILE as JOURNAL_FILE, Journal
+from .metrics import Metrics
+from .service import Sib
+from .store import QuadStore
+
+log = logging.getLogger("ksp.sib")
+
+TRANSPORTS = ("udp", "tcp", "coap")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ksp-sib", description=(
+        "The KSP Semantic Information Broker. Flags override the TOML file (--config); every "
+        "key is documented in docs/sib.md. `ksp-sib hash-password` prints a password hash."))
+    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--data-dir", help="directory of the on-disk store and journal")
+    p.add_argument("--memory", action="store_const", const=True,
+                   help="a throwaway in-memory store (nothing persists)")
+    p.add_argument("--host", help="address to listen on")
+    for t in TRANSPORTS:
+        p.add_argument(f"--{t}-port", type=int, metavar="N",
+                       help=f"{t.upper()} port (0 = any free port, negative = off)")
+    p.add_argument("--metrics-port", type=int, metavar="N",
+                   help="Prometheus metrics over HTTP on this port (negative = off)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--naive", dest="smart", action="store_const", const=False,
+                   help="re-evaluate every persistent operation after every update (baseline)")
+    return p
+
+
+async def serve(config: Config, ready: asyncio.Event | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    from transports.server import Server
+
+    journal = None
+    if config.memory:
+        store = QuadStore()
+        log.info("store: in memory (nothing persists)")
+    else:
+        data = Path(config.data_dir)
+        data.mkdir(parents=True, exist_ok=True)
+        store = QuadStore(str(data / "store"))
+        journal = Journal(str(data / JOURNAL_FILE))
+        log.info("store: %s (%d quads)", data.resolve(), len(store))
+    metrics = Metrics()
+    sib = Sib(store, smart=config.smart, max_queued=config.max_queued,
+              access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
+              rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
+              journal=journal, metrics=metrics)
+    ports = {t: config.port(t) for t in TRANSPORTS}
+    server = await Server.start(sib, config.host, timing=config.timing, **ports)
+    sib.core.endpoint = server.endpoint
+    metrics.counters["ksp_ind_retransmissions_total"] = (
+        "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
+    restored = 0
+    if journal is not None:
+        for saved in list(journal):
+            if getattr(server, saved.transport, None) is None:
+                log.warning("%s tid %d: its transport %s is off; forgotten", saved.kp,
+                            saved.tid, saved.transport)
+                journal.remove(saved.kp, saved.tid)
+                continue
+            try:
+                sib.core.restore(saved, server.channel(saved.transport, saved.kp, saved.tid,
+                                                       saved.endpoint))
+                restored += 1
+            except Exception:
+                log.exception("%s tid %d: could not be restored; forgotten", saved.kp,
+                              saved.tid)
+                journal.remove(saved.kp, saved.tid)
+    if restored:
+        log.info("%d persistent operations restored", restored)
+    for t in TRANSPORTS:
+        adapter = getattr(server, t)
+        if adapter is not None:
+            log.info("listening on %s://%s:%d", t, config.host, adapter.port)
+    metrics_server = None
+    if config.metrics_port >= 0:
+        metrics_server = await metrics.serve(config.host, config.metrics_port)
+        port = metrics_server.sockets[0].getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", config.host, port)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    log.info("SIB ready (%s mode)", "smart" if config.smart else "naive")
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+        log.info("shutting down: finishing %d queued requests", sib.queued)
+    finally:
+        await sib.close()
+        log.info("store flushed")
+        await server.close()
+        if metrics_server is not None:
+            metrics_server.close()
+            await metrics_server.wait_closed()
+        if journal is not None:
+            journal.close()
+        log.info("stopped")
+
+
+def hash_password_command(args: list[str]) -> int:
+    if len(args) > 1:
+        print("usage: ksp-sib hash-password [PASSWORD]", file=sys.stderr)
+        return 2
+    password = args[0] if args else sys.stdin.readline().rstrip("\n")
+    print(hash_password(password))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hash-password"]:
+        return hash_password_command(argv[1:])
+    args = build_parser().parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    try:
+        config = load(args.config, overrides)
+    except ConfigError as exc:
+        print(f"ksp-sib: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:  # e.g. a port in use
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

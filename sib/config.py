@@ -1,0 +1,111 @@
+"""`ksp-sib` configuration: defaults, then the TOML file, then command-line flags.
+
+Every key is documented in `docs/sib.md` (section "Configuration"); `sib.example.toml` shows
+them all. Unknown keys are an error, so a typo does not silently keep a default.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ksp import Timing
+
+from .access import ANONYMOUS_POLICIES, AccessPolicy
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class Config:
+    # [sib]
+    data_dir: str = "ksp-data"
+    memory: bool = False
+    host: str = "127.0.0.1"
+    udp_port: int = 7000
+    tcp_port: int = 7001
+    coap_port: int = 5683
+    metrics_port: int = -1
+    log_level: str = "info"
+    smart: bool = True
+    # [limits]
+    max_persistent_per_kp: int = 256
+    max_queued: int = 10_000
+    rule_firing_limit: int = 16
+    cascade_limit: int = 1024
+    # [timing]
+    ack_timeout: float = 2.0
+    max_retransmit: int = 4
+    # [access]
+    access: dict[str, Any] = field(default_factory=dict)
+
+    SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
+                        "metrics_port", "log_level", "smart"),
+                "limits": ("max_persistent_per_kp", "max_queued", "rule_firing_limit",
+                           "cascade_limit"),
+                "timing": ("ack_timeout", "max_retransmit")}
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(ack_timeout=self.ack_timeout, max_retransmit=self.max_retransmit)
+
+    def access_policy(self) -> AccessPolicy:
+        return AccessPolicy.from_config(self.access)
+
+    def port(self, name: str) -> int | None:
+        """A transport's port; None = disabled (a negative port in the configuration)."""
+        value = getattr(self, f"{name}_port")
+        return None if value < 0 else value
+
+
+def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults ← TOML file at `path` ← `overrides` (flags given; None values are ignored)."""
+    config = Config()
+    types = {f.name: f.type for f in fields(Config)}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        for section, table in data.items():
+            if section == "access":
+                _check_access(table)
+                config.access = table
+                continue
+            keys = Config.SECTIONS.get(section)
+            if keys is None or not isinstance(table, dict):
+                raise ConfigError(f"{path}: unknown section [{section}]")
+            for key, value in table.items():
+                if key not in keys:
+                    raise ConfigError(f"{path}: unknown key {key!r} in [{section}]")
+                setattr(config, key, _typed(key, value, types[key]))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(config, key, _typed(key, value, types[key]))
+    return config
+
+
+def _typed(key: str, value: Any, kind: str) -> Any:
+    want = {"str": str, "bool": bool, "int": int, "float": (int, float)}[kind]
+    if not isinstance(value, want) or (kind == "int" and isinstance(value, bool)):
+        raise ConfigError(f"{key}: expected {kind}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _check_access(table: Any) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError("[access] must be a table")
+    unknown = set(table) - {"anonymous", "kp"}
+    if unknown:
+        raise ConfigError(f"unknown keys in [access]: {sorted(unknown)}")
+    if table.get("anonymous", "read-write") not in ANONYMOUS_POLICIES:
+        raise ConfigError(f"[access] anonymous: one of {ANONYMOUS_POLICIES}")
+    for entry in table.get("kp", ()):
+        missing = {"id", "password_hash"} - set(entry)
+        extra = set(entry) - {"id", "password_hash", "read", "write"}
+        if missing or extra:
+            raise ConfigError(f"[[access.kp]] {entry.get('id')!r}: missing {sorted(missing)}, "
+                              f"unknown {sorted(extra)}")

@@ -1,0 +1,143 @@
+"""Persistent operations that survive a restart: one sqlite table in the data directory.
+
+Each UDP persistent operation is a row: KP identity, TID, transport, the KP's endpoint, the
+request bytes (as the KP sent them, CREDENTIALS removed), and the sequence number and result
+digest of the last IND sent. Rows are written in sqlite transactions (atomic), when an operation
+starts, ends, and after each IND. On start the SIB reloads them and resumes sending INDs to the
+KP's last endpoint (`Server.channel`), numbering on from the saved sequence number so that the
+KP — a sleeping device that kept its IDs — takes the next IND as new.
+
+Only UDP operations are kept: a TCP connection and a CoAP observation do not outlive the SIB
+process, so their KPs re-subscribe anyway.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+
+from ksp.codec import UDP, decode_kp_message, encode
+from ksp.model import Request, Response
+from ksp.seqnum import FIRST_SEQ, next_seq
+from ksp.session import KPIdentity
+
+FILE = "persistent.sqlite3"
+JOURNALED = frozenset({"udp"})
+
+
+def result_digest(response: Response) -> bytes:
+    """A digest of a result, to tell after a restart whether the KP has seen it."""
+    return hashlib.sha256(repr(response.result).encode()).digest()
+
+
+def _kp_key(kp: KPIdentity) -> tuple[bytes, str]:
+    return (kp.kp_id or b"", json.dumps(kp.addr) if kp.kp_id is None else "")
+
+
+def _kp_of(kp_id: bytes, addr: str) -> KPIdentity:
+    if kp_id:
+        return KPIdentity(kp_id=kp_id)
+    a = json.loads(addr)
+    return KPIdentity(addr=tuple(a) if isinstance(a, list) else a)
+
+
+@dataclass
+class Saved:
+    kp: KPIdentity
+    tid: int
+    transport: str
+    endpoint: Hashable | None
+    request: Request
+    seq: int | None
+    digest: bytes | None
+
+
+class Journal:
+    def __init__(self, path: str) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # No fsync per commit: survives the death of the process, not a power loss — the same
+        # stance as the store (docs/sib.md, Durability); one fsync per IND would cost ms.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS ops (kp_id BLOB, kp_addr TEXT, tid INTEGER, "
+            "transport TEXT, endpoint TEXT, request BLOB, seq INTEGER, digest BLOB, "
+            "PRIMARY KEY (kp_id, kp_addr, tid))")
+
+    def add(self, kp: KPIdentity, tid: int, transport: str, request: Request) -> None:
+        request = request._replace(options=request.options._replace(credentials=None))
+        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL)",
+                         (*_kp_key(kp), tid, transport, encode(request, UDP)))
+
+    def sent(self, kp: KPIdentity, tid: int, seq: int | None, digest: bytes | None,
+             endpoint: Hashable | None) -> None:
+        """After a RES or IND: what the KP has seen, and where it was last seen."""
+        self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ? WHERE kp_id = ? "
+                         "AND kp_addr = ? AND tid = ?",
+                         (seq, digest, json.dumps(endpoint), *_kp_key(kp), tid))
+
+    def remove(self, kp: KPIdentity, tid: int) -> None:
+        self._db.execute("DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
+                         (*_kp_key(kp), tid))
+
+    def __iter__(self) -> Iterator[Saved]:
+        rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport, endpoint, request, seq, "
+                                "digest FROM ops ORDER BY rowid").fetchall()
+        for kp_id, addr, tid, transport, endpoint, data, seq, digest in rows:
+            ep = json.loads(endpoint) if endpoint is not None else None
+            yield Saved(_kp_of(kp_id, addr), tid, transport,
+                        tuple(ep) if isinstance(ep, list) else ep,
+                        decode_kp_message(data, UDP), seq, digest)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class TrackedChannel:
+    """Wraps a `Channel`: numbers UDP INDs (1, 2, …, explicit `seq`) and records each in the
+    journal. The SIB owns the numbering, not the transport session: the numbers go on across a
+    restart, and after the session evicted the operation's delivery state (it keeps
+    `max_entries` of them), where it would start again at 1 and the KP would drop the IND as
+    stale."""
+
+    __slots__ = ("inner", "transport", "kp", "tid", "journal", "seq", "digest", "on_indicate",
+                 "endpoint")
+
+    def __init__(self, inner, journal: Journal | None, seq: int | None = None,
+                 digest: bytes | None = None, on_indicate=None, endpoint=None) -> None:
+        self.inner = inner
+        self.transport, self.kp, self.tid = inner.transport, inner.kp, inner.tid
+        self.journal = journal if inner.transport in JOURNALED else None
+        self.seq = seq
+        self.digest = digest
+        self.on_indicate = on_indicate
+        self.endpoint = endpoint  # (transport, kp) -> the KP's endpoint now
+
+    def respond(self, response: Response) -> None:
+        self.inner.respond(response)
+        self.responded()
+
+    def indicate(self, response: Response) -> None:
+        if self.transport == "udp":
+            if response.seq is not None:
+                self.seq = response.seq
+            else:
+                self.seq = FIRST_SEQ if self.seq is None else next_seq(self.seq)
+                response = response._replace(seq=self.seq)
+        if self.journal is not None:
+            self.digest = result_digest(response)
+        self.inner.indicate(response)
+        self.responded()
+        if self.on_indicate is not None:
+            self.on_indicate()
+
+    def end(self) -> None:
+        self.inner.end()
+
+    def responded(self) -> None:
+        """Journal what the KP has now seen, and where it is."""
+        if self.journal is not None:
+            endpoint = self.endpoint(self.transport, self.kp) if self.endpoint else self.kp.addr
+            self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint)

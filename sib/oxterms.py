@@ -1,0 +1,97 @@
+"""Conversion between `ksp.terms` and pyoxigraph terms: the one edge where the store's terms
+are met. Everything else in `sib/` speaks `ksp.terms` (quads are `(s, p, o, g)` tuples whose
+graph is an IRI, `DEFAULT_GRAPH` = the default graph)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pyoxigraph as ox
+
+from ksp.codes import Status
+
+from ksp.terms import DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_STRING, BNode, Literal, Term
+
+from .errors import RequestError
+
+Quad = tuple[Term, Term, Term, IRI]
+_DEFAULT = ox.DefaultGraph()
+
+
+@lru_cache(maxsize=65536)
+def named(iri: str) -> ox.NamedNode:
+    return ox.NamedNode(iri)
+
+
+@lru_cache(maxsize=65536)
+def _literal(lit: Literal) -> ox.Literal:
+    if lit.lang is not None:
+        return ox.Literal(lit.lexical, language=lit.lang)
+    return ox.Literal(lit.lexical, datatype=named(lit.datatype))
+
+
+def to_ox(term: Term):
+    """The pyoxigraph term of a concrete ksp term (IRI, BNode, Literal). A term the store
+    cannot hold (the codec carries any text as an IRI; oxigraph wants an absolute IRI, a valid
+    language tag) is a RequestError with status 0x04."""
+    try:
+        if isinstance(term, IRI):
+            return named(term)
+        if isinstance(term, Literal):
+            return _literal(term)
+        if isinstance(term, BNode):
+            return ox.BlankNode(term.label)
+    except ValueError as exc:
+        raise RequestError(Status.INVALID_DATA_FORMAT, f"{term!r}: {exc}") from None
+    raise TypeError(f"{term!r} is not a concrete RDF term")
+
+
+def graph_to_ox(graph: IRI):
+    return _DEFAULT if graph == DEFAULT_GRAPH else to_ox(graph)
+
+
+def quad_to_ox(q: Quad) -> ox.Quad:
+    return ox.Quad(to_ox(q[0]), to_ox(q[1]), to_ox(q[2]), graph_to_ox(q[3]))
+
+
+def from_ox(term) -> Term:
+    """The ksp term of a pyoxigraph term."""
+    if isinstance(term, ox.NamedNode):
+        return IRI(term.value)
+    if isinstance(term, ox.Literal):
+        lang = term.language
+        if lang:
+            return Literal(term.value, RDF_LANGSTRING, lang)
+        return Literal(term.value, term.datatype.value)
+    if isinstance(term, ox.BlankNode):
+        return BNode(term.value)
+    raise TypeError(f"unsupported store term {term!r}")
+
+
+def graph_from_ox(graph) -> IRI:
+    return DEFAULT_GRAPH if isinstance(graph, ox.DefaultGraph) else IRI(graph.value)
+
+
+def quad_from_ox(q: ox.Quad) -> Quad:
+    return (from_ox(q.subject), from_ox(q.predicate), from_ox(q.object),
+            graph_from_ox(q.graph_name))
+
+
+_scratch = ox.Store()
+_S, _P = ox.NamedNode("urn:ksp:s"), ox.NamedNode("urn:ksp:p")
+
+
+@lru_cache(maxsize=65536)
+def _canonical_literal(lit: Literal) -> Literal:
+    _scratch.add(ox.Quad(_S, _P, to_ox(lit)))
+    stored = next(iter(_scratch))
+    _scratch.remove(stored)
+    return from_ox(stored.object)
+
+
+def canonical(term: Term) -> Term:
+    """The term as the store holds it: oxigraph keeps typed literals by value ("01"^^xsd:integer
+    reads back as "1", language tags in lower case). Deltas and index keys use this form, so a
+    quad written is the quad reported and the quad an index key meets."""
+    if isinstance(term, Literal) and (term.lang is not None or term.datatype != XSD_STRING):
+        return _canonical_literal(term)
+    return term

@@ -1,0 +1,56 @@
+"""Persistent operations: subscriptions (persistent SELECT/ASK/CONSTRUCT, grouped so that
+identical ones share one evaluation) and rules (persistent DELETE/INSERT/UPDATE)."""
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ksp.model import Request, Result
+from ksp.session import KPIdentity
+from transports.service import Channel
+
+from .pattern import Pattern
+
+
+OpKey = tuple[KPIdentity, int]
+
+
+@dataclass(eq=False)
+class Subscription:
+    kp: KPIdentity
+    tid: int
+    channel: Channel
+    group: "QueryGroup"
+
+
+@dataclass(eq=False)
+class QueryGroup:
+    """Persistent queries asking exactly the same thing: one evaluation, one result, an IND
+    to each member when the result changes. `id` orders groups by creation."""
+
+    id: int
+    request: Request
+    pattern: Pattern
+    result: Result | None = None
+    members: dict[OpKey, Subscription] = field(default_factory=dict)
+
+
+def group_key(request: Request, pattern: Pattern) -> Hashable:
+    return (request.tx.base, request.projection, request.template, request.options.modifier,
+            pattern.key)
+
+
+@dataclass(eq=False)
+class Rule:
+    """A persistent DELETE/INSERT/UPDATE. `last` is the solution set it last saw; it fires
+    when the set changed and is not empty. `id` orders rules by registration."""
+
+    id: int
+    kp: KPIdentity
+    tid: int
+    channel: Channel
+    request: Request
+    pattern: Pattern
+    last: Any = None
+    ended: bool = False

@@ -1,0 +1,69 @@
+"""Query evaluation (SELECT, ASK, CONSTRUCT): a pattern's solutions turned into a `ksp` result.
+
+Results of unordered queries are put in one canonical order, so that the same store state
+always gives the same result: a persistent query then changes exactly when its answer does, and
+two SIBs that hold the same data answer byte for byte alike. MAX RESPONSE SIZE is the codec's
+business (`ksp.encode(max_size=)` keeps whole results that fit and reports TRC = all).
+"""
+from __future__ import annotations
+
+from ksp.codes import Tx
+from ksp.model import AskResult, ConstructResult, Order, Request, Result, SelectResult
+from ksp.model import SolutionModifier
+from ksp.terms import BNode, IRI, Literal
+
+from .pattern import Pattern
+from .store import QuadStore
+from .updates import instantiate
+
+_ASK_MODIFIER = SolutionModifier(limit=1)
+
+
+def term_key(t) -> tuple:
+    if t is None:
+        return (0, "")
+    if isinstance(t, IRI):
+        return (1, t)
+    if isinstance(t, BNode):
+        return (2, t.label)
+    if isinstance(t, Literal):
+        return (3, t.lexical, t.datatype, t.lang or "")
+    return (4, repr(t))
+
+
+def _row_key(row) -> tuple:
+    return tuple(term_key(t) for t in row)
+
+
+def _ordered(modifier: SolutionModifier | None) -> bool:
+    return modifier is not None and modifier.order is not Order.NONE
+
+
+def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
+    base = req.tx.base
+    modifier = req.options.modifier
+    if base is Tx.ASK:
+        return AskResult(bool(pattern.solutions(store, 0, _ASK_MODIFIER)))
+    if base is Tx.SELECT:
+        vc = req.projection or 0
+        rows = pattern.solutions(store, vc, modifier)
+        if not _ordered(modifier):
+            rows.sort(key=_row_key)
+        return SelectResult(vc, tuple(rows))
+    solutions = pattern.solutions(store, None, modifier)
+    if not _ordered(modifier):
+        solutions.sort(key=_row_key)
+    triples: dict = {}
+    for i, sol in enumerate(solutions):
+        # Template blank nodes: fresh per solution, labelled by solution rank so that the
+        # same state gives the same result.
+        counter = iter(range(1 << 30))
+        bnodes: dict[str, BNode] = {}
+        for t in req.template or ():
+            c = instantiate(t, sol, bnodes, lambda: f"c{i}_{next(counter)}")
+            if c is not None:
+                triples.setdefault(c, None)
+    out = list(triples)
+    if not _ordered(modifier):
+        out.sort(key=_row_key)
+    return ConstructResult(tuple(out))

@@ -1,0 +1,125 @@
+"""The SIB as a `Service` (the seam in /work/interface.md): the gates hand requests to
+`submit`, which only queues them; one scheduler task executes them one at a time in arrival
+order on the core (gates → scheduler → core, as in SEPA's broker)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import OrderedDict
+
+from ksp.codes import Status
+from ksp.model import Request, Response
+from ksp.session import KPIdentity
+
+from .core import SibCore
+from .persistent import Channel
+from .store import QuadStore
+
+log = logging.getLogger("ksp.sib")
+
+_STOP = object()
+
+
+class Sib:
+    """The SIB: a store, a core and the scheduler in front of it.
+
+    Everything the core does runs on the scheduler task, in the event loop's thread (channels
+    are not thread-safe). `await drain()` waits until everything submitted so far is done.
+    """
+
+    def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
+                 max_queued: int | None = None, **core_options) -> None:
+        self.store = store if store is not None else QuadStore()
+        self.core = SibCore(self.store, smart=smart, **core_options)
+        #: Cap on requests waiting in the queue; beyond it a request is answered at once with
+        #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
+        self.max_queued = max_queued
+        me = weakref.ref(self)  # no cycle: the store closes when the SIB is dropped
+        self.core.metrics.gauges["ksp_persistent_operations"] = (
+            "Active persistent operations (queries and rules).",
+            lambda: me().core.persistent_count if me() else 0)
+        self.core.metrics.gauges["ksp_queued_requests"] = (
+            "Requests waiting for the scheduler.", lambda: me().queued if me() else 0)
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._kps: OrderedDict = OrderedDict()
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    # -- Service --------------------------------------------------------------------------
+
+    def submit(self, request: Request, channel: Channel) -> None:
+        self._ensure_started()
+        if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
+            self.core.metrics.limited += 1
+            log.warning("%s %s tid %d refused: %d requests queued", channel.kp,
+                        request.tx.name, request.tid, self.max_queued)
+            channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
+            return
+        self._queue.put_nowait((request, channel, time.perf_counter()))
+        self._seen(channel)
+
+    def _seen(self, channel: Channel) -> None:
+        """Log a KP's first request (the transports have no notion of a connected KP)."""
+        key = (channel.transport, channel.kp)
+        if key in self._kps:
+            self._kps.move_to_end(key)
+            return
+        self._kps[key] = None
+        if len(self._kps) > 4096:
+            self._kps.popitem(last=False)
+        log.info("%s connected over %s", channel.kp, channel.transport)
+
+    def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
+        """Not capped: it frees memory."""
+        self._ensure_started()
+        log.warning("%s unreachable (no ACK for tid %d): dropping its persistent operations",
+                    kp, tid)
+        self._queue.put_nowait((None, kp, None))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> "Sib":
+        self._ensure_started()
+        return self
+
+    async def drain(self) -> None:
+        if self._queue is not None:
+            await self._queue.join()
+
+    async def close(self) -> None:
+        """Finish what is queued, then stop; persistent operations end with TERMINATED."""
+        if self._task is None:
+            return
+        self._queue.put_nowait((_STOP, None, None))
+        await self._task
+        self._task = None
+        self.core.terminate_all()
+        self.store.flush()
+
+    def _ensure_started(self) -> None:
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sib-scheduler")
+
+    async def _run(self) -> None:
+        queue = self._queue
+        while True:
+            request, channel, since = await queue.get()
+            try:
+                if request is _STOP:
+                    return
+                if request is None:
+                    self.core.drop_kp(channel)
+                else:
+                    self.core.handle(request, channel, since)
+            except Exception:  # never let one request stop the scheduler
+                log.exception("scheduler: unhandled error")
+            finally:
+                queue.task_done()
+            # Let the transports run between requests (the core itself never awaits).
+            await asyncio.sleep(0)

@@ -1,0 +1,176 @@
+"""An in-process `Channel` that records what the SIB sends, for tests and the benchmark.
+
+Real in the sense that matters: the SIB under test is driven through `Service.submit` exactly as
+the transports drive it; only the network is left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ksp.codec import UDP, decode_kp_message, encode
+from ksp.errors import EncodeError
+from ksp.model import Request, Response
+from ksp.session import KPIdentity
+
+from .service import Sib
+
+
+@dataclass(eq=False)
+class RecordingChannel:
+    kp: KPIdentity
+    tid: int
+    log: list
+    transport: str = "udp"
+    ended: bool = False
+
+    def respond(self, response: Response) -> None:
+        self.log.append(("res", self.kp, self.tid, response))
+
+    def indicate(self, response: Response) -> None:
+        self.log.append(("ind", self.kp, self.tid, response))
+
+    def end(self) -> None:
+        self.ended = True
+
+
+@dataclass
+class Client:
+    """A KP as the SIB sees it: an identity plus the log of everything sent to it."""
+
+    sib: Sib
+    name: str = "kp"
+    log: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kp = KPIdentity(addr=(self.name, 1))
+        self.channels: dict[int, RecordingChannel] = {}
+
+    def submit(self, request: Request) -> RecordingChannel:
+        """Submit `request` as the SIB would get it from a transport: encoded and decoded
+        (requests the codec refuses to encode go in as they are, to test the SIB's checks)."""
+        try:
+            request = decode_kp_message(encode(request, UDP), UDP)
+        except EncodeError:
+            pass
+        ch = RecordingChannel(self.kp, request.tid, self.log)
+        self.channels.setdefault(request.tid, ch)  # the first: a TERMINATE reuses the TID
+        self.sib.submit(request, ch)
+        return ch
+
+    async def call(self, request: Request) -> Response:
+        """Submit, wait until the SIB is idle, return the RES."""
+        self.submit(request)
+        await self.sib.drain()
+        for kind, _, tid, resp in reversed(self.log):
+            if kind == "res" and tid == request.tid:
+                return resp
+        raise AssertionError(f"no RES for {request.tid}")
+
+    def inds(self, tid: int | None = None) -> list[Response]:
+        return [r for kind, _, t, r in self.log if kind == "ind" and (tid is None or t == tid)]
+
+    def clear(self) -> None:
+        self.log.clear()
+
+
+EX = "http://example.org/"
+
+
+def ex(local: str):
+    """An IRI in the test namespace."""
+    from ksp.terms import IRI
+    return IRI(EX + local)
+
+
+class SibProcess:
+    """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
+    the given flags, its log read on a thread; `ports` are the bound ports it logged."""
+
+    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+        import queue
+        import re
+        import subprocess
+        import sys
+        import threading
+
+        self.args = args
+        self.lines: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sib.cli", "--log-level", "info", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        def read() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                self._lines.put(line)
+            self._lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        self.ports: dict[str, int] = {}
+        pattern = re.compile(r"(?:listening on (\w+)://[^:]+|metrics on http://[^:]+):(\d+)")
+        self.wait_for("SIB ready", timeout, lambda line: (
+            m := pattern.search(line)) and self.ports.__setitem__(m[1] or "metrics", int(m[2])))
+
+    def wait_for(self, text: str, timeout: float = 60.0, each=None) -> str:
+        """Block until a log line contains `text` (returns it); fails if the process ends."""
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} in the SIB log:\n{''.join(self.lines)}")
+            if line is None:
+                raise AssertionError(f"SIB exited ({self.proc.wait()}) before {text!r}:\n"
+                                     + "".join(self.lines))
+            if each is not None:
+                each(line)
+            if text in line:
+                return line
+
+    def stop(self, sig: int | None = None, timeout: float = 60.0) -> int:
+        """Send SIGTERM (or `sig`) and wait for the exit status."""
+        import signal
+
+        self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def __enter__(self) -> "SibProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def free_port(kind: str = "udp") -> int:
+    """A port free right now (for a SIB that must come back on the same port)."""
+    import socket
+
+    with socket.socket(socket.AF_INET,
+                       socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def scrape(port: int, host: str = "127.0.0.1") -> str:
+    """GET the metrics endpoint over a real HTTP connection; the body (checks the head)."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), head
+    assert b"text/plain; version=0.0.4" in head
+    return body.decode()

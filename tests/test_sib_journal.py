@@ -1,0 +1,115 @@
+"""The journal of persistent operations (sib/journal.py), in-process: what a restarted SIB
+restores — queries indicate only a result the KP has not seen, numbered on from the saved
+sequence number; rules do not fire again for a state they already acted on; ended operations
+and TCP ones are not kept."""
+from __future__ import annotations
+
+import asyncio
+
+from ksp import Credentials, Literal, Options, Request, Status, Triple, Tx, Var
+from sib import QuadStore, Sib
+from sib.journal import Journal
+from sib.testing import Client, RecordingChannel, ex
+
+S, P, Q = ex("s"), ex("p"), ex("q")
+SUB = Request(Tx.SELECT_PERSISTENT, 5, projection=1, where=(Triple(S, P, Var(0)),),
+              options=Options(credentials=Credentials(b"k" * 16, "secret")))
+RULE = Request(Tx.INSERT_PERSISTENT, 6, insert=(Triple(S, Q, Var(0)),),
+               where=(Triple(S, P, Var(0)),))
+
+
+def insert(tid: int, value: int) -> Request:
+    return Request(Tx.INSERT_DATA, tid, insert=(Triple(S, P, Literal.of(value)),))
+
+
+def restart(tmp_path, before, after):
+    """Run `before(sib, kp)` on a SIB with a journal, close it, reopen store and journal,
+    restore every saved operation onto recording channels, run `after(sib, kp, saved, log)`."""
+    async def first():
+        journal = Journal(str(tmp_path / "j.sqlite3"))
+        sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal)
+        kp = Client(sib)
+        await before(sib, kp)
+        await sib.close()
+        journal.close()
+        return kp.kp  # not the client: it holds the SIB, whose store must close
+
+    async def second(identity):
+        journal = Journal(str(tmp_path / "j.sqlite3"))
+        sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal)
+        saved = list(journal)
+        log: list = []
+        for s in saved:
+            sib.core.restore(s, RecordingChannel(s.kp, s.tid, log, s.transport))
+        kp = Client(sib)
+        kp.kp = identity
+        await after(sib, kp, saved, log)
+        await sib.close()
+        journal.close()
+
+    kp = asyncio.run(first())
+    asyncio.run(second(kp))
+
+
+def test_query_resumes_with_the_next_sequence_number_and_no_repeat(tmp_path):
+    async def before(sib, kp):
+        assert (await kp.call(SUB)).status == Status.OK
+        await kp.call(insert(1, 1))
+        await kp.call(insert(2, 2))
+        assert [i.result.rows for i in kp.inds(5)] == [((Literal.of(1),),),
+                                                       ((Literal.of(1),), (Literal.of(2),))]
+        assert [i.seq for i in kp.inds(5)] == [1, 2]  # the SIB numbers UDP INDs
+
+    async def after(sib, kp, saved, log):
+        (s,) = saved
+        assert s.tid == 5 and s.seq == 2 and s.transport == "udp"
+        assert s.request.options.credentials is None  # no password on disk
+        assert s.kp == kp.kp and s.endpoint == kp.kp.addr
+        assert log == []  # the KP has seen the current result: nothing to send
+        await kp.call(insert(3, 3))
+        (ind,) = [r for kind, _, _, r in log if kind == "ind"]
+        assert ind.seq == 3 and len(ind.result.rows) == 3  # numbered on, explicitly
+
+    restart(tmp_path, before, after)
+
+
+def test_query_whose_result_changed_while_down_indicates_at_once(tmp_path):
+    async def before(sib, kp):
+        await kp.call(SUB)
+
+    async def after(sib, kp, saved, log):
+        (s,) = saved
+        assert s.digest is not None and s.endpoint == kp.kp.addr  # journaled with the RES
+        (ind,) = [r for kind, _, _, r in log if kind == "ind"]
+        assert ind.result.rows == ((Literal.of(9),),)
+
+    async def before_and_change(sib, kp):
+        await before(sib, kp)
+        # a change the KP never hears of: written behind the SIB's back
+        sib.store.apply(__import__("sib").Delta(((S, P, Literal.of(9), ex("g")),), ()))
+
+    restart(tmp_path, before_and_change, after)
+
+
+def test_rule_does_not_fire_again_and_ended_ops_are_forgotten(tmp_path):
+    async def before(sib, kp):
+        await kp.call(insert(1, 1))
+        assert (await kp.call(RULE)).status == Status.OK
+        assert len(sib.store.match(S, Q)) == 1
+        await kp.call(SUB._replace(tid=7))
+        await kp.call(Request(Tx.TERMINATE, 7))
+        tcp = RecordingChannel(kp.kp, 8, kp.log, "tcp")
+        sib.submit(SUB._replace(tid=8), tcp)
+        await sib.drain()
+        assert sib.core.persistent_count == 2
+
+    async def after(sib, kp, saved, log):
+        assert [s.tid for s in saved] == [6]  # TERMINATEd and TCP operations are not kept
+        sib.store.apply(__import__("sib").Delta((), tuple(sib.store.match(S, Q))))
+        # the rule took the current solutions as seen: an unrelated change does not refire it
+        await kp.call(Request(Tx.INSERT_DATA, 2, insert=(Triple(ex("x"), P, S),)))
+        assert sib.store.match(S, Q) == []
+        await kp.call(insert(3, 2))  # a new solution: it fires
+        assert len(sib.store.match(S, Q)) == 2
+
+    restart(tmp_path, before, after)

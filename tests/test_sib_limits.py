@@ -1,0 +1,130 @@
+"""Limits and hygiene: the cap on persistent operations per KP, the cap on queued requests
+(status 0x0a LIMIT_EXCEEDED, nothing applied), and a KP that stops ACKing INDs over a real UDP
+socket is dropped with its operations freed."""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from ksp import Literal, Request, Status, Timing, Triple, Tx, Var
+from ksp.codec import UDP, decode_sib_message, encode
+from sib import Sib
+from sib.testing import Client, ex
+from transports import Server, connect
+
+S, P = ex("s"), ex("p")
+
+
+def sub(tid: int) -> Request:
+    return Request(Tx.SELECT_PERSISTENT, tid, projection=1, where=(Triple(S, P, Var(0)),))
+
+
+def test_cap_on_persistent_operations_per_kp():
+    async def go():
+        sib = Sib(max_persistent_per_kp=2)
+        a, b = Client(sib, "a"), Client(sib, "b")
+        assert (await a.call(sub(1))).status == Status.OK
+        assert (await a.call(sub(2))).status == Status.OK
+        assert (await a.call(sub(3))).status == Status.LIMIT_EXCEEDED
+        assert (await a.call(sub(2))).status == Status.OK  # reusing a TID replaces, no new slot
+        assert (await b.call(sub(3))).status == Status.OK  # the cap is per KP
+        assert sib.core.persistent_count == 3
+        assert (await a.call(Request(Tx.TERMINATE, 1))).status == Status.OK
+        assert (await a.call(sub(3))).status == Status.OK
+        rule = Request(Tx.INSERT_PERSISTENT, 4, insert=(Triple(S, ex("q"), Var(0)),),
+                       where=(Triple(S, P, Var(0)),))
+        assert (await a.call(rule)).status == Status.LIMIT_EXCEEDED
+        assert sib.core.metrics.limited == 2
+        await sib.close()
+
+    asyncio.run(go())
+
+
+def test_cap_on_queued_requests_refuses_at_once_and_applies_nothing():
+    async def go():
+        sib = Sib(max_queued=3)
+        kp = Client(sib)
+        for tid in range(1, 6):  # no await in between: the scheduler has not run yet
+            kp.submit(Request(Tx.INSERT_DATA, tid, insert=(Triple(S, P, Literal.of(tid)),)))
+        refused = [r.tid for kind, _, _, r in kp.log if kind == "res"]
+        assert refused == [4, 5]  # answered before anything ran
+        await sib.drain()
+        statuses = {r.tid: r.status for kind, _, _, r in kp.log if kind == "res"}
+        assert statuses == {1: 0, 2: 0, 3: 0, 4: Status.LIMIT_EXCEEDED,
+                            5: Status.LIMIT_EXCEEDED}
+        assert {q[2] for q in sib.store.match()} == {Literal.of(1), Literal.of(2), Literal.of(3)}
+        await sib.close()
+
+    asyncio.run(go())
+
+
+def test_kp_that_stops_acking_is_dropped_over_real_udp():
+    """A raw UDP socket subscribes, then never ACKs: the IND is retransmitted max_retransmit
+    times, then the SIB drops the KP and frees its operations."""
+    timing = Timing(ack_timeout=0.05, ack_random_factor=1.0, max_retransmit=2)
+
+    async def go():
+        sib = Sib()
+        async with await Server.start(sib, udp=0, timing=timing) as server:
+            mute = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            mute.bind(("127.0.0.1", 0))
+            mute.setblocking(False)
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.sock_sendto(mute, encode(sub(7), UDP), ("127.0.0.1", server.udp.port))
+                res = decode_sib_message(await loop.sock_recv(mute, 65536), UDP, Tx.SELECT)
+                assert res.status == Status.OK and not res.indication
+                assert sib.core.persistent_count == 1
+                async with await connect(f"udp://127.0.0.1:{server.udp.port}") as writer:
+                    await writer.insert_data([(ex_rdf("s"), ex_rdf("p"), 1)])
+                inds = []
+                for _ in range(timing.max_retransmit + 1):  # the IND and its retransmissions
+                    msg = await asyncio.wait_for(loop.sock_recv(mute, 65536), 30)
+                    inds.append(decode_sib_message(msg, UDP, Tx.SELECT))
+                assert all(i.indication and i.tid == 7 and i.seq == 1 for i in inds)
+                deadline = loop.time() + 30
+                while sib.core.persistent_count and loop.time() < deadline:
+                    await asyncio.sleep(0.05)
+                assert sib.core.persistent_count == 0
+                assert server.ind_retransmissions == timing.max_retransmit
+            finally:
+                mute.close()
+        await sib.close()
+
+    asyncio.run(asyncio.wait_for(go(), 120))
+
+
+def ex_rdf(local: str):
+    from rdflib import URIRef
+    return URIRef(str(ex(local)))
+
+
+def test_more_persistent_operations_than_the_session_keeps_still_number_their_inds():
+    """The UDP session keeps IND state for `max_entries` operations; the SIB numbers INDs
+    itself, so an operation whose delivery state was evicted still sends seq 2 after seq 1
+    (else the KP would drop the second IND as stale)."""
+    from transports.udp import UdpServer
+
+    async def go():
+        sib = Sib()
+        server = await UdpServer.start(sib, "127.0.0.1", 0, max_entries=4)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.port}") as kp:
+                subs = []
+                for k in range(6):
+                    sub = kp.subscribe(Request(Tx.SELECT_PERSISTENT, 0, projection=1, where=(
+                        Triple(ex(f"s{k}"), P, Var(0)),)))
+                    subs.append(await sub.__aenter__())
+                    await anext(sub)  # the initial state
+                for value in (1, 2):
+                    for k in range(6):
+                        await kp.insert_data([(ex_rdf(f"s{k}"), ex_rdf("p"), value)])
+                        ind = await asyncio.wait_for(anext(subs[k]), 30)
+                        assert ind.seq == value and len(ind.result.rows) == value
+                for sub in subs:
+                    await sub.__aexit__(None, None, None)
+        finally:
+            await server.close()
+            await sib.close()
+
+    asyncio.run(asyncio.wait_for(go(), 120))

@@ -1,0 +1,385 @@
+"""SIB benchmark: subscription processing, smart (pattern index) against naive (re-evaluate
+every persistent query after every update, as SEPA's broker does), in one run.
+
+Run as ``python -m tools.bench.sib [--quick] [--triples N] [--queries 10,100,...]``.
+
+Workload (in-process, through `Sib.submit` with an in-memory channel; the integrator extends it
+to UDP on loopback): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the
+rest filler of the same shape), and for each size n of persistent queries, n distinct
+``SELECT ?v WHERE { <sensor_k> :value ?v FILTER(?v > -j) }`` (query j watches sensor k = j mod
+100; the FILTER makes every query distinct so none shares an evaluation). Each update is an
+UPDATE DATA moving one watched sensor to a new value, so about 1 % of the queries (at least
+one: with 10 queries, 10 %) are affected and each sends an IND.
+
+With ``--scenario fixed`` exactly one query is affected by every update (query 0 watches sensor 0,
+which every update moves; the others watch sensors 1–99): the cost of the unaffected ones.
+
+All SIBs (every n, both modes) have identical stores and take their updates round-robin, so
+noise hits them alike. Reported per n: updates/s (updates / time spent in them) for smart and naive
+and their ratio, and the update-to-IND latency (submit → the last IND of that update recorded)
+p50/p99 for each mode.
+
+``--udp``: the same over UDP on loopback. Each SIB is served by a real `transports.UdpServer`;
+the n persistent queries are sent by one subscriber KP socket (TIDs 0…n−1) that ACKs every IND,
+and the updates by a writer KP socket (CON UPDATE DATA). An update is timed from sending its
+datagram until its RES and all the INDs it causes have arrived (the next update is sent only
+then); its latency is send → the last of its INDs received. Both KPs are minimal (they read the
+4- or 6-byte header, enough to match RES/IND and ACK) and run in the SIB's process and event
+loop, so the numbers include both ends of the sockets. ``--plot FILE.png`` draws updates/s and
+p99 latency against the number of persistent queries (needs the `bench` extra: matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+
+from ksp.codec import UDP, encode
+from ksp.codes import Op, Tx
+from ksp.model import Ack, Options, Request
+from ksp.session import KPIdentity
+from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
+from sib import QuadStore, Sib
+
+EX = "http://example.org/bench#"
+VALUE = IRI(EX + "value")
+KIND = IRI(EX + "kind")
+WATCHED = 100
+
+
+def sensor(k: int) -> IRI:
+    return IRI(f"{EX}sensor{k}")
+
+
+def seed_store(triples: int) -> QuadStore:
+    store = QuadStore()
+    things = max(WATCHED, triples // 2)
+    store.load(q for k in range(things) for q in (
+        (sensor(k), VALUE, Literal.of(0), DEFAULT_GRAPH),
+        (sensor(k), KIND, IRI(EX + f"kind{k % 10}"), DEFAULT_GRAPH)))
+    return store
+
+
+class _Channel:
+    """Records only what the benchmark needs: when the latest IND was sent."""
+
+    __slots__ = ("kp", "tid", "transport", "stats")
+
+    def __init__(self, kp: KPIdentity, tid: int, stats: dict) -> None:
+        self.kp, self.tid, self.transport, self.stats = kp, tid, "udp", stats
+
+    def respond(self, response) -> None:
+        pass
+
+    def indicate(self, response) -> None:
+        self.stats["inds"] += 1
+        self.stats["last_ind"] = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def watched(j: int, fixed: bool) -> int:
+    """The sensor query j watches."""
+    if fixed:
+        return 0 if j == 0 else 1 + j % (WATCHED - 1)
+    return j % WATCHED
+
+
+def query(j: int, fixed: bool = False) -> Request:
+    return Request(Tx.SELECT_PERSISTENT, j, projection=1,
+                   where=(Triple(sensor(watched(j, fixed)), VALUE, Var(0)),),
+                   options=Options(filters=((Var(0), Literal.of(-j), Op.GT),)))
+
+
+class Contender:
+    """One SIB (smart or naive) with n persistent queries over the shared store; `step` makes
+    one update and times it (submit → drained; the latency is submit → last IND)."""
+
+    def __init__(self, store: QuadStore, n: int, smart: bool, fixed: bool, shared: dict) -> None:
+        self.store, self.n, self.smart, self.fixed, self.shared = store, n, smart, fixed, shared
+        self.sib = Sib(store, smart=smart)
+        self.stats = {"inds": 0, "last_ind": 0.0}
+        self.writer = KPIdentity(addr=("writer", 1))
+        self.latencies: list[float] = []
+        self.busy = 0.0
+        self.count = 0
+
+    async def setup(self) -> None:
+        kp = KPIdentity(addr=("bench", 1))
+        for j in range(self.n):
+            self.sib.submit(query(j, self.fixed), _Channel(kp, j, self.stats))
+        await self.sib.drain()
+
+    async def step(self) -> None:
+        # a watched sensor: every update sends INDs
+        k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
+        req = self._update(k)
+        before = self.stats["inds"]
+        t0 = time.perf_counter()
+        self.sib.submit(req, _Channel(self.writer, req.tid, self.stats))
+        await self.sib.drain()
+        self.busy += time.perf_counter() - t0
+        if self.stats["inds"] > before:
+            self.latencies.append(self.stats["last_ind"] - t0)
+        self.count += 1
+
+    def _update(self, k: int) -> Request:
+        """UPDATE DATA moving sensor k to the next value (the values are shared by all
+        contenders, since they share the store)."""
+        values = self.shared.setdefault("values", {})
+        old = values.get(k)
+        if old is None:
+            old = [q[2] for q in self.store.match(sensor(k), VALUE)]
+        self.shared["next"] = new_value = self.shared.get("next", 0) + 1
+        new = Literal.of(new_value)
+        req = Request(Tx.UPDATE_DATA, self.count % 60000,
+                      delete=tuple(Triple(sensor(k), VALUE, v) for v in old),
+                      insert=(Triple(sensor(k), VALUE, new),))
+        values[k] = [new]
+        return req
+
+    async def result(self) -> dict:
+        await self.sib.close()
+        lat = sorted(self.latencies)
+        return {
+            "updates": self.count, "rate": self.count / self.busy if self.busy else 0.0,
+            "inds": self.stats["inds"],
+            "p50": statistics.median(lat) if lat else float("nan"),
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan"),
+            "evaluations": self.sib.core.evaluations,
+        }
+
+
+class UdpKP(asyncio.DatagramProtocol):
+    """A KP socket reduced to what the benchmark needs: RES matched by TID, every IND ACKed
+    (by its sequence number) and counted, the arrival time of the latest IND kept."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.res: dict[int, asyncio.Future] = {}
+        self.inds = 0
+        self.last_ind = 0.0
+        self.target: tuple[int, asyncio.Future] | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        now = time.perf_counter()
+        kind, tid = data[1], data[2] | data[3] << 8
+        if kind > 0x7F:  # IND: ACK it with its sequence number
+            self.transport.sendto(encode(Ack(tid, data[4] | data[5] << 8), UDP))
+            self.inds += 1
+            self.last_ind = now
+            if self.target is not None and self.inds >= self.target[0]:
+                if not self.target[1].done():
+                    self.target[1].set_result(None)
+            return
+        fut = self.res.pop(tid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(kind & 0x7F)
+
+    def send(self, request: Request) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.res[request.tid] = fut
+        self.transport.sendto(encode(request, UDP))
+        return fut
+
+    def until_inds(self, count: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if self.inds >= count:
+            fut.set_result(None)
+        self.target = (count, fut)
+        return fut
+
+
+TIMEOUT = 120.0  # generous: naive mode at 10,000 queries on a loaded 2-core machine
+
+
+async def _kp(port: int) -> UdpKP:
+    loop = asyncio.get_running_loop()
+    _, kp = await loop.create_datagram_endpoint(UdpKP, remote_addr=("127.0.0.1", port))
+    return kp
+
+
+class UdpContender(Contender):
+    """A `Contender` whose SIB is served over UDP on loopback and driven by `UdpKP`s."""
+
+    async def setup(self) -> None:
+        from transports import Server
+
+        self.server = await Server.start(self.sib, udp=0)
+        port = self.server.udp.port
+        self.subscriber, self.writer_kp = await _kp(port), await _kp(port)
+        window = 256  # requests in flight while subscribing
+        for start in range(0, self.n, window):
+            futs = [self.subscriber.send(query(j, self.fixed))
+                    for j in range(start, min(self.n, start + window))]
+            statuses = await asyncio.wait_for(asyncio.gather(*futs), TIMEOUT)
+            assert not any(statuses), f"subscription refused: {statuses}"
+        self.watchers = [0] * WATCHED
+        for j in range(self.n):
+            self.watchers[watched(j, self.fixed)] += 1
+
+    async def step(self) -> None:
+        k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
+        req = self._update(k)
+        kp = self.subscriber
+        inds = kp.until_inds(kp.inds + self.watchers[k])
+        t0 = time.perf_counter()
+        status = await asyncio.wait_for(self.writer_kp.send(req), TIMEOUT)
+        await asyncio.wait_for(inds, TIMEOUT)
+        self.busy += time.perf_counter() - t0
+        assert status == 0, f"update refused: {status}"
+        self.latencies.append(kp.last_ind - t0)
+        self.stats["inds"] = kp.inds
+        self.count += 1
+
+    async def result(self) -> dict:
+        await self.server.close()
+        for kp in (self.subscriber, self.writer_kp):
+            kp.transport.close()
+        return await super().result()
+
+
+async def run_contenders(contenders: list[Contender], budget: float, max_updates: int) -> None:
+    """Round-robin, one update each per round, so that a slow phase of the machine hits every
+    contender alike; a contender stops after `budget` seconds of its own work (at least 3
+    updates) or `max_updates`."""
+    for c in contenders:
+        await c.setup()
+    active = list(contenders)
+    while active:
+        for c in list(active):
+            await c.step()
+            if c.count >= max_updates or (c.count >= 3 and c.busy >= budget):
+                active.remove(c)
+
+
+async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
+                   fixed: bool = False, shared: dict | None = None) -> dict:
+    """One contender alone (for tests); `shared` as for `Contender` (the sensors' values)."""
+    c = Contender(store, n, smart, fixed, {} if shared is None else shared)
+    await run_contenders([c], budget, max_updates)
+    return await c.result()
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
+                fixed: bool = False, udp: bool = False) -> list[dict]:
+    t0 = time.perf_counter()
+    kind = UdpContender if udp else Contender
+    # One store per contender: with a shared store, a naive SIB would also see (and send INDs
+    # for) the other contenders' updates, which it never executed.
+    contenders = {(n, mode): kind(seed_store(triples), n, mode == "smart", fixed, {})
+                  for n in sizes for mode in ("smart", "naive")}
+    print(f"{len(contenders)} stores of {triples:,} triples loaded in "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    await run_contenders(list(contenders.values()), budget, max_updates)
+    rows = []
+    for n in sizes:
+        row = {"n": n}
+        for mode in ("smart", "naive"):
+            row[mode] = await contenders[(n, mode)].result()
+            print(f"n={n} {mode}: {row[mode]}", file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], fixed: bool = False) -> str:
+    out = ["| persistent queries | affected / update | smart updates/s | naive updates/s | "
+           "smart / naive | smart IND latency p50 / p99 ms | naive IND latency p50 / p99 ms |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        s, nv = row["smart"], row["naive"]
+        affected = 1 if fixed else max(1, row["n"] // WATCHED)
+        out.append(f"| {row['n']:,} | {affected} | {s['rate']:,.0f} | {nv['rate']:,.1f} | "
+                   f"{s['rate'] / nv['rate']:.1f}× | {_ms(s['p50'])} / {_ms(s['p99'])} | "
+                   f"{_ms(nv['p50'])} / {_ms(nv['p99'])} |")
+    return "\n".join(out)
+
+
+def targets(rows: list[dict], fixed: bool) -> str:
+    """The issue's targets, checked against this run's numbers."""
+    by_n = {r["n"]: r for r in rows}
+    out = []
+    if 1000 in by_n:
+        r = by_n[1000]
+        ratio = r["smart"]["rate"] / r["naive"]["rate"]
+        out.append(f"- 1,000 persistent queries: smart {ratio:.1f}× the naive update rate "
+                   f"(target ≥ 20×): {'met' if ratio >= 20 else 'NOT MET'}")
+    if fixed and 100 in by_n and 10000 in by_n:
+        cost = by_n[100]["smart"]["rate"] / by_n[10000]["smart"]["rate"]
+        out.append(f"- 100 → 10,000 unaffected queries: each update costs {cost:.2f}× more "
+                   f"(target < 2×): {'met' if cost < 2 else 'NOT MET'}")
+    worst = max((r["smart"]["p99"] for r in rows), default=float("nan"))
+    out.append(f"- smart p99 update-to-IND latency, worst size: {_ms(worst)} ms "
+               f"(target < 10 ms): {'met' if worst < 0.010 else 'NOT MET'}")
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Updates/s and p99 latency against n, smart and naive, log-log, into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, style in (("smart", "o-"), ("naive", "s--")):
+        a.plot(ns, [r[mode]["rate"] for r in rows], style, label=mode)
+        b.plot(ns, [r[mode]["p99"] * 1e3 for r in rows], style, label=mode)
+    a.set(xscale="log", yscale="log", xlabel="persistent queries", ylabel="updates/s",
+          title="update rate")
+    b.set(xscale="log", yscale="log", xlabel="persistent queries",
+          ylabel="p99 update-to-IND latency (ms)", title="notification latency")
+    b.axhline(10, color="grey", linewidth=0.8, linestyle=":")
+    for ax in (a, b):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--triples", type=int, default=100_000)
+    ap.add_argument("--queries", default="10,100,1000,10000",
+                    help="comma-separated numbers of persistent queries")
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds of updates per mode")
+    ap.add_argument("--max-updates", type=int, default=2000)
+    ap.add_argument("--scenario", choices=("one-percent", "fixed"), default="one-percent",
+                    help="about 1 %% of the queries affected per update, or exactly one")
+    ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
+    ap.add_argument("--udp", action="store_true", help="over UDP on loopback (real sockets)")
+    ap.add_argument("--plot", metavar="FILE.png", help="also draw the results (matplotlib)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.triples, args.budget, args.max_updates = 10_000, 0.5, 200
+    sizes = [int(x) for x in args.queries.split(",")]
+    fixed = args.scenario == "fixed"
+    rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates, fixed,
+                             args.udp))
+    where = "over UDP on loopback" if args.udp else "in-process"
+    print(f"SIB subscription processing, {where}, {args.triples:,} triples "
+          f"(`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
+    print(table(rows, fixed))
+    print()
+    print(targets(rows, fixed))
+    if args.plot:
+        plot(rows, args.plot, f"SIB, {where}, {args.triples:,} triples")
+        print(f"\nplot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,176 @@
+"""`ksp demo greenhouse`: the Smart Greenhouse of the KSP paper (§IV, figure 13), live.
+
+A real `ksp-sib --memory` is started (or `--url` names a running one) and every KP talks to it
+over its own UDP socket:
+
+- the **Preferences KP** publishes the plant's preferences and the actuators (all off);
+- the **Autocontrol KP** sends six persistent updates — two per actuator type, one switching
+  it on and one switching it off (figure 13) — and sends nothing else: from then on the SIB
+  runs it, whatever the readings do;
+- three **Sensor KPs** publish temperature, humidity and luminosity readings (UPDATE DATA:
+  the old reading out, the new one in);
+- the **Actuator KP** observes every actuator's state through one persistent SELECT and prints
+  each IND, as the KP driving the real fans, LEDs and pump would act on it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+
+from rdflib import Literal, Namespace, URIRef
+
+from ksp import Request, Tx
+from transports import connect
+
+GH = Namespace("http://example.org/greenhouse#")
+PREFIXES = {"gh": str(GH), "xsd": "http://www.w3.org/2001/XMLSchema#",
+            "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#"}
+PLANT = GH.tomato
+#: The plant's preferences (the paper: 19.5–25.7 °C).
+PREFERENCES = {"minTemperature": 19.5, "maxTemperature": 25.7, "minHumidity": 40.0,
+               "minLuminosity": 300.0}
+#: actuator -> (class, measured quantity, preference, comparison that switches it on)
+ACTUATORS = {GH.fan1: ("Fan", "temperature", "maxTemperature", ">"),
+             GH.led1: ("Led", "luminosity", "minLuminosity", "<"),
+             GH.pump1: ("Pump", "humidity", "minHumidity", "<")}
+SENSORS = {"temperature": GH.thermometer1, "humidity": GH.hygrometer1,
+           "luminosity": GH.luxmeter1}
+COMPLEMENT = {">": "<=", "<": ">="}
+#: The demo's readings: (quantity, value), in order.
+READINGS = [("temperature", 22.0), ("humidity", 55.0), ("luminosity", 500.0),
+            ("temperature", 26.5), ("luminosity", 120.0), ("humidity", 30.0),
+            ("temperature", 24.0), ("temperature", 27.1), ("humidity", 62.0),
+            ("luminosity", 800.0), ("temperature", 21.0)]
+
+
+def rules() -> list[str]:
+    """The Autocontrol KP: two persistent updates per actuator type (on, off)."""
+    out = []
+    for cls, quantity, preference, on in dict.fromkeys(ACTUATORS.values()):
+        for cmp, state in ((on, "true"), (COMPLEMENT[on], "false")):
+            out.append(f"DELETE {{ ?a gh:state ?x }} INSERT {{ ?a gh:state {state} }} WHERE {{ "
+                       f"?s gh:{quantity} ?v . ?p gh:{preference} ?m . ?a a gh:{cls} . "
+                       f"?a gh:state ?x . FILTER(?v {cmp} ?m) }}")
+    return out
+
+
+STATES = "SELECT ?a ?s WHERE { ?a gh:state ?s }"
+
+
+def states_of(rows) -> dict[URIRef, bool]:
+    return {a: bool(s.toPython()) for a, s in rows.rows}
+
+
+class Greenhouse:
+    """The KPs of the demo, connected to the SIB at `url` (UDP)."""
+
+    def __init__(self, url: str, say: Callable[[str], None] = print) -> None:
+        self.url = url
+        self.say = say
+        self.readings: dict[str, float] = {}
+        self.observed: dict[URIRef, bool] = {}
+        self._changed = asyncio.Event()
+
+    async def setup(self) -> None:
+        async with await connect(self.url, kp_id="greenhouse-preferences",
+                                 prefixes=PREFIXES) as kp:
+            triples = [(PLANT, GH[k], Literal(v)) for k, v in PREFERENCES.items()]
+            for actuator, (cls, *_rest) in ACTUATORS.items():
+                triples += [(actuator, URIRef(PREFIXES["rdf"] + "type"), GH[cls]),
+                            (actuator, GH.state, Literal(False))]
+            await kp.insert_data(triples)
+        self.say(f"Preferences KP: {PLANT.n3()} prefers "
+                 + ", ".join(f"{k} {v}" for k, v in PREFERENCES.items())
+                 + "; fan1, led1 and pump1 are off")
+        async with await connect(self.url, kp_id="greenhouse-autocontrol",
+                                 prefixes=PREFIXES) as kp:
+            for text in rules():
+                await kp.request(text, persistent=True)
+        self.say(f"Autocontrol KP: {len(rules())} persistent updates installed; it sleeps now")
+
+    async def actuator(self, ready: asyncio.Event) -> None:
+        """The Actuator KP: one persistent SELECT, an IND whenever a state changes."""
+        async with await connect(self.url, kp_id="greenhouse-actuator", prefixes=PREFIXES) as kp:
+            async with kp.subscribe(STATES) as sub:
+                ready.set()
+                async for ind in sub:
+                    now = states_of(ind.result)
+                    for a, on in sorted(now.items()):
+                        if self.observed.get(a) != on:
+                            self.say(f"  Actuator KP: {a.fragment} {'ON' if on else 'off'}")
+                    self.observed = now
+                    self._changed.set()
+
+    async def until_observed(self, want: dict[URIRef, bool], timeout: float = 60.0) -> None:
+        async def wait():
+            while self.observed != want:
+                self._changed.clear()
+                await self._changed.wait()
+        await asyncio.wait_for(wait(), timeout)
+
+    async def run(self, readings=READINGS) -> list[tuple[dict, dict]]:
+        """Set up, then publish `readings` one by one; after each, wait until the Actuator KP
+        has seen what the rules made of it. Returns, per reading, the states the Actuator KP
+        observed and the states a plain SELECT finds in the store (sent after the reading, it
+        is executed after the reading's rule cascade: one request at a time)."""
+        await self.setup()
+        ready = asyncio.Event()
+        actuator = asyncio.create_task(self.actuator(ready))
+        history = []
+        sensors = {q: await connect(self.url, kp_id=f"greenhouse-{q}-sensor")
+                   for q in SENSORS}
+        checker = await connect(self.url, prefixes=PREFIXES)
+        try:
+            await asyncio.wait_for(ready.wait(), 60)
+            for quantity, value in readings:
+                old = self.readings.get(quantity)
+                sensor = SENSORS[quantity]
+                new = (sensor, GH[quantity], Literal(value))
+                if old is None:
+                    await sensors[quantity].insert_data([new])
+                else:
+                    await sensors[quantity].update(Request(
+                        Tx.UPDATE_DATA, 0, delete=((sensor, GH[quantity], Literal(old)),),
+                        insert=(new,)))
+                self.readings[quantity] = value
+                self.say(f"Sensor KP: {quantity} {value}")
+                stored = states_of(await checker.query(STATES))
+                await self.until_observed(stored)
+                history.append((dict(self.observed), stored))
+        finally:
+            await checker.close()
+            for kp in sensors.values():
+                await kp.close()
+            actuator.cancel()
+            try:
+                await actuator
+            except (asyncio.CancelledError, Exception):  # its connection ends with the task
+                pass
+        return history
+
+
+def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running SIB (udp://host:port); default: start "
+                                      "`ksp-sib --memory` on a free port")
+    args = parser.parse_args(argv)
+    if args.url:
+        asyncio.run(Greenhouse(args.url).run())
+        return 0
+    from sib.testing import SibProcess
+
+    print("Starting ksp-sib --memory ...")
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as sib:
+        url = f"udp://127.0.0.1:{sib.ports['udp']}"
+        print(f"SIB listening on {url}\n")
+        asyncio.run(Greenhouse(url).run())
+        status = sib.stop()
+    print(f"\nSIB stopped (exit status {status}).")
+    return 0 if status == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
