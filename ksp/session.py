@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .codec import (
-    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, tcp_frame_length,
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, retag,
+    tcp_frame_length,
 )
 from .codes import Status, Tx
 from .errors import DecodeError, EncodeError, KspError
@@ -663,6 +664,8 @@ class SIBSession:
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
         self._deliveries: OrderedDict[tuple[KPIdentity, int], _Delivery] = OrderedDict()
         self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
+        # The last IND encoded with a result: (result, (status, version, max_size), bytes).
+        self._shared: tuple | None = None
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         self._datagrams: list[tuple[bytes, Hashable]] = []
@@ -736,8 +739,7 @@ class SIBSession:
                 self.end_persistent(kp, tid)
                 self._events.append(KPUnreachable(kp, tid))
                 return
-            self._send(encode(response._replace(indication=True, seq=None), TCP,
-                              max_size=d.max_size), addr)
+            self._send(self._encode_indication(response, None, d.max_size), addr)
             if final:
                 self.end_persistent(kp, tid)
             return
@@ -745,8 +747,7 @@ class SIBSession:
             seq = response.seq
         else:
             seq = FIRST_SEQ if d.seq is None else next_seq(d.seq)
-        d.data = encode(response._replace(indication=True, seq=seq), UDP,
-                        max_size=self._cap(d.max_size))
+        d.data = self._encode_indication(response, seq, self._cap(d.max_size))
         d.seq = seq
         d.final = final
         self._send_indication(key, d, addr)
@@ -846,6 +847,22 @@ class SIBSession:
         if self.transport is TCP:
             return max_size
         return MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
+
+    def _encode_indication(self, response: Response, seq: int | None,
+                           max_size: int | None) -> bytes:
+        """Subscribers of one result (the same object, as a SIB hands it to each) share its
+        encoding: only the TID and sequence number differ (`ksp.codec.retag`)."""
+        result = response.result
+        form = (response.status, response.version, max_size)
+        shared = self._shared
+        if result is not None and shared is not None and shared[0] is result and (
+                shared[1] == form):
+            return retag(shared[2], response.tid, seq)
+        data = encode(response._replace(indication=True, seq=seq), self.transport,
+                      max_size=max_size)
+        if result is not None:
+            self._shared = (result, form, data)
+        return data
 
     def _send(self, data: bytes, addr: Hashable) -> None:
         if self.transport is UDP:

@@ -26,6 +26,8 @@ from ksp.session import (
     Timing,
 )
 
+from strategies import results_for
+
 KP_ADDR = ("192.0.2.10", 40000)
 KP_ID = bytes(range(16))
 EX = "http://example.org/"
@@ -998,3 +1000,46 @@ def test_tcp_server_framing_error_is_fatal_and_answered():
     assert e.fatal and e.addr == "c" and e.status == Status.INVALID_DATA_FORMAT
     [(data, _)] = sib.data_to_send()
     assert decode_sib_message(data, TCP) == Response(9, Status.INVALID_DATA_FORMAT)
+
+
+# -- one encoding shared by the subscribers of one result -----------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(result=st.one_of(*(results_for(tx, small=True)
+                          for tx in (Tx.SELECT, Tx.ASK, Tx.CONSTRUCT))),
+       tids=st.lists(st.integers(0, 0xFFFF), min_size=2, max_size=5, unique=True),
+       sizes=st.lists(st.one_of(st.none(), st.integers(6, 400)), min_size=5, max_size=5),
+       tcp=st.booleans())
+def test_indications_of_one_result_are_each_the_canonical_encoding(result, tids, sizes, tcp):
+    """The SIB hands one result object to every subscriber; the session encodes it once per
+    MAX RESPONSE SIZE and re-tags the TID and sequence number, which must give exactly what
+    encoding each IND alone gives."""
+    transport = TCP if tcp else UDP
+    sib = SIBSession(transport)
+    conn = "conn"
+    subscribers = []
+    for i, tid in enumerate(tids):
+        max_size = sizes[i]
+        req = Request(Tx.SELECT_PERSISTENT, tid, True, projection=1,
+                      where=(Triple(IRI(EX + "s"), IRI(EX + "p"), Var(0)),),
+                      options=Options(max_response_size=max_size))
+        if tcp:
+            sib.receive_data(encode(req, TCP), conn, 0.0)
+        else:
+            sib.receive_datagram(encode(req, UDP), KP_ADDR, 0.0)
+        event = sib.next_event()
+        assert isinstance(event, RequestReceived)
+        sib.respond(event.kp, tid, Response(tid, result=SelectResult(1, ())), 0.0)
+        subscribers.append((event.kp, tid, max_size))
+    sent = sib.data_to_send() if tcp else sib.datagrams_to_send(0.0)
+    for round_ in range(2):  # the second round: sequence number 2 (UDP)
+        for kp, tid, _ in subscribers:
+            sib.indicate(kp, tid, Response(tid, result=result, indication=True), 1.0)
+        sent = sib.data_to_send() if tcp else sib.datagrams_to_send(1.0)
+        data = sent[0][0] if tcp else b"".join(d for d, _ in sent)
+        expected = b"".join(
+            encode(Response(tid, result=result, indication=True,
+                            seq=None if tcp else round_ + 1),
+                   transport, max_size=max_size if tcp else min(max_size or 65507, 65507))
+            for _, tid, max_size in subscribers)
+        assert data == expected
