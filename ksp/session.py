@@ -53,7 +53,7 @@ __all__ = [
     "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
-    "KPUnreachable",
+    "KPUnreachable", "SessionStats",
 ]
 
 MAX_UDP_PAYLOAD = 65_507
@@ -642,18 +642,37 @@ class _Delivery:
         self.timeout = 0.0
 
 
+@dataclass(slots=True)
+class SessionStats:
+    """What a `SIBSession` did, for metrics (counters only grow)."""
+
+    #: INDs sent (first transmissions; a newer IND replacing an unacknowledged one counts).
+    inds_sent: int = 0
+    #: INDs sent again from the timer, for want of an ACK (UDP).
+    ind_retransmissions: int = 0
+    #: Duplicate requests answered with the cached RES (UDP).
+    res_retransmissions_answered: int = 0
+    #: Duplicate requests dropped: still executing, or a NON with nothing to answer (UDP).
+    duplicates_ignored: int = 0
+    #: ACKs that matched no IND route (stray, or for a route evicted over `max_entries`).
+    acks_unmatched: int = 0
+    #: (KP, TID) pairs given up on after the last retransmission (`KPUnreachable`).
+    kp_unreachable: int = 0
+
+
 class SIBSession:
     """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener."""
 
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, max_message_size: int | None = None,
-                 max_entries: int = 4096, max_cache_bytes: int = 8 << 20) -> None:
+                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
         self.transport = Transport(transport)
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
         self.max_entries = max_entries
         self.max_cache_bytes = max_cache_bytes
+        self.stats = SessionStats()
         self._rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
         # (kp, tid, tx) -> exchange, oldest first (= soonest to expire). UDP only.
@@ -740,6 +759,7 @@ class SIBSession:
                 self._events.append(KPUnreachable(kp, tid))
                 return
             self._send(self._encode_indication(response, None, d.max_size), addr)
+            self.stats.inds_sent += 1
             if final:
                 self.end_persistent(kp, tid)
             return
@@ -750,6 +770,7 @@ class SIBSession:
         d.data = self._encode_indication(response, seq, self._cap(d.max_size))
         d.seq = seq
         d.final = final
+        self.stats.inds_sent += 1
         self._send_indication(key, d, addr)
         if key not in self._timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
@@ -763,6 +784,19 @@ class SIBSession:
         for an OK TERMINATE or RESET."""
         self._deliveries.pop((kp, tid), None)
         self._timers.cancel((kp, tid))
+
+    def endpoint(self, kp: KPIdentity) -> Hashable | None:
+        """Where INDs for `kp` go: its address, or for a KP ID the endpoint of its most recent
+        request (None if it has not been seen)."""
+        return self._endpoint(kp)
+
+    def bind(self, kp: KPIdentity, endpoint: Hashable) -> None:
+        """Where a KP with a KP ID was last seen, e.g. from a SIB's journal after a restart:
+        INDs go there until the KP's next request (which always moves it). A KP without a KP
+        ID is its address and cannot be bound."""
+        if kp.kp_id is None:
+            raise SessionError(f"{kp} has no KP ID: its endpoint is its address")
+        self._bind(kp, endpoint, 0)  # serial 0: older than any request of this session
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -783,10 +817,12 @@ class SIBSession:
                 d.data = None  # the numbering stays, in case the SIB indicates again
                 if d.final:
                     self.end_persistent(*key)
+                self.stats.kp_unreachable += 1
                 self._events.append(KPUnreachable(*key))
                 continue
             d.retries += 1
             d.timeout *= 2
+            self.stats.ind_retransmissions += 1
             self._send_indication(key, d, addr)
             self._timers.set(key, now + d.timeout)
 
@@ -943,7 +979,10 @@ class SIBSession:
             if ex is not None:  # a retransmission (or a duplicated datagram)
                 ex.addr = addr
                 if ex.response is not None:
+                    self.stats.res_retransmissions_answered += 1
                     self._send(ex.response, addr)
+                else:
+                    self.stats.duplicates_ignored += 1
                 return
         ex = _Exchange(key, tx, addr, request.confirmable, request.options.max_response_size,
                        next(self._serial), now + self.timing.exchange_lifetime)
@@ -967,6 +1006,7 @@ class SIBSession:
         kp = self._ack_routes.get((addr, ack.tid))
         self._events.append(AckReceived(kp, addr, ack.tid, ack.seq))
         if kp is None:
+            self.stats.acks_unmatched += 1
             return
         key = (kp, ack.tid)
         d = self._deliveries.get(key)

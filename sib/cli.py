@@ -68,7 +68,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
-    server = await Server.start(sib, config.host, timing=config.timing, **ports)
+    server = await Server.start(sib, config.host, timing=config.timing,
+                                max_entries=config.max_session_entries, **ports)
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)

@@ -1043,3 +1043,72 @@ def test_indications_of_one_result_are_each_the_canonical_encoding(result, tids,
                    transport, max_size=max_size if tcp else min(max_size or 65507, 65507))
             for _, tid, max_size in subscribers)
         assert data == expected
+
+
+# -- public restore API, statistics, table sizing ----------------------------------------------
+
+def test_bind_restores_a_kp_ids_endpoint_until_its_next_request():
+    sib = SIBSession(rng=random.Random(0))
+    kp = KPIdentity(KP_ID)
+    saved = ("198.51.100.1", 7000)  # from a journal, before the restart
+    assert sib.endpoint(kp) is None
+    sib.bind(kp, saved)
+    assert sib.endpoint(kp) == saved
+    sib.indicate(kp, 5, state(5, 1), 0.0)
+    assert [addr for _, addr in sib.datagrams_to_send(0.0)] == [saved]
+    req = ask(9)._replace(options=Options(credentials=Credentials(KP_ID)))
+    sib.receive_datagram(encode(req), KP_ADDR, 1.0)  # the KP is back, elsewhere
+    [e] = events(sib)
+    sib.respond(e.kp, 9, Response(9, result=AskResult(False)), 1.0)
+    assert sib.endpoint(kp) == KP_ADDR
+    sib.bind(kp, saved)  # older than any request: never moves a KP that has been seen
+    assert sib.endpoint(kp) == KP_ADDR
+    assert sib.endpoint(KPIdentity(addr=KP_ADDR)) == KP_ADDR
+    with pytest.raises(SessionError):
+        sib.bind(KPIdentity(addr=KP_ADDR), saved)
+
+
+def test_stats_count_retransmissions_duplicates_and_stray_acks():
+    sib, kp = subscribed_sib(timing=Timing(max_retransmit=2))
+    sib.indicate(kp, 5, state(5, 1), 0.0)
+    sib.indicate(kp, 5, state(5, 2), 0.0)
+    assert sib.stats.inds_sent == 2 and sib.stats.ind_retransmissions == 0
+    for _ in range(3):  # two retransmissions, then it gives up
+        sib.handle_timer(sib.get_timer())
+    assert sib.stats.ind_retransmissions == 2 and sib.stats.kp_unreachable == 1
+    data = encode(insert(7))
+    sib.receive_datagram(data, KP_ADDR, 1.0)
+    sib.receive_datagram(data, KP_ADDR, 1.5)  # still executing: dropped
+    [e] = [e for e in events(sib) if isinstance(e, RequestReceived)]
+    sib.respond(e.kp, 7, Response(7), 2.0)
+    sib.receive_datagram(data, KP_ADDR, 3.0)  # answered from the cache
+    sib.receive_datagram(encode(Ack(77, 1)), KP_ADDR, 3.0)  # no IND went there
+    s = sib.stats
+    assert (s.duplicates_ignored, s.res_retransmissions_answered, s.acks_unmatched) == (1, 1, 1)
+
+
+def test_ack_routing_stays_right_above_the_old_4096_cap():
+    """10,000 persistent queries of two KPs sharing the TID space, all indicated before any
+    ACK comes back: every ACK finds its KP and its delivery, nothing is re-sent."""
+    sib = SIBSession(rng=random.Random(0))
+    kps = [("192.0.2.1", 5000), ("192.0.2.2", 5000)]
+    for tid in range(5000):
+        for addr in kps:
+            sib.receive_datagram(encode(subscribe(tid)), addr, 0.0)
+    for e in events(sib):
+        sib.respond(e.kp, e.request.tid, Response(e.request.tid, result=SelectResult(1, ())), 0)
+    sib.datagrams_to_send(0.0)
+    for tid in range(5000):
+        for addr in kps:
+            sib.indicate(KPIdentity(addr=addr), tid, state(tid, 1), 1.0)
+    sent = sib.datagrams_to_send(1.0)
+    assert len(sent) == 10_000
+    for data, addr in sent:
+        sib.receive_datagram(encode(Ack(decode_sib_message(data, UDP, Tx.SELECT_PERSISTENT).tid,
+                                        1)), addr, 1.5)
+    acks = events(sib)
+    assert len(acks) == 10_000 and all(
+        isinstance(a, AckReceived) and a.kp == KPIdentity(addr=a.addr) for a in acks)
+    assert sib.stats.acks_unmatched == 0 and sib.get_timer() is None
+    sib.handle_timer(1000.0)
+    assert sib.datagrams_to_send(1000.0) == [] and sib.stats.ind_retransmissions == 0
