@@ -19,6 +19,7 @@ else, or a grouped query the store refuses, falls back to one evaluation per que
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from functools import lru_cache
 
 from ksp.codes import Tx
 from ksp.model import Options, Request, Result
@@ -31,6 +32,7 @@ from .query import results_of
 from .store import QuadStore
 
 _SLOT = object()  # a constant's place in a shape key
+_term_text = lru_cache(maxsize=1 << 16)(render_term)  # the same devices' constants, again
 
 
 def _abstract(term, constants: list):
@@ -80,7 +82,7 @@ def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern
                           options=Options(filters=filters or None)), dataset_clauses=False)
     names = " ".join(f"?{var_name(v.index)}" for v in (*slot_var.values(), Var(group_var)))
     rows = " ".join(
-        "(" + " ".join([*(render_term(m[2][i]) for i in columns), str(g)]) + ")"
+        "(" + " ".join([*(_term_text(m[2][i]) for i in columns), str(g)]) + ")"
         for g, m in enumerate(members))
     head, sep, tail = text.partition("WHERE {")
     text = f"{head}{sep} VALUES ({names}) {{ {rows} }}{tail}"
