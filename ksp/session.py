@@ -53,7 +53,7 @@ __all__ = [
     "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
-    "KPUnreachable", "SessionStats",
+    "KPUnreachable", "SessionStats", "DuplicateCache",
 ]
 
 MAX_UDP_PAYLOAD = 65_507
@@ -610,6 +610,61 @@ class KPSession:
 # Server
 
 
+class DuplicateCache:
+    """Requests seen within EXCHANGE_LIFETIME, keyed by (KP identity, TID, transaction type):
+    a copy of one is a duplicate, answered from its entry and never executed again.
+
+    Entries are any objects with an `expires` time and a `response` (bytes, or None until the
+    answer is known; its length counts against `max_bytes`). Oldest first, which is soonest
+    to expire; over `max_entries` or `max_bytes` the oldest go. `SIBSession` (UDP) and the
+    CoAP server (`transports.coap`) share it."""
+
+    __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
+
+    def __init__(self, lifetime: float, max_entries: int, max_bytes: int) -> None:
+        self.lifetime = lifetime
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[Hashable, object] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable):
+        return self._entries.get(key)
+
+    def add(self, key: Hashable, entry, now: float) -> None:
+        """Remember `entry` (its `expires` set from `now`)."""
+        entry.expires = now + self.lifetime
+        self._entries[key] = entry
+        self._evict()
+
+    def answered(self, key: Hashable, entry, response: bytes) -> None:
+        """`entry`'s answer is `response` (if the entry is still there)."""
+        if self._entries.get(key) is entry:
+            entry.response = response
+            self.bytes += len(response)
+            self._evict()
+
+    def discard(self, key: Hashable) -> None:
+        self._drop(self._entries.pop(key, None))
+
+    def expire(self, now: float) -> None:
+        entries = self._entries
+        while entries and next(iter(entries.values())).expires <= now:
+            self._drop(entries.popitem(last=False)[1])
+
+    def _evict(self) -> None:
+        entries = self._entries
+        while entries and (len(entries) > self.max_entries or self.bytes > self.max_bytes):
+            self._drop(entries.popitem(last=False)[1])
+
+    def _drop(self, entry) -> None:
+        if entry is not None and entry.response is not None:
+            self.bytes -= len(entry.response)
+
+
 class _Exchange:
     """One request of one KP identity: executing until `respond`, then its RES (if any)."""
 
@@ -675,9 +730,8 @@ class SIBSession:
         self.stats = SessionStats()
         self._rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
-        # (kp, tid, tx) -> exchange, oldest first (= soonest to expire). UDP only.
-        self._cache: OrderedDict[tuple, _Exchange] = OrderedDict()
-        self._cache_bytes = 0
+        # (kp, tid, tx) -> exchange. UDP only.
+        self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
         self._executing: OrderedDict[tuple[KPIdentity, int], _Exchange] = OrderedDict()
         # KP-ID identity -> (serial of the request that set it, endpoint).
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
@@ -712,10 +766,7 @@ class SIBSession:
         status = response.status
         if ex.confirmable or status != Status.OK or response.result is not None:
             data = encode(response, self.transport, max_size=self._cap(ex.max_size))
-            if self._cache.get(ex.key) is ex:
-                ex.response = data
-                self._cache_bytes += len(data)
-                self._evict_cache()
+            self._cache.answered(ex.key, ex, data)
             self._send(data, ex.addr)
         if kp.kp_id is not None and status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial)
@@ -937,20 +988,8 @@ class SIBSession:
             self._timers.cancel(old)
         return d
 
-    def _evict_cache(self) -> None:
-        cache = self._cache
-        while cache and (len(cache) > self.max_entries
-                         or self._cache_bytes > self.max_cache_bytes):
-            _, ex = cache.popitem(last=False)
-            if ex.response is not None:
-                self._cache_bytes -= len(ex.response)
-
     def _expire(self, now: float) -> None:
-        cache = self._cache
-        while cache and next(iter(cache.values())).expires <= now:
-            _, ex = cache.popitem(last=False)
-            if ex.response is not None:
-                self._cache_bytes -= len(ex.response)
+        self._cache.expire(now)
 
     def _reject(self, event: ProtocolError) -> None:
         """Report undecodable input and answer it with its status (when it has a TID)."""
@@ -987,8 +1026,7 @@ class SIBSession:
         ex = _Exchange(key, tx, addr, request.confirmable, request.options.max_response_size,
                        next(self._serial), now + self.timing.exchange_lifetime)
         if self.transport is UDP:
-            self._cache[key] = ex
-            self._evict_cache()
+            self._cache.add(key, ex, now)
         executing = self._executing
         executing[(kp, tid)] = ex
         executing.move_to_end((kp, tid))

@@ -446,7 +446,7 @@ def test_cache_is_bounded():
     for tid in range(100):
         sib.receive_datagram(encode(insert(tid)), KP_ADDR, 0)
         sib.respond(KPIdentity(addr=KP_ADDR), tid, Response(tid), 0)
-    assert len(sib._cache) <= 10 and sib._cache_bytes <= 30
+    assert len(sib._cache) <= 10 and sib._cache.bytes <= 30
     assert len(sib._executing) == 0
     for tid in range(1000):  # never answered: still bounded
         sib.receive_datagram(encode(insert(tid, 1)), ("192.0.2.99", tid), 0)

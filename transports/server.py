@@ -30,7 +30,7 @@ class Server:
                     max_message_size: int | None = None, **session_args) -> "Server":
         """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
         their tables, at least the number of persistent operations the SIB will hold;
-        `max_cache_bytes`)."""
+        `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache."""
         self = cls()
         try:
             if udp is not None:
@@ -41,7 +41,9 @@ class Server:
                                                  max_message_size=max_message_size,
                                                  **session_args)
             if coap is not None:
-                self.coap = await CoapServer.start(service, host, coap)
+                cache = {k: v for k, v in session_args.items()
+                         if k in ("max_entries", "max_cache_bytes")}
+                self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
         except BaseException:
             await self.close()
             raise
