@@ -97,4 +97,14 @@ def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern
     for row in store.oxigraph.query(text, **kwargs):
         solutions[int(row[group_var].value)].append(tuple(
             None if (t := row[k]) is None else from_ox(t) for k in range(width)))
-    return [results_of(req, sols) for (req, _, _), sols in zip(members, solutions)]
+    # Members with the same solutions (devices watching one sensor) share one result object,
+    # which the sessions then encode once for all of them.
+    results: dict[tuple, Result] = {}
+    out = []
+    for (req, _, _), sols in zip(members, solutions):
+        key = tuple(sols)
+        result = results.get(key)
+        if result is None:
+            result = results[key] = results_of(req, sols)
+        out.append(result)
+    return out
