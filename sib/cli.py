@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="Prometheus metrics over HTTP on this port (negative = off)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--max-session-entries", type=int, metavar="N",
+                   help="size of each UDP/TCP session table (IND deliveries, ACK routes, "
+                        "duplicate cache); above the number of persistent operations")
     p.add_argument("--naive", dest="smart", action="store_const", const=False,
                    help="re-evaluate every persistent operation after every update (baseline)")
     return p

@@ -146,3 +146,7 @@ def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
     toml = tmp_path / "sib.toml"
     toml.write_text("[limits]\nmax_session_entries = 20000\n")
     assert load(toml).max_session_entries == 20_000
+    from sib.cli import build_parser
+    args = build_parser().parse_args(["--max-session-entries", "30000"])
+    assert load(toml, {"max_session_entries": args.max_session_entries}).max_session_entries \
+        == 30_000
