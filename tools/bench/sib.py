@@ -3,11 +3,12 @@ every persistent query after every update, as SEPA's broker does), in one run.
 
 Run as ``python -m tools.bench.sib [--quick] [--triples N] [--queries 10,100,...]``.
 
-Workload (in-process, through `Sib.submit` with an in-memory channel; the integrator extends it
-to UDP on loopback): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the
-rest filler of the same shape), and for each size n of persistent queries, n distinct
+Workload (in-process through `Sib.submit` with an in-memory channel, or over UDP with
+``--udp``): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the rest
+filler of the same shape), and for each size n of persistent queries, n distinct
 ``SELECT ?v WHERE { <sensor_k> :value ?v FILTER(?v > -j) }`` (query j watches sensor k = j mod
-100; the FILTER makes every query distinct so none shares an evaluation). Each update is an
+100; the FILTER makes every query distinct so none shares a group; the smart mode evaluates the
+affected ones, which have one shape, in one store query — `sib.shapes`). Each update is an
 UPDATE DATA moving one watched sensor to a new value, so about 1 % of the queries (at least
 one: with 10 queries, 10 %) are affected and each sends an IND.
 
