@@ -405,6 +405,7 @@ class SibCore:
         groups = [g for gid in ids if (g := self._group_by_id.get(gid)) is not None]
         results = self._evaluate_groups(groups) if self.smart else {}
         shared: dict = {}  # equal results as one object: the sessions encode it once
+        last = None  # the latest result made shared (same-shape groups often repeat it)
         for group in groups:
             result = results.get(group.id)
             if result is None:
@@ -418,7 +419,8 @@ class SibCore:
                     continue
             if result == group.result:
                 continue
-            result = shared.setdefault(result, result)
+            if result is not last:
+                result = last = shared.setdefault(result, result)
             group.result = result
             for sub in list(group.members.values()):
                 sub.channel.indicate(Response(sub.tid, Status.OK, result, indication=True))
