@@ -33,7 +33,7 @@ from .terms import (
 
 __all__ = [
     "Transport", "UDP", "TCP", "LAYOUT", "encode", "decode_kp_message", "decode_sib_message",
-    "tcp_frame_length", "header_size", "peek_tid",
+    "tcp_frame_length", "header_size", "peek_tid", "retag",
 ]
 
 
@@ -523,6 +523,17 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
         return _encode(msg, transport, max_size)
     except UnicodeEncodeError as exc:
         raise EncodeError(f"text that UTF-8 cannot carry: {exc}") from None
+
+
+def retag(data: bytes, tid: int, seq: int | None = None) -> bytes:
+    """The encoded RES/IND `data` with Transaction ID `tid` and, for a UDP IND, sequence
+    number `seq`. Nothing else in a message depends on them (the header has a fixed size per
+    transport), so the subscribers of one result can share one encoding."""
+    buf = bytearray(data)
+    _U16.pack_into(buf, 2, _check_u16(tid, "transaction ID"))
+    if seq is not None:
+        _U16.pack_into(buf, 4, _check_u16(seq, "sequence number"))
+    return bytes(buf)
 
 
 def _encode(msg: Message, transport: Transport, max_size: int | None) -> bytes:

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .codec import (
-    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, tcp_frame_length,
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, retag,
+    tcp_frame_length,
 )
 from .codes import Status, Tx
 from .errors import DecodeError, EncodeError, KspError
@@ -52,7 +53,7 @@ __all__ = [
     "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
-    "KPUnreachable",
+    "KPUnreachable", "SessionStats", "DuplicateCache",
 ]
 
 MAX_UDP_PAYLOAD = 65_507
@@ -609,6 +610,61 @@ class KPSession:
 # Server
 
 
+class DuplicateCache:
+    """Requests seen within EXCHANGE_LIFETIME, keyed by (KP identity, TID, transaction type):
+    a copy of one is a duplicate, answered from its entry and never executed again.
+
+    Entries are any objects with an `expires` time and a `response` (bytes, or None until the
+    answer is known; its length counts against `max_bytes`). Oldest first, which is soonest
+    to expire; over `max_entries` or `max_bytes` the oldest go. `SIBSession` (UDP) and the
+    CoAP server (`transports.coap`) share it."""
+
+    __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
+
+    def __init__(self, lifetime: float, max_entries: int, max_bytes: int) -> None:
+        self.lifetime = lifetime
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[Hashable, object] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable):
+        return self._entries.get(key)
+
+    def add(self, key: Hashable, entry, now: float) -> None:
+        """Remember `entry` (its `expires` set from `now`)."""
+        entry.expires = now + self.lifetime
+        self._entries[key] = entry
+        self._evict()
+
+    def answered(self, key: Hashable, entry, response: bytes) -> None:
+        """`entry`'s answer is `response` (if the entry is still there)."""
+        if self._entries.get(key) is entry:
+            entry.response = response
+            self.bytes += len(response)
+            self._evict()
+
+    def discard(self, key: Hashable) -> None:
+        self._drop(self._entries.pop(key, None))
+
+    def expire(self, now: float) -> None:
+        entries = self._entries
+        while entries and next(iter(entries.values())).expires <= now:
+            self._drop(entries.popitem(last=False)[1])
+
+    def _evict(self) -> None:
+        entries = self._entries
+        while entries and (len(entries) > self.max_entries or self.bytes > self.max_bytes):
+            self._drop(entries.popitem(last=False)[1])
+
+    def _drop(self, entry) -> None:
+        if entry is not None and entry.response is not None:
+            self.bytes -= len(entry.response)
+
+
 class _Exchange:
     """One request of one KP identity: executing until `respond`, then its RES (if any)."""
 
@@ -641,28 +697,48 @@ class _Delivery:
         self.timeout = 0.0
 
 
+@dataclass(slots=True)
+class SessionStats:
+    """What a `SIBSession` did, for metrics (counters only grow)."""
+
+    #: INDs sent (first transmissions; a newer IND replacing an unacknowledged one counts).
+    inds_sent: int = 0
+    #: INDs sent again from the timer, for want of an ACK (UDP).
+    ind_retransmissions: int = 0
+    #: Duplicate requests answered with the cached RES (UDP).
+    res_retransmissions_answered: int = 0
+    #: Duplicate requests dropped: still executing, or a NON with nothing to answer (UDP).
+    duplicates_ignored: int = 0
+    #: ACKs that matched no IND route (stray, or for a route evicted over `max_entries`).
+    acks_unmatched: int = 0
+    #: (KP, TID) pairs given up on after the last retransmission (`KPUnreachable`).
+    kp_unreachable: int = 0
+
+
 class SIBSession:
     """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener."""
 
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, max_message_size: int | None = None,
-                 max_entries: int = 4096, max_cache_bytes: int = 8 << 20) -> None:
+                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
         self.transport = Transport(transport)
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
         self.max_entries = max_entries
         self.max_cache_bytes = max_cache_bytes
+        self.stats = SessionStats()
         self._rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
-        # (kp, tid, tx) -> exchange, oldest first (= soonest to expire). UDP only.
-        self._cache: OrderedDict[tuple, _Exchange] = OrderedDict()
-        self._cache_bytes = 0
+        # (kp, tid, tx) -> exchange. UDP only.
+        self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
         self._executing: OrderedDict[tuple[KPIdentity, int], _Exchange] = OrderedDict()
         # KP-ID identity -> (serial of the request that set it, endpoint).
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
         self._deliveries: OrderedDict[tuple[KPIdentity, int], _Delivery] = OrderedDict()
         self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
+        # The last IND encoded with a result: (result, (status, version, max_size), bytes).
+        self._shared: tuple | None = None
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         self._datagrams: list[tuple[bytes, Hashable]] = []
@@ -690,10 +766,7 @@ class SIBSession:
         status = response.status
         if ex.confirmable or status != Status.OK or response.result is not None:
             data = encode(response, self.transport, max_size=self._cap(ex.max_size))
-            if self._cache.get(ex.key) is ex:
-                ex.response = data
-                self._cache_bytes += len(data)
-                self._evict_cache()
+            self._cache.answered(ex.key, ex, data)
             self._send(data, ex.addr)
         if kp.kp_id is not None and status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial)
@@ -736,8 +809,8 @@ class SIBSession:
                 self.end_persistent(kp, tid)
                 self._events.append(KPUnreachable(kp, tid))
                 return
-            self._send(encode(response._replace(indication=True, seq=None), TCP,
-                              max_size=d.max_size), addr)
+            self._send(self._encode_indication(response, None, d.max_size), addr)
+            self.stats.inds_sent += 1
             if final:
                 self.end_persistent(kp, tid)
             return
@@ -745,10 +818,10 @@ class SIBSession:
             seq = response.seq
         else:
             seq = FIRST_SEQ if d.seq is None else next_seq(d.seq)
-        d.data = encode(response._replace(indication=True, seq=seq), UDP,
-                        max_size=self._cap(d.max_size))
+        d.data = self._encode_indication(response, seq, self._cap(d.max_size))
         d.seq = seq
         d.final = final
+        self.stats.inds_sent += 1
         self._send_indication(key, d, addr)
         if key not in self._timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
@@ -762,6 +835,19 @@ class SIBSession:
         for an OK TERMINATE or RESET."""
         self._deliveries.pop((kp, tid), None)
         self._timers.cancel((kp, tid))
+
+    def endpoint(self, kp: KPIdentity) -> Hashable | None:
+        """Where INDs for `kp` go: its address, or for a KP ID the endpoint of its most recent
+        request (None if it has not been seen)."""
+        return self._endpoint(kp)
+
+    def bind(self, kp: KPIdentity, endpoint: Hashable) -> None:
+        """Where a KP with a KP ID was last seen, e.g. from a SIB's journal after a restart:
+        INDs go there until the KP's next request (which always moves it). A KP without a KP
+        ID is its address and cannot be bound."""
+        if kp.kp_id is None:
+            raise SessionError(f"{kp} has no KP ID: its endpoint is its address")
+        self._bind(kp, endpoint, 0)  # serial 0: older than any request of this session
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -782,10 +868,12 @@ class SIBSession:
                 d.data = None  # the numbering stays, in case the SIB indicates again
                 if d.final:
                     self.end_persistent(*key)
+                self.stats.kp_unreachable += 1
                 self._events.append(KPUnreachable(*key))
                 continue
             d.retries += 1
             d.timeout *= 2
+            self.stats.ind_retransmissions += 1
             self._send_indication(key, d, addr)
             self._timers.set(key, now + d.timeout)
 
@@ -847,6 +935,22 @@ class SIBSession:
             return max_size
         return MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
 
+    def _encode_indication(self, response: Response, seq: int | None,
+                           max_size: int | None) -> bytes:
+        """Subscribers of one result (the same object, as a SIB hands it to each) share its
+        encoding: only the TID and sequence number differ (`ksp.codec.retag`)."""
+        result = response.result
+        form = (response.status, response.version, max_size)
+        shared = self._shared
+        if result is not None and shared is not None and shared[0] is result and (
+                shared[1] == form):
+            return retag(shared[2], response.tid, seq)
+        data = encode(response._replace(indication=True, seq=seq), self.transport,
+                      max_size=max_size)
+        if result is not None:
+            self._shared = (result, form, data)
+        return data
+
     def _send(self, data: bytes, addr: Hashable) -> None:
         if self.transport is UDP:
             self._datagrams.append((data, addr))
@@ -884,20 +988,8 @@ class SIBSession:
             self._timers.cancel(old)
         return d
 
-    def _evict_cache(self) -> None:
-        cache = self._cache
-        while cache and (len(cache) > self.max_entries
-                         or self._cache_bytes > self.max_cache_bytes):
-            _, ex = cache.popitem(last=False)
-            if ex.response is not None:
-                self._cache_bytes -= len(ex.response)
-
     def _expire(self, now: float) -> None:
-        cache = self._cache
-        while cache and next(iter(cache.values())).expires <= now:
-            _, ex = cache.popitem(last=False)
-            if ex.response is not None:
-                self._cache_bytes -= len(ex.response)
+        self._cache.expire(now)
 
     def _reject(self, event: ProtocolError) -> None:
         """Report undecodable input and answer it with its status (when it has a TID)."""
@@ -926,13 +1018,15 @@ class SIBSession:
             if ex is not None:  # a retransmission (or a duplicated datagram)
                 ex.addr = addr
                 if ex.response is not None:
+                    self.stats.res_retransmissions_answered += 1
                     self._send(ex.response, addr)
+                else:
+                    self.stats.duplicates_ignored += 1
                 return
         ex = _Exchange(key, tx, addr, request.confirmable, request.options.max_response_size,
                        next(self._serial), now + self.timing.exchange_lifetime)
         if self.transport is UDP:
-            self._cache[key] = ex
-            self._evict_cache()
+            self._cache.add(key, ex, now)
         executing = self._executing
         executing[(kp, tid)] = ex
         executing.move_to_end((kp, tid))
@@ -950,6 +1044,7 @@ class SIBSession:
         kp = self._ack_routes.get((addr, ack.tid))
         self._events.append(AckReceived(kp, addr, ack.tid, ack.seq))
         if kp is None:
+            self.stats.acks_unmatched += 1
             return
         key = (kp, ack.tid)
         d = self._deliveries.get(key)

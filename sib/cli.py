@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="Prometheus metrics over HTTP on this port (negative = off)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--max-session-entries", type=int, metavar="N",
+                   help="size of each UDP/TCP session table (IND deliveries, ACK routes, "
+                        "duplicate cache); above the number of persistent operations")
     p.add_argument("--naive", dest="smart", action="store_const", const=False,
                    help="re-evaluate every persistent operation after every update (baseline)")
     return p
@@ -68,7 +71,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
-    server = await Server.start(sib, config.host, timing=config.timing, **ports)
+    server = await Server.start(sib, config.host, timing=config.timing,
+                                max_entries=config.max_session_entries, **ports)
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)

@@ -36,6 +36,7 @@ class Config:
     max_queued: int = 10_000
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
+    max_session_entries: int = 65_536
     # [timing]
     ack_timeout: float = 2.0
     max_retransmit: int = 4
@@ -45,7 +46,7 @@ class Config:
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_queued", "rule_firing_limit",
-                           "cascade_limit"),
+                           "cascade_limit", "max_session_entries"),
                 "timing": ("ack_timeout", "max_retransmit")}
 
     @property

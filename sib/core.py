@@ -46,6 +46,7 @@ from .pattern import Pattern
 from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
 from .query import evaluate
 from .screen import could_use
+from .shapes import evaluate_together, shape_of
 from .store import Delta, QuadStore
 from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
@@ -82,6 +83,7 @@ class SibCore:
         self._changed = False
         self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
+        self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -251,7 +253,8 @@ class SibCore:
         if group is None:
             if result is None:
                 result = evaluate(self.store, req, pattern)
-            group = QueryGroup(self._new_id(), req, pattern, result)
+            group = QueryGroup(self._new_id(), req, pattern, result,
+                               shape=shape_of(req, pattern))
             self._groups[key] = group
             self._group_by_id[group.id] = group
             self._group_index.add(group.id, pattern.triples, pattern.graphs)
@@ -399,20 +402,48 @@ class SibCore:
             ids = sorted(self._dirty_groups)
         else:
             ids = sorted(self._group_by_id)
-        for gid in ids:
-            group = self._group_by_id.get(gid)
-            if group is None:
-                continue
-            self.evaluations += 1
-            try:
-                result = evaluate(self.store, group.request, group.pattern)
-            except Exception:
-                log.exception("persistent query group %d failed", gid)
-                for key in list(group.members):
-                    self._terminate(key, Status.INTERNAL_ERROR)
-                continue
+        groups = [g for gid in ids if (g := self._group_by_id.get(gid)) is not None]
+        results = self._evaluate_groups(groups) if self.smart else {}
+        shared: dict = {}  # equal results as one object: the sessions encode it once
+        last = None  # the latest result made shared (same-shape groups often repeat it)
+        for group in groups:
+            result = results.get(group.id)
+            if result is None:
+                self.evaluations += 1
+                try:
+                    result = evaluate(self.store, group.request, group.pattern)
+                except Exception:
+                    log.exception("persistent query group %d failed", group.id)
+                    for key in list(group.members):
+                        self._terminate(key, Status.INTERNAL_ERROR)
+                    continue
             if result == group.result:
                 continue
+            if result is not last:
+                result = last = shared.setdefault(result, result)
             group.result = result
             for sub in list(group.members.values()):
                 sub.channel.indicate(Response(sub.tid, Status.OK, result, indication=True))
+
+    def _evaluate_groups(self, groups: list[QueryGroup]) -> dict[int, object]:
+        """Results of the groups that share a shape with another, one store query per shape
+        (`sib.shapes`); the others (and any shape the store refuses) are left out."""
+        by_shape: dict = {}
+        for group in groups:
+            if group.shape is not None:
+                by_shape.setdefault(group.shape[0], []).append(group)
+        results: dict[int, object] = {}
+        for same in by_shape.values():
+            if len(same) < 2:
+                continue
+            try:
+                found = evaluate_together(
+                    self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
+            except Exception:  # evaluated one by one instead, which reports the failure
+                log.debug("shape of %d groups not evaluable together", len(same),
+                          exc_info=True)
+                continue
+            self.evaluations += 1
+            self.evaluated_together += len(same)
+            results.update(zip((g.id for g in same), found))
+        return results

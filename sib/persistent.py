@@ -34,6 +34,8 @@ class QueryGroup:
     pattern: Pattern
     result: Result | None = None
     members: dict[OpKey, Subscription] = field(default_factory=dict)
+    #: (shape key, constants) for evaluation with same-shape groups (`sib.shapes`), or None.
+    shape: tuple | None = None
 
 
 def group_key(request: Request, pattern: Pattern) -> Hashable:

@@ -45,13 +45,22 @@ def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
     if base is Tx.ASK:
         return AskResult(bool(pattern.solutions(store, 0, _ASK_MODIFIER)))
     if base is Tx.SELECT:
-        vc = req.projection or 0
-        rows = pattern.solutions(store, vc, modifier)
-        if not _ordered(modifier):
-            rows.sort(key=_row_key)
-        return SelectResult(vc, tuple(rows))
-    solutions = pattern.solutions(store, None, modifier)
-    if not _ordered(modifier):
+        return results_of(req, pattern.solutions(store, req.projection or 0, modifier))
+    return results_of(req, pattern.solutions(store, None, modifier))
+
+
+def results_of(req: Request, solutions: list) -> Result:
+    """The result of `req` from its pattern's solutions (SELECT: projected on its variables;
+    CONSTRUCT: every variable; ASK: any)."""
+    base = req.tx.base
+    ordered = _ordered(req.options.modifier)
+    if base is Tx.ASK:
+        return AskResult(bool(solutions))
+    if base is Tx.SELECT:
+        if not ordered:
+            solutions.sort(key=_row_key)
+        return SelectResult(req.projection or 0, tuple(solutions))
+    if not ordered:
         solutions.sort(key=_row_key)
     triples: dict = {}
     for i, sol in enumerate(solutions):
@@ -64,6 +73,6 @@ def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
             if c is not None:
                 triples.setdefault(c, None)
     out = list(triples)
-    if not _ordered(modifier):
+    if not ordered:
         out.sort(key=_row_key)
     return ConstructResult(tuple(out))

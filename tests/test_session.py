@@ -26,6 +26,8 @@ from ksp.session import (
     Timing,
 )
 
+from strategies import results_for
+
 KP_ADDR = ("192.0.2.10", 40000)
 KP_ID = bytes(range(16))
 EX = "http://example.org/"
@@ -444,7 +446,7 @@ def test_cache_is_bounded():
     for tid in range(100):
         sib.receive_datagram(encode(insert(tid)), KP_ADDR, 0)
         sib.respond(KPIdentity(addr=KP_ADDR), tid, Response(tid), 0)
-    assert len(sib._cache) <= 10 and sib._cache_bytes <= 30
+    assert len(sib._cache) <= 10 and sib._cache.bytes <= 30
     assert len(sib._executing) == 0
     for tid in range(1000):  # never answered: still bounded
         sib.receive_datagram(encode(insert(tid, 1)), ("192.0.2.99", tid), 0)
@@ -998,3 +1000,115 @@ def test_tcp_server_framing_error_is_fatal_and_answered():
     assert e.fatal and e.addr == "c" and e.status == Status.INVALID_DATA_FORMAT
     [(data, _)] = sib.data_to_send()
     assert decode_sib_message(data, TCP) == Response(9, Status.INVALID_DATA_FORMAT)
+
+
+# -- one encoding shared by the subscribers of one result -----------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(result=st.one_of(*(results_for(tx, small=True)
+                          for tx in (Tx.SELECT, Tx.ASK, Tx.CONSTRUCT))),
+       tids=st.lists(st.integers(0, 0xFFFF), min_size=2, max_size=5, unique=True),
+       sizes=st.lists(st.one_of(st.none(), st.integers(6, 400)), min_size=5, max_size=5),
+       tcp=st.booleans())
+def test_indications_of_one_result_are_each_the_canonical_encoding(result, tids, sizes, tcp):
+    """The SIB hands one result object to every subscriber; the session encodes it once per
+    MAX RESPONSE SIZE and re-tags the TID and sequence number, which must give exactly what
+    encoding each IND alone gives."""
+    transport = TCP if tcp else UDP
+    sib = SIBSession(transport)
+    conn = "conn"
+    subscribers = []
+    for i, tid in enumerate(tids):
+        max_size = sizes[i]
+        req = Request(Tx.SELECT_PERSISTENT, tid, True, projection=1,
+                      where=(Triple(IRI(EX + "s"), IRI(EX + "p"), Var(0)),),
+                      options=Options(max_response_size=max_size))
+        if tcp:
+            sib.receive_data(encode(req, TCP), conn, 0.0)
+        else:
+            sib.receive_datagram(encode(req, UDP), KP_ADDR, 0.0)
+        event = sib.next_event()
+        assert isinstance(event, RequestReceived)
+        sib.respond(event.kp, tid, Response(tid, result=SelectResult(1, ())), 0.0)
+        subscribers.append((event.kp, tid, max_size))
+    sent = sib.data_to_send() if tcp else sib.datagrams_to_send(0.0)
+    for round_ in range(2):  # the second round: sequence number 2 (UDP)
+        for kp, tid, _ in subscribers:
+            sib.indicate(kp, tid, Response(tid, result=result, indication=True), 1.0)
+        sent = sib.data_to_send() if tcp else sib.datagrams_to_send(1.0)
+        data = sent[0][0] if tcp else b"".join(d for d, _ in sent)
+        expected = b"".join(
+            encode(Response(tid, result=result, indication=True,
+                            seq=None if tcp else round_ + 1),
+                   transport, max_size=max_size if tcp else min(max_size or 65507, 65507))
+            for _, tid, max_size in subscribers)
+        assert data == expected
+
+
+# -- public restore API, statistics, table sizing ----------------------------------------------
+
+def test_bind_restores_a_kp_ids_endpoint_until_its_next_request():
+    sib = SIBSession(rng=random.Random(0))
+    kp = KPIdentity(KP_ID)
+    saved = ("198.51.100.1", 7000)  # from a journal, before the restart
+    assert sib.endpoint(kp) is None
+    sib.bind(kp, saved)
+    assert sib.endpoint(kp) == saved
+    sib.indicate(kp, 5, state(5, 1), 0.0)
+    assert [addr for _, addr in sib.datagrams_to_send(0.0)] == [saved]
+    req = ask(9)._replace(options=Options(credentials=Credentials(KP_ID)))
+    sib.receive_datagram(encode(req), KP_ADDR, 1.0)  # the KP is back, elsewhere
+    [e] = events(sib)
+    sib.respond(e.kp, 9, Response(9, result=AskResult(False)), 1.0)
+    assert sib.endpoint(kp) == KP_ADDR
+    sib.bind(kp, saved)  # older than any request: never moves a KP that has been seen
+    assert sib.endpoint(kp) == KP_ADDR
+    assert sib.endpoint(KPIdentity(addr=KP_ADDR)) == KP_ADDR
+    with pytest.raises(SessionError):
+        sib.bind(KPIdentity(addr=KP_ADDR), saved)
+
+
+def test_stats_count_retransmissions_duplicates_and_stray_acks():
+    sib, kp = subscribed_sib(timing=Timing(max_retransmit=2))
+    sib.indicate(kp, 5, state(5, 1), 0.0)
+    sib.indicate(kp, 5, state(5, 2), 0.0)
+    assert sib.stats.inds_sent == 2 and sib.stats.ind_retransmissions == 0
+    for _ in range(3):  # two retransmissions, then it gives up
+        sib.handle_timer(sib.get_timer())
+    assert sib.stats.ind_retransmissions == 2 and sib.stats.kp_unreachable == 1
+    data = encode(insert(7))
+    sib.receive_datagram(data, KP_ADDR, 1.0)
+    sib.receive_datagram(data, KP_ADDR, 1.5)  # still executing: dropped
+    [e] = [e for e in events(sib) if isinstance(e, RequestReceived)]
+    sib.respond(e.kp, 7, Response(7), 2.0)
+    sib.receive_datagram(data, KP_ADDR, 3.0)  # answered from the cache
+    sib.receive_datagram(encode(Ack(77, 1)), KP_ADDR, 3.0)  # no IND went there
+    s = sib.stats
+    assert (s.duplicates_ignored, s.res_retransmissions_answered, s.acks_unmatched) == (1, 1, 1)
+
+
+def test_ack_routing_stays_right_above_the_old_4096_cap():
+    """10,000 persistent queries of two KPs sharing the TID space, all indicated before any
+    ACK comes back: every ACK finds its KP and its delivery, nothing is re-sent."""
+    sib = SIBSession(rng=random.Random(0))
+    kps = [("192.0.2.1", 5000), ("192.0.2.2", 5000)]
+    for tid in range(5000):
+        for addr in kps:
+            sib.receive_datagram(encode(subscribe(tid)), addr, 0.0)
+    for e in events(sib):
+        sib.respond(e.kp, e.request.tid, Response(e.request.tid, result=SelectResult(1, ())), 0)
+    sib.datagrams_to_send(0.0)
+    for tid in range(5000):
+        for addr in kps:
+            sib.indicate(KPIdentity(addr=addr), tid, state(tid, 1), 1.0)
+    sent = sib.datagrams_to_send(1.0)
+    assert len(sent) == 10_000
+    for data, addr in sent:
+        sib.receive_datagram(encode(Ack(decode_sib_message(data, UDP, Tx.SELECT_PERSISTENT).tid,
+                                        1)), addr, 1.5)
+    acks = events(sib)
+    assert len(acks) == 10_000 and all(
+        isinstance(a, AckReceived) and a.kp == KPIdentity(addr=a.addr) for a in acks)
+    assert sib.stats.acks_unmatched == 0 and sib.get_timer() is None
+    sib.handle_timer(1000.0)
+    assert sib.datagrams_to_send(1000.0) == [] and sib.stats.ind_retransmissions == 0

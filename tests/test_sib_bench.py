@@ -40,11 +40,14 @@ def test_fixed_scenario_affects_exactly_one_query_per_update():
     assert r["inds"] == 10 + 300 and r["evaluations"] == 10
 
 
-def test_udp_mode_over_loopback_same_inds_in_both_modes(tmp_path):
-    """The --udp mode: real UdpServers and KP sockets; every update's INDs arrive and are
-    ACKed; smart and naive send the same INDs, naive evaluates more."""
+@pytest.mark.parametrize("kp_process", [True, False], ids=["kp-process", "kp-inprocess"])
+def test_udp_mode_over_loopback_same_inds_in_both_modes(tmp_path, kp_process):
+    """The --udp mode: real UdpServers and KP sockets (in a spawned process of their own, or
+    in this one); every update's INDs arrive and are ACKed; smart and naive send the same
+    INDs, naive evaluates more."""
     rows = asyncio.run(asyncio.wait_for(
-        bench.bench(1_000, [10, 200], budget=60.0, max_updates=12, udp=True), 300))
+        bench.bench(1_000, [10, 200], budget=60.0, max_updates=12, udp=True,
+                    kp_process=kp_process), 300))
     for row in rows:
         smart, naive = row["smart"], row["naive"]
         assert smart["updates"] == naive["updates"] == 12

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ksp import DEFAULT_GRAPH, Literal, Options, Request, Triple, Tx, Var
 from ksp.codes import Op
-from ksp.model import Bind
+from ksp.model import Bind, SolutionModifier
 from sib import Sib
 from sib.testing import Client, ex
 
@@ -46,6 +46,32 @@ def pattern_options(rng: random.Random, nvars: int) -> dict:
     if rng.random() < 0.2:
         opts["query_graphs"] = tuple(rng.sample(GRAPHS, rng.randint(1, 2)))
     return opts
+
+
+def device_query(rng: random.Random, tid: int, family: int) -> Request:
+    """One of a few fixed shapes with random constants, as devices subscribing to the same
+    pattern about their own sensor: the SIB evaluates such queries together (`sib.shapes`)."""
+    s, p, p2 = rng.choice(SUBJECTS), rng.choice(PREDICATES), rng.choice(PREDICATES)
+    graphs = (rng.choice(GRAPHS),) if rng.random() < 0.2 else None
+    filters = ((Var(0), value(rng), rng.choice([Op.EQ, Op.NE, Op.LT, Op.GE])),) if (
+        rng.random() < 0.5) else None
+    if family == 0:
+        return Request(Tx.SELECT_PERSISTENT, tid, projection=1,
+                       where=(Triple(s, p, Var(0)),),
+                       options=Options(filters=filters, query_graphs=graphs))
+    if family == 1:  # sometimes with a solution modifier: never evaluated together
+        modifier = rng.choice([None, None, SolutionModifier(limit=1),
+                               SolutionModifier(distinct=True), SolutionModifier(offset=1)])
+        return Request(Tx.SELECT_PERSISTENT, tid, projection=rng.randint(1, 2),
+                       where=(Triple(Var(1), p, value(rng)),),
+                       optional=((Triple(Var(1), p2, Var(0)),),),
+                       options=Options(filters=filters, modifier=modifier))
+    if family == 2:
+        return Request(Tx.ASK_PERSISTENT, tid, where=(Triple(s, p, Var(0)),),
+                       options=Options(filters=filters))
+    return Request(Tx.CONSTRUCT_PERSISTENT, tid, template=(Triple(s, ex("seen"), Var(0)),),
+                   where=(Triple(s, p, Var(0)), Triple(Var(1), p2, Var(0))),
+                   options=Options(query_graphs=graphs))
 
 
 def persistent_query(rng: random.Random, tid: int) -> Request:
@@ -105,7 +131,12 @@ def workload(seed: int, steps: int = 40) -> list[tuple[int, Request]]:
     for tid in range(1, steps + 1):
         kp = rng.randrange(3)
         r = rng.random()
-        if r < 0.25:
+        if r < 0.1:  # devices of a kind subscribing at once, each about its own things
+            family = rng.randrange(4)
+            for device in rng.sample(range(3), rng.randint(2, 3)):
+                ops.append((device, device_query(rng, tid, family)))
+                active.append((device, tid))
+        elif r < 0.25:
             ops.append((kp, persistent_query(rng, tid)))
             active.append((kp, tid))
         elif r < 0.35:
@@ -130,25 +161,29 @@ async def replay(ops, smart: bool):
     for kp, request in ops:
         clients[kp].submit(request)
         await sib.drain()
-    return log, sorted(sib.store.match(), key=repr), sib.core.evaluations
+    return (log, sorted(sib.store.match(), key=repr), sib.core.evaluations,
+            sib.core.evaluated_together)
+
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_smart_and_naive_send_identical_indications(seed):
     ops = workload(seed)
-    smart_log, smart_store, smart_evals = asyncio.run(replay(ops, smart=True))
-    naive_log, naive_store, naive_evals = asyncio.run(replay(ops, smart=False))
+    smart_log, smart_store, smart_evals, _ = asyncio.run(replay(ops, smart=True))
+    naive_log, naive_store, naive_evals, _ = asyncio.run(replay(ops, smart=False))
     assert smart_log == naive_log
     assert smart_store == naive_store
     assert smart_evals <= naive_evals
 
 
 def test_workloads_exercise_indications_and_rules():
-    """The generator is not vacuous: across seeds, INDs, rule firings and cascades happen."""
-    inds = terminated = 0
+    """The generator is not vacuous: across seeds, INDs, rule firings and cascades happen, and
+    same-shape queries are evaluated together (so the oracle checks `sib.shapes`)."""
+    inds = terminated = together = 0
     for seed in range(30):
-        log, _, _ = asyncio.run(replay(workload(seed), smart=True))
+        log, _, _, grouped = asyncio.run(replay(workload(seed), smart=True))
         inds += sum(1 for kind, *_ in log if kind == "ind")
         terminated += sum(1 for kind, _, _, r in log if kind == "ind" and r.status != 0)
-    assert inds > 50 and terminated > 0
+        together += grouped
+    assert inds > 50 and terminated > 0 and together > 30

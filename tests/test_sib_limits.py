@@ -128,3 +128,25 @@ def test_more_persistent_operations_than_the_session_keeps_still_number_their_in
             await sib.close()
 
     asyncio.run(asyncio.wait_for(go(), 120))
+
+
+def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
+    """`Server.start(max_entries=)` sizes both sessions; `ksp-sib` takes it from
+    `[limits] max_session_entries`, by default large enough for 10,000+ subscriptions."""
+    from sib.config import load
+
+    async def go():
+        sib = Sib()
+        async with await Server.start(sib, udp=0, tcp=0, max_entries=123) as server:
+            assert server.udp.session.max_entries == server.tcp.session.max_entries == 123
+        await sib.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
+    assert load().max_session_entries >= 10_000
+    toml = tmp_path / "sib.toml"
+    toml.write_text("[limits]\nmax_session_entries = 20000\n")
+    assert load(toml).max_session_entries == 20_000
+    from sib.cli import build_parser
+    args = build_parser().parse_args(["--max-session-entries", "30000"])
+    assert load(toml, {"max_session_entries": args.max_session_entries}).max_session_entries \
+        == 30_000

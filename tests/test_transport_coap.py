@@ -159,3 +159,46 @@ def test_large_results_and_inds_travel_block_wise():
                     assert ind.seq is not None and len(ind.result.rows) == n
 
     run(scenario())
+
+
+def test_same_ksp_transaction_in_new_coap_messages_is_executed_once():
+    """A KP (here a plain aiocoap client) sends the same KSP bytes in new CoAP messages (new
+    message IDs, so CoAP's deduplication does not see them): within EXCHANGE_LIFETIME they
+    are answered as the first copy was and executed once, concurrent copies included; another
+    transaction type with the same TID is a new request; after the lifetime, so is the TID."""
+    from ksp import Timing
+
+    lifetime = 0.5
+
+    async def go():
+        service = MemoryService()
+        server = await CoapServer.start(service, timing=Timing(exchange_lifetime=lifetime))
+        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+        base = f"coap://127.0.0.1:{server.port}"
+        try:
+            data = encode(insert(7, "a"), UDP)
+            answers = await asyncio.gather(*(post(ctx, base, data) for _ in range(3)))
+            answers.append(await post(ctx, base, data))  # after the first was answered
+            assert len({(a.code, a.payload) for a in answers}) == 1
+            assert decode_sib_message(answers[0].payload, UDP).status == Status.OK
+            assert [r.tid for _, r in service.requests] == [7]
+            # a persistent request sent again: the same resource, one subscription
+            sub = encode(SUB, UDP)
+            first, again = await post(ctx, base, sub), await post(ctx, base, sub)
+            assert first.code == again.code == Code.CREATED
+            assert first.opt.location_path == again.opt.location_path
+            assert first.payload == again.payload and len(service.subs) == 1
+            # same TID, another transaction type: a new request
+            answer = await post(ctx, base, encode(Request(Tx.TERMINATE, SUB.tid), UDP))
+            assert decode_sib_message(answer.payload, UDP).status == Status.OK
+            assert not service.subs
+            assert server.duplicates == 4
+            # the lifetime is over (it counts from the first copy): executed again
+            await asyncio.sleep(lifetime * 1.5)
+            await post(ctx, base, data)
+            assert [r.tid for _, r in service.requests].count(7) == 2
+        finally:
+            await ctx.shutdown()
+            await server.close()
+
+    run(go())

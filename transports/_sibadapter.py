@@ -40,7 +40,7 @@ class SessionChannel:
     def indicate(self, response: Response) -> None:
         a = self._adapter
         a.session.indicate(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
-        a.pump()
+        a.pump_soon()
 
     def end(self) -> None:
         a = self._adapter
@@ -67,6 +67,7 @@ class SessionAdapter:
         self.loop = asyncio.get_running_loop()
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False
+        self._pump_due = False
 
     def channel(self, kp: KPIdentity, tid: int) -> Channel:
         """The channel of (kp, tid), e.g. to resume a persistent operation after a restart."""
@@ -94,6 +95,17 @@ class SessionAdapter:
         for addr in fatal:
             self.abort(addr)
         self.timer.rearm()
+
+    def pump_soon(self) -> None:
+        """Pump once the current callback is done: the INDs a SIB sends for one update (one
+        per subscriber) leave in one pump, not one pump (event drain, timer check) each."""
+        if not self._pump_due:
+            self._pump_due = True
+            self.loop.call_soon(self._deferred_pump)
+
+    def _deferred_pump(self) -> None:
+        self._pump_due = False
+        self.pump()
 
     def transmit(self) -> None:
         raise NotImplementedError

@@ -5,8 +5,11 @@ the payload of the CoAP response (piggybacked when the SIB answers within aiocoa
 EMPTY_ACK_DELAY, separate otherwise). A persistent operation that starts answers 2.01 Created
 with a Location-Path `/ksp/p/<token>`: a per-transaction resource whose GET returns the newest
 IND and which the KP observes (RFC 7641) to receive every further IND as a notification.
-Reliability, retransmission and duplicate suppression are CoAP's (message IDs, CON), so no
-KSP-level ACKs travel; the INDs keep their sequence numbers so the KP drops stale ones.
+Reliability, retransmission and duplicate suppression of messages are CoAP's (message IDs, CON),
+so no KSP-level ACKs travel; the INDs keep their sequence numbers so the KP drops stale ones. A
+KSP transaction sent again in a new CoAP message (same KP, TID and type, within
+EXCHANGE_LIFETIME) is a duplicate as over UDP: answered as the first copy was, never executed
+twice.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from ksp import (
     decode_sib_message, encode, is_newer, next_seq, peek_tid,
 )
 from ksp.seqnum import FIRST_SEQ
-from ksp.session import MAX_UDP_PAYLOAD
+from ksp.session import MAX_UDP_PAYLOAD, DuplicateCache
 
 from ._kplink import Link, Sink
 from .errors import ClientError, KspConnectionError, KspTimeout
@@ -142,13 +145,44 @@ class _RequestResource(aiocoap.resource.Resource):
         return await self.server._handle(request)
 
 
+#: How a request was answered: CoAP code, KSP payload (b"" for a bare 2.04), Location-Path.
+_Answer = tuple[Code, bytes, "tuple[str, ...] | None"]
+
+
+def _reply(answer: _Answer) -> aiocoap.Message:
+    code, payload, location = answer
+    if not payload:
+        return aiocoap.Message(code=code)
+    if location is not None:
+        return _ksp_message(payload, code, location_path=location)
+    return _ksp_message(payload, code)
+
+
+class _CoapExchange:
+    """A request in the duplicate cache: its answer, once there is one."""
+
+    __slots__ = ("answer", "expires", "response")
+
+    def __init__(self, answer: asyncio.Future) -> None:
+        self.answer = answer
+        self.expires = 0.0
+        self.response: bytes | None = None  # the payload, for the cache's byte count
+
+
 class CoapServer:
-    """The SIB side over CoAP. Start with `await CoapServer.start(service, host, port)`."""
+    """The SIB side over CoAP. Start with `await CoapServer.start(service, host, port)`.
+
+    Besides CoAP's own deduplication (message IDs), KSP transactions are deduplicated as
+    `SIBSession` does over UDP (`ksp.session.DuplicateCache`, docs/coap-binding.md)."""
 
     transport_name = "coap"
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, timing: Timing | None = None,
+                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
         self.service = service
+        lifetime = (timing or Timing()).exchange_lifetime
+        self._exchanges = DuplicateCache(lifetime, max_entries, max_cache_bytes)
+        self.duplicates = 0  # requests answered as duplicates (stats)
         self.port = 0
         self.site = aiocoap.resource.Site()
         self.site.add_resource(RESOURCE, _RequestResource(self))
@@ -157,9 +191,11 @@ class CoapServer:
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
 
     @classmethod
-    async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0
-                    ) -> "CoapServer":
-        self = cls(service)
+    async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
+                    timing: Timing | None = None, **cache_args) -> "CoapServer":
+        """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `cache_args`:
+        `max_entries`, `max_cache_bytes`."""
+        self = cls(service, timing, **cache_args)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         mi = self.context.request_interfaces[0].token_interface.message_interface
@@ -192,12 +228,34 @@ class CoapServer:
         if isinstance(req, Ack):  # CoAP acknowledges notifications itself
             return _ksp_message(encode(Response(req.tid, Status.INVALID_MESSAGE_TYPE), UDP))
         kp = KPIdentity.of(req, request.remote.hostinfo)
+        # KSP-level duplicates: the same transaction in another CoAP message (a new message
+        # ID: a KP rebooted with its TIDs kept, a proxy) is answered as the first copy was.
+        loop = asyncio.get_running_loop()
+        key = (kp, req.tid, req.tx)
+        self._exchanges.expire(loop.time())
+        exchange = self._exchanges.get(key)
+        if exchange is not None:
+            self.duplicates += 1
+            return _reply(await asyncio.shield(exchange.answer))
+        exchange = _CoapExchange(loop.create_future())
+        self._exchanges.add(key, exchange, loop.time())
+        try:
+            answer = await self._execute(req, kp)
+        except BaseException:
+            self._exchanges.discard(key)  # not answered: a later copy is a new request
+            exchange.answer.cancel()
+            raise
+        exchange.answer.set_result(answer)
+        self._exchanges.answered(key, exchange, answer[1])
+        return _reply(answer)
+
+    async def _execute(self, req: Request, kp: KPIdentity) -> "_Answer":
         tid, tx = req.tid, req.tx
         future = asyncio.get_running_loop().create_future()
         resource = None
         if tx.persistent:
             if (kp, tid) in self._persistent:  # R12: an active TID is not reused
-                return _ksp_message(encode(Response(tid, Status.INVALID_DATA_FORMAT), UDP))
+                return Code.CONTENT, encode(Response(tid, Status.INVALID_DATA_FORMAT), UDP), None
             resource = self._add(kp, tid, req.options.max_response_size)
         self.service.submit(req, CoapChannel(self, kp, tid, future))
         try:
@@ -212,7 +270,7 @@ class CoapServer:
         status = response.status
         if resource is not None:
             if status == Status.OK:
-                return _ksp_message(payload, Code.CREATED, location_path=resource.path)
+                return Code.CREATED, payload, resource.path
             self._remove(kp, tid)  # it never started
         elif tx is Tx.TERMINATE and status in (Status.OK, Status.UNKNOWN_TRANSACTION):
             self._remove(kp, tid)
@@ -220,8 +278,8 @@ class CoapServer:
             for key in [k for k in self._persistent if k[0] == kp]:
                 self._remove(*key)
         if not req.confirmable and status == Status.OK and response.result is None:
-            return aiocoap.Message(code=Code.CHANGED)  # the paper's "no RES" for NON
-        return _ksp_message(payload)
+            return Code.CHANGED, b"", None  # the paper's "no RES" for NON
+        return Code.CONTENT, payload, None
 
     def _add(self, kp: KPIdentity, tid: int, max_size: int | None) -> _PersistentResource:
         token = secrets.token_urlsafe(9)

@@ -22,23 +22,28 @@ class Server:
         self.udp: UdpServer | None = None
         self.tcp: TcpServer | None = None
         self.coap: CoapServer | None = None
-        self._retransmissions = [0]
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", *,
                     udp: int | None = None, tcp: int | None = None, coap: int | None = None,
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
-                    max_message_size: int | None = None) -> "Server":
+                    max_message_size: int | None = None, **session_args) -> "Server":
+        """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
+        their tables, at least the number of persistent operations the SIB will hold;
+        `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache."""
         self = cls()
         try:
             if udp is not None:
-                self.udp = await UdpServer.start(service, host, udp, timing=timing)
-                self._count_retransmissions(self.udp.session)
+                self.udp = await UdpServer.start(service, host, udp, timing=timing,
+                                                 **session_args)
             if tcp is not None:
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
-                                                 max_message_size=max_message_size)
+                                                 max_message_size=max_message_size,
+                                                 **session_args)
             if coap is not None:
-                self.coap = await CoapServer.start(service, host, coap)
+                cache = {k: v for k, v in session_args.items()
+                         if k in ("max_entries", "max_cache_bytes")}
+                self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
         except BaseException:
             await self.close()
             raise
@@ -50,40 +55,22 @@ class Server:
         operations after a restart. `endpoint`: where a KP with a KP ID was last seen (the new
         session does not know it yet); any later request of that KP rebinds it."""
         adapter = self._adapter(transport)
-        if endpoint is not None and kp.kp_id is not None and hasattr(adapter, "session"):
-            adapter.session._bind(kp, endpoint, 0)  # serial 0: older than any real request
+        session = getattr(adapter, "session", None)
+        if endpoint is not None and kp.kp_id is not None and session is not None:
+            session.bind(kp, endpoint)
         return adapter.channel(kp, tid)
 
     def endpoint(self, transport: str, kp: KPIdentity) -> Hashable | None:
         """The KP's current endpoint as the transport's session knows it (for a SIB journaling
         its persistent operations)."""
-        adapter = self._adapter(transport)
-        session = getattr(adapter, "session", None)
-        return session._endpoint(kp) if session is not None else kp.addr
+        session = getattr(self._adapter(transport), "session", None)
+        return session.endpoint(kp) if session is not None else kp.addr
 
     @property
     def ind_retransmissions(self) -> int:
-        """IND retransmissions of the UDP session so far (counted around its timer)."""
-        return self._retransmissions[0]
-
-    def _count_retransmissions(self, session) -> None:
-        """Count INDs the session re-sends from its timer (no counter in `SIBSession` yet)."""
-        counter, in_timer = self._retransmissions, [False]
-        handle_timer, send_indication = session.handle_timer, session._send_indication
-
-        def timed(now: float) -> None:
-            in_timer[0] = True
-            try:
-                handle_timer(now)
-            finally:
-                in_timer[0] = False
-
-        def sent(*args) -> None:
-            if in_timer[0]:
-                counter[0] += 1
-            send_indication(*args)
-
-        session.handle_timer, session._send_indication = timed, sent
+        """INDs re-sent for want of an ACK so far (the UDP session's; TCP does not re-send)."""
+        return sum(a.session.stats.ind_retransmissions for a in (self.udp, self.tcp)
+                   if a is not None)
 
     def _adapter(self, transport: str):
         adapter = getattr(self, transport, None) if transport in ("udp", "tcp", "coap") else None

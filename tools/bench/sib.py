@@ -3,11 +3,12 @@ every persistent query after every update, as SEPA's broker does), in one run.
 
 Run as ``python -m tools.bench.sib [--quick] [--triples N] [--queries 10,100,...]``.
 
-Workload (in-process, through `Sib.submit` with an in-memory channel; the integrator extends it
-to UDP on loopback): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the
-rest filler of the same shape), and for each size n of persistent queries, n distinct
+Workload (in-process through `Sib.submit` with an in-memory channel, or over UDP with
+``--udp``): a store of ``--triples`` triples (default 100,000: 100 watched sensors, the rest
+filler of the same shape), and for each size n of persistent queries, n distinct
 ``SELECT ?v WHERE { <sensor_k> :value ?v FILTER(?v > -j) }`` (query j watches sensor k = j mod
-100; the FILTER makes every query distinct so none shares an evaluation). Each update is an
+100; the FILTER makes every query distinct so none shares a group; the smart mode evaluates the
+affected ones, which have one shape, in one store query — `sib.shapes`). Each update is an
 UPDATE DATA moving one watched sensor to a new value, so about 1 % of the queries (at least
 one: with 10 queries, 10 %) are affected and each sends an IND.
 
@@ -24,14 +25,20 @@ the n persistent queries are sent by one subscriber KP socket (TIDs 0…n−1) t
 and the updates by a writer KP socket (CON UPDATE DATA). An update is timed from sending its
 datagram until its RES and all the INDs it causes have arrived (the next update is sent only
 then); its latency is send → the last of its INDs received. Both KPs are minimal (they read the
-4- or 6-byte header, enough to match RES/IND and ACK) and run in the SIB's process and event
-loop, so the numbers include both ends of the sockets. ``--plot FILE.png`` draws updates/s and
+4- or 6-byte header, enough to match RES/IND and ACK) and run, as devices do, outside the SIB:
+in a process of their own (`RemoteKPs`, commanded over a pipe; both timestamps are taken there
+with `time.monotonic_ns`). ``--kp-inprocess`` runs them in the SIB's process and event loop
+instead, so that the numbers include both ends of the sockets. The machine's cores are shared
+by the SIB and the KP process (the table's heading says how many there are). ``--plot FILE.png`` draws updates/s and
 p99 latency against the number of persistent queries (needs the `bench` extra: matplotlib).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
+import socket
 import statistics
 import sys
 import time
@@ -153,25 +160,40 @@ class Contender:
         }
 
 
-class UdpKP(asyncio.DatagramProtocol):
+class UdpKP:
     """A KP socket reduced to what the benchmark needs: RES matched by TID, every IND ACKed
-    (by its sequence number) and counted, the arrival time of the latest IND kept."""
+    (by its sequence number) and counted, the arrival time (`time.monotonic_ns`) of the
+    latest IND kept. A plain non-blocking socket drained on each wake-up: 100 INDs arriving
+    together cost one event-loop turn, as on 100 devices they would cost none of each other's."""
 
-    def __init__(self) -> None:
-        self.transport: asyncio.DatagramTransport | None = None
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setblocking(False)
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_reader(self.sock.fileno(), self._readable)
         self.res: dict[int, asyncio.Future] = {}
         self.inds = 0
-        self.last_ind = 0.0
+        self.last_ind = 0
         self.target: tuple[int, asyncio.Future] | None = None
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def _readable(self) -> None:
+        sock = self.sock
+        while True:
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ICMP unreachable after the SIB closed
+                return
+            self._received(data)
 
-    def datagram_received(self, data: bytes, addr) -> None:
-        now = time.perf_counter()
+    def _received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
         kind, tid = data[1], data[2] | data[3] << 8
         if kind > 0x7F:  # IND: ACK it with its sequence number
-            self.transport.sendto(encode(Ack(tid, data[4] | data[5] << 8), UDP))
+            self.sock.send(encode(Ack(tid, data[4] | data[5] << 8), UDP))
             self.inds += 1
             self.last_ind = now
             if self.target is not None and self.inds >= self.target[0]:
@@ -183,43 +205,130 @@ class UdpKP(asyncio.DatagramProtocol):
             fut.set_result(kind & 0x7F)
 
     def send(self, request: Request) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+        fut = self.loop.create_future()
         self.res[request.tid] = fut
-        self.transport.sendto(encode(request, UDP))
+        self.sock.send(encode(request, UDP))
         return fut
 
     def until_inds(self, count: int) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+        fut = self.loop.create_future()
         if self.inds >= count:
             fut.set_result(None)
         self.target = (count, fut)
         return fut
 
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
 
 TIMEOUT = 120.0  # generous: naive mode at 10,000 queries on a loaded 2-core machine
 
 
-async def _kp(port: int) -> UdpKP:
-    loop = asyncio.get_running_loop()
-    _, kp = await loop.create_datagram_endpoint(UdpKP, remote_addr=("127.0.0.1", port))
-    return kp
+class KPs:
+    """The KPs of every contender: per SIB port, a subscriber socket (its n persistent
+    queries, TIDs 0…n−1, every IND ACKed) and a writer socket (CON UPDATE DATA). All times
+    are `time.monotonic_ns()` (CLOCK_MONOTONIC: one clock for every process on Linux)."""
+
+    def __init__(self) -> None:
+        self.kps: dict[int, tuple[UdpKP, UdpKP]] = {}
+
+    async def subscribe(self, port: int, n: int, fixed: bool) -> None:
+        subscriber, writer = self.kps[port] = (UdpKP(port), UdpKP(port))
+        window = 256  # requests in flight while subscribing
+        for start in range(0, n, window):
+            futs = [subscriber.send(query(j, fixed)) for j in range(start, min(n, start + window))]
+            statuses = await asyncio.wait_for(asyncio.gather(*futs), TIMEOUT)
+            assert not any(statuses), f"subscription refused: {statuses}"
+
+    async def update(self, port: int, request: Request, inds: int) -> tuple[int, int, int, int]:
+        """Send `request`, wait for its RES and `inds` more INDs: (status, sent, last IND
+        received, done) times."""
+        subscriber, writer = self.kps[port]
+        until = subscriber.until_inds(subscriber.inds + inds)
+        t0 = time.monotonic_ns()
+        status = await asyncio.wait_for(writer.send(request), TIMEOUT)
+        await asyncio.wait_for(until, TIMEOUT)
+        return status, t0, subscriber.last_ind, time.monotonic_ns()
+
+    async def close(self, port: int) -> int:
+        """Close the KPs of `port`; the INDs they received."""
+        subscriber, writer = self.kps.pop(port)
+        subscriber.close()
+        writer.close()
+        return subscriber.inds
+
+
+def _kp_process(conn) -> None:
+    """The KPs in a process of their own, as devices are: commands (method name, args) from
+    `conn`, each answered with its result (or the exception)."""
+    async def serve() -> None:
+        kps, loop = KPs(), asyncio.get_running_loop()
+        commands: asyncio.Queue = asyncio.Queue()
+        loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
+        while (command := await commands.get()) is not None:
+            name, args = command
+            try:
+                conn.send(await getattr(kps, name)(*args))
+            except Exception as exc:  # reported to the benchmark, which raises it
+                conn.send(exc)
+    asyncio.run(serve())
+
+
+class RemoteKPs:
+    """`KPs` in another process (multiprocessing, spawned): the SIB's event loop does none of
+    the KPs' work, as with real devices. One command at a time."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_kp_process, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+
+    async def _call(self, name: str, *args):
+        loop = asyncio.get_running_loop()
+        reply = loop.create_future()
+        fd = self.conn.fileno()
+        loop.add_reader(fd, lambda: reply.done() or reply.set_result(self.conn.recv()))
+        try:
+            self.conn.send((name, args))
+            answer = await asyncio.wait_for(reply, TIMEOUT * 2)
+        finally:
+            loop.remove_reader(fd)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def __getattr__(self, name: str):
+        if name not in ("subscribe", "update", "close"):
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
+
+    def shutdown(self) -> None:
+        self.conn.send(None)
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+        self.conn.close()
 
 
 class UdpContender(Contender):
-    """A `Contender` whose SIB is served over UDP on loopback and driven by `UdpKP`s."""
+    """A `Contender` whose SIB is served over UDP on loopback and driven by `kps` (`KPs` in
+    this process, or `RemoteKPs`)."""
+
+    def __init__(self, *args, kps: KPs | RemoteKPs) -> None:
+        super().__init__(*args)
+        self.kps = kps
 
     async def setup(self) -> None:
         from transports import Server
 
         self.server = await Server.start(self.sib, udp=0)
-        port = self.server.udp.port
-        self.subscriber, self.writer_kp = await _kp(port), await _kp(port)
-        window = 256  # requests in flight while subscribing
-        for start in range(0, self.n, window):
-            futs = [self.subscriber.send(query(j, self.fixed))
-                    for j in range(start, min(self.n, start + window))]
-            statuses = await asyncio.wait_for(asyncio.gather(*futs), TIMEOUT)
-            assert not any(statuses), f"subscription refused: {statuses}"
+        self.port = self.server.udp.port
+        await self.kps.subscribe(self.port, self.n, self.fixed)
         self.watchers = [0] * WATCHED
         for j in range(self.n):
             self.watchers[watched(j, self.fixed)] += 1
@@ -227,21 +336,16 @@ class UdpContender(Contender):
     async def step(self) -> None:
         k = 0 if self.fixed else self.count * 37 % min(self.n, WATCHED)
         req = self._update(k)
-        kp = self.subscriber
-        inds = kp.until_inds(kp.inds + self.watchers[k])
-        t0 = time.perf_counter()
-        status = await asyncio.wait_for(self.writer_kp.send(req), TIMEOUT)
-        await asyncio.wait_for(inds, TIMEOUT)
-        self.busy += time.perf_counter() - t0
+        status, t0, last, done = await self.kps.update(self.port, req, self.watchers[k])
         assert status == 0, f"update refused: {status}"
-        self.latencies.append(kp.last_ind - t0)
-        self.stats["inds"] = kp.inds
+        self.busy += (done - t0) / 1e9
+        self.latencies.append((last - t0) / 1e9)
+        self.stats["inds"] += self.watchers[k]
         self.count += 1
 
     async def result(self) -> dict:
         await self.server.close()
-        for kp in (self.subscriber, self.writer_kp):
-            kp.transport.close()
+        await self.kps.close(self.port)
         return await super().result()
 
 
@@ -251,12 +355,19 @@ async def run_contenders(contenders: list[Contender], budget: float, max_updates
     updates) or `max_updates`."""
     for c in contenders:
         await c.setup()
-    active = list(contenders)
-    while active:
-        for c in list(active):
-            await c.step()
-            if c.count >= max_updates or (c.count >= 3 and c.busy >= budget):
-                active.remove(c)
+    # What setting up left for the collector is not the updates' cost: collect it now, and
+    # keep the long-lived objects (stores, subscriptions) out of later full collections.
+    gc.collect()
+    gc.freeze()
+    try:
+        active = list(contenders)
+        while active:
+            for c in list(active):
+                await c.step()
+                if c.count >= max_updates or (c.count >= 3 and c.busy >= budget):
+                    active.remove(c)
+    finally:
+        gc.unfreeze()
 
 
 async def run_mode(store: QuadStore, n: int, smart: bool, budget: float, max_updates: int,
@@ -272,23 +383,32 @@ def _ms(x: float) -> str:
 
 
 async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
-                fixed: bool = False, udp: bool = False) -> list[dict]:
+                fixed: bool = False, udp: bool = False, kp_process: bool = True) -> list[dict]:
+    """`udp`: over UDP, the KPs in a process of their own (`kp_process`) or in this one."""
     t0 = time.perf_counter()
-    kind = UdpContender if udp else Contender
-    # One store per contender: with a shared store, a naive SIB would also see (and send INDs
-    # for) the other contenders' updates, which it never executed.
-    contenders = {(n, mode): kind(seed_store(triples), n, mode == "smart", fixed, {})
-                  for n in sizes for mode in ("smart", "naive")}
+    kps = (RemoteKPs() if kp_process else KPs()) if udp else None
+
+    def contender(n: int, mode: str) -> Contender:
+        # One store per contender: with a shared store, a naive SIB would also see (and send
+        # INDs for) the other contenders' updates, which it never executed.
+        args = (seed_store(triples), n, mode == "smart", fixed, {})
+        return UdpContender(*args, kps=kps) if udp else Contender(*args)
+
+    contenders = {(n, mode): contender(n, mode) for n in sizes for mode in ("smart", "naive")}
     print(f"{len(contenders)} stores of {triples:,} triples loaded in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    await run_contenders(list(contenders.values()), budget, max_updates)
-    rows = []
-    for n in sizes:
-        row = {"n": n}
-        for mode in ("smart", "naive"):
-            row[mode] = await contenders[(n, mode)].result()
-            print(f"n={n} {mode}: {row[mode]}", file=sys.stderr)
-        rows.append(row)
+    try:
+        await run_contenders(list(contenders.values()), budget, max_updates)
+        rows = []
+        for n in sizes:
+            row = {"n": n}
+            for mode in ("smart", "naive"):
+                row[mode] = await contenders[(n, mode)].result()
+                print(f"n={n} {mode}: {row[mode]}", file=sys.stderr)
+            rows.append(row)
+    finally:
+        if isinstance(kps, RemoteKPs):
+            kps.shutdown()
     return rows
 
 
@@ -361,6 +481,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     help="about 1 %% of the queries affected per update, or exactly one")
     ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
     ap.add_argument("--udp", action="store_true", help="over UDP on loopback (real sockets)")
+    ap.add_argument("--kp-inprocess", action="store_true",
+                    help="with --udp: the KP sockets in the SIB's process and event loop")
     ap.add_argument("--plot", metavar="FILE.png", help="also draw the results (matplotlib)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -368,10 +490,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     sizes = [int(x) for x in args.queries.split(",")]
     fixed = args.scenario == "fixed"
     rows = asyncio.run(bench(args.triples, sizes, args.budget, args.max_updates, fixed,
-                             args.udp))
-    where = "over UDP on loopback" if args.udp else "in-process"
-    print(f"SIB subscription processing, {where}, {args.triples:,} triples "
-          f"(`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
+                             args.udp, not args.kp_inprocess))
+    where = "in-process"
+    if args.udp:
+        where = "over UDP on loopback, KPs in " + (
+            "the SIB's process" if args.kp_inprocess else "a process of their own")
+    print(f"SIB subscription processing, {where}, {args.triples:,} triples, "
+          f"{os.cpu_count()} cores (`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
     print(table(rows, fixed))
     print()
     print(targets(rows, fixed))
