@@ -849,6 +849,12 @@ class SIBSession:
             raise SessionError(f"{kp} has no KP ID: its endpoint is its address")
         self._bind(kp, endpoint, 0)  # serial 0: older than any request of this session
 
+    def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
+        """Whether the newest IND of (kp, tid) is still unacknowledged (UDP) — e.g. for a SIB
+        that stops and must send that state again after its restart."""
+        d = self._deliveries.get((kp, tid))
+        return d is not None and d.data is not None
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 

@@ -119,6 +119,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     finally:
         await sib.close()
         log.info("store flushed")
+        if journal is not None:  # what the KPs ACKed need not be sent again after a restart
+            journal.settle(lambda kp, tid, transport: server.awaiting_ack(transport, kp, tid))
         await server.close()
         if metrics_server is not None:
             metrics_server.close()

@@ -122,7 +122,7 @@ class SibCore:
         if request.tx.persistent and response.status == Status.OK:
             op = self._ops.get((kp, request.tid))
             if op is not None:
-                op.channel.responded()  # journaled: the KP has its first result
+                op.channel.responded(delivered=True)  # journaled: the KP has its first result
         is_update = not (request.tx.is_query or request.tx in (Tx.TERMINATE, Tx.RESET))
         if is_update:
             metrics.update_latency.observe(time.perf_counter() - since)
@@ -150,7 +150,8 @@ class SibCore:
 
     def restore(self, saved: Saved, channel: Channel) -> None:
         """Re-register a journaled persistent operation after a restart, without a RES: a
-        query sends an IND when its current result is not the one last sent; a rule takes its
+        query sends an IND when its current result is not the one last sent, or the last IND
+        was not known to be ACKed when the SIB stopped; a rule takes its
         current solutions as seen (it does not fire again for a state it already acted on)."""
         req, kp = saved.request, saved.kp
         tracked = TrackedChannel(channel, self.journal, saved.seq, saved.digest,
@@ -159,8 +160,8 @@ class SibCore:
         if req.tx.is_query:
             response = self._subscribe(req, tracked, kp, pattern, restored=True)
             probe = Response(req.tid, Status.OK, response.result, indication=True)
-            if result_digest(probe) != saved.digest:
-                tracked.indicate(probe)
+            if not saved.delivered or result_digest(probe) != saved.digest:
+                tracked.indicate(probe)  # changed while down, or maybe never received
         else:
             rule = self._add_rule(req, tracked, kp, pattern, restored=True)
             rule.last = frozenset(pattern.solutions(self.store))

@@ -2,8 +2,9 @@
 
 Each UDP persistent operation is a row: KP identity, TID, transport, the KP's endpoint, the
 request bytes (as the KP sent them, CREDENTIALS removed), and the sequence number and result
-digest of the last IND sent. Rows are written in sqlite transactions (atomic), when an operation
-starts, ends, and after each IND. On start the SIB reloads them and resumes sending INDs to the
+digest of the last IND sent, and whether the KP is known to have that state (its RES, or an
+IND the transport saw ACKed when the SIB stopped). Rows are written in sqlite transactions
+(atomic), when an operation starts, ends, and after each IND. On start the SIB reloads them and resumes sending INDs to the
 KP's last endpoint (`Server.channel`), numbering on from the saved sequence number so that the
 KP — a sleeping device that kept its IDs — takes the next IND as new.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
 from ksp.codec import UDP, decode_kp_message, encode
@@ -52,6 +53,7 @@ class Saved:
     request: Request
     seq: int | None
     digest: bytes | None
+    delivered: bool = False  # the KP has the state of `digest` (else: send it again)
 
 
 class Journal:
@@ -64,19 +66,32 @@ class Journal:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS ops (kp_id BLOB, kp_addr TEXT, tid INTEGER, "
             "transport TEXT, endpoint TEXT, request BLOB, seq INTEGER, digest BLOB, "
-            "PRIMARY KEY (kp_id, kp_addr, tid))")
+            "delivered INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kp_id, kp_addr, tid))")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(ops)")}
+        if "delivered" not in columns:  # a journal written before the column existed
+            self._db.execute("ALTER TABLE ops ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0")
 
     def add(self, kp: KPIdentity, tid: int, transport: str, request: Request) -> None:
         request = request._replace(options=request.options._replace(credentials=None))
-        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL)",
+        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL, 0)",
                          (*_kp_key(kp), tid, transport, encode(request, UDP)))
 
     def sent(self, kp: KPIdentity, tid: int, seq: int | None, digest: bytes | None,
-             endpoint: Hashable | None) -> None:
-        """After a RES or IND: what the KP has seen, and where it was last seen."""
-        self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ? WHERE kp_id = ? "
-                         "AND kp_addr = ? AND tid = ?",
-                         (seq, digest, json.dumps(endpoint), *_kp_key(kp), tid))
+             endpoint: Hashable | None, delivered: bool) -> None:
+        """After a RES (`delivered`: the KP retransmits its request until it has the RES) or an
+        IND (not yet known to be ACKed): what the KP was sent, and where it was last seen."""
+        self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ?, delivered = ? "
+                         "WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
+                         (seq, digest, json.dumps(endpoint), int(delivered), *_kp_key(kp), tid))
+
+    def settle(self, awaiting_ack: Callable[[KPIdentity, int, str], bool]) -> None:
+        """On a clean stop: mark delivered every operation whose last IND the transport saw
+        ACKed (`awaiting_ack(kp, tid, transport)` false). After a crash nothing is settled, so
+        a restarted SIB sends each last state again: at least once, never lost."""
+        for saved in list(self):
+            if not saved.delivered and not awaiting_ack(saved.kp, saved.tid, saved.transport):
+                self._db.execute("UPDATE ops SET delivered = 1 WHERE kp_id = ? AND kp_addr = ? "
+                                 "AND tid = ?", (*_kp_key(saved.kp), saved.tid))
 
     def remove(self, kp: KPIdentity, tid: int) -> None:
         self._db.execute("DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
@@ -84,12 +99,12 @@ class Journal:
 
     def __iter__(self) -> Iterator[Saved]:
         rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport, endpoint, request, seq, "
-                                "digest FROM ops ORDER BY rowid").fetchall()
-        for kp_id, addr, tid, transport, endpoint, data, seq, digest in rows:
+                                "digest, delivered FROM ops ORDER BY rowid").fetchall()
+        for kp_id, addr, tid, transport, endpoint, data, seq, digest, delivered in rows:
             ep = json.loads(endpoint) if endpoint is not None else None
             yield Saved(_kp_of(kp_id, addr), tid, transport,
                         tuple(ep) if isinstance(ep, list) else ep,
-                        decode_kp_message(data, UDP), seq, digest)
+                        decode_kp_message(data, UDP), seq, digest, bool(delivered))
 
     def close(self) -> None:
         self._db.close()
@@ -117,7 +132,7 @@ class TrackedChannel:
 
     def respond(self, response: Response) -> None:
         self.inner.respond(response)
-        self.responded()
+        self.responded(delivered=True)
 
     def indicate(self, response: Response) -> None:
         if self.transport == "udp":
@@ -129,15 +144,15 @@ class TrackedChannel:
         if self.journal is not None:
             self.digest = result_digest(response)
         self.inner.indicate(response)
-        self.responded()
+        self.responded(delivered=False)
         if self.on_indicate is not None:
             self.on_indicate()
 
     def end(self) -> None:
         self.inner.end()
 
-    def responded(self) -> None:
-        """Journal what the KP has now seen, and where it is."""
+    def responded(self, delivered: bool) -> None:
+        """Journal what the KP was sent, and where it is."""
         if self.journal is not None:
             endpoint = self.endpoint(self.transport, self.kp) if self.endpoint else self.kp.addr
-            self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint)
+            self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint, delivered)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from ksp import Credentials, Literal, Options, Request, Status, Triple, Tx, Var
+from ksp.session import KPIdentity
 from sib import QuadStore, Sib
 from sib.journal import Journal
 from sib.testing import Client, RecordingChannel, ex
@@ -22,15 +23,19 @@ def insert(tid: int, value: int) -> Request:
     return Request(Tx.INSERT_DATA, tid, insert=(Triple(S, P, Literal.of(value)),))
 
 
-def restart(tmp_path, before, after):
+def restart(tmp_path, before, after, acked: bool = True):
     """Run `before(sib, kp)` on a SIB with a journal, close it, reopen store and journal,
-    restore every saved operation onto recording channels, run `after(sib, kp, saved, log)`."""
+    restore every saved operation onto recording channels, run `after(sib, kp, saved, log)`.
+    `acked`: the clean stop found every IND ACKed (`ksp-sib` asks its UDP session); False is
+    what a crash leaves."""
     async def first():
         journal = Journal(str(tmp_path / "j.sqlite3"))
         sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal)
         kp = Client(sib)
         await before(sib, kp)
         await sib.close()
+        if acked:
+            journal.settle(lambda kp, tid, transport: False)
         journal.close()
         return kp.kp  # not the client: it holds the SIB, whose store must close
 
@@ -71,6 +76,36 @@ def test_query_resumes_with_the_next_sequence_number_and_no_repeat(tmp_path):
         assert ind.seq == 3 and len(ind.result.rows) == 3  # numbered on, explicitly
 
     restart(tmp_path, before, after)
+
+
+def test_query_whose_last_ind_was_not_acked_indicates_it_again(tmp_path):
+    """A sleeping KP missed the last IND (or the SIB crashed before knowing): after the restart
+    the same state goes out again, numbered on, so the KP is never left with a stale one."""
+    async def before(sib, kp):
+        await kp.call(SUB)
+        await kp.call(insert(1, 1))
+
+    async def after(sib, kp, saved, log):
+        (s,) = saved
+        assert not s.delivered and s.seq == 1
+        (ind,) = [r for kind, _, _, r in log if kind == "ind"]
+        assert ind.seq == 2 and ind.result.rows == ((Literal.of(1),),)
+
+    restart(tmp_path, before, after, acked=False)
+
+
+def test_settle_marks_delivered_only_what_is_not_awaiting_an_ack(tmp_path):
+    path = str(tmp_path / "j.sqlite3")
+    journal = Journal(path)
+    kp = KPIdentity(None, ("127.0.0.1", 4000))
+    for tid in (1, 2):
+        journal.add(kp, tid, "udp", SUB._replace(tid=tid))
+        journal.sent(kp, tid, 3, b"digest", kp.addr, delivered=False)
+    journal.settle(lambda who, tid, transport: who == kp and tid == 1 and transport == "udp")
+    journal.close()
+    reopened = Journal(path)
+    assert {s.tid: s.delivered for s in reopened} == {1: False, 2: True}
+    reopened.close()
 
 
 def test_query_whose_result_changed_while_down_indicates_at_once(tmp_path):

@@ -66,6 +66,13 @@ class Server:
         session = getattr(self._adapter(transport), "session", None)
         return session.endpoint(kp) if session is not None else kp.addr
 
+    def awaiting_ack(self, transport: str, kp: KPIdentity, tid: int) -> bool:
+        """Whether the newest IND of (kp, tid) over `transport` is unacknowledged (UDP only:
+        TCP delivers or loses the connection; CoAP Observe is not journaled)."""
+        if transport != "udp" or self.udp is None:
+            return False
+        return self.udp.session.awaiting_ack(kp, tid)
+
     @property
     def ind_retransmissions(self) -> int:
         """INDs re-sent for want of an ACK so far (the UDP session's; TCP does not re-send)."""
