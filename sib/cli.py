@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -110,6 +111,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
+    # What startup built (store handles, restored operations) lives as long as the SIB: keep it
+    # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
+    # ~10,000 persistent operations (observed in the benchmark).
+    gc.collect()
+    gc.freeze()
     log.info("SIB ready (%s mode)", "smart" if config.smart else "naive")
     if ready is not None:
         ready.set()
