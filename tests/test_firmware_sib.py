@@ -1,0 +1,183 @@
+"""Issue 5, item 6: the device firmware's agents against a real `ksp-sib` over a lossy link.
+
+The sensor and actuator agents of device_firmware/kspfw run on CPython with the simulated
+board (tests/firmware/simboard.py) behind the hal seam, on their own loop (`kspfw.agent.run`)
+and UDP sockets, through a relay that drops 20 %, duplicates 10 % and delays/reorders 30 % of
+the datagrams in each direction (seeded), to a `ksp-sib` subprocess that checks their
+CREDENTIALS. Rules in the SIB (persistent DELETE/INSERT WHERE, as in the greenhouse) switch
+the fan's state from the temperature; the actuator's GPIO follows it through its persistent
+ASK. A checker KP (tests/firmware/lab.py) talks to the SIB directly. Every wait is on a
+condition with a generous deadline.
+"""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from firmware import harness
+from firmware.lab import (GH, PASSWORD, AgentThread, Lab, Links, clock, deadline, fast,
+                          wait_until)
+
+harness.import_path()
+
+from kspfw import config  # noqa: E402
+from kspfw.actuator_agent import ActuatorAgent  # noqa: E402
+from kspfw.agent import run as run_agent  # noqa: E402
+from kspfw.hal import flt  # noqa: E402
+from kspfw.sensor_agent import SensorAgent  # noqa: E402
+from simboard import DeepSleep, SimBoard  # noqa: E402
+
+from ksp import Ack, AskResult, Tx, decode_kp_message, decode_sib_message, encode  # noqa: E402
+
+KPS = {"sensor": "5e4503aa-0000-4000-8000-000000000001",
+       "fan": "5e4503aa-0000-4000-8000-000000000002"}
+SENSOR, FAN, TEMP = GH + "thermometer1", GH + "fan1", GH + "temperature"
+THRESHOLD = 25.0
+FAN_PIN = 5
+#: The rules (the greenhouse's Autocontrol KP, figure 13 of the paper), and a recorder: every
+#: temperature value that was ever in the store is kept as gh:seen.
+RULES = [f"DELETE {{ gh:fan1 gh:on ?x }} INSERT {{ gh:fan1 gh:on {state} }} WHERE {{ "
+         f"?s gh:temperature ?v . gh:fan1 gh:on ?x . FILTER(?v {cmp} {THRESHOLD}) }}"
+         for cmp, state in ((">", "true"), ("<=", "false"))]
+RECORDER = "INSERT { ?s gh:seen ?v } WHERE { ?s gh:temperature ?v }"
+RESTART = "restart the SIB"
+#: Temperatures the sensor reads, in order (the fan: on above 25); the SIB restarts once.
+STEPS = [20.0, 27.0, 26.0, 24.0, 30.5, RESTART, 19.0, 28.0, 21.0]
+
+
+def settings(proxy_port: int, kind: str, **extra) -> dict:
+    cfg = {"agent": kind, "wifi": {"ssid": "lab"},
+           "sib": {"host": "127.0.0.1", "port": proxy_port},
+           "kp": {"id": KPS[kind if kind == "sensor" else "fan"], "password": PASSWORD},
+           "prefixes": [GH], "max_response_size": 512, **extra}
+    return config.check(cfg)
+
+
+def tids(sent: list[bytes], tx: Tx) -> set[int]:
+    msgs = [decode_kp_message(m) for m in sent]
+    return {m.tid for m in msgs if getattr(m, "tx", None) == tx}
+
+
+def test_sensor_and_actuator_follow_a_rule_over_a_lossy_link_and_a_sib_restart(tmp_path):
+    lab = Lab(tmp_path, KPS, seed=5)
+    threads: list[AgentThread] = []
+    try:
+        lab.update("INSERT DATA { gh:fan1 gh:on false }")
+        lab.update(*RULES, RECORDER, persistent=True)
+        sensor_board = SimBoard({TEMP: STEPS[0]}, clock=clock)
+        fan_board = SimBoard(clock=clock)
+        sensor = fast(SensorAgent(settings(lab.proxy.port, "sensor", device=SENSOR, sensors=[
+            {"type": "chip_temp", "property": TEMP}]), sensor_board))
+        sensor.period = 100  # ms (config's period_s is whole seconds)
+        fan = fast(ActuatorAgent(settings(lab.proxy.port, "actuator", device=FAN, outputs=[
+            {"pin": FAN_PIN, "ask": [[FAN, GH + "on", True]]}]), fan_board))
+        threads = [AgentThread(sensor), AgentThread(fan)]
+        for t in threads:
+            t.start()
+        acked = []
+        for step in STEPS:
+            if step == RESTART:
+                lab.restart_sib()
+                assert "persistent operations restored" in lab.sib.log()
+                continue
+            sensor_board.values[TEMP] = step
+            lexical = flt(step).value
+            wait_until(f"reading {lexical} acknowledged",
+                       lambda: sensor.last.get(TEMP) == lexical, threads)
+            acked.append(step)
+            on = step > THRESHOLD
+            assert lab.ask("ASK { gh:fan1 gh:on true }") is on  # the rule ran on the reading
+            wait_until(f"fan {'on' if on else 'off'} after {step}",
+                       lambda: fan_board.outputs[FAN_PIN][-1:] == [on], threads)
+
+        # A stale IND (an old "on", replayed to the actuator's socket) is ACKed and dropped.
+        link = threads[1].links[-1]
+        (sub,) = fan.client.persistent
+        inds = [decode_sib_message(m, answers=Tx.ASK_PERSISTENT) for m in list(link.received)
+                if m[1] & 0x80]
+        old_on = min((r for r in inds if r.tid == sub and r.result == AskResult(True)),
+                     key=lambda r: r.seq)
+        drives = len(fan_board.outputs[FAN_PIN])
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(encode(old_on), ("127.0.0.1", link.sock.getsockname()[1]))
+        ack = encode(Ack(sub, old_on.seq))
+        n_acks = link.sent.count(ack)
+        wait_until("the stale IND ACKed", lambda: link.sent.count(ack) > n_acks, threads)
+        assert len(fan_board.outputs[FAN_PIN]) == drives and fan_board.outputs[FAN_PIN][-1] is False
+
+        for t in threads:
+            t.stop()
+        # Every acknowledged reading reached the store (the recorder rule saw it), nothing
+        # else did, and the store holds exactly the last one.
+        assert sorted(lab.values(SENSOR, GH + "seen")) == sorted(set(acked))
+        assert lab.values(SENSOR, TEMP) == [acked[-1]]
+        # One RESET and one subscription each: the SIB's restart cost the agents nothing.
+        assert len(tids(threads[0].links.sent(), Tx.RESET)) == 1
+        assert len(tids(threads[1].links.sent(), Tx.ASK_PERSISTENT)) == 1
+        history = fan_board.outputs[FAN_PIN]
+        assert [on for i, on in enumerate(history) if i == 0 or on != history[i - 1]] == [
+            False, True, False, True, False, True, False]
+        stats = lab.proxy.stats
+        assert stats["dropped"] and stats["duplicated"] and stats["delayed"], stats
+    finally:
+        for t in threads:
+            if t.is_alive():
+                t.halt.set()
+                t.join(30)
+        lab.close()
+
+
+def test_sleeping_sensor_keeps_its_subscription_across_sleep_and_a_sib_restart(tmp_path):
+    """A deep-sleeping sensor with a period subscription: RESET only on the cold boot; each
+    wake-up (a new agent on the same board: state restored through the seam, a new socket)
+    keeps the KP ID and the subscription's TID; a period change made in the SIB while it
+    sleeps (after a SIB restart) reaches it when it is awake again, by that TID."""
+    lab = Lab(tmp_path, KPS, seed=11)
+    try:
+        lab.update("INSERT DATA { gh:thermometer1 gh:period 1 }")
+        board = SimBoard({TEMP: 21.5}, clock=clock)
+        cfg = settings(lab.proxy.port, "sensor", device=SENSOR, deep_sleep=True,
+                       period_property=GH + "period", listen_ms=1500,
+                       sensors=[{"type": "chip_temp", "property": TEMP}])
+
+        def boot() -> tuple[SensorAgent, Links]:
+            """Run one wake period, until the agent deep-sleeps; its radio is off then."""
+            agent, links = fast(SensorAgent(cfg, board)), Links()
+            with pytest.raises(DeepSleep):
+                run_agent(agent, links, deadline("deep sleep"))
+            for link in links:
+                link.close()
+            return agent, links
+
+        cold, links = boot()
+        assert cold.period == 1000  # from the subscription's RES
+        sent = links.sent()
+        assert len(tids(sent, Tx.RESET)) == len(tids(sent, Tx.SELECT_PERSISTENT)) == 1
+        (sub,) = tids(sent, Tx.SELECT_PERSISTENT)
+        assert [t for t, _, _ in board.state["client"][1]] == [sub]
+        assert lab.values(SENSOR, TEMP) == [21.5]
+
+        lab.restart_sib()  # while the board sleeps
+        assert "1 persistent operations restored" in lab.sib.log()
+        lab.update("DELETE { gh:thermometer1 gh:period ?p } INSERT { gh:thermometer1 "
+                   "gh:period 3 } WHERE { gh:thermometer1 gh:period ?p }")
+        wakes = []
+        values = iter([22.0, 22.5, 23.0, 23.5, 24.0, 24.5, 25.0, 25.5] * 100)
+
+        def period_applied() -> bool:
+            board.values[TEMP] = next(values)
+            agent, links = boot()
+            wakes.append(links.sent())
+            return agent.period == 3000 and board.state["period"] == 3000
+
+        wait_until("the period change reached the woken sensor", period_applied)
+        for sent in wakes:  # no RESET, no new subscription: only readings and IND ACKs
+            msgs = [decode_kp_message(m) for m in sent]
+            assert {getattr(m, "tx", "ack") for m in msgs} <= {Tx.UPDATE_DATA, "ack"}
+            assert all(m.tid == sub for m in msgs if isinstance(m, Ack))
+        assert any(isinstance(decode_kp_message(m), Ack) for m in wakes[-1])
+        assert board.state["client"][1][0][0] == sub and board.state["client"][1][0][2] >= 1
+        assert lab.values(SENSOR, TEMP) == [board.values[TEMP]]  # the last reading, once
+    finally:
+        lab.close()
