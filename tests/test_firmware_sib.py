@@ -11,13 +11,18 @@ condition with a generous deadline.
 """
 from __future__ import annotations
 
+import queue
+import signal
 import socket
+import subprocess
+import sys
+import threading
 
 import pytest
 
 from firmware import harness
-from firmware.lab import (GH, PASSWORD, AgentThread, Lab, Links, clock, deadline, fast,
-                          wait_until)
+from firmware.lab import (GH, PASSWORD, AgentThread, Checker, Lab, Links, clock, deadline,
+                          fast, wait_until)
 
 harness.import_path()
 
@@ -29,6 +34,7 @@ from kspfw.sensor_agent import SensorAgent  # noqa: E402
 from simboard import DeepSleep, SimBoard  # noqa: E402
 
 from ksp import Ack, AskResult, Tx, decode_kp_message, decode_sib_message, encode  # noqa: E402
+from sib.testing import SibProcess  # noqa: E402
 
 KPS = {"sensor": "5e4503aa-0000-4000-8000-000000000001",
        "fan": "5e4503aa-0000-4000-8000-000000000002"}
@@ -37,9 +43,13 @@ THRESHOLD = 25.0
 FAN_PIN = 5
 #: The rules (the greenhouse's Autocontrol KP, figure 13 of the paper), and a recorder: every
 #: temperature value that was ever in the store is kept as gh:seen.
-RULES = [f"DELETE {{ gh:fan1 gh:on ?x }} INSERT {{ gh:fan1 gh:on {state} }} WHERE {{ "
-         f"?s gh:temperature ?v . gh:fan1 gh:on ?x . FILTER(?v {cmp} {THRESHOLD}) }}"
-         for cmp, state in ((">", "true"), ("<=", "false"))]
+def fan_rules(fan: str, state: str, temperature: str) -> list[str]:
+    return [f"DELETE {{ <{fan}> <{state}> ?x }} INSERT {{ <{fan}> <{state}> {value} }} WHERE {{ "
+            f"?s <{temperature}> ?v . <{fan}> <{state}> ?x . FILTER(?v {cmp} {THRESHOLD}) }}"
+            for cmp, value in ((">", "true"), ("<=", "false"))]
+
+
+RULES = fan_rules(FAN, GH + "on", TEMP)
 RECORDER = "INSERT { ?s gh:seen ?v } WHERE { ?s gh:temperature ?v }"
 RESTART = "restart the SIB"
 #: Temperatures the sensor reads, in order (the fan: on above 25); the SIB restarts once.
@@ -181,3 +191,52 @@ def test_sleeping_sensor_keeps_its_subscription_across_sleep_and_a_sib_restart(t
         assert lab.values(SENSOR, TEMP) == [board.values[TEMP]]  # the last reading, once
     finally:
         lab.close()
+
+
+def test_simulate_board_command_runs_both_agents_against_a_sib(tmp_path):
+    """`ksp simulate-board` (device_firmware/simulate.py) with the two example configs: the
+    sensor's readings land in a real `ksp-sib`, a rule switches the fan, the simulated
+    actuator follows; it stops by itself after --readings N, and cleanly on SIGTERM."""
+    gh = "http://example.org/greenhouse#"
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1") as sib:
+        lab_sib = f"127.0.0.1:{sib.ports['udp']}"
+        checker = Checker(sib.ports["udp"])
+        checker.update(f"INSERT DATA {{ <{gh}fan1> <{gh}state> false }}")
+        checker.update(*fan_rules(gh + "fan1", gh + "state", gh + "temperature"),
+                       persistent=True)
+        examples = harness.FIRMWARE
+        cmd = [sys.executable, "-m", "tools.cli", "simulate-board", "--sib", lab_sib,
+               "--period", "0.2"]
+
+        done = subprocess.run(cmd + [str(examples / "config.example.json"), "--values", "21.5",
+                                     "--readings", "2"],
+                              cwd=harness.ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count("sim sensor42: in the SIB:") >= 2
+        assert checker.values(gh + "sensor42", gh + "temperature") == [21.5]
+        assert checker.values(gh + "sensor42", gh + "light") == [21.5]
+
+        proc = subprocess.Popen(cmd + [str(examples / "config.example.json"),
+                                       str(examples / "config.actuator.example.json"),
+                                       "--values", "30.5"],
+                                cwd=harness.ROOT, stdout=subprocess.PIPE, text=True)
+        lines: queue.Queue = queue.Queue()
+        seen: list[str] = []
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+
+        def printed(text: str) -> bool:
+            while not lines.empty():
+                seen.append(lines.get())
+            return any(text in line for line in seen)
+
+        try:
+            wait_until("the simulated fan on", lambda: printed("actuator: output 0 (pin 5) on"))
+            assert checker.values(gh + "sensor42", gh + "temperature") == [30.5]
+            assert checker.ask(f"ASK {{ <{gh}fan1> <{gh}state> true }}") is True
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+            wait_until("the command's last line", lambda: printed("sim: stopped"))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

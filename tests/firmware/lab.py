@@ -123,36 +123,12 @@ class AgentThread(threading.Thread):
             link.close()
 
 
-class Lab:
-    def __init__(self, tmp_path: Path, kps: dict[str, str], seed: int, **faults) -> None:
-        toml = tmp_path / "sib.toml"
-        lines = ["[timing]", "ack_timeout = 0.2", "max_retransmit = 10", "",
-                 "[access]", 'anonymous = "read-write"']
-        for kp_id in kps.values():
-            lines += ["", "[[access.kp]]", f'id = "{kp_id}"',
-                      f'password_hash = "{hash_password(PASSWORD)}"',
-                      'read = ["*"]', 'write = ["*"]']
-        toml.write_text("\n".join(lines) + "\n")
-        self.port = free_port()
-        self.args = ("--config", str(toml), "--data-dir", str(tmp_path / "data"),
-                     "--udp-port", str(self.port), "--tcp-port", "-1", "--coap-port", "-1")
-        self.sib = SibProcess(*self.args)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        faults = {"loss": 0.2, "duplicate": 0.1, "reorder": 0.3, "max_delay": 0.05, **faults}
-        self.proxy: LossyProxy = self._on_loop(
-            LossyProxy.start(("127.0.0.1", self.port), seed=seed, **faults))
+class Checker:
+    """A KP talking to the SIB at `port` directly (reliable), one connection per call."""
 
-    def _on_loop(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
+    def __init__(self, port: int) -> None:
+        self.port = port
 
-    def restart_sib(self) -> None:
-        """SIGTERM (exit 0), then the same flags: the store and journal come back."""
-        assert self.sib.stop() == 0
-        self.sib = SibProcess(*self.args)
-
-    # -- the checker: a KP talking to the SIB directly ------------------------------------
     def kp(self, work):
         async def go():
             async with await connect(f"udp://127.0.0.1:{self.port}",
@@ -183,6 +159,36 @@ class Lab:
             return await kp.query(text)
 
         return self.kp(work)
+
+
+class Lab(Checker):
+    def __init__(self, tmp_path: Path, kps: dict[str, str], seed: int, **faults) -> None:
+        toml = tmp_path / "sib.toml"
+        lines = ["[timing]", "ack_timeout = 0.2", "max_retransmit = 10", "",
+                 "[access]", 'anonymous = "read-write"']
+        for kp_id in kps.values():
+            lines += ["", "[[access.kp]]", f'id = "{kp_id}"',
+                      f'password_hash = "{hash_password(PASSWORD)}"',
+                      'read = ["*"]', 'write = ["*"]']
+        toml.write_text("\n".join(lines) + "\n")
+        Checker.__init__(self, free_port())
+        self.args = ("--config", str(toml), "--data-dir", str(tmp_path / "data"),
+                     "--udp-port", str(self.port), "--tcp-port", "-1", "--coap-port", "-1")
+        self.sib = SibProcess(*self.args)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        faults = {"loss": 0.2, "duplicate": 0.1, "reorder": 0.3, "max_delay": 0.05, **faults}
+        self.proxy: LossyProxy = self._on_loop(
+            LossyProxy.start(("127.0.0.1", self.port), seed=seed, **faults))
+
+    def _on_loop(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
+
+    def restart_sib(self) -> None:
+        """SIGTERM (exit 0), then the same flags: the store and journal come back."""
+        assert self.sib.stop() == 0
+        self.sib = SibProcess(*self.args)
 
     def close(self) -> None:
         try:
