@@ -277,3 +277,66 @@ def test_an_ind_unacked_when_the_sib_stops_reaches_the_sleeping_sensor_after_the
         wait_until("the period change reached the woken sensor", period_applied, timeout=30)
     finally:
         lab.close()
+
+
+class WireLink:
+    """A link that keeps what the agent sends, decoded by the reference codec."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, msg) -> None:
+        self.sent.append(decode_kp_message(bytes(msg)))
+
+
+def test_sleeping_sensor_waits_for_its_subscription_and_keeps_it_on_a_resync():
+    """The rules the lossy runs rely on, each forced (virtual clock, answers encoded by the
+    reference codec): no deep sleep while the subscription's RES is still awaited (after the
+    wake-up it would be taken for running); a timed-out UPDATE resyncs without a second
+    subscription; a lost subscription is made again."""
+    from ksp import Response, SelectResult, Status
+
+    board = SimBoard({TEMP: 21.5})
+    agent = SensorAgent(settings(9, "sensor", device=SENSOR, deep_sleep=True, period_s=30,
+                                 period_property=GH + "period",
+                                 sensors=[{"type": "chip_temp", "property": TEMP}]), board)
+    link = agent.client.link = WireLink()
+
+    def answer(tx: Tx, result=None) -> None:
+        req = next(m for m in reversed(link.sent) if getattr(m, "tx", None) == tx)
+        agent.client.feed(encode(Response(req.tid, Status.OK, result)), board.now)
+
+    agent.start()
+    answer(Tx.RESET)
+    answer(Tx.DELETE)
+    agent.tick(board.now)
+    answer(Tx.UPDATE_DATA)  # the subscription's RES is still awaited: no deep sleep yet
+    assert board.slept == [] and agent.tick(board.now) == 200
+    answer(Tx.SELECT_PERSISTENT, SelectResult(1, (), 0, ()))
+    with pytest.raises(DeepSleep):
+        agent.tick(board.now)
+    assert board.slept == [30000]
+
+    agent = SensorAgent(agent.cfg, board)  # the wake-up
+    link = agent.client.link = WireLink()
+    agent.start()
+    (sub,) = agent.client.persistent
+    agent.tick(board.now)
+    board.now += 600000  # the UPDATE's retransmissions run out
+    for _ in range(10):
+        agent.client.poll(board.now)
+        board.now += 60000
+    assert [m.tx for m in link.sent] == [Tx.UPDATE_DATA] * 5 + [Tx.DELETE] * 5
+    assert list(agent.client.persistent) == [sub]  # a resync, the subscription kept
+    agent.tick(board.now)  # the resync's DELETE ran out too: tried again (once a period)
+    assert [m.tx for m in link.sent[10:]] == [Tx.DELETE]
+    answer(Tx.DELETE)
+    board.now += 30000
+    agent.tick(board.now)
+    assert link.sent[-1].tx == Tx.UPDATE_DATA and link.sent[-1].delete == ()  # clean slate
+
+    agent.client.persistent[sub][1] = 7  # and when the SIB ends it, it is made again
+    agent.client.feed(encode(Response(sub, Status.TERMINATED, indication=True, seq=8)),
+                      board.now)
+    assert link.sent[-2:] == [Ack(sub, 8), link.sent[-1]]
+    assert link.sent[-1].tx == Tx.SELECT_PERSISTENT and link.sent[-1].tid != sub

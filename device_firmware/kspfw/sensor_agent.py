@@ -74,6 +74,9 @@ class SensorAgent(Agent):
             return self.idle(now)
         if self.due is None:
             self.due = now
+        if not self.synced and not self.client.pending and not due_in(now, self.due):
+            self.due = later(now, self.period)  # the resync failed: again, once a period
+            self.begin()
         if not self.synced or self.in_flight is not None:
             return 200 if self.in_flight is None else 1000
         if due_in(now, self.due):
