@@ -2,7 +2,9 @@
 the SIB (UPDATE DATA: delete the value sent last, insert the new one, as xsd:float). Optionally
 it deep-sleeps between readings; its KSP state (next TID, persistent transactions) and the last
 values survive in the board's state, so a wake-up neither RESETs nor re-subscribes. With
-"period_property" it subscribes (SELECT_PERSISTENT) to its own sampling period in the SIB."""
+"period_property" it subscribes (SELECT_PERSISTENT) to its own sampling period in the SIB; a
+sleeping one stays awake "listen_ms" after its readings for the INDs (the SIB sends them to the
+board's new address only when it retransmits)."""
 from .agent import Agent, due_in, later
 from .codec import XSD_FLOAT, Lit
 from .hal import flt
