@@ -68,6 +68,18 @@ def _cmd_flash(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_simulate_board(args: argparse.Namespace) -> int:
+    """device_firmware/simulate.py (host-only, beside the firmware; not a package module)."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    from tools.flash import FIRMWARE
+
+    spec = spec_from_file_location("ksp_simulate_board", FIRMWARE / "simulate.py")
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(args.args, prog="ksp simulate-board")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ksp", description="Knowledge Sharing Protocol reference tools."
@@ -112,10 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
     flash_arguments(p_flash)
     p_flash.set_defaults(func=_cmd_flash)
 
+    p_sim = sub.add_parser(
+        "simulate-board", add_help=False,
+        help="run the device firmware's agents on CPython with simulated boards against a SIB")
+    p_sim.add_argument("args", nargs=argparse.REMAINDER,
+                       help="CONFIG... [--sib HOST:PORT] [--period S] [--values V,...] "
+                            "[--readings N] (see `ksp simulate-board --help`)")
+    p_sim.set_defaults(func=_cmd_simulate_board)
+
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate-board"]:  # all its arguments are its own (REMAINDER drops options)
+        return _cmd_simulate_board(argparse.Namespace(args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     return args.func(args)

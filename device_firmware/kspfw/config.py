@@ -103,6 +103,7 @@ def check(cfg, free=None):
     out["period_s"] = c.get("period_s", int, 60, required=False, lo=1, hi=86400)
     out["period_property"] = c.get("period_property", str, required=False)
     out["deep_sleep"] = c.get("deep_sleep", bool, False, required=False)
+    out["listen_ms"] = c.get("listen_ms", int, 0, required=False, lo=0, hi=60000)
     size = cfg.get("max_response_size", "auto")
     if size == "auto":
         out["max_size"] = auto_max_size(free if free is not None else 64 * 1024)

@@ -1,0 +1,223 @@
+"""Try the firmware without a board: `ksp simulate-board CONFIG...` (or, from the repository,
+`python -m device_firmware.simulate CONFIG...`) runs the agents of kspfw/ on CPython against a
+SIB, each config.json as its own simulated board behind the hal seam (kspfw/hal.py), with the
+firmware's own loop and sockets. Host-only: `ksp flash` copies kspfw/ and main.py, not this.
+
+The simulated board: sensors read a slow wave per quantity (or `--values` in turn), outputs
+are what the actuator agent prints, Wi-Fi is always up, the clock wraps at 2^30 ms as on a
+board, and deep sleep waits the period and then wakes the board as a reset would: a new agent
+on the same board, its state kept (as in RTC memory), a new socket.
+"""
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: quantity -> (middle, amplitude) of the simulated readings' wave (period WAVE_S seconds)
+WAVES = {"temperature": (22.0, 5.0), "humidity": (55.0, 15.0), "pressure": (1013.0, 6.0),
+         "light": (0.5, 0.4)}
+WAVE_S = 120.0
+
+
+def firmware_importable():
+    """Put kspfw on sys.path, with a stand-in for MicroPython's `micropython` module."""
+    if "micropython" not in sys.modules:
+        shim = types.ModuleType("micropython")
+        shim.const = lambda value: value  # type: ignore[attr-defined]
+        sys.modules["micropython"] = shim
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+
+
+class DeepSleep(Exception):
+    pass
+
+
+class SimulatedBoard:
+    """What kspfw/hal.py asks of a board, on CPython."""
+
+    def __init__(self, values, halt):
+        self.values = list(values)
+        self.halt = halt
+        self.state = None
+        self.outputs = {}  # pin -> level driven last
+        self.born = time.monotonic()
+
+    def sensor(self, spec):
+        quantity = "light" if spec["type"] == "light" else spec.get("quantity", "temperature")
+        middle, amplitude = WAVES[quantity]
+        reads = [0]
+
+        def read():
+            reads[0] += 1
+            if self.values:
+                return self.values[(reads[0] - 1) % len(self.values)]
+            t = time.monotonic() - self.born
+            return round(middle + amplitude * math.sin(2 * math.pi * t / WAVE_S), 1)
+
+        return read
+
+    def output(self, spec):
+        pin, invert = spec["pin"], bool(spec.get("invert"))
+
+        def drive(on):
+            self.outputs[pin] = bool(on) != invert
+
+        return drive
+
+    def free_ram(self):
+        return 64 * 1024
+
+    def ticks_ms(self):
+        return int(time.monotonic() * 1000) & 0x3FFFFFFF
+
+    def sleep_ms(self, ms):
+        self.halt.wait(ms / 1000)
+
+    def deep_sleep(self, ms):
+        raise DeepSleep(ms)
+
+    def load_state(self):
+        return self.state
+
+    def save_state(self, obj):
+        self.state = json.loads(json.dumps(obj))  # what survives is what JSON keeps
+
+    def network(self, cfg):
+        pass
+
+    def connected(self):
+        return True
+
+
+class Device(threading.Thread):
+    """One simulated board running the agent its configuration names, until `halt`."""
+
+    def __init__(self, cfg, halt, values=(), period_ms=None):
+        threading.Thread.__init__(self, daemon=True)
+        self.cfg, self.halt, self.period_ms = cfg, halt, period_ms
+        self.board = SimulatedBoard(values, halt)
+        self.name = cfg["device"].rsplit("#", 1)[-1].rsplit("/", 1)[-1]
+        self.acked = 0  # sensor: updates the SIB acknowledged
+        self.error = None
+
+    def run(self):
+        from kspfw.agent import run
+        from kspfw.net import Link
+
+        def link(cfg):
+            return Link(cfg["host"], cfg["port"], cfg["transport"] == "tcp", cfg["max_size"])
+
+        try:
+            while not self.halt.is_set():
+                agent = self.agent()
+                try:
+                    run(agent, link, self.halt.is_set)
+                    return
+                except DeepSleep as e:
+                    if agent.client.link is not None:
+                        agent.client.link.close()
+                    print("sim %s: deep sleep for %d ms" % (self.name, e.args[0]))
+                    self.halt.wait(e.args[0] / 1000)
+        except Exception as e:  # noqa: BLE001 (reported by main)
+            self.error = e
+            self.halt.set()
+
+    def agent(self):
+        if self.cfg["agent"] == "sensor":
+            from kspfw.sensor_agent import SensorAgent
+
+            device = self
+
+            class Sensor(SensorAgent):
+                def _sent(self, kind, r):
+                    if kind == "res" and r is not None and not r.status and self.in_flight:
+                        device.acknowledged(self.in_flight)
+                    SensorAgent._sent(self, kind, r)
+
+            agent = Sensor(self.cfg, self.board)
+            if self.period_ms:
+                agent.period = self.period_ms  # a saved (e.g. SIB-set) period wins on wake-up
+            return agent
+        from kspfw.actuator_agent import ActuatorAgent
+
+        return ActuatorAgent(self.cfg, self.board)
+
+    def acknowledged(self, values):
+        self.acked += 1
+        print("sim %s: in the SIB: %s" % (self.name, ", ".join(
+            "%s %s" % (p.rsplit("#", 1)[-1], v) for p, v in sorted(values.items()))))
+
+
+def build_parser(prog="ksp simulate-board"):
+    p = argparse.ArgumentParser(prog=prog, description=(
+        "Run the device firmware's agents on CPython with simulated boards against a SIB: "
+        "each CONFIG (a board's config.json) is one board. Stops on Ctrl-C or SIGTERM."))
+    p.add_argument("configs", nargs="*", type=Path, metavar="CONFIG",
+                   default=[HERE / "config.example.json"],
+                   help="config.json files (default: device_firmware/config.example.json)")
+    p.add_argument("--sib", metavar="HOST:PORT",
+                   help="the SIB to use instead of the configs' sib.host and sib.port")
+    p.add_argument("--period", type=float, metavar="SECONDS",
+                   help="sampling period instead of the configs' period_s (fractions allowed)")
+    p.add_argument("--values", metavar="V1,V2,...",
+                   help="readings every sensor gives in turn (default: a slow wave)")
+    p.add_argument("--readings", type=int, metavar="N",
+                   help="stop once every sensor board has had N updates acknowledged")
+    return p
+
+
+def main(argv=None, prog="ksp simulate-board"):
+    args = build_parser(prog).parse_args(argv)
+    firmware_importable()
+    from kspfw import config
+
+    try:
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    except AttributeError:
+        pass
+    values = [float(v) for v in args.values.split(",")] if args.values else []
+    halt = threading.Event()
+    devices = []
+    for path in args.configs:
+        print("sim: %s" % path)
+        try:
+            cfg = config.load(str(path), 64 * 1024)
+        except config.ConfigError:
+            return 2
+        if args.sib:
+            host, _, port = args.sib.rpartition(":")
+            cfg["host"], cfg["port"] = host or "127.0.0.1", int(port)
+        devices.append(Device(cfg, halt, values,
+                              int(args.period * 1000) if args.period else None))
+    signal.signal(signal.SIGTERM, lambda *_: halt.set())
+    for d in devices:
+        print("sim %s: %s agent, SIB %s:%d/%s" % (d.name, d.cfg["agent"], d.cfg["host"],
+                                                  d.cfg["port"], d.cfg["transport"]))
+        d.start()
+    sensors = [d for d in devices if d.cfg["agent"] == "sensor"]
+    try:
+        while not halt.is_set():
+            if args.readings and sensors and all(d.acked >= args.readings for d in sensors):
+                break
+            halt.wait(0.05)
+    except KeyboardInterrupt:
+        pass
+    halt.set()
+    for d in devices:
+        d.join(30)
+    failed = [d for d in devices if d.error is not None]
+    for d in failed:
+        print("sim %s: stopped by %r" % (d.name, d.error), file=sys.stderr)
+    print("sim: stopped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m device_firmware.simulate"))
