@@ -251,11 +251,6 @@ def test_simulate_board_command_runs_both_agents_against_a_sib(tmp_path):
                 proc.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SIB bug: sib/journal.py keeps the digest of the last IND *sent*, and sib/core.py "
-    "SibCore.restore sends an IND only when the current result differs from it; an IND the "
-    "sleeping KP never ACKed before the SIB stopped is therefore never sent again, and the KP "
-    "misses that state until the result changes once more"))
 def test_an_ind_unacked_when_the_sib_stops_reaches_the_sleeping_sensor_after_the_restart(
         tmp_path):
     lab = Lab(tmp_path, KPS, seed=13, loss=0.0, duplicate=0.0, reorder=0.0)  # no loss: the bug alone
