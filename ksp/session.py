@@ -769,7 +769,7 @@ class SIBSession:
             self._cache.answered(ex.key, ex, data)
             self._send(data, ex.addr)
         if kp.kp_id is not None and status != Status.ACCESS_DENIED:
-            self._bind(kp, ex.addr, ex.serial)
+            self._bind(kp, ex.addr, ex.serial, now)
         if ex.tx.persistent:
             d = self._deliveries.get((kp, tid))
             if status != Status.OK and d is not None and d.seq is None:
@@ -978,13 +978,26 @@ class SIBSession:
         binding = self._bindings.get(kp)
         return None if binding is None else binding[1]
 
-    def _bind(self, kp: KPIdentity, addr: Hashable, serial: int) -> None:
+    def _bind(self, kp: KPIdentity, addr: Hashable, serial: int, now: float | None = None) -> None:
         binding = self._bindings.get(kp)
         if binding is None or serial >= binding[0]:
             self._bindings[kp] = (serial, addr)
             self._bindings.move_to_end(kp)
             while len(self._bindings) > self.max_entries:
                 self._bindings.popitem(last=False)
+            if now is not None and binding is not None and binding[1] != addr:
+                self._resend_to(kp, addr, now)
+
+    def _resend_to(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        """A KP ID heard from a new address (a device back from sleep, a new lease): its
+        unacknowledged INDs go there at once, with a fresh retry budget, rather than at the next
+        back-off step — which a device awake for moments would mostly sleep through."""
+        for key, d in self._deliveries.items():
+            if key[0] == kp and d.data is not None:
+                self._send_indication(key, d, addr)
+                d.retries = 0
+                d.timeout = self.timing.initial_timeout(self._rng)
+                self._timers.set(key, now + d.timeout)
 
     def _new_delivery(self, key: tuple[KPIdentity, int], addr: Hashable | None,
                       max_size: int | None) -> _Delivery:

@@ -815,6 +815,28 @@ def test_address_change_keeps_inds_flowing_with_the_same_kp_id():
     assert old != net.addr and net.of_type(KPUnreachable, "server") == []
 
 
+def test_a_kp_id_heard_from_a_new_address_gets_its_unacked_ind_at_once():
+    """A device back from sleep (new address) must not wait for the next back-off step, which
+    it would mostly sleep through: its unacknowledged IND follows it with its first request."""
+    sib, kp = subscribed_sib(kp_id=KP_ID)
+    sib.indicate(kp, 5, state(5, 1), 2)
+    [(ind, addr)] = sib.datagrams_to_send(2)
+    assert addr == KP_ADDR  # lost: the device sleeps
+    new = ("203.0.113.5", 41000)
+    sib.receive_datagram(encode(ask(8)._replace(options=Options(credentials=Credentials(KP_ID)))),
+                         new, 3)
+    [e] = events(sib)
+    sib.respond(e.kp, 8, Response(8), 3)
+    sent = sib.datagrams_to_send(3)
+    assert [a for _, a in sent] == [new, new] and sent[1][0] == ind  # the RES, then the IND
+    assert sib.get_timer() >= 3 + 2.0  # a fresh back-off from now
+    sib.receive_datagram(encode(ask(9)._replace(options=Options(credentials=Credentials(KP_ID)))),
+                         new, 4)
+    [e] = events(sib)
+    sib.respond(e.kp, 9, Response(9), 4)
+    assert [a for _, a in sib.datagrams_to_send(4)] == [new]  # same address: just the RES
+
+
 def test_access_denied_request_does_not_divert_inds():
     sib, kp = subscribed_sib(kp_id=KP_ID)
     thief = ("203.0.113.66", 666)
