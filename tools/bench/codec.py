@@ -27,12 +27,9 @@ message's (tests/test_bench_codec.py checks the equivalences term by term).
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
-import os
 import platform
-import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,6 +47,7 @@ from ksp.model import Message, Options, Request, Response, SelectResult
 from ksp.terms import XSD_DATETIME, XSD_FLOAT, IRI, Literal, Triple, Var
 
 from . import _timing
+from ._cli import bench_parser, command_line
 
 GH = "http://example.org/greenhouse#"
 ROWS = 20
@@ -423,31 +421,14 @@ def render(report: Report, command: str, markdown: bool) -> str:
     return "\n".join(parts)
 
 
-def module_command(args: list[str]) -> str:
-    python = sys.executable
-    rel = os.path.relpath(python)
-    if not rel.startswith(".."):
-        python = rel if os.sep in rel else f".{os.sep}{rel}"
-    return shlex.join([python, "-m", "tools.bench.codec", *args])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true",
-                        help="~10 ms per repeat and 3 repeats instead of ~50 ms and 7")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the markdown table for docs/benchmarks.md")
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark and print its table. `prog` is how it was invoked (``ksp bench
     codec``); by default ``<python> -m tools.bench.codec``. The printed command is `prog` plus
     `argv`, so a table always says what produced it."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.codec",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    command = shlex.join([*shlex.split(prog), *argv]) if prog else module_command(argv)
+    args = bench_parser("tools.bench.codec", __doc__, prog,
+                        "~10 ms per repeat and 3 repeats instead of ~50 ms and 7").parse_args(argv)
+    command = command_line("tools.bench.codec", prog, argv)
     print(render(run(args.quick), command, args.markdown))
     return 0
 

@@ -17,10 +17,8 @@ Targets (issue 5): heap after import < 16 KiB, bundle < 24 KiB, 100 % vector agr
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -33,6 +31,8 @@ from ksp import (
 )
 from ksp.jsonmodel import from_json, to_json
 from tools import flash
+
+from ._cli import bench_parser, command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("firmware_probe.py")
@@ -184,15 +184,9 @@ def render(report: dict, command: str, markdown: bool) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.firmware",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="3 rounds of ~50 ms instead of 7 of ~200 ms")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the markdown tables for docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    command = shlex.join([*(shlex.split(prog) if prog else
-                            [os.path.relpath(sys.executable), "-m", "tools.bench.firmware"]), *argv])
+    args = bench_parser("tools.bench.firmware", __doc__, prog,
+                        "3 rounds of ~50 ms instead of 7 of ~200 ms").parse_args(argv)
+    command = command_line("tools.bench.firmware", prog, argv)
     print(render(run(args.quick), command, args.markdown))
     return 0
 

@@ -50,6 +50,8 @@ from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from sib import QuadStore, Sib
 
+from ._cli import command_line
+
 EX = "http://example.org/bench#"
 VALUE = IRI(EX + "value")
 KIND = IRI(EX + "kind")
@@ -484,6 +486,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--kp-inprocess", action="store_true",
                     help="with --udp: the KP sockets in the SIB's process and event loop")
     ap.add_argument("--plot", metavar="FILE.png", help="also draw the results (matplotlib)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.quick:
         args.triples, args.budget, args.max_updates = 10_000, 0.5, 200
@@ -496,7 +499,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         where = "over UDP on loopback, KPs in " + (
             "the SIB's process" if args.kp_inprocess else "a process of their own")
     print(f"SIB subscription processing, {where}, {args.triples:,} triples, "
-          f"{os.cpu_count()} cores (`python -m tools.bench.sib {' '.join(argv or sys.argv[1:])}`)\n")
+          f"{os.cpu_count()} cores (`{command_line('tools.bench.sib', prog, argv)}`)\n")
     print(table(rows, fixed))
     print()
     print(targets(rows, fixed))

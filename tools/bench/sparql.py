@@ -15,8 +15,6 @@ DELETE/INSERT … WHERE with a FILTER — each timed in one interleaved run (`_t
 """
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 
 import pyoxigraph
@@ -26,6 +24,7 @@ from ksp.from_sparql import compile as ksp_compile
 from ksp.to_sparql import render as ksp_render
 
 from . import _timing
+from ._cli import bench_parser, command_line
 from .codec import _markdown_table, _text_table, environment
 
 PRE = ("PREFIX gh: <http://example.org/greenhouse#>\n"
@@ -81,14 +80,9 @@ def table_rows(report: dict[str, dict[str, _timing.Timing]]) -> list[list[str]]:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.sparql",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="~10 ms per repeat and 3 repeats instead of ~50 ms and 7")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the markdown table for docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    command = shlex.join([*shlex.split(prog or "python -m tools.bench.sparql"), *argv])
+    args = bench_parser("tools.bench.sparql", __doc__, prog,
+                        "~10 ms per repeat and 3 repeats instead of ~50 ms and 7").parse_args(argv)
+    command = command_line("tools.bench.sparql", prog, argv)
     rows = table_rows(run(args.quick))
     env = environment()
     method = ("median of interleaved repeats; × KSP = contender µs / KSP compile µs from this "

@@ -26,11 +26,9 @@ Ratios are p50 / the bare echo's p50 from the same run. Target (issue 3): KSP/UD
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
-import shlex
 import shutil
 import socket
 import statistics
@@ -44,6 +42,7 @@ from typing import Awaitable, Callable
 from ksp import IRI, UDP, Literal, Request, Response, Status, Triple, Tx, encode
 from ksp.terms import XSD_FLOAT
 
+from ._cli import bench_parser, command_line
 from .codec import _markdown_table, _text_table
 
 TARGET_UDP_RATIO = 3.0
@@ -325,19 +324,11 @@ def render(results: list[Result], settings: dict, command: str, markdown: bool) 
                       method, f"command: {command}", env])
 
 
-def module_command(args: list[str]) -> str:
-    return shlex.join([os.path.relpath(sys.executable), "-m", "tools.bench.transport", *args])
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog=prog or "python -m tools.bench.transport",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="5 rounds × 100 instead of 20 × 250")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the markdown table for docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    command = shlex.join([*shlex.split(prog), *argv]) if prog else module_command(argv)
+    args = bench_parser("tools.bench.transport", __doc__, prog,
+                        "5 rounds × 100 instead of 20 × 250").parse_args(argv)
+    command = command_line("tools.bench.transport", prog, argv)
     results, settings = run(args.quick)
     print(render(results, settings, command, args.markdown))
     return 0
