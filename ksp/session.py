@@ -826,9 +826,14 @@ class SIBSession:
         if key not in self._timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
             # than the timeout must not postpone KPUnreachable forever.
-            d.retries = 0
-            d.timeout = self.timing.initial_timeout(self._rng)
-            self._timers.set(key, now + d.timeout)
+            self._start_backoff(key, d, now)
+
+    def _start_backoff(self, key: tuple[KPIdentity, int], d: _Delivery, now: float) -> None:
+        """A new retransmission schedule for the IND just sent: full retry budget, first
+        timeout drawn afresh."""
+        d.retries = 0
+        d.timeout = self.timing.initial_timeout(self._rng)
+        self._timers.set(key, now + d.timeout)
 
     def end_persistent(self, kp: KPIdentity, tid: int) -> None:
         """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
@@ -995,9 +1000,7 @@ class SIBSession:
         for key, d in self._deliveries.items():
             if key[0] == kp and d.data is not None:
                 self._send_indication(key, d, addr)
-                d.retries = 0
-                d.timeout = self.timing.initial_timeout(self._rng)
-                self._timers.set(key, now + d.timeout)
+                self._start_backoff(key, d, now)
 
     def _new_delivery(self, key: tuple[KPIdentity, int], addr: Hashable | None,
                       max_size: int | None) -> _Delivery:

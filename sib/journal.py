@@ -88,10 +88,12 @@ class Journal:
         """On a clean stop: mark delivered every operation whose last IND the transport saw
         ACKed (`awaiting_ack(kp, tid, transport)` false). After a crash nothing is settled, so
         a restarted SIB sends each last state again: at least once, never lost."""
-        for saved in list(self):
-            if not saved.delivered and not awaiting_ack(saved.kp, saved.tid, saved.transport):
+        rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport FROM ops "
+                                "WHERE delivered = 0").fetchall()
+        for kp_id, addr, tid, transport in rows:
+            if not awaiting_ack(_kp_of(kp_id, addr), tid, transport):
                 self._db.execute("UPDATE ops SET delivered = 1 WHERE kp_id = ? AND kp_addr = ? "
-                                 "AND tid = ?", (*_kp_key(saved.kp), saved.tid))
+                                 "AND tid = ?", (kp_id, addr, tid))
 
     def remove(self, kp: KPIdentity, tid: int) -> None:
         self._db.execute("DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
