@@ -375,25 +375,17 @@ def _graph_name(pfx: _Prefixes, name: str) -> bytes:
 
 def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, ...],
                     pfx: _Prefixes) -> None:
-    if opts[1:] == UNSET_OPTIONS:  # the common case: at most a prefix list
-        if not prefixes:
-            out.append(0)
-            return
-        if tx not in OPTION_APPLIES[Opt.PREFIX]:
-            raise EncodeError(f"option PREFIX does not apply to {tx.name}")
-        out += bytes((1, Opt.PREFIX, len(prefixes)))
-        out += pfx.entries
-        return
-    present: list[tuple[Opt, object]] = []
-    if prefixes:
-        present.append((Opt.PREFIX, prefixes))
-    for opt, value in ((Opt.DELETE_GRAPH, opts.delete_graphs), (Opt.INSERT_GRAPH, opts.insert_graphs),
-                       (Opt.QUERY_GRAPH, opts.query_graphs), (Opt.OPTIONAL_PATTERN, opts.optional),
-                       (Opt.FILTER, opts.filters), (Opt.SOLUTION_MODIFIER, opts.modifier),
-                       (Opt.BIND, opts.binds), (Opt.MAX_RESPONSE_SIZE, opts.max_response_size),
-                       (Opt.CREDENTIALS, opts.credentials)):
-        if value is not None:
-            present.append((opt, value))
+    present: list[tuple[Opt, object]] = [(Opt.PREFIX, prefixes)] if prefixes else []
+    if opts[1:] != UNSET_OPTIONS:  # (the common case, no option but PREFIX, skips the walk)
+        for opt, value in ((Opt.DELETE_GRAPH, opts.delete_graphs),
+                           (Opt.INSERT_GRAPH, opts.insert_graphs),
+                           (Opt.QUERY_GRAPH, opts.query_graphs),
+                           (Opt.OPTIONAL_PATTERN, opts.optional), (Opt.FILTER, opts.filters),
+                           (Opt.SOLUTION_MODIFIER, opts.modifier), (Opt.BIND, opts.binds),
+                           (Opt.MAX_RESPONSE_SIZE, opts.max_response_size),
+                           (Opt.CREDENTIALS, opts.credentials)):
+            if value is not None:
+                present.append((opt, value))
     out.append(len(present))
     allow_vars = not tx.is_data_update
     for opt, value in present:
