@@ -10,6 +10,7 @@ cannot carry.
 """
 from __future__ import annotations
 
+import os
 import struct
 from enum import Enum
 from typing import Iterable
@@ -923,6 +924,16 @@ def _failure(exc: Exception, status: Status, path: str, pos: int, tid: int) -> D
 
 def decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     """Decode what a SIB receives: a REQ, or (over UDP) an ACK."""
+    if _speedups is not None:
+        msg = _speedups.decode_request(buf, transport is TCP or (transport is not UDP and
+                                                                 Transport(transport) is TCP))
+        if msg is not None:
+            return msg
+    return _decode_kp_message(buf, transport)
+
+
+def _decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
+    """The pure-Python decoder of REQs and ACKs (the C one's oracle, and its answer to errors)."""
     if type(transport) is not Transport:
         transport = Transport(transport)
     buf = bytes(buf)
@@ -1160,6 +1171,19 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
     `answers` is the transaction type of the request it answers: a RES header does not say,
     and the Data field's layout depends on it. Without it, a Data field is an error.
     """
+    if _speedups is not None:
+        form = -1 if answers is None else _RESULT_FORM[answers]
+        msg = _speedups.decode_response(buf, transport is TCP or (transport is not UDP and
+                                                                  Transport(transport) is TCP),
+                                        -1 if form is None else form)
+        if msg is not None:
+            return msg
+    return _decode_sib_message(buf, transport, answers)
+
+
+def _decode_sib_message(buf: bytes, transport: Transport = UDP,
+                        answers: Tx | None = None) -> Response:
+    """The pure-Python decoder of RESs and INDs (the C one's oracle, and its answer to errors)."""
     if type(transport) is not Transport:
         transport = Transport(transport)
     buf = bytes(buf)
@@ -1233,3 +1257,53 @@ def _result_at(buf: bytes, pos: int, form: Tx):
 
 _U16x2 = struct.Struct("<HH")
 _RESULT_FORM = [tx.base if tx and tx.is_query else None for tx in _TX_BY_CODE]
+
+
+# ---------------------------------------------------------------------------------------------
+# The C decoder (ksp/_speedups.c): same answers for valid bytes, None for anything else, which
+# the Python decoders above then answer. KSP_PURE_PYTHON=1 in the environment turns it off.
+
+
+def _load_speedups():
+    if os.environ.get("KSP_PURE_PYTHON"):
+        return None
+    try:
+        from . import _speedups as c
+    except ImportError:
+        return None
+    if (Request._fields != ("tx", "tid", "confirmable", "delete", "insert", "where", "optional",
+                            "template", "projection", "graphs", "source", "target", "options",
+                            "version")
+            or Options._fields[0] != "prefixes" or len(Options._fields) != len(Opt)
+            or Response._fields != ("tid", "status", "result", "indication", "seq", "version")):
+        raise ImportError("ksp._speedups does not match ksp.model")  # a test guards this
+    layout, slots = [], []
+    for tx in _TX_BY_CODE:
+        names = LAYOUT[tx] if tx else ()
+        layout += [_FIELD_KIND[n] for n in names] + [-1] * (4 - len(names))
+        slots += [Request._fields.index(n) for n in names] + [-1] * (4 - len(names))
+    c.setup({
+        "IRI": IRI, "Literal": Literal, "Var": Var, "BNode": BNode, "Triple": Triple,
+        "Request": Request, "Response": Response, "Ack": Ack, "Options": Options,
+        "SelectResult": SelectResult, "ConstructResult": ConstructResult,
+        "AskResult": AskResult, "SolutionModifier": SolutionModifier, "Bind": Bind,
+        "Credentials": Credentials, "float_lexical": float_lexical, "is_lang_tag": is_lang_tag,
+        "xsd_integer": XSD_INTEGER, "xsd_float": XSD_FLOAT, "xsd_datetime": XSD_DATETIME,
+        "xsd_boolean": XSD_BOOLEAN, "xsd_double": XSD_DOUBLE,
+        "xsd_string": XSD_STRING, "rdf_langstring": RDF_LANGSTRING,
+        "no_options": NO_OPTIONS_DECODED,
+        "tx_by_code": tuple(_TX_BY_CODE), "status_by_code": tuple(_STATUS_BY_CODE),
+        "op_by_code": tuple(_OP_BY_CODE.get(i) for i in range(256)),
+        "op_arity": tuple(_OP_BY_CODE[i].arity if i in _OP_BY_CODE else 0 for i in range(256)),
+        "order": tuple(Order), "vars": tuple(Var(i) for i in range(256)),
+        "reserved": _RESERVED_IRIS,
+        "layout": tuple(layout), "layout_slot": tuple(slots),
+        "allow_vars": tuple(int(a) for a in _ALLOW_VARS),
+        "opts_allowed": tuple(sum(1 << o for o in allowed) if allowed else 0
+                              for allowed in _OPTS_ALLOWED),
+        "scalars": (Op.BOUND, Tx.CREATE, VERSION),
+    })
+    return c
+
+
+_speedups = _load_speedups()

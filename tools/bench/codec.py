@@ -20,7 +20,10 @@ Contenders per message (all timed in one interleaved run by `_timing.compare`):
   ``parse_query_results(json, format=JSON)``, every solution turned into a tuple of terms;
 - rdflib: (1) ``parseUpdate(text)``, (2) ``parseQuery(text)`` (parse only; parse + algebra is
   shown in the detail table), (3) ``Result.parse(json, format="json")``, rows into tuples;
-- ``json.loads`` of the SEPA JSON message (the envelope only: the SPARQL inside stays text).
+- ``json.loads`` of the SEPA JSON message (the envelope only: the SPARQL inside stays text);
+- the decoder variants, as extras: ``ksp_decode_nointern`` (the C decoder with its term
+  interning off, as for bytes never seen before) and ``ksp_decode_python`` (the pure-Python
+  decoder, what runs without a C compiler or with KSP_PURE_PYTHON=1).
 
 `check_cases` runs before any timing and refuses to time a contender whose output is not the
 message's (tests/test_bench_codec.py checks the equivalences term by term).
@@ -41,6 +44,7 @@ from rdflib.plugins.sparql.algebra import translateUpdate
 from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
 from rdflib.query import Result as RdflibResult
 
+from ksp import codec
 from ksp.codec import UDP, decode_kp_message, decode_sib_message, encode
 from ksp.codes import RDF, XSD, Op, Status, Tx
 from ksp.model import Message, Options, Request, Response, SelectResult
@@ -173,6 +177,26 @@ def _rdflib_results(data: bytes) -> list[tuple]:
     return [tuple(row) for row in RdflibResult.parse(io.BytesIO(data), format="json")]
 
 
+def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
+    """`decode` with the C decoder's interning off (two C calls around it, ~0.05 µs)."""
+    c = codec._speedups
+    if c is None:
+        return decode
+
+    def run():
+        was = c.set_interning(False)
+        try:
+            return decode()
+        finally:
+            c.set_interning(was)
+    return run
+
+
+def _variants(case: "Case", decode, python_decode) -> dict[str, Callable[[], object]]:
+    return {"ksp_decode": decode, "ksp_decode_nointern": _no_interning(decode),
+            "ksp_decode_python": python_decode}
+
+
 def build_cases() -> list[Case]:
     """The three cases, each with its contenders (zero-argument callables) keyed by role:
     ``ksp_decode``, ``ksp_encode``, ``pyoxigraph``, ``rdflib``, ``json``, and extras
@@ -183,7 +207,8 @@ def build_cases() -> list[Case]:
     case = Case("insert", "(1) sensor INSERT DATA", msg, encode(msg, UDP),
                 update_text.encode("utf-8"), SEPA_UPDATE)
     case.contenders = {
-        "ksp_decode": lambda w=case.wire: decode_kp_message(w, UDP),
+        **_variants(case, lambda w=case.wire: decode_kp_message(w, UDP),
+                    lambda w=case.wire: codec._decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: pyoxigraph.Store().update(update_text),
         "pyoxigraph_store": lambda: pyoxigraph.Store(),
@@ -199,7 +224,8 @@ def build_cases() -> list[Case]:
     case = Case("select", "(2) persistent SELECT + FILTER", msg, encode(msg, UDP),
                 query_text.encode("utf-8"), SEPA_SUBSCRIBE)
     case.contenders = {
-        "ksp_decode": lambda w=case.wire: decode_kp_message(w, UDP),
+        **_variants(case, lambda w=case.wire: decode_kp_message(w, UDP),
+                    lambda w=case.wire: codec._decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: list(empty_store.query(query_text)),
         "rdflib": lambda: parseQuery(query_text),
@@ -213,7 +239,8 @@ def build_cases() -> list[Case]:
     case = Case("result", f"(3) {ROWS}-row SELECT result", msg, encode(msg, UDP), RESULTS_JSON,
                 SEPA_NOTIFICATION, answers)
     case.contenders = {
-        "ksp_decode": lambda w=case.wire: decode_sib_message(w, UDP, answers),
+        **_variants(case, lambda w=case.wire: decode_sib_message(w, UDP, answers),
+                    lambda w=case.wire: codec._decode_sib_message(w, UDP, answers)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda d=RESULTS_JSON: _pyoxigraph_results(d),
         "rdflib": lambda d=RESULTS_JSON: _rdflib_results(d),
@@ -229,6 +256,7 @@ def check_cases(cases: list[Case]) -> None:
         c = case.contenders
         assert as_built(case.decode()) == case.message, f"{case.key}: KSP round trip"
         assert c["ksp_decode"]() == case.decode() and c["ksp_encode"]() == case.wire, case.key
+        assert c["ksp_decode_nointern"]() == c["ksp_decode_python"]() == case.decode(), case.key
         assert json.loads(case.sepa), case.key
         if case.key == "insert":
             store = pyoxigraph.Store()
@@ -349,6 +377,22 @@ def detail_rows(report: Report) -> list[tuple[str, ...]]:
 DETAIL_HEADERS = ("contender", "median µs", "range µs (best–worst)", "loops×repeats")
 
 
+def decoder_lines(report: Report) -> list[str]:
+    """The mix decoded by each decoder variant, with its ratios to pyoxigraph and rdflib."""
+    mix = report.mix
+    lines = []
+    for role, label in (("ksp_decode", "C decoder (ksp._speedups), terms interned"),
+                        ("ksp_decode_nointern", "C decoder, interning off"),
+                        ("ksp_decode_python", "pure-Python decoder")):
+        us = sum(t.median_us for name, t in report.timings.items()
+                 if name.endswith("." + role))
+        lines.append(f"{label}: {_us(us)} µs for the mix, {_x(mix.pyoxigraph / us)} pyoxigraph, "
+                     f"{_x(mix.rdflib / us)} rdflib")
+    if codec._speedups is None:
+        lines.append("(the C decoder is not built or is turned off: all three are Python)")
+    return lines
+
+
 def target_lines(report: Report) -> list[str]:
     lines = []
     for name, got, want, met in report.targets():
@@ -392,6 +436,8 @@ def render(report: Report, command: str, markdown: bool) -> str:
             "",
             "Targets: " + "; ".join(target_lines(report)) + ".",
             "",
+            "Decoders (mix): " + "; ".join(decoder_lines(report)) + ".",
+            "",
             f"Method: {method}.",
             "",
             "<details><summary>Every contender</summary>",
@@ -411,6 +457,8 @@ def render(report: Report, command: str, markdown: bool) -> str:
             _text_table(HEADERS, table_rows(report)),
             "",
             *target_lines(report),
+            "",
+            *decoder_lines(report),
             "",
             _text_table(DETAIL_HEADERS, detail_rows(report)),
             "",

@@ -1,0 +1,1295 @@
+/* ksp._speedups: the decoder of ksp.codec in C, for valid messages only.
+ *
+ * Why: the pure-Python decoder spends its time creating one Python object per term, triple and
+ * row (0.3-0.5 us each), which keeps it from the codec issue's targets. This module builds the
+ * very same objects (ksp.terms and ksp.model types, handed over by codec.py at import) without
+ * the interpreter in between, and interns terms by their bytes: a device sends the same IRIs and
+ * readings over and over.
+ *
+ * It has one rule: return the message the Python decoder would return, or None. None means
+ * "not a message I vouch for" (malformed bytes, or something rare left to Python), and codec.py
+ * then runs the Python decoder, which raises the DecodeError with its status, path and reason.
+ * So every error message stays in one place, and the Python decoder is this module's oracle
+ * (tests/test_speedups.py compares the two on every vector and on random and mutated bytes).
+ *
+ * A REQ's prefix list (the PREFIX option) comes after the data it serves, so a REQ is read
+ * twice: a first pass that only checks the layout and finds the prefix list, a second that
+ * builds the objects. Both passes are the same functions (R.build says which).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef unsigned char uchar;
+
+/* ------------------------------------------------------------------------------------------ */
+/* What codec.py hands over (setup()) */
+
+static struct {
+    PyTypeObject *IRI, *Literal, *Var, *BNode, *Triple, *Request, *Response, *Ack, *Options,
+        *SelectResult, *ConstructResult;
+    PyObject *AskResult, *SolutionModifier, *Bind, *Credentials; /* called (dataclasses) */
+    PyObject *float_lexical;  /* literals.float_lexical(value) -> str */
+    PyObject *xsd_integer, *xsd_float, *xsd_datetime, *xsd_boolean, *xsd_double;
+    PyObject *str_true, *str_false;
+    PyObject *is_lang_tag;    /* literals.is_lang_tag(tag) -> bool */
+    PyObject *xsd_string, *rdf_langstring, *empty_str, *no_options, *empty_tuple;
+    PyObject *tx_by_code[128];     /* Tx member or NULL */
+    PyObject *status_by_code[128]; /* Status member or int */
+    PyObject *op_by_code[256];     /* Op member or NULL */
+    PyObject *order[3];            /* Order members */
+    PyObject *vars[256];           /* Var(i) */
+    PyObject *reserved[256];       /* reserved-word IRIs */
+    int n_reserved;
+    int op_arity[256];
+    int op_bound;
+    signed char layout[128][4];    /* field kinds per tx code, -1 ends */
+    signed char layout_slot[128][4]; /* Request field index per entry */
+    int allow_vars[128];
+    unsigned int opts_allowed[128]; /* bit per option code */
+    int tx_create;
+    int version;
+    int ready;
+} K;
+
+/* Request fields (checked against Request._fields by codec.py) */
+enum { RQ_TX, RQ_TID, RQ_CON, RQ_DELETE, RQ_INSERT, RQ_WHERE, RQ_OPTIONAL, RQ_TEMPLATE,
+       RQ_PROJECTION, RQ_GRAPHS, RQ_SOURCE, RQ_TARGET, RQ_OPTIONS, RQ_VERSION, RQ_N };
+enum { FK_GRAPH, FK_PROJECTION, FK_OPTIONAL, FK_NAMES, FK_IRI };
+enum { OP_PREFIX, OP_DELETE_GRAPH, OP_INSERT_GRAPH, OP_QUERY_GRAPH, OP_OPTIONAL, OP_FILTER,
+       OP_MODIFIER, OP_BIND, OP_MAX_SIZE, OP_CREDENTIALS, OP_N };
+enum { FORM_SELECT = 0x07, FORM_ASK = 0x08, FORM_CONSTRUCT = 0x09 };
+
+/* ------------------------------------------------------------------------------------------ */
+/* Term interning: a direct-mapped cache from bytes to an immutable term object */
+
+#define CACHE_BITS 13
+#define CACHE_SIZE (1u << CACHE_BITS)
+#define CACHE_KEY_MAX 256
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t len;  /* -1: empty slot */
+    PyObject *val;
+    uchar key[CACHE_KEY_MAX];
+} Slot;
+
+static Slot *cache;
+static int interning = 1; /* off only to measure what interning saves (tools/bench/codec.py) */
+
+static inline uint64_t mix(uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_bytes(uint64_t h, const uchar *p, Py_ssize_t n) {
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = mix(h, w);
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    return mix(h, w ^ ((uint64_t)n << 56));
+}
+
+/* Key = tag byte, then a, then b. Returns a new reference or NULL (not cached). */
+typedef struct {
+    uint64_t hash;
+    Slot *slot;
+    int cacheable;
+} CacheKey;
+
+static PyObject *cache_get(CacheKey *k, uchar tag, const uchar *a, Py_ssize_t alen,
+                           const uchar *b, Py_ssize_t blen) {
+    Py_ssize_t len = 1 + alen + blen;
+    k->cacheable = interning && len <= CACHE_KEY_MAX;
+    if (!k->cacheable)
+        return NULL;
+    uint64_t h = hash_bytes(hash_bytes(0x243F6A8885A308D3ULL ^ tag, a, alen), b, blen);
+    Slot *s = &cache[h & (CACHE_SIZE - 1)];
+    k->hash = h;
+    k->slot = s;
+    if (s->len == len && s->hash == h && s->key[0] == tag && memcmp(s->key + 1, a, alen) == 0 &&
+        memcmp(s->key + 1 + alen, b, blen) == 0) {
+        Py_INCREF(s->val);
+        return s->val;
+    }
+    return NULL;
+}
+
+static void cache_put(CacheKey *k, uchar tag, const uchar *a, Py_ssize_t alen, const uchar *b,
+                      Py_ssize_t blen, PyObject *val) {
+    if (!k->cacheable)
+        return;
+    Slot *s = k->slot;
+    PyObject *old = s->val;
+    s->hash = k->hash;
+    s->len = 1 + alen + blen;
+    s->key[0] = tag;
+    memcpy(s->key + 1, a, alen);
+    memcpy(s->key + 1 + alen, b, blen);
+    Py_INCREF(val);
+    s->val = val;
+    Py_XDECREF(old);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Object builders */
+
+/* A tuple subclass instance (NamedTuple) from n new references; steals them. */
+static PyObject *named(PyTypeObject *type, Py_ssize_t n, PyObject **items) {
+    PyObject *obj = type->tp_alloc(type, n);
+    if (obj == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(obj, i, items[i]);
+    return obj;
+}
+
+static PyObject *named3(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c) {
+    PyObject *items[3] = {a, b, c};
+    return named(type, 3, items);
+}
+
+static PyObject *make_iri(const uchar *a, Py_ssize_t alen, const uchar *b, Py_ssize_t blen) {
+    PyObject *text;
+    if (alen == 0) {
+        text = PyUnicode_DecodeUTF8((const char *)b, blen, "strict");
+    } else {
+        char small[512];
+        char *joined = alen + blen <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc(alen + blen);
+        if (joined == NULL)
+            return PyErr_NoMemory();
+        memcpy(joined, a, alen);
+        memcpy(joined + alen, b, blen);
+        text = PyUnicode_DecodeUTF8(joined, alen + blen, "strict");
+        if (joined != small)
+            PyMem_Free(joined);
+    }
+    if (text == NULL)
+        return NULL;
+    PyObject *iri = PyObject_CallOneArg((PyObject *)K.IRI, text);
+    Py_DECREF(text);
+    return iri;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The reader */
+
+typedef struct {
+    const uchar *buf;
+    Py_ssize_t len;
+    Py_ssize_t pos;
+    int build;      /* 0: check the layout only, 1: build objects */
+    int npfx;       /* -1: unknown yet (first pass) */
+    const uchar *pfx_ptr[256];
+    Py_ssize_t pfx_len[256];
+    Py_ssize_t prefix_option; /* first pass: offset of the PREFIX option's count, or -1 */
+    int opt_count;  /* the REQ's option count */
+} R;
+
+#define NEED(r, n) do { if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return -1; } while (0)
+
+static int byte_at(R *r, int *out) {
+    NEED(r, 1);
+    *out = r->buf[r->pos++];
+    return 0;
+}
+
+static int uri_len(R *r, Py_ssize_t *n) {
+    NEED(r, 1);
+    int b0 = r->buf[r->pos];
+    if (b0 < 0x80) {
+        r->pos += 1;
+        *n = b0;
+        return 0;
+    }
+    NEED(r, 2);
+    Py_ssize_t v = (b0 & 0x7F) | (r->buf[r->pos + 1] << 7);
+    if (v < 0x80)
+        return -1;
+    r->pos += 2;
+    *n = v;
+    return 0;
+}
+
+static int str_len(R *r, Py_ssize_t *n) {
+    NEED(r, 1);
+    int b0 = r->buf[r->pos];
+    if (b0 < 0x40) {
+        r->pos += 1;
+        *n = b0;
+        return 0;
+    }
+    int width = b0 >> 6;
+    NEED(r, 1 + width);
+    Py_ssize_t v = b0 & 0x3F;
+    for (int i = 0; i < width; i++)
+        v |= (Py_ssize_t)r->buf[r->pos + 1 + i] << (6 + 8 * i);
+    static const Py_ssize_t minimum[3] = {0x40, 0x4000, 0x400000};
+    if (v < minimum[width - 1])
+        return -1;
+    r->pos += 1 + width;
+    *n = v;
+    return 0;
+}
+
+/* Text of n bytes: a str when building (strict UTF-8, as bytes.decode), else only bounds. */
+static int text(R *r, Py_ssize_t n, PyObject **out) {
+    NEED(r, n);
+    const uchar *p = r->buf + r->pos;
+    r->pos += n;
+    if (!r->build)
+        return 0;
+    *out = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    return *out ? 0 : -1;
+}
+
+/* A URI field (§4.1). */
+static int uri(R *r, PyObject **out) {
+    int index;
+    Py_ssize_t n;
+    if (byte_at(r, &index) || uri_len(r, &n))
+        return -1;
+    NEED(r, n);
+    const uchar *local = r->buf + r->pos;
+    r->pos += n;
+    if (!r->build)
+        return 0;
+    const uchar *pre = NULL;
+    Py_ssize_t plen = 0;
+    if (index) {
+        if (index > r->npfx)
+            return -1;
+        pre = r->pfx_ptr[index - 1];
+        plen = r->pfx_len[index - 1];
+    }
+    CacheKey k;
+    PyObject *iri = cache_get(&k, 'I', pre, plen, local, n);
+    if (iri == NULL) {
+        iri = make_iri(pre, plen, local, n);
+        if (iri == NULL)
+            return -1;
+        cache_put(&k, 'I', pre, plen, local, n, iri);
+    }
+    *out = iri;
+    return 0;
+}
+
+static const int FIXED_SIZE[8] = {-1, 4, 4, 19, 1, -1, -1, 8};
+
+static int digits(const uchar *p, int n) {
+    for (int i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* literals.is_datetime19: YYYY-MM-DDThh:mm:ss with months 01-12, days 01-31, hours 00-23. */
+static int is_datetime19(const uchar *p) {
+    if (!digits(p, 4) || p[4] != '-' || !digits(p + 5, 2) || p[7] != '-' || !digits(p + 8, 2) ||
+        p[10] != 'T' || !digits(p + 11, 2) || p[13] != ':' || !digits(p + 14, 2) || p[16] != ':' ||
+        !digits(p + 17, 2))
+        return 0;
+    int month = (p[5] - '0') * 10 + p[6] - '0', day = (p[8] - '0') * 10 + p[9] - '0';
+    int hour = (p[11] - '0') * 10 + p[12] - '0';
+    return month >= 1 && month <= 12 && day >= 1 && day <= 31 && hour <= 23 && p[14] <= '5' &&
+           p[17] <= '5';
+}
+
+/* terms.double_lexical: repr(), or INF, -INF, NaN. */
+static PyObject *double_lexical(double v) {
+    if (Py_IS_NAN(v))
+        return PyUnicode_FromString("NaN");
+    if (Py_IS_INFINITY(v))
+        return PyUnicode_FromString(v > 0 ? "INF" : "-INF");
+    char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return NULL;
+    PyObject *s = PyUnicode_FromString(text);
+    PyMem_Free(text);
+    return s;
+}
+
+/* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7). */
+static PyObject *fixed_literal(int kind, const uchar *p) {
+    PyObject *lex = NULL, *datatype = NULL;
+    uint32_t u32 = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
+    switch (kind) {
+    case 1:
+        lex = PyUnicode_FromFormat("%d", (int)(int32_t)u32);
+        datatype = K.xsd_integer;
+        break;
+    case 2: {
+        float f;
+        memcpy(&f, &u32, 4);
+        PyObject *value = PyFloat_FromDouble((double)f);
+        if (value == NULL)
+            return NULL;
+        lex = PyObject_CallOneArg(K.float_lexical, value); /* shortest binary32 digits */
+        Py_DECREF(value);
+        datatype = K.xsd_float;
+        break;
+    }
+    case 3:
+        if (!is_datetime19(p))
+            return NULL;
+        lex = PyUnicode_DecodeASCII((const char *)p, 19, "strict");
+        datatype = K.xsd_datetime;
+        break;
+    case 4:
+        lex = Py_NewRef(p[0] ? K.str_true : K.str_false);
+        datatype = K.xsd_boolean;
+        break;
+    default: {
+        uint64_t u64 = u32 | ((uint64_t)(p[4] | (p[5] << 8) | (p[6] << 16) |
+                                         ((uint32_t)p[7] << 24)) << 32);
+        double d;
+        memcpy(&d, &u64, 8);
+        lex = double_lexical(d);
+        datatype = K.xsd_double;
+    }
+    }
+    if (lex == NULL)
+        return NULL;
+    Py_INCREF(datatype);
+    Py_INCREF(Py_None);
+    return named3(K.Literal, lex, datatype, Py_None);
+}
+
+/* A Literal field (§4.2) starting at its literal-type byte. */
+static int literal(R *r, PyObject **out) {
+    int kind;
+    if (byte_at(r, &kind))
+        return -1;
+    if (kind < 8 && FIXED_SIZE[kind] > 0) {
+        Py_ssize_t size = FIXED_SIZE[kind];
+        NEED(r, size);
+        const uchar *raw = r->buf + r->pos - 1; /* with the kind byte, as codec's cache key */
+        r->pos += size;
+        if (kind == 4 && raw[1] > 1)
+            return -1;
+        CacheKey k;
+        PyObject *lit = cache_get(&k, 'L', raw, size + 1, NULL, 0);
+        if (lit == NULL) {
+            lit = fixed_literal(kind, raw + 1);
+            if (lit == NULL)
+                return -1;
+            cache_put(&k, 'L', raw, size + 1, NULL, 0, lit);
+        }
+        if (r->build)
+            *out = lit;
+        else
+            Py_DECREF(lit);
+        return 0;
+    }
+    Py_ssize_t n;
+    if (kind == 0) {
+        if (str_len(r, &n))
+            return -1;
+        NEED(r, n);
+        const uchar *p = r->buf + r->pos;
+        r->pos += n;
+        if (!r->build)
+            return 0;
+        CacheKey k;
+        PyObject *lit = cache_get(&k, 'S', p, n, NULL, 0);
+        if (lit == NULL) {
+            PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+            if (s == NULL)
+                return -1;
+            Py_INCREF(K.xsd_string);
+            Py_INCREF(Py_None);
+            lit = named3(K.Literal, s, K.xsd_string, Py_None);
+            if (lit == NULL)
+                return -1;
+            cache_put(&k, 'S', p, n, NULL, 0, lit);
+        }
+        *out = lit;
+        return 0;
+    }
+    if (kind == 5) {
+        int tag_len;
+        PyObject *tag = NULL, *lex = NULL;
+        if (byte_at(r, &tag_len) || text(r, tag_len, &tag))
+            return -1;
+        if (r->build) {
+            PyObject *ok = PyObject_CallOneArg(K.is_lang_tag, tag);
+            int truth = ok ? PyObject_IsTrue(ok) : -1;
+            Py_XDECREF(ok);
+            if (truth != 1) {
+                Py_DECREF(tag);
+                return -1;
+            }
+        }
+        if (str_len(r, &n) || text(r, n, &lex)) {
+            Py_XDECREF(tag);
+            return -1;
+        }
+        if (r->build) {
+            Py_INCREF(K.rdf_langstring);
+            *out = named3(K.Literal, lex, K.rdf_langstring, tag);
+            return *out ? 0 : -1;
+        }
+        return 0;
+    }
+    if (kind == 6) {
+        PyObject *datatype = NULL, *lex = NULL;
+        if (uri(r, &datatype))
+            return -1;
+        if (r->build) {
+            int bad = PyUnicode_GET_LENGTH(datatype) == 0 ||
+                      PyUnicode_Compare(datatype, K.rdf_langstring) == 0;
+            if (bad) {
+                Py_DECREF(datatype);
+                return -1;
+            }
+        }
+        if (str_len(r, &n) || text(r, n, &lex)) {
+            Py_XDECREF(datatype);
+            return -1;
+        }
+        if (r->build) {
+            Py_INCREF(Py_None);
+            *out = named3(K.Literal, lex, datatype, Py_None);
+            return *out ? 0 : -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* A non-Empty triple member or result term of member type `code` (1-5). */
+static int member(R *r, int code, PyObject **out) {
+    int b;
+    switch (code) {
+    case 1:
+        return uri(r, out);
+    case 4:
+        return literal(r, out);
+    case 3:
+        if (byte_at(r, &b))
+            return -1;
+        if (r->build) {
+            *out = K.vars[b];
+            Py_INCREF(*out);
+        }
+        return 0;
+    case 2:
+        if (byte_at(r, &b) || b >= K.n_reserved)
+            return -1;
+        if (r->build) {
+            *out = K.reserved[b];
+            Py_INCREF(*out);
+        }
+        return 0;
+    case 5: {
+        Py_ssize_t n;
+        PyObject *label = NULL;
+        if (uri_len(r, &n) || n == 0 || text(r, n, &label))
+            return -1;
+        if (r->build) {
+            *out = named(K.BNode, 1, &label);
+            return *out ? 0 : -1;
+        }
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* `count` Triple fields as a tuple (§5.0). */
+static int triples(R *r, Py_ssize_t count, int allow_vars, PyObject **out) {
+    PyObject *result = NULL;
+    if (r->build) {
+        result = PyTuple_New(count);
+        if (result == NULL)
+            return -1;
+    }
+    PyObject *prev[3] = {NULL, NULL, NULL}; /* borrowed from the previous triple */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int b;
+        if (byte_at(r, &b))
+            goto fail;
+        int codes[3] = {b & 7, (b >> 3) & 3, b >> 5};
+        if (codes[0] == 4 || codes[0] > 5 || codes[2] > 5)
+            goto fail;
+        if (i == 0 && !(codes[0] && codes[1] && codes[2]))
+            goto fail;
+        if (!allow_vars && (codes[0] == 3 || codes[1] == 3 || codes[2] == 3))
+            goto fail;
+        PyObject *m[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < 3; k++) {
+            if (codes[k]) {
+                if (member(r, codes[k], &m[k])) {
+                    Py_XDECREF(m[0]);
+                    Py_XDECREF(m[1]);
+                    goto fail;
+                }
+            } else if (r->build) {
+                m[k] = prev[k];
+                Py_INCREF(m[k]);
+            }
+        }
+        if (r->build) {
+            PyObject *t = named3(K.Triple, m[0], m[1], m[2]);
+            if (t == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(result, i, t);
+            prev[0] = m[0];
+            prev[1] = m[1];
+            prev[2] = m[2];
+        }
+    }
+    if (r->build)
+        *out = result;
+    return 0;
+fail:
+    Py_XDECREF(result);
+    return -1;
+}
+
+static int graph(R *r, int allow_vars, PyObject **out) {
+    int count;
+    if (byte_at(r, &count))
+        return -1;
+    return triples(r, count, allow_vars, out);
+}
+
+/* A tuple of `count` items read by `item` (a NULL tuple in the first pass). */
+typedef int (*ItemFn)(R *r, void *arg, PyObject **out);
+
+static int items(R *r, Py_ssize_t count, ItemFn item, void *arg, PyObject **out) {
+    PyObject *result = NULL;
+    if (r->build && (result = PyTuple_New(count)) == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *value = NULL;
+        if (item(r, arg, &value)) {
+            Py_XDECREF(result);
+            return -1;
+        }
+        if (r->build)
+            PyTuple_SET_ITEM(result, i, value);
+    }
+    if (r->build)
+        *out = result;
+    return 0;
+}
+
+static int graph_item(R *r, void *allow_vars, PyObject **out) {
+    return graph(r, *(int *)allow_vars, out);
+}
+
+static int uri_item(R *r, void *unused, PyObject **out) {
+    (void)unused;
+    return uri(r, out);
+}
+
+/* An RPN expression (§8): tokens, then the same arity check as codec._check_rpn. */
+static int expression(R *r, void *unused, PyObject **out) {
+    (void)unused;
+    int count;
+    if (byte_at(r, &count) || count == 0)
+        return -1;
+    PyObject *result = NULL;
+    if (r->build && (result = PyTuple_New(count)) == NULL)
+        return -1;
+    int depth = 0, prev_var = 0;
+    for (int i = 0; i < count; i++) {
+        int code, is_var = 0;
+        PyObject *token = NULL;
+        if (byte_at(r, &code))
+            goto fail;
+        if (code == 0x05) { /* variable */
+            int index;
+            if (byte_at(r, &index))
+                goto fail;
+            if (r->build) {
+                token = K.vars[index];
+                Py_INCREF(token);
+            }
+            is_var = 1;
+            depth += 1;
+        } else if (code == 0x06) { /* URI */
+            if (uri(r, &token))
+                goto fail;
+            depth += 1;
+        } else if (code <= 0x04) { /* literal, the code being its literal type */
+            r->pos -= 1;
+            if (literal(r, &token))
+                goto fail;
+            depth += 1;
+        } else if (code == 0x18) { /* any literal */
+            if (literal(r, &token))
+                goto fail;
+            depth += 1;
+        } else {
+            PyObject *op = K.op_by_code[code];
+            if (op == NULL)
+                goto fail;
+            if (code == K.op_bound && !prev_var)
+                goto fail;
+            int arity = K.op_arity[code];
+            if (depth < arity)
+                goto fail;
+            depth -= arity - 1;
+            if (r->build) {
+                token = op;
+                Py_INCREF(token);
+            }
+        }
+        prev_var = is_var;
+        if (r->build)
+            PyTuple_SET_ITEM(result, i, token);
+    }
+    if (depth != 1)
+        goto fail;
+    if (r->build)
+        *out = result;
+    return 0;
+fail:
+    Py_XDECREF(result);
+    return -1;
+}
+
+static int bind_item(R *r, void *unused, PyObject **out) {
+    int var;
+    PyObject *expr = NULL;
+    if (byte_at(r, &var) || expression(r, unused, &expr))
+        return -1;
+    if (!r->build)
+        return 0;
+    PyObject *var_obj = PyLong_FromLong(var);
+    if (var_obj == NULL) {
+        Py_DECREF(expr);
+        return -1;
+    }
+    PyObject *args[2] = {var_obj, expr};
+    *out = PyObject_Vectorcall(K.Bind, args, 2, NULL);
+    Py_DECREF(var_obj);
+    Py_DECREF(expr);
+    return *out ? 0 : -1;
+}
+
+/* One prefix-list entry: a URI field with prefix index 0 and a non-empty string. */
+static int prefix_entry(R *r, int i, PyObject **out) {
+    int index;
+    Py_ssize_t n;
+    if (byte_at(r, &index) || index != 0 || uri_len(r, &n) || n == 0)
+        return -1;
+    NEED(r, n);
+    r->pfx_ptr[i] = r->buf + r->pos;
+    r->pfx_len[i] = n;
+    r->pos += n;
+    if (!r->build)
+        return 0;
+    *out = PyUnicode_DecodeUTF8((const char *)r->pfx_ptr[i], n, "strict");
+    return *out ? 0 : -1;
+}
+
+/* A prefix list (count, then entries) as a tuple of str; the reader resolves against it. */
+static PyObject *prefix_list(R *r) {
+    int n;
+    if (byte_at(r, &n))
+        return NULL;
+    PyObject *prefixes = PyTuple_New(n);
+    if (prefixes == NULL)
+        return NULL;
+    for (int j = 0; j < n; j++) {
+        PyObject *entry;
+        if (prefix_entry(r, j, &entry)) {
+            Py_DECREF(prefixes);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(prefixes, j, entry);
+    }
+    r->npfx = n;
+    return prefixes;
+}
+
+static PyObject *u16(const uchar *p) { return PyLong_FromLong(p[0] | (p[1] << 8)); }
+
+static int modifier(R *r, PyObject **out) {
+    int flags, order_var = -1;
+    if (byte_at(r, &flags))
+        return -1;
+    int order = flags & 3;
+    if ((flags & 0xE0) || order == 3)
+        return -1;
+    if (order && byte_at(r, &order_var))
+        return -1;
+    const uchar *limit = NULL, *offset = NULL;
+    if (flags & 4) {
+        NEED(r, 2);
+        limit = r->buf + r->pos;
+        r->pos += 2;
+    }
+    if (flags & 8) {
+        NEED(r, 2);
+        offset = r->buf + r->pos;
+        r->pos += 2;
+    }
+    if (!r->build)
+        return 0;
+    PyObject *args[5] = {K.order[order], NULL, NULL, NULL, (flags & 16) ? Py_True : Py_False};
+    args[1] = order ? PyLong_FromLong(order_var) : Py_NewRef(Py_None);
+    args[2] = limit ? u16(limit) : Py_NewRef(Py_None);
+    args[3] = offset ? u16(offset) : Py_NewRef(Py_None);
+    *out = (args[1] && args[2] && args[3]) ? PyObject_Vectorcall(K.SolutionModifier, args, 5, NULL)
+                                           : NULL;
+    Py_XDECREF(args[1]);
+    Py_XDECREF(args[2]);
+    Py_XDECREF(args[3]);
+    return *out ? 0 : -1;
+}
+
+/* The options of a REQ (§7); values[] by option code, new references. */
+static int options(R *r, int tx, PyObject **values) {
+    int count;
+    if (byte_at(r, &count))
+        return -1;
+    r->opt_count = count;
+    unsigned int seen = 0;
+    int allow_vars = K.allow_vars[tx];
+    for (int i = 0; i < count; i++) {
+        int code;
+        if (byte_at(r, &code) || code >= OP_N || !(K.opts_allowed[tx] & (1u << code)) ||
+            (seen & (1u << code)))
+            return -1;
+        seen |= 1u << code;
+        PyObject **value = &values[code];
+        if (code == OP_MAX_SIZE) {
+            NEED(r, 4);
+            const uchar *p = r->buf + r->pos;
+            r->pos += 4;
+            if (r->build) {
+                uint32_t v = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
+                if ((*value = PyLong_FromUnsignedLong(v)) == NULL)
+                    return -1;
+            }
+        } else if (code == OP_CREDENTIALS) {
+            NEED(r, 17);
+            const uchar *kp_id = r->buf + r->pos;
+            int plen = kp_id[16];
+            r->pos += 17;
+            PyObject *password = NULL;
+            if (text(r, plen, &password))
+                return -1;
+            if (r->build) {
+                PyObject *id = PyBytes_FromStringAndSize((const char *)kp_id, 16);
+                if (id == NULL) {
+                    Py_DECREF(password);
+                    return -1;
+                }
+                PyObject *args[2] = {id, password};
+                *value = PyObject_Vectorcall(K.Credentials, args, 2, NULL);
+                Py_DECREF(id);
+                Py_DECREF(password);
+                if (*value == NULL)
+                    return -1;
+            }
+        } else if (code == OP_MODIFIER) {
+            if (modifier(r, value))
+                return -1;
+        } else {
+            int n;
+            if (byte_at(r, &n) || n == 0)
+                return -1;
+            int rc;
+            if (code == OP_PREFIX) {
+                if (!r->build) {
+                    r->prefix_option = r->pos - 1;
+                    for (int j = 0; j < n; j++)
+                        if (prefix_entry(r, j, NULL))
+                            return -1;
+                    rc = 0;
+                } else {
+                    /* the second pass already holds the prefix list: skip its bytes */
+                    for (int j = 0; j < n; j++) {
+                        Py_ssize_t len;
+                        r->pos += 1;
+                        if (uri_len(r, &len))
+                            return -1;
+                        r->pos += len;
+                    }
+                    *value = NULL; /* filled in by the caller */
+                    rc = 0;
+                }
+            } else if (code == OP_OPTIONAL) {
+                rc = items(r, n, graph_item, &allow_vars, value);
+            } else if (code == OP_FILTER) {
+                rc = items(r, n, expression, NULL, value);
+            } else if (code == OP_BIND) {
+                rc = items(r, n, bind_item, NULL, value);
+            } else {
+                rc = items(r, n, uri_item, NULL, value);
+            }
+            if (rc)
+                return -1;
+        }
+    }
+    return r->pos == r->len ? 0 : -1;
+}
+
+/* The data fields of a REQ (§5) into fields[] by Request field index. */
+static int data_fields(R *r, int tx, PyObject **fields) {
+    int allow_vars = K.allow_vars[tx];
+    for (int i = 0; i < 4 && K.layout[tx][i] >= 0; i++) {
+        PyObject **value = &fields[(int)K.layout_slot[tx][i]];
+        int n;
+        switch (K.layout[tx][i]) {
+        case FK_GRAPH:
+            if (graph(r, allow_vars, value))
+                return -1;
+            break;
+        case FK_PROJECTION:
+            if (byte_at(r, &n))
+                return -1;
+            if (r->build && (*value = PyLong_FromLong(n)) == NULL)
+                return -1;
+            break;
+        case FK_OPTIONAL:
+            if (byte_at(r, &n) || items(r, n, graph_item, &allow_vars, value))
+                return -1;
+            break;
+        case FK_NAMES:
+            if (byte_at(r, &n) || n == 0 || items(r, n, uri_item, NULL, value))
+                return -1;
+            if (r->build && tx == K.tx_create) {
+                for (int j = 0; j < n; j++)
+                    if (PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(*value, j)) == 0)
+                        return -1;
+            }
+            break;
+        default:
+            if (uri(r, value))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int header(const uchar *buf, Py_ssize_t len, int tcp, Py_ssize_t *pos) {
+    if (tcp) {
+        if (len < 8)
+            return -1;
+        uint32_t length = buf[4] | (buf[5] << 8) | (buf[6] << 16) | ((uint32_t)buf[7] << 24);
+        if ((Py_ssize_t)length != len)
+            return -1;
+        *pos = 8;
+    } else {
+        if (len < 4)
+            return -1;
+        *pos = 4;
+    }
+    return buf[0] == K.version ? 0 : -1;
+}
+
+static void clear(PyObject **values, int n) {
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(values[i]);
+}
+
+static PyObject *decode_request(const uchar *buf, Py_ssize_t len, int tcp) {
+    Py_ssize_t pos;
+    if (header(buf, len, tcp, &pos))
+        Py_RETURN_NONE;
+    int type_byte = buf[1], code = type_byte & 0x7F, tid = buf[2] | (buf[3] << 8);
+    if (code == 0) {
+        if (type_byte || tcp)
+            Py_RETURN_NONE;
+        PyObject *items[3] = {PyLong_FromLong(tid), NULL, PyLong_FromLong(K.version)};
+        if (len - pos == 0)
+            items[1] = Py_NewRef(Py_None);
+        else if (len - pos == 2)
+            items[1] = u16(buf + pos);
+        if (items[1] == NULL) {
+            Py_XDECREF(items[0]);
+            Py_XDECREF(items[2]);
+            Py_RETURN_NONE;
+        }
+        return named(K.Ack, 3, items);
+    }
+    if (K.tx_by_code[code] == NULL)
+        Py_RETURN_NONE;
+
+    R *r = PyMem_Malloc(sizeof(R));
+    if (r == NULL)
+        return PyErr_NoMemory();
+    r->buf = buf;
+    r->len = len;
+    r->build = 0;
+    r->npfx = 0;
+    r->prefix_option = -1;
+    PyObject *fields[RQ_N] = {NULL};
+    PyObject *opts[OP_N] = {NULL};
+    PyObject *result = NULL;
+    /* first pass: the layout, and where the prefix list is */
+    r->pos = pos;
+    if (data_fields(r, code, fields) || options(r, code, opts))
+        goto bad;
+    PyObject *prefixes = NULL;
+    if (r->prefix_option >= 0) {
+        r->build = 1;
+        r->pos = r->prefix_option;
+        if ((prefixes = prefix_list(r)) == NULL)
+            goto bad;
+    }
+    /* second pass: the objects */
+    r->build = 1;
+    r->pos = pos;
+    if (data_fields(r, code, fields) || options(r, code, opts)) {
+        Py_XDECREF(prefixes);
+        goto bad;
+    }
+    PyObject *options_obj;
+    if (r->opt_count == 0) {
+        options_obj = Py_NewRef(K.no_options); /* as codec's NO_OPTIONS_DECODED */
+    } else {
+        opts[OP_PREFIX] = prefixes ? prefixes : Py_NewRef(K.empty_tuple);
+        for (int i = 1; i < OP_N; i++)
+            if (opts[i] == NULL)
+                opts[i] = Py_NewRef(Py_None);
+        options_obj = named(K.Options, OP_N, opts);
+        memset(opts, 0, sizeof opts);
+        if (options_obj == NULL)
+            goto bad;
+    }
+    fields[RQ_TX] = Py_NewRef(K.tx_by_code[code]);
+    fields[RQ_TID] = PyLong_FromLong(tid);
+    fields[RQ_CON] = Py_NewRef(type_byte > 0x7F ? Py_True : Py_False);
+    fields[RQ_OPTIONS] = options_obj;
+    fields[RQ_VERSION] = PyLong_FromLong(K.version);
+    for (int i = 0; i < RQ_N; i++)
+        if (fields[i] == NULL)
+            fields[i] = Py_NewRef(Py_None);
+    result = named(K.Request, RQ_N, fields);
+    PyMem_Free(r);
+    if (result != NULL)
+        return result;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+bad:
+    clear(fields, RQ_N);
+    clear(opts, OP_N);
+    PyMem_Free(r);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* The Data field of a SELECT/CONSTRUCT/ASK result (§6). */
+static PyObject *result_at(R *r, int form) {
+    if (form == FORM_ASK) {
+        int b;
+        if (byte_at(r, &b) || b > 1)
+            return NULL;
+        PyObject *arg = b ? Py_True : Py_False;
+        return PyObject_CallOneArg(K.AskResult, arg);
+    }
+    PyObject *prefixes = prefix_list(r);
+    if (prefixes == NULL)
+        return NULL;
+    if (r->len - r->pos < 4) {
+        Py_DECREF(prefixes);
+        return NULL;
+    }
+    const uchar *p = r->buf + r->pos;
+    int total = p[0] | (p[1] << 8), count = p[2] | (p[3] << 8);
+    r->pos += 4;
+    if (count > total) {
+        Py_DECREF(prefixes);
+        return NULL;
+    }
+    PyObject *items[4] = {NULL, NULL, NULL, NULL};
+    if (form == FORM_CONSTRUCT) {
+        if (triples(r, count, 0, &items[0])) {
+            Py_DECREF(prefixes);
+            return NULL;
+        }
+        items[1] = PyLong_FromLong(total);
+        items[2] = prefixes;
+        if (items[1] == NULL) {
+            Py_DECREF(items[0]);
+            Py_DECREF(prefixes);
+            return NULL;
+        }
+        return named(K.ConstructResult, 3, items);
+    }
+    int variables;
+    if (byte_at(r, &variables)) {
+        Py_DECREF(prefixes);
+        return NULL;
+    }
+    PyObject *rows = PyTuple_New(count);
+    if (rows == NULL) {
+        Py_DECREF(prefixes);
+        return NULL;
+    }
+    for (int i = 0; i < count; i++) {
+        PyObject *row = PyTuple_New(variables);
+        if (row == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(rows, i, row);
+        for (int v = 0; v < variables; v++) {
+            int code;
+            PyObject *term;
+            if (byte_at(r, &code) || code == 3)
+                goto fail;
+            if (code == 0)
+                term = Py_NewRef(Py_None);
+            else if (member(r, code, &term))
+                goto fail;
+            PyTuple_SET_ITEM(row, v, term);
+        }
+    }
+    items[0] = PyLong_FromLong(variables);
+    items[1] = rows;
+    items[2] = PyLong_FromLong(total);
+    items[3] = prefixes;
+    if (items[0] == NULL || items[2] == NULL) {
+        clear(items, 4);
+        return NULL;
+    }
+    return named(K.SelectResult, 4, items);
+fail:
+    Py_DECREF(rows);
+    Py_DECREF(prefixes);
+    return NULL;
+}
+
+static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int form) {
+    Py_ssize_t pos;
+    if (header(buf, len, tcp, &pos))
+        Py_RETURN_NONE;
+    int type_byte = buf[1], tid = buf[2] | (buf[3] << 8);
+    int indication = type_byte > 0x7F;
+    PyObject *seq = NULL;
+    if (indication && !tcp) {
+        if (len < 6)
+            Py_RETURN_NONE;
+        seq = u16(buf + 4);
+        if (seq == NULL)
+            return NULL;
+        pos = 6;
+    } else {
+        seq = Py_NewRef(Py_None);
+    }
+    int status = type_byte & 0x7F;
+    PyObject *result;
+    if (status || form < 0) {
+        if (pos != len) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        result = Py_NewRef(Py_None);
+    } else {
+        R r;
+        r.buf = buf;
+        r.len = len;
+        r.pos = pos;
+        r.build = 1;
+        r.npfx = 0;
+        r.prefix_option = -1;
+        result = result_at(&r, form);
+        if (result != NULL && r.pos != len)
+            Py_CLEAR(result);
+        if (result == NULL) {
+            PyErr_Clear();
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *items[6] = {PyLong_FromLong(tid), Py_NewRef(K.status_by_code[status]), result,
+                          Py_NewRef(indication ? Py_True : Py_False), seq,
+                          PyLong_FromLong(K.version)};
+    if (items[0] == NULL || items[5] == NULL) {
+        clear(items, 6);
+        return NULL;
+    }
+    return named(K.Response, 6, items);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Module functions */
+
+static int get_buffer(PyObject *obj, Py_buffer *view) {
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+static PyObject *py_decode_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !K.ready) {
+        PyErr_SetString(PyExc_TypeError, "decode_request(buf, tcp) after setup()");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_buffer(args[0], &view))
+        return NULL;
+    PyObject *msg = decode_request(view.buf, view.len, PyObject_IsTrue(args[1]));
+    PyBuffer_Release(&view);
+    return msg;
+}
+
+static PyObject *py_decode_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !K.ready) {
+        PyErr_SetString(PyExc_TypeError, "decode_response(buf, tcp, form) after setup()");
+        return NULL;
+    }
+    long form = PyLong_AsLong(args[2]);
+    if (form == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (get_buffer(args[0], &view))
+        return NULL;
+    PyObject *msg = decode_response(view.buf, view.len, PyObject_IsTrue(args[1]), (int)form);
+    PyBuffer_Release(&view);
+    return msg;
+}
+
+static PyObject *py_set_interning(PyObject *self, PyObject *on) {
+    (void)self;
+    int was = interning;
+    interning = PyObject_IsTrue(on);
+    return PyBool_FromLong(was);
+}
+
+static PyObject *py_clear_cache(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    for (unsigned i = 0; i < CACHE_SIZE; i++) {
+        cache[i].len = -1;
+        Py_CLEAR(cache[i].val);
+    }
+    Py_RETURN_NONE;
+}
+
+/* setup(config: dict): the types, tables and helpers, all prepared by codec.py. */
+static PyObject *fetch(PyObject *config, const char *name) {
+    PyObject *value = PyDict_GetItemString(config, name);
+    if (value == NULL)
+        PyErr_Format(PyExc_KeyError, "setup() needs %s", name);
+    else
+        Py_INCREF(value); /* kept for the life of the process */
+    return value;
+}
+
+static int fetch_table(PyObject *config, const char *name, PyObject **table, int size) {
+    PyObject *seq = fetch(config, name);
+    if (seq == NULL)
+        return -1;
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != size) {
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of %d", name, size);
+        return -1;
+    }
+    for (int i = 0; i < size; i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        table[i] = item == Py_None ? NULL : Py_NewRef(item);
+    }
+    return 0;
+}
+
+static int fetch_ints(PyObject *config, const char *name, int *out, int size) {
+    PyObject *seq = fetch(config, name);
+    if (seq == NULL)
+        return -1;
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != size) {
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of %d", name, size);
+        return -1;
+    }
+    for (int i = 0; i < size; i++) {
+        out[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(seq, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+#define TYPE(name) \
+    if ((K.name = (PyTypeObject *)fetch(config, #name)) == NULL) return NULL; \
+    if (!PyType_Check(K.name)) return PyErr_Format(PyExc_TypeError, #name " is not a type");
+#define OBJ(field, name) if ((K.field = fetch(config, name)) == NULL) return NULL;
+
+static PyObject *py_setup(PyObject *self, PyObject *config) {
+    (void)self;
+    if (!PyDict_Check(config))
+        return PyErr_Format(PyExc_TypeError, "setup() takes a dict");
+    TYPE(IRI) TYPE(Literal) TYPE(Var) TYPE(BNode) TYPE(Triple) TYPE(Request) TYPE(Response)
+    TYPE(Ack) TYPE(Options) TYPE(SelectResult) TYPE(ConstructResult)
+    OBJ(AskResult, "AskResult") OBJ(SolutionModifier, "SolutionModifier") OBJ(Bind, "Bind")
+    OBJ(Credentials, "Credentials") OBJ(float_lexical, "float_lexical")
+    OBJ(xsd_integer, "xsd_integer") OBJ(xsd_float, "xsd_float") OBJ(xsd_datetime, "xsd_datetime")
+    OBJ(xsd_boolean, "xsd_boolean") OBJ(xsd_double, "xsd_double")
+    OBJ(is_lang_tag, "is_lang_tag") OBJ(xsd_string, "xsd_string")
+    OBJ(rdf_langstring, "rdf_langstring") OBJ(no_options, "no_options")
+    K.empty_tuple = PyTuple_New(0);
+    K.str_true = PyUnicode_InternFromString("true");
+    K.str_false = PyUnicode_InternFromString("false");
+    K.empty_str = PyUnicode_FromString("");
+    if (fetch_table(config, "tx_by_code", K.tx_by_code, 128) ||
+        fetch_table(config, "status_by_code", K.status_by_code, 128) ||
+        fetch_table(config, "op_by_code", K.op_by_code, 256) ||
+        fetch_table(config, "order", K.order, 3) ||
+        fetch_table(config, "vars", K.vars, 256) ||
+        fetch_ints(config, "op_arity", K.op_arity, 256))
+        return NULL;
+    PyObject *reserved = fetch(config, "reserved");
+    if (reserved == NULL || !PyTuple_Check(reserved) || PyTuple_GET_SIZE(reserved) > 256)
+        return PyErr_Format(PyExc_ValueError, "reserved must be a tuple of at most 256");
+    K.n_reserved = (int)PyTuple_GET_SIZE(reserved);
+    for (int i = 0; i < K.n_reserved; i++)
+        K.reserved[i] = Py_NewRef(PyTuple_GET_ITEM(reserved, i));
+    int flat[128 * 4], slots[128 * 4], allowed[128], scalars[3];
+    if (fetch_ints(config, "layout", flat, 128 * 4) ||
+        fetch_ints(config, "layout_slot", slots, 128 * 4) ||
+        fetch_ints(config, "allow_vars", K.allow_vars, 128) ||
+        fetch_ints(config, "opts_allowed", allowed, 128) ||
+        fetch_ints(config, "scalars", scalars, 3))
+        return NULL;
+    for (int i = 0; i < 128 * 4; i++) {
+        K.layout[i / 4][i % 4] = (signed char)flat[i];
+        K.layout_slot[i / 4][i % 4] = (signed char)slots[i];
+    }
+    for (int i = 0; i < 128; i++)
+        K.opts_allowed[i] = (unsigned)allowed[i];
+    K.op_bound = scalars[0];
+    K.tx_create = scalars[1];
+    K.version = scalars[2];
+    K.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", py_setup, METH_O, "Hand over the types and tables of ksp.codec (once)."},
+    {"decode_request", (PyCFunction)(void (*)(void))py_decode_request, METH_FASTCALL,
+     "decode_request(buf, tcp) -> Request | Ack | None (None: let the Python decoder answer)"},
+    {"decode_response", (PyCFunction)(void (*)(void))py_decode_response, METH_FASTCALL,
+     "decode_response(buf, tcp, form) -> Response | None; form = result's Tx code or -1"},
+    {"clear_cache", py_clear_cache, METH_NOARGS, "Forget the interned terms."},
+    {"set_interning", py_set_interning, METH_O,
+     "Turn term interning on or off (on by default); returns the previous setting."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ksp._speedups",
+    "The decoder of ksp.codec in C, for valid messages (None: let the Python decoder answer).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    cache = PyMem_Calloc(CACHE_SIZE, sizeof(Slot));
+    if (cache == NULL)
+        return PyErr_NoMemory();
+    for (unsigned i = 0; i < CACHE_SIZE; i++)
+        cache[i].len = -1;
+    return PyModule_Create(&module);
+}
