@@ -33,6 +33,9 @@ static struct {
     PyObject *float_lexical;  /* literals.float_lexical(value) -> str */
     PyObject *xsd_integer, *xsd_float, *xsd_datetime, *xsd_boolean, *xsd_double;
     PyObject *str_true, *str_false;
+    PyObject *reserved_code;      /* codes.RESERVED_CODE: IRI -> code */
+    PyObject *compact_cache;      /* codec._compact_cache: Literal -> (kind, payload) */
+    PyObject *compact_datatypes;  /* terms.COMPACT_DATATYPES */
     PyObject *is_lang_tag;    /* literals.is_lang_tag(tag) -> bool */
     PyObject *xsd_string, *rdf_langstring, *empty_str, *no_options, *empty_tuple;
     PyObject *tx_by_code[128];     /* Tx member or NULL */
@@ -1117,6 +1120,491 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     return named(K.Response, 6, items);
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* The encoder, for requests without options other than PREFIX, and RESs/INDs/ACKs without a
+ * result: what a device client sends and what answers it. Same rule as the decoder: the bytes
+ * codec.encode writes, or None, and codec.encode then answers (with the EncodeError, if any).
+ * Literals other than plain strings come from codec's _compact_cache, which the Python encoder
+ * fills: a literal not yet there sends its message through Python once. */
+
+typedef struct {
+    uchar *p;
+    Py_ssize_t len, cap;
+    uchar small[512];
+} Out;
+
+static int grow(Out *o, Py_ssize_t n) {
+    if (o->len + n <= o->cap)
+        return 0;
+    Py_ssize_t cap = (o->len + n) * 2;
+    uchar *p = o->p == o->small ? PyMem_Malloc(cap) : PyMem_Realloc(o->p, cap);
+    if (p == NULL)
+        return -1;
+    if (o->p == o->small)
+        memcpy(p, o->small, o->len);
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+static int put(Out *o, const void *data, Py_ssize_t n) {
+    if (grow(o, n))
+        return -1;
+    memcpy(o->p + o->len, data, n);
+    o->len += n;
+    return 0;
+}
+
+static int put_byte(Out *o, int b) {
+    uchar c = (uchar)b;
+    return put(o, &c, 1);
+}
+
+static int put_uri_len(Out *o, Py_ssize_t n) {
+    if (n < 0x80)
+        return put_byte(o, (int)n);
+    if (n >= 0x8000)
+        return -1;
+    uchar b[2] = {(uchar)(0x80 | (n & 0x7F)), (uchar)(n >> 7)};
+    return put(o, b, 2);
+}
+
+static int put_str(Out *o, const char *text, Py_ssize_t n) {
+    uchar b[4];
+    int w;
+    if (n < 0x40) {
+        b[0] = (uchar)n;
+        w = 1;
+    } else if (n < 0x4000) {
+        b[0] = (uchar)(0x40 | (n & 0x3F));
+        b[1] = (uchar)(n >> 6);
+        w = 2;
+    } else if (n < 0x400000) {
+        b[0] = (uchar)(0x80 | (n & 0x3F));
+        b[1] = (uchar)((n >> 6) & 0xFF);
+        b[2] = (uchar)(n >> 14);
+        w = 3;
+    } else if (n < 0x40000000) {
+        b[0] = (uchar)(0xC0 | (n & 0x3F));
+        b[1] = (uchar)((n >> 6) & 0xFF);
+        b[2] = (uchar)((n >> 14) & 0xFF);
+        b[3] = (uchar)(n >> 22);
+        w = 4;
+    } else {
+        return -1;
+    }
+    return put(o, b, w) || put(o, text, n);
+}
+
+static const char *utf8(PyObject *s, Py_ssize_t *n) {
+    if (!PyUnicode_Check(s))
+        return NULL;
+    return PyUnicode_AsUTF8AndSize(s, n); /* NULL for lone surrogates: Python says why */
+}
+
+typedef struct {
+    int n;
+    const char *ptr[255];
+    Py_ssize_t len[255];
+} Prefixes;
+
+/* A URI field against the prefix list: the longest matching prefix, the lowest index of equals
+ * (codec._Prefixes.uri; a match by bytes is a match by characters in UTF-8). */
+static int put_uri(Out *o, const Prefixes *pfx, PyObject *iri) {
+    Py_ssize_t n;
+    const char *text = utf8(iri, &n);
+    if (text == NULL)
+        return -1;
+    int best = -1;
+    for (int i = 0; i < pfx->n; i++)
+        if (pfx->len[i] <= n && (best < 0 || pfx->len[i] > pfx->len[best]) &&
+            memcmp(text, pfx->ptr[i], pfx->len[i]) == 0)
+            best = i;
+    Py_ssize_t skip = best < 0 ? 0 : pfx->len[best];
+    return put_byte(o, best + 1) || put_uri_len(o, n - skip) || put(o, text + skip, n - skip);
+}
+
+/* (member type, bytes) of a non-Empty term, as codec._member; -1 to leave it to Python. */
+static int put_member(Out *o, const Prefixes *pfx, PyObject *term, int *code) {
+    if (PyUnicode_Check(term)) {
+        PyObject *word = PyDict_GetItemWithError(K.reserved_code, term);
+        if (word != NULL) {
+            *code = 2;
+            return put_byte(o, (int)PyLong_AsLong(word));
+        }
+        if (PyErr_Occurred())
+            return -1;
+        *code = 1;
+        return put_uri(o, pfx, term);
+    }
+    if (PyObject_TypeCheck(term, K.Literal)) {
+        *code = 4;
+        PyObject *lex = PyTuple_GET_ITEM(term, 0), *datatype = PyTuple_GET_ITEM(term, 1);
+        if (PyTuple_GET_ITEM(term, 2) == Py_None && PyUnicode_Check(datatype) &&
+            PyUnicode_Compare(datatype, K.xsd_string) == 0) {
+            Py_ssize_t n;
+            const char *text = utf8(lex, &n);
+            return text == NULL || put_byte(o, 0) || put_str(o, text, n);
+        }
+        PyObject *cached = PyDict_GetItemWithError(K.compact_cache, term);
+        if (cached == NULL || !PyTuple_Check(cached) || PyTuple_GET_SIZE(cached) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(cached, 1)))
+            return -1;
+        PyObject *payload = PyTuple_GET_ITEM(cached, 1);
+        return put_byte(o, (int)PyLong_AsLong(PyTuple_GET_ITEM(cached, 0))) ||
+               put(o, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload));
+    }
+    if (PyObject_TypeCheck(term, K.Var)) {
+        *code = 3;
+        long index = PyLong_AsLong(PyTuple_GET_ITEM(term, 0));
+        if (index < 0 || index > 255)
+            return -1;
+        return put_byte(o, (int)index);
+    }
+    if (PyObject_TypeCheck(term, K.BNode)) {
+        *code = 5;
+        Py_ssize_t n;
+        const char *label = utf8(PyTuple_GET_ITEM(term, 0), &n);
+        return label == NULL || n == 0 || put_uri_len(o, n) || put(o, label, n);
+    }
+    return -1;
+}
+
+/* Whether member k of a triple repeats the previous triple's (then it is Empty), by ==. */
+static int repeats(PyObject *prev, int k, PyObject *term) {
+    return prev == NULL ? 0 : PyObject_RichCompareBool(PyTuple_GET_ITEM(prev, k), term, Py_EQ);
+}
+
+/* A Graph field: count, then Triple fields with Empty members for repeats (codec._put_graph). */
+static int put_graph(Out *o, const Prefixes *pfx, PyObject *graph, int allow_vars) {
+    if (!PyTuple_Check(graph) || PyTuple_GET_SIZE(graph) > 255)
+        return -1;
+    Py_ssize_t count = PyTuple_GET_SIZE(graph);
+    if (put_byte(o, (int)count))
+        return -1;
+    static const int shift[3] = {0, 3, 5};
+    static const unsigned allowed[3] = {0x2F, 0x0F, 0x3F}; /* ST, PT, OT sets as bits */
+    PyObject *prev = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = PyTuple_GET_ITEM(graph, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3)
+            return -1;
+        Py_ssize_t at = o->len;
+        int type_byte = 0;
+        if (put_byte(o, 0))
+            return -1;
+        for (int k = 0; k < 3; k++) {
+            PyObject *term = PyTuple_GET_ITEM(t, k);
+            int same = repeats(prev, k, term);
+            if (same < 0)
+                return -1;
+            if (same)
+                continue;
+            int code;
+            if (put_member(o, pfx, term, &code) || !(allowed[k] & (1u << code)) ||
+                (code == 3 && !allow_vars))
+                return -1;
+            type_byte |= code << shift[k];
+        }
+        o->p[at] = (uchar)type_byte;
+        prev = t;
+    }
+    return 0;
+}
+
+/* compress.request_iris and compress._choose: the automatic prefix list, in C. */
+typedef struct {
+    int n;
+    const char *ptr[64];
+    Py_ssize_t len[64];
+    int uses[64];
+} Namespaces;
+
+static int add_iri(Namespaces *ns, PyObject *term) {
+    if (PyObject_TypeCheck(term, K.Literal)) {
+        PyObject *datatype = PyTuple_GET_ITEM(term, 1);
+        if (PyTuple_GET_ITEM(term, 2) != Py_None)
+            return 0;
+        int compact = PySet_Contains(K.compact_datatypes, datatype);
+        if (compact < 0)
+            return -1;
+        if (compact)
+            return 0;
+        term = datatype; /* a TYPED literal: its datatype IRI is spelled out */
+    }
+    if (!PyUnicode_Check(term) || PyUnicode_GET_LENGTH(term) == 0)
+        return 0;
+    PyObject *word = PyDict_GetItemWithError(K.reserved_code, term);
+    if (word != NULL || PyErr_Occurred())
+        return word != NULL ? 0 : -1;
+    Py_ssize_t n;
+    const char *text = utf8(term, &n);
+    if (text == NULL)
+        return -1;
+    Py_ssize_t cut = n - 1;
+    while (cut > 0 && text[cut] != '#' && text[cut] != '/' && text[cut] != ':')
+        cut--;
+    if (cut <= 0)
+        return 0;
+    for (int i = 0; i < ns->n; i++)
+        if (ns->len[i] == cut + 1 && memcmp(ns->ptr[i], text, cut + 1) == 0) {
+            ns->uses[i]++;
+            return 0;
+        }
+    if (ns->n == 64)
+        return -1; /* many namespaces: Python chooses */
+    ns->ptr[ns->n] = text;
+    ns->len[ns->n] = cut + 1;
+    ns->uses[ns->n++] = 1;
+    return 0;
+}
+
+static int add_graph_iris(Namespaces *ns, PyObject *graph) {
+    if (graph == Py_None)
+        return 0;
+    if (!PyTuple_Check(graph))
+        return -1;
+    PyObject *prev = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(graph); i++) {
+        PyObject *t = PyTuple_GET_ITEM(graph, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3)
+            return -1;
+        for (int k = 0; k < 3; k++) {
+            PyObject *term = PyTuple_GET_ITEM(t, k);
+            int same = repeats(prev, k, term);
+            if (same < 0)
+                return -1;
+            if (same)
+                continue;
+            if (add_iri(ns, term))
+                return -1;
+        }
+        prev = t;
+    }
+    return 0;
+}
+
+static int choose_prefixes(PyObject *req, Prefixes *pfx) {
+    Namespaces ns;
+    ns.n = 0;
+    static const int graph_order[4] = {RQ_DELETE, RQ_INSERT, RQ_TEMPLATE, RQ_WHERE};
+    for (int i = 0; i < 4; i++)
+        if (add_graph_iris(&ns, PyTuple_GET_ITEM(req, graph_order[i])))
+            return -1;
+    PyObject *optional = PyTuple_GET_ITEM(req, RQ_OPTIONAL);
+    if (optional != Py_None) {
+        if (!PyTuple_Check(optional))
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(optional); i++)
+            if (add_graph_iris(&ns, PyTuple_GET_ITEM(optional, i)))
+                return -1;
+    }
+    PyObject *graphs = PyTuple_GET_ITEM(req, RQ_GRAPHS);
+    if (graphs != Py_None) {
+        if (!PyTuple_Check(graphs))
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(graphs); i++)
+            if (add_iri(&ns, PyTuple_GET_ITEM(graphs, i)))
+                return -1;
+    }
+    for (int i = RQ_SOURCE; i <= RQ_TARGET; i++)
+        if (PyTuple_GET_ITEM(req, i) != Py_None && add_iri(&ns, PyTuple_GET_ITEM(req, i)))
+            return -1;
+    pfx->n = 0;
+    for (int i = 0; i < ns.n; i++)
+        if (ns.uses[i] * ns.len[i] > ns.len[i] + 2) {
+            pfx->ptr[pfx->n] = ns.ptr[i];
+            pfx->len[pfx->n++] = ns.len[i];
+        }
+    return 0;
+}
+
+static int given_prefixes(PyObject *prefixes, Prefixes *pfx) {
+    if (!PyTuple_Check(prefixes) || PyTuple_GET_SIZE(prefixes) > 255)
+        return -1;
+    pfx->n = (int)PyTuple_GET_SIZE(prefixes);
+    for (int i = 0; i < pfx->n; i++) {
+        pfx->ptr[i] = utf8(PyTuple_GET_ITEM(prefixes, i), &pfx->len[i]);
+        if (pfx->ptr[i] == NULL || pfx->len[i] == 0 || pfx->len[i] >= 0x8000)
+            return -1;
+    }
+    return 0;
+}
+
+static int put_header(Out *o, int tcp, PyObject *version, int type_byte, PyObject *tid_obj,
+                      long seq) {
+    long v = PyLong_AsLong(version), tid = PyLong_AsLong(tid_obj);
+    if (v < 0 || v > 255 || tid < 0 || tid > 0xFFFF || PyErr_Occurred())
+        return -1;
+    uchar h[8] = {(uchar)v, (uchar)type_byte, (uchar)tid, (uchar)(tid >> 8), 0, 0, 0, 0};
+    if (tcp)
+        return put(o, h, 8); /* Length: filled in at the end */
+    if (seq >= 0) {
+        h[4] = (uchar)seq;
+        h[5] = (uchar)(seq >> 8);
+        return put(o, h, 6);
+    }
+    return put(o, h, 4);
+}
+
+static PyObject *finish(Out *o, int tcp, int ok) {
+    PyObject *result = NULL;
+    if (ok) {
+        if (tcp) {
+            uint32_t n = (uint32_t)o->len;
+            uchar len[4] = {(uchar)n, (uchar)(n >> 8), (uchar)(n >> 16), (uchar)(n >> 24)};
+            memcpy(o->p + 4, len, 4);
+        }
+        result = PyBytes_FromStringAndSize((const char *)o->p, o->len);
+    }
+    if (o->p != o->small)
+        PyMem_Free(o->p);
+    if (result == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
+static int encode_request(Out *o, PyObject *req, int tcp) {
+    if (!PyObject_TypeCheck(req, K.Request) || PyTuple_GET_SIZE(req) != RQ_N)
+        return -1;
+    PyObject *tx_obj = PyTuple_GET_ITEM(req, RQ_TX);
+    long tx = PyLong_Check(tx_obj) ? PyLong_AsLong(tx_obj) : -1;
+    if (tx < 1 || tx > 127 || K.tx_by_code[tx] == NULL)
+        return -1;
+    PyObject *opts = PyTuple_GET_ITEM(req, RQ_OPTIONS);
+    if (!PyObject_TypeCheck(opts, K.Options) || PyTuple_GET_SIZE(opts) != OP_N)
+        return -1;
+    for (int i = 1; i < OP_N; i++)
+        if (PyTuple_GET_ITEM(opts, i) != Py_None)
+            return -1; /* options other than PREFIX: Python */
+    /* fields outside the layout must be unset */
+    int in_layout[RQ_N] = {0};
+    for (int i = 0; i < 4 && K.layout[tx][i] >= 0; i++)
+        in_layout[(int)K.layout_slot[tx][i]] = 1;
+    for (int i = RQ_DELETE; i <= RQ_TARGET; i++)
+        if (!in_layout[i] && PyTuple_GET_ITEM(req, i) != Py_None)
+            return -1;
+    Prefixes pfx;
+    PyObject *prefixes = PyTuple_GET_ITEM(opts, OP_PREFIX);
+    int has_layout = K.layout[tx][0] >= 0;
+    if (prefixes == Py_None) {
+        pfx.n = 0;
+        if (has_layout && choose_prefixes(req, &pfx))
+            return -1;
+    } else if (given_prefixes(prefixes, &pfx) || (pfx.n && !has_layout)) {
+        return -1;
+    }
+    int confirmable = PyObject_IsTrue(PyTuple_GET_ITEM(req, RQ_CON));
+    if (confirmable < 0 ||
+        put_header(o, tcp, PyTuple_GET_ITEM(req, RQ_VERSION), (int)tx | (confirmable ? 0x80 : 0),
+                   PyTuple_GET_ITEM(req, RQ_TID), -1))
+        return -1;
+    int allow_vars = K.allow_vars[tx];
+    for (int i = 0; i < 4 && K.layout[tx][i] >= 0; i++) {
+        PyObject *value = PyTuple_GET_ITEM(req, (int)K.layout_slot[tx][i]);
+        switch (K.layout[tx][i]) {
+        case FK_GRAPH: /* None: an empty graph, as `value or ()` */
+            if (value == Py_None ? put_byte(o, 0) : put_graph(o, &pfx, value, allow_vars))
+                return -1;
+            break;
+        case FK_PROJECTION: {
+            long n = value == Py_None || !PyLong_Check(value) ? -1 : PyLong_AsLong(value);
+            if (n < 0 || n > 255 || put_byte(o, (int)n))
+                return -1;
+            break;
+        }
+        case FK_OPTIONAL:
+            if (value == Py_None) {
+                if (put_byte(o, 0))
+                    return -1;
+                break;
+            }
+            if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) > 255 ||
+                put_byte(o, (int)PyTuple_GET_SIZE(value)))
+                return -1;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(value); j++)
+                if (put_graph(o, &pfx, PyTuple_GET_ITEM(value, j), allow_vars))
+                    return -1;
+            break;
+        case FK_NAMES:
+            if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) < 1 ||
+                PyTuple_GET_SIZE(value) > 255 || put_byte(o, (int)PyTuple_GET_SIZE(value)))
+                return -1;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(value); j++) {
+                PyObject *name = PyTuple_GET_ITEM(value, j);
+                if (!PyUnicode_Check(name) || (tx == K.tx_create && PyUnicode_GET_LENGTH(name) == 0)
+                    || put_uri(o, &pfx, name))
+                    return -1;
+            }
+            break;
+        default:
+            if (!PyUnicode_Check(value) || put_uri(o, &pfx, value))
+                return -1;
+        }
+    }
+    if (put_byte(o, pfx.n ? 1 : 0))
+        return -1;
+    if (pfx.n) {
+        if (put_byte(o, OP_PREFIX) || put_byte(o, pfx.n))
+            return -1;
+        for (int i = 0; i < pfx.n; i++)
+            if (put_byte(o, 0) || put_uri_len(o, pfx.len[i]) || put(o, pfx.ptr[i], pfx.len[i]))
+                return -1;
+    }
+    return 0;
+}
+
+/* A RES/IND without a result, or an ACK (codec._encode_response, codec._encode). */
+static int encode_plain(Out *o, PyObject *msg, int tcp) {
+    if (PyObject_TypeCheck(msg, K.Ack) && PyTuple_GET_SIZE(msg) == 3) {
+        PyObject *seq = PyTuple_GET_ITEM(msg, 1);
+        if (tcp || put_header(o, 0, PyTuple_GET_ITEM(msg, 2), 0, PyTuple_GET_ITEM(msg, 0), -1))
+            return -1;
+        if (seq == Py_None)
+            return 0;
+        long s = PyLong_Check(seq) ? PyLong_AsLong(seq) : -1;
+        uchar b[2] = {(uchar)s, (uchar)(s >> 8)};
+        return s < 0 || s > 0xFFFF ? -1 : put(o, b, 2);
+    }
+    if (!PyObject_TypeCheck(msg, K.Response) || PyTuple_GET_SIZE(msg) != 6 ||
+        PyTuple_GET_ITEM(msg, 2) != Py_None)
+        return -1;
+    PyObject *status_obj = PyTuple_GET_ITEM(msg, 1);
+    long status = PyLong_Check(status_obj) ? PyLong_AsLong(status_obj) : -1;
+    int indication = PyObject_IsTrue(PyTuple_GET_ITEM(msg, 3));
+    if (status < 0 || status > 0x7F || indication < 0)
+        return -1;
+    long seq = -1;
+    if (indication && !tcp) {
+        PyObject *seq_obj = PyTuple_GET_ITEM(msg, 4);
+        seq = PyLong_Check(seq_obj) ? PyLong_AsLong(seq_obj) : -1;
+        if (seq < 0 || seq > 0xFFFF)
+            return -1;
+    }
+    return put_header(o, tcp, PyTuple_GET_ITEM(msg, 5), (int)status | (indication ? 0x80 : 0),
+                      PyTuple_GET_ITEM(msg, 0), seq);
+}
+
+static PyObject *py_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !K.ready) {
+        PyErr_SetString(PyExc_TypeError, "encode(msg, tcp) after setup()");
+        return NULL;
+    }
+    int tcp = PyObject_IsTrue(args[1]);
+    Out o;
+    o.p = o.small;
+    o.len = 0;
+    o.cap = sizeof o.small;
+    PyObject *msg = args[0];
+    int rc = PyObject_TypeCheck(msg, K.Request) ? encode_request(&o, msg, tcp)
+                                                : encode_plain(&o, msg, tcp);
+    return finish(&o, tcp, rc == 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Module functions */
 
@@ -1226,6 +1714,8 @@ static PyObject *py_setup(PyObject *self, PyObject *config) {
     TYPE(Ack) TYPE(Options) TYPE(SelectResult) TYPE(ConstructResult)
     OBJ(AskResult, "AskResult") OBJ(SolutionModifier, "SolutionModifier") OBJ(Bind, "Bind")
     OBJ(Credentials, "Credentials") OBJ(float_lexical, "float_lexical")
+    OBJ(reserved_code, "reserved_code") OBJ(compact_cache, "compact_cache")
+    OBJ(compact_datatypes, "compact_datatypes")
     OBJ(xsd_integer, "xsd_integer") OBJ(xsd_float, "xsd_float") OBJ(xsd_datetime, "xsd_datetime")
     OBJ(xsd_boolean, "xsd_boolean") OBJ(xsd_double, "xsd_double")
     OBJ(is_lang_tag, "is_lang_tag") OBJ(xsd_string, "xsd_string")
@@ -1273,6 +1763,8 @@ static PyMethodDef methods[] = {
      "decode_request(buf, tcp) -> Request | Ack | None (None: let the Python decoder answer)"},
     {"decode_response", (PyCFunction)(void (*)(void))py_decode_response, METH_FASTCALL,
      "decode_response(buf, tcp, form) -> Response | None; form = result's Tx code or -1"},
+    {"encode", (PyCFunction)(void (*)(void))py_encode, METH_FASTCALL,
+     "encode(msg, tcp) -> bytes | None (None: let the Python encoder answer)"},
     {"clear_cache", py_clear_cache, METH_NOARGS, "Forget the interned terms."},
     {"set_interning", py_set_interning, METH_O,
      "Turn term interning on or off (on by default); returns the previous setting."},

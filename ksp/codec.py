@@ -29,7 +29,7 @@ from .model import (
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
-    BNode, IRI, Literal, Triple, Var, double_lexical,
+    COMPACT_DATATYPES, BNode, IRI, Literal, Triple, Var, double_lexical,
 )
 
 __all__ = [
@@ -510,6 +510,11 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
     For a Response, `max_size` is the requester's MAX RESPONSE SIZE: results are cut to fit
     (RC < TRC), or the answer becomes status RESPONSE_TOO_LARGE (§6.4).
     """
+    if _speedups is not None and (max_size is None or type(msg) is not Response):
+        data = _speedups.encode(msg, transport is TCP or (transport is not UDP and
+                                                          Transport(transport) is TCP))
+        if data is not None:
+            return data
     try:
         if type(transport) is not Transport:
             transport = Transport(transport)
@@ -1290,6 +1295,8 @@ def _load_speedups():
         "Credentials": Credentials, "float_lexical": float_lexical, "is_lang_tag": is_lang_tag,
         "xsd_integer": XSD_INTEGER, "xsd_float": XSD_FLOAT, "xsd_datetime": XSD_DATETIME,
         "xsd_boolean": XSD_BOOLEAN, "xsd_double": XSD_DOUBLE,
+        "reserved_code": RESERVED_CODE, "compact_cache": _compact_cache,
+        "compact_datatypes": COMPACT_DATATYPES,
         "xsd_string": XSD_STRING, "rdf_langstring": RDF_LANGSTRING,
         "no_options": NO_OPTIONS_DECODED,
         "tx_by_code": tuple(_TX_BY_CODE), "status_by_code": tuple(_STATUS_BY_CODE),
