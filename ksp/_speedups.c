@@ -1276,40 +1276,43 @@ static int repeats(PyObject *prev, int k, PyObject *term) {
     return prev == NULL ? 0 : PyObject_RichCompareBool(PyTuple_GET_ITEM(prev, k), term, Py_EQ);
 }
 
-/* A Graph field: count, then Triple fields with Empty members for repeats (codec._put_graph). */
-static int put_graph(Out *o, const Prefixes *pfx, PyObject *graph, int allow_vars) {
-    if (!PyTuple_Check(graph) || PyTuple_GET_SIZE(graph) > 255)
+static const int SHIFT[3] = {0, 3, 5};
+static const unsigned ALLOWED[3] = {0x2E, 0x0E, 0x3E}; /* member types allowed as S, P, O */
+
+/* One Triple field, Empty where `prev` has the same member (codec._triple). */
+static int put_triple(Out *o, const Prefixes *pfx, PyObject *t, PyObject *prev, int allow_vars) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3)
         return -1;
-    Py_ssize_t count = PyTuple_GET_SIZE(graph);
-    if (put_byte(o, (int)count))
+    Py_ssize_t at = o->len;
+    int type_byte = 0;
+    if (put_byte(o, 0))
         return -1;
-    static const int shift[3] = {0, 3, 5};
-    static const unsigned allowed[3] = {0x2F, 0x0F, 0x3F}; /* ST, PT, OT sets as bits */
-    PyObject *prev = NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *t = PyTuple_GET_ITEM(graph, i);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3)
+    for (int k = 0; k < 3; k++) {
+        PyObject *term = PyTuple_GET_ITEM(t, k);
+        int same = repeats(prev, k, term);
+        if (same < 0)
             return -1;
-        Py_ssize_t at = o->len;
-        int type_byte = 0;
-        if (put_byte(o, 0))
+        if (same)
+            continue;
+        int code;
+        if (put_member(o, pfx, term, &code) || !(ALLOWED[k] & (1u << code)) ||
+            (code == 3 && !allow_vars))
             return -1;
-        for (int k = 0; k < 3; k++) {
-            PyObject *term = PyTuple_GET_ITEM(t, k);
-            int same = repeats(prev, k, term);
-            if (same < 0)
-                return -1;
-            if (same)
-                continue;
-            int code;
-            if (put_member(o, pfx, term, &code) || !(allowed[k] & (1u << code)) ||
-                (code == 3 && !allow_vars))
-                return -1;
-            type_byte |= code << shift[k];
-        }
-        o->p[at] = (uchar)type_byte;
-        prev = t;
+        type_byte |= code << SHIFT[k];
     }
+    o->p[at] = (uchar)type_byte;
+    return 0;
+}
+
+/* A Graph field: count, then its triples (codec._put_graph). */
+static int put_graph(Out *o, const Prefixes *pfx, PyObject *graph, int allow_vars) {
+    if (!PyTuple_Check(graph) || PyTuple_GET_SIZE(graph) > 255 ||
+        put_byte(o, (int)PyTuple_GET_SIZE(graph)))
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(graph); i++)
+        if (put_triple(o, pfx, PyTuple_GET_ITEM(graph, i),
+                       i ? PyTuple_GET_ITEM(graph, i - 1) : NULL, allow_vars))
+            return -1;
     return 0;
 }
 
@@ -1385,6 +1388,16 @@ static int add_graph_iris(Namespaces *ns, PyObject *graph) {
     return 0;
 }
 
+/* The namespaces worth an entry: `uses × bytes > bytes + 2`, in order of first use. */
+static void chosen(const Namespaces *ns, Prefixes *pfx) {
+    pfx->n = 0;
+    for (int i = 0; i < ns->n; i++)
+        if (ns->uses[i] * ns->len[i] > ns->len[i] + 2) {
+            pfx->ptr[pfx->n] = ns->ptr[i];
+            pfx->len[pfx->n++] = ns->len[i];
+        }
+}
+
 static int choose_prefixes(PyObject *req, Prefixes *pfx) {
     Namespaces ns;
     ns.n = 0;
@@ -1411,12 +1424,7 @@ static int choose_prefixes(PyObject *req, Prefixes *pfx) {
     for (int i = RQ_SOURCE; i <= RQ_TARGET; i++)
         if (PyTuple_GET_ITEM(req, i) != Py_None && add_iri(&ns, PyTuple_GET_ITEM(req, i)))
             return -1;
-    pfx->n = 0;
-    for (int i = 0; i < ns.n; i++)
-        if (ns.uses[i] * ns.len[i] > ns.len[i] + 2) {
-            pfx->ptr[pfx->n] = ns.ptr[i];
-            pfx->len[pfx->n++] = ns.len[i];
-        }
+    chosen(&ns, pfx);
     return 0;
 }
 
@@ -1557,7 +1565,86 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
     return 0;
 }
 
-/* A RES/IND without a result, or an ACK (codec._encode_response, codec._encode). */
+static int put_u16(Out *o, long v) {
+    uchar b[2] = {(uchar)v, (uchar)(v >> 8)};
+    return put(o, b, 2);
+}
+
+/* The Data field of a SELECT or CONSTRUCT result with an automatic prefix list and no size
+ * limit (codec._encode_result, codec._pack_result); ASK results and the rest: Python. */
+static int put_result(Out *o, PyObject *result) {
+    int select = PyObject_TypeCheck(result, K.SelectResult) && PyTuple_GET_SIZE(result) == 4;
+    int construct = PyObject_TypeCheck(result, K.ConstructResult) && PyTuple_GET_SIZE(result) == 3;
+    if (!select && !construct)
+        return -1;
+    PyObject *items = PyTuple_GET_ITEM(result, select ? 1 : 0);
+    PyObject *total_obj = PyTuple_GET_ITEM(result, select ? 2 : 1);
+    if (PyTuple_GET_ITEM(result, select ? 3 : 2) != Py_None || !PyTuple_Check(items) ||
+        PyTuple_GET_SIZE(items) > 0xFFFF)
+        return -1;
+    Py_ssize_t count = PyTuple_GET_SIZE(items);
+    long total = total_obj == Py_None ? (long)count
+                                      : (PyLong_Check(total_obj) ? PyLong_AsLong(total_obj) : -1);
+    if (total < count)
+        return -1;
+    long variables = 0;
+    Namespaces ns;
+    ns.n = 0;
+    if (select) {
+        PyObject *vc = PyTuple_GET_ITEM(result, 0);
+        variables = PyLong_Check(vc) ? PyLong_AsLong(vc) : -1;
+        if (variables < 0 || variables > 255)
+            return -1;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *row = PyTuple_GET_ITEM(items, i);
+            if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != variables)
+                return -1;
+            for (Py_ssize_t v = 0; v < variables; v++)
+                if (PyTuple_GET_ITEM(row, v) != Py_None && add_iri(&ns, PyTuple_GET_ITEM(row, v)))
+                    return -1;
+        }
+    } else if (add_graph_iris(&ns, items)) {
+        return -1;
+    }
+    Prefixes pfx;
+    chosen(&ns, &pfx);
+    if (put_byte(o, pfx.n))
+        return -1;
+    for (int i = 0; i < pfx.n; i++)
+        if (put_byte(o, 0) || put_uri_len(o, pfx.len[i]) || put(o, pfx.ptr[i], pfx.len[i]))
+            return -1;
+    if (put_u16(o, total < 0xFFFF ? total : 0xFFFF) || put_u16(o, count))
+        return -1;
+    if (construct) {
+        for (Py_ssize_t i = 0; i < count; i++)
+            if (put_triple(o, &pfx, PyTuple_GET_ITEM(items, i),
+                           i ? PyTuple_GET_ITEM(items, i - 1) : NULL, 0))
+                return -1;
+        return 0;
+    }
+    if (put_byte(o, (int)variables))
+        return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *row = PyTuple_GET_ITEM(items, i);
+        for (Py_ssize_t v = 0; v < variables; v++) {
+            PyObject *term = PyTuple_GET_ITEM(row, v);
+            if (term == Py_None) {
+                if (put_byte(o, 0))
+                    return -1;
+                continue;
+            }
+            Py_ssize_t at = o->len;
+            int code;
+            if (put_byte(o, 0) || put_member(o, &pfx, term, &code) || code == 3)
+                return -1;
+            o->p[at] = (uchar)code;
+        }
+    }
+    return 0;
+}
+
+/* A RES/IND (with a SELECT/CONSTRUCT result, or none) or an ACK (codec._encode_response,
+ * codec._encode). */
 static int encode_plain(Out *o, PyObject *msg, int tcp) {
     if (PyObject_TypeCheck(msg, K.Ack) && PyTuple_GET_SIZE(msg) == 3) {
         PyObject *seq = PyTuple_GET_ITEM(msg, 1);
@@ -1569,13 +1656,13 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
         uchar b[2] = {(uchar)s, (uchar)(s >> 8)};
         return s < 0 || s > 0xFFFF ? -1 : put(o, b, 2);
     }
-    if (!PyObject_TypeCheck(msg, K.Response) || PyTuple_GET_SIZE(msg) != 6 ||
-        PyTuple_GET_ITEM(msg, 2) != Py_None)
+    if (!PyObject_TypeCheck(msg, K.Response) || PyTuple_GET_SIZE(msg) != 6)
         return -1;
+    PyObject *result = PyTuple_GET_ITEM(msg, 2);
     PyObject *status_obj = PyTuple_GET_ITEM(msg, 1);
     long status = PyLong_Check(status_obj) ? PyLong_AsLong(status_obj) : -1;
     int indication = PyObject_IsTrue(PyTuple_GET_ITEM(msg, 3));
-    if (status < 0 || status > 0x7F || indication < 0)
+    if (status < 0 || status > 0x7F || indication < 0 || (result != Py_None && status != 0))
         return -1;
     long seq = -1;
     if (indication && !tcp) {
@@ -1584,8 +1671,10 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
         if (seq < 0 || seq > 0xFFFF)
             return -1;
     }
-    return put_header(o, tcp, PyTuple_GET_ITEM(msg, 5), (int)status | (indication ? 0x80 : 0),
-                      PyTuple_GET_ITEM(msg, 0), seq);
+    if (put_header(o, tcp, PyTuple_GET_ITEM(msg, 5), (int)status | (indication ? 0x80 : 0),
+                   PyTuple_GET_ITEM(msg, 0), seq))
+        return -1;
+    return result == Py_None ? 0 : put_result(o, result);
 }
 
 static PyObject *py_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
