@@ -62,6 +62,10 @@ MAX_UDP_PAYLOAD = 65_507
 DEFAULT_MAX_TCP_MESSAGE = 1 << 20
 """Default cap on a received TCP message (Length field), so a peer cannot make us buffer 4 GiB."""
 
+# `tx in _PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a
+# Python call, on every request and RES.
+_PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
+
 
 class SessionError(KspError):
     """A call the session's state does not allow: the caller's fault, never the peer's."""
@@ -225,6 +229,9 @@ class KPIdentity(NamedTuple):
         if self.kp_id is None:
             return f"KP@{self.addr}"
         return f"KP {uuid.UUID(bytes=self.kp_id) if len(self.kp_id) == 16 else self.kp_id.hex()}"
+
+
+_identity = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,10 +438,13 @@ class KPSession:
         p.deadline = now + p.timeout
         self._pending[tid] = p
         self._timers.set(tid, p.deadline)
-        if tx.persistent:
+        if tx in _PERSISTENT:
             self._persistent[tid] = _Persistent(tx)
             self._ended.pop(tid, None)
-        self._transmit(data)
+        if self.transport is UDP:
+            self._datagrams.append(data)
+        else:
+            self._stream += data
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -464,13 +474,16 @@ class KPSession:
     # -- UDP --------------------------------------------------------------------------------
 
     def datagrams_to_send(self, now: float) -> list[bytes]:
-        self._require(UDP)
+        if self.transport is not UDP:
+            self._require(UDP)
         out, self._datagrams = self._datagrams, []
         return out
 
     def receive_datagram(self, data: bytes, now: float) -> None:
-        self._require(UDP)
-        self._expire_ended(now)
+        if self.transport is not UDP:
+            self._require(UDP)
+        if self._ended:
+            self._expire_ended(now)
         self._on_message(bytes(data), now)
 
     # -- TCP --------------------------------------------------------------------------------
@@ -509,12 +522,6 @@ class KPSession:
         if self.transport is not transport:
             raise SessionError(f"this is a {self.transport.name} session")
 
-    def _transmit(self, data: bytes) -> None:
-        if self.transport is UDP:
-            self._datagrams.append(data)
-        else:
-            self._stream += data
-
     def _close(self, now: float) -> None:
         self._closed = True
         if self._reader.buf or self._reader.skip:
@@ -527,7 +534,7 @@ class KPSession:
                 self._give_up(tid, p, now)
 
     def _give_up(self, tid: int, p: _Pending, now: float) -> None:
-        if p.tx.persistent and self._persistent.pop(tid, None) is not None:
+        if p.tx in _PERSISTENT and self._persistent.pop(tid, None) is not None:
             # Whether the SIB started it is unknown: its INDs go un-ACKed, so the SIB's retries
             # run out and it ends the orphan; the TID is kept out of use meanwhile.
             self._tombstone(tid, now, ack=False)
@@ -566,14 +573,14 @@ class KPSession:
         except DecodeError as exc:
             self._events.append(ProtocolError(exc.status, str(exc), tid))
             return
-        status = response.status
-        if p.tx.persistent:
+        status, tx = response.status, p.tx
+        if tx in _PERSISTENT:
             if status != Status.OK:
                 self._persistent.pop(tid, None)  # never started
-        elif p.tx is Tx.TERMINATE:
+        elif tx is Tx.TERMINATE:
             if status in (Status.OK, Status.UNKNOWN_TRANSACTION) and self._persistent.pop(tid, None):
                 self._tombstone(tid, now, ack=True)
-        elif p.tx is Tx.RESET and status == Status.OK:
+        elif tx is Tx.RESET and status == Status.OK:
             for other in [t for t in self._persistent if t not in self._pending]:
                 del self._persistent[other]
                 self._tombstone(other, now, ack=True)
@@ -637,15 +644,18 @@ class DuplicateCache:
     def add(self, key: Hashable, entry, now: float) -> None:
         """Remember `entry` (its `expires` set from `now`)."""
         entry.expires = now + self.lifetime
-        self._entries[key] = entry
-        self._evict()
+        entries = self._entries
+        entries[key] = entry
+        if len(entries) > self.max_entries or self.bytes > self.max_bytes:
+            self._evict()
 
     def answered(self, key: Hashable, entry, response: bytes) -> None:
         """`entry`'s answer is `response` (if the entry is still there)."""
         if self._entries.get(key) is entry:
             entry.response = response
             self.bytes += len(response)
-            self._evict()
+            if self.bytes > self.max_bytes:
+                self._evict()
 
     def discard(self, key: Hashable) -> None:
         self._drop(self._entries.pop(key, None))
@@ -763,21 +773,21 @@ class SIBSession:
                 raise SessionError(f"no request {tid} of {kp} and no known address")
             self._send(encode(response, self.transport, max_size=self._cap(None)), addr)
             return
-        status = response.status
+        status, tx = response.status, ex.tx
         if ex.confirmable or status != Status.OK or response.result is not None:
             data = encode(response, self.transport, max_size=self._cap(ex.max_size))
             self._cache.answered(ex.key, ex, data)
             self._send(data, ex.addr)
         if kp.kp_id is not None and status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial, now)
-        if ex.tx.persistent:
+        if tx in _PERSISTENT:
             d = self._deliveries.get((kp, tid))
             if status != Status.OK and d is not None and d.seq is None:
                 self.end_persistent(kp, tid)  # never started
-        elif ex.tx is Tx.TERMINATE:
+        elif tx is Tx.TERMINATE:
             if status in (Status.OK, Status.UNKNOWN_TRANSACTION):
                 self.end_persistent(kp, tid)
-        elif ex.tx is Tx.RESET and status == Status.OK:
+        elif tx is Tx.RESET and status == Status.OK:
             for key in [k for k in self._deliveries if k[0] == kp]:
                 self.end_persistent(*key)
 
@@ -892,13 +902,15 @@ class SIBSession:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
         """(datagram, address) pairs."""
-        self._require(UDP)
+        if self.transport is not UDP:
+            self._require(UDP)
         out, self._datagrams = self._datagrams, []
         return out
 
     def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
-        self._require(UDP)
-        self._expire(now)
+        if self.transport is not UDP:
+            self._require(UDP)
+        self._cache.expire(now)
         self._on_message(bytes(data), addr, now)
 
     # -- TCP --------------------------------------------------------------------------------
@@ -1032,10 +1044,14 @@ class SIBSession:
             self._on_request(msg, addr, now)
 
     def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
-        kp = KPIdentity.of(request, addr)
+        options = request.options
+        creds = options.credentials
+        # KPIdentity.of, inlined: tuple.__new__ skips the NamedTuple's Python-level __new__.
+        kp = _identity(KPIdentity, (None, addr) if creds is None else (bytes(creds.kp_id), None))
         tid, tx = request.tid, request.tx
         key = (kp, tid, tx)
-        if self.transport is UDP:
+        udp = self.transport is UDP
+        if udp:
             ex = self._cache.get(key)
             if ex is not None:  # a retransmission (or a duplicated datagram)
                 ex.addr = addr
@@ -1045,21 +1061,22 @@ class SIBSession:
                 else:
                     self.stats.duplicates_ignored += 1
                 return
-        ex = _Exchange(key, tx, addr, request.confirmable, request.options.max_response_size,
-                       next(self._serial), now + self.timing.exchange_lifetime)
-        if self.transport is UDP:
+        max_size = options.max_response_size
+        ex = _Exchange(key, tx, addr, request.confirmable, max_size, next(self._serial),
+                       now + self.timing.exchange_lifetime)
+        if udp:
             self._cache.add(key, ex, now)
-        executing = self._executing
-        executing[(kp, tid)] = ex
-        executing.move_to_end((kp, tid))
+        executing, ekey = self._executing, (kp, tid)
+        executing[ekey] = ex
+        executing.move_to_end(ekey)
         while len(executing) > self.max_entries:
             executing.popitem(last=False)
-        if tx.persistent:
-            d = self._deliveries.get((kp, tid))
+        if tx in _PERSISTENT:
+            d = self._deliveries.get(ekey)
             if d is None:
-                self._new_delivery((kp, tid), addr, request.options.max_response_size)
+                self._new_delivery(ekey, addr, max_size)
             else:
-                d.addr, d.max_size = addr, request.options.max_response_size
+                d.addr, d.max_size = addr, max_size
         self._events.append(RequestReceived(kp, addr, request))
 
     def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
