@@ -24,6 +24,7 @@ def _with_tid(request: Request, tid: int) -> Request:
 
 
 _new_tuple = tuple.__new__
+_TERMINATE = Tx.TERMINATE  # a global read: `Tx.X` goes through EnumType.__getattr__'s hook (3.11)
 
 
 class Sink(Protocol):
@@ -61,7 +62,7 @@ class SessionLink(Link):
         if self._lost is not None:
             raise KspConnectionError(str(self._lost)) from self._lost
         session = self.session
-        if request.tx is not Tx.TERMINATE:
+        if request.tx is not _TERMINATE:
             request = _with_tid(request, session.next_tid())
         tid = request.tid
         fut: asyncio.Future[Response] | None = None

@@ -39,6 +39,7 @@ __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "kp_id_b
 log = logging.getLogger("transports.client")
 
 DEFAULT_COAP_PORT = 5683
+_OK = Status.OK  # a global read: `Status.X` goes through EnumType.__getattr__'s hook (3.11)
 
 # What `KP.update` accepts, as one set lookup instead of four Tx properties per call.
 _TRANSIENT_UPDATES = frozenset(tx for tx in Tx if (
@@ -238,7 +239,7 @@ class KP:
 
 
 def _checked(response: Response | None) -> Response | None:
-    if response is not None and response.status != Status.OK:
+    if response is not None and response.status != _OK:
         raise KspStatusError(response.status)
     return response
 
