@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import (
-    UDP, Ack, EncodeError, IRI, Literal, Request, Status, Timing, Triple, Tx, Var,
+    UDP, Ack, EncodeError, IRI, Literal, Request, Response, Status, Timing, Triple, Tx, Var,
     decode_sib_message, encode,
 )
 from ksp.session import MAX_UDP_PAYLOAD
@@ -225,3 +225,36 @@ def test_inds_follow_a_kp_id_to_its_new_address():
             await server.close()
 
     run(scenario())
+
+
+def test_an_answer_given_inside_submit_is_sent_even_if_submit_then_raises():
+    """A RES the service gives from inside `submit` leaves with the adapter's pump; a service
+    failing after answering must not strand it (nor stop the server)."""
+
+    class AnswerThenFail:
+        def submit(self, request, channel) -> None:
+            channel.respond(Response(request.tid, Status.OK))
+            raise RuntimeError("service bug after answering")
+
+        def kp_unreachable(self, kp, tid) -> None:
+            pass
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        errors = []
+        loop.set_exception_handler(lambda loop, context: errors.append(context["exception"]))
+        server = await UdpServer.start(AnswerThenFail(), timing=FAST)
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            for tid in (3, 4):
+                transport.sendto(encode(Request(Tx.INSERT_DATA, tid, insert=(
+                    Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("x")),)), UDP))
+                res = decode_sib_message(await raw.recv(), UDP)
+                assert (res.tid, res.status) == (tid, Status.OK)
+        finally:
+            transport.close()
+            await server.close()
+        return errors
+
+    errors = run(scenario())
+    assert [str(e) for e in errors] == ["service bug after answering"] * 2

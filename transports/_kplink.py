@@ -17,6 +17,16 @@ from ._timer import SessionTimer
 from .errors import KspConnectionError, KspProtocolError, KspTimeout
 
 
+def _with_tid(request: Request, tid: int) -> Request:
+    """`request._replace(tid=tid)` without NamedTuple's keyword machinery (a third of the
+    time; once per request). Fields: tx, tid, the rest."""
+    return _new_tuple(type(request), (request[0], tid, *request[2:]))
+
+
+_new_tuple = tuple.__new__
+_TERMINATE = Tx.TERMINATE  # a global read: `Tx.X` goes through EnumType.__getattr__'s hook (3.11)
+
+
 class Sink(Protocol):
     """Receives the INDs of one persistent transaction (see `client.Subscription`)."""
 
@@ -52,8 +62,8 @@ class SessionLink(Link):
         if self._lost is not None:
             raise KspConnectionError(str(self._lost)) from self._lost
         session = self.session
-        if request.tx is not Tx.TERMINATE:
-            request = request._replace(tid=session.next_tid())
+        if request.tx is not _TERMINATE:
+            request = _with_tid(request, session.next_tid())
         tid = request.tid
         fut: asyncio.Future[Response] | None = None
         if request.confirmable:

@@ -33,9 +33,12 @@ class SessionChannel:
         self._adapter = adapter
 
     def respond(self, response: Response) -> None:
-        a = self._adapter
-        a.session.respond(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
-        a.pump()
+        a, tid = self._adapter, self.tid
+        if response.tid != tid:
+            response = response._replace(tid=tid)
+        a.session.respond(self.kp, tid, response, a.loop.time())
+        if not a.draining:  # else the pump that called `submit` sends it
+            a.pump()
 
     def indicate(self, response: Response) -> None:
         a = self._adapter
@@ -45,7 +48,8 @@ class SessionChannel:
     def end(self) -> None:
         a = self._adapter
         a.session.end_persistent(self.kp, self.tid)
-        a.pump()
+        if not a.draining:
+            a.pump()
 
     def __repr__(self) -> str:
         return f"<{self.transport} channel {self.kp} tid={self.tid}>"
@@ -68,33 +72,42 @@ class SessionAdapter:
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False
         self._pump_due = False
+        self.draining = False
+        """Inside `pump`'s event loop: a channel answering from `submit` leaves the sending to
+        that pump (one transmit and timer check per datagram, not two)."""
 
     def channel(self, kp: KPIdentity, tid: int) -> Channel:
         """The channel of (kp, tid), e.g. to resume a persistent operation after a restart."""
         return SessionChannel(self, kp, tid)
 
     def pump(self) -> None:
-        """Drain events, transmit, re-arm the timer. Re-entrant: the service may answer from
-        inside `submit`."""
+        """Drain events, transmit, re-arm the timer. The service may answer from inside
+        `submit`: that answer leaves with this pump's transmit."""
         if self._closed:
             return
-        session = self.session
+        session, service = self.session, self.service
         fatal: list[Hashable] = []
-        while (event := session.next_event()) is not None:
-            if type(event) is RequestReceived:
-                self.service.submit(event.request, self.channel(event.kp, event.request.tid))
-            elif type(event) is KPUnreachable:
-                self.service.kp_unreachable(event.kp, event.tid)
-            elif type(event) is ProtocolError:
-                log.debug("%s: %s from %s (status %s)", self.transport_name, event.message,
-                          event.addr, event.status)
-                if event.fatal:
-                    fatal.append(event.addr)
-            # AckReceived: the session has done all there is to do.
-        self.transmit()
+        self.draining = True
+        try:
+            while (event := session.next_event()) is not None:
+                kind = type(event)
+                if kind is RequestReceived:
+                    request = event.request
+                    service.submit(request, SessionChannel(self, event.kp, request.tid))
+                elif kind is KPUnreachable:
+                    service.kp_unreachable(event.kp, event.tid)
+                elif kind is ProtocolError:
+                    log.debug("%s: %s from %s (status %s)", self.transport_name, event.message,
+                              event.addr, event.status)
+                    if event.fatal:
+                        fatal.append(event.addr)
+                # AckReceived: the session has done all there is to do.
+        finally:  # what the service answered goes out even if it raised
+            self.draining = False
+            self.transmit()
+            self.timer.rearm()
         for addr in fatal:
             self.abort(addr)
-        self.timer.rearm()
 
     def pump_soon(self) -> None:
         """Pump once the current callback is done: the INDs a SIB sends for one update (one

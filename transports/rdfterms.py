@@ -5,6 +5,7 @@ An `xsd:string` literal becomes a plain rdflib `Literal` (RDF 1.1: the same lite
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import rdflib
@@ -15,6 +16,7 @@ from ksp.terms import RDF_LANGSTRING, XSD_STRING
 __all__ = ["to_ksp", "from_ksp", "triple_to_ksp", "triple_from_ksp", "request_to_ksp"]
 
 _GRAPH_FIELDS = ("delete", "insert", "where", "template")
+_graph_fields = attrgetter(*_GRAPH_FIELDS)
 
 
 def to_ksp(term: Any):
@@ -73,10 +75,14 @@ _KSP_TERMS = frozenset({IRI, BNode, Var, Literal})
 
 def _is_ksp(graph) -> bool:
     """Already KSP triples of KSP terms (the common case: checked, not rebuilt)."""
+    if type(graph) is not tuple:
+        return False
     terms = _KSP_TERMS
-    return type(graph) is tuple and all(
-        type(t) is Triple and type(t[0]) in terms and type(t[1]) in terms
-        and type(t[2]) in terms for t in graph)
+    for t in graph:  # a loop, not all(generator): this runs for every request sent
+        if not (type(t) is Triple and type(t[0]) in terms and type(t[1]) in terms
+                and type(t[2]) in terms):
+            return False
+    return True
 
 
 def _graph(graph) -> tuple[Triple, ...] | None:
@@ -88,18 +94,16 @@ def _graph(graph) -> tuple[Triple, ...] | None:
 def request_to_ksp(request: Request) -> Request:
     """`request` with any rdflib terms in its data fields converted (options must be KSP)."""
     changes: dict[str, Any] = {}
-    for name in _GRAPH_FIELDS:
-        value = getattr(request, name)
-        if value is not None:
-            graph = _graph(value)
-            if graph is not value:
-                changes[name] = graph
+    for name, value in zip(_GRAPH_FIELDS, _graph_fields(request)):
+        if value is not None and not _is_ksp(value):
+            changes[name] = _graph(value)
     if request.optional is not None and not all(_is_ksp(g) for g in request.optional):
         changes["optional"] = tuple(_graph(g) for g in request.optional)
-    for name in ("source", "target"):
-        value = getattr(request, name)
-        if value is not None and type(value) is not IRI:
-            changes[name] = graph_name(value)
+    source, target = request.source, request.target
+    if source is not None and type(source) is not IRI:
+        changes["source"] = graph_name(source)
+    if target is not None and type(target) is not IRI:
+        changes["target"] = graph_name(target)
     if request.graphs is not None and not all(type(g) is IRI for g in request.graphs):
         changes["graphs"] = tuple(graph_name(g) for g in request.graphs)
     return request._replace(**changes) if changes else request
