@@ -37,7 +37,7 @@ import random
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .codec import (
@@ -172,23 +172,6 @@ class Event:
     """Base class of every session event."""
 
 
-def _slot_init(cls: type) -> type:
-    """A frozen dataclass's __init__ sets each field with object.__setattr__ (a lookup by
-    name); calling the slots' descriptors instead halves the cost of building an event, and
-    the sessions build one or two per message. Same signature; for events without defaults."""
-    names = [f.name for f in fields(cls)]
-    assert all(f.default is MISSING and f.default_factory is MISSING for f in fields(cls))
-    namespace = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
-    exec(f"def __init__(self, {', '.join(names)}):\n"
-         + "".join(f"    _set_{name}(self, {name})\n" for name in names), namespace)
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init
-    return cls
-
-
-@_slot_init
 @dataclass(frozen=True, slots=True)
 class ResponseReceived(Event):
     """The RES of pending request `tid` (its status may be an error)."""
@@ -197,7 +180,6 @@ class ResponseReceived(Event):
     response: Response
 
 
-@_slot_init
 @dataclass(frozen=True, slots=True)
 class IndicationReceived(Event):
     """A new state of persistent transaction `tid` (UDP: newer than every one delivered before)."""
@@ -256,7 +238,6 @@ class KPIdentity(NamedTuple):
 _identity = tuple.__new__
 
 
-@_slot_init
 @dataclass(frozen=True, slots=True)
 class RequestReceived(Event):
     """A new request for the SIB to execute, then answer with `SIBSession.respond`."""
@@ -266,7 +247,6 @@ class RequestReceived(Event):
     request: Request
 
 
-@_slot_init
 @dataclass(frozen=True, slots=True)
 class AckReceived(Event):
     """An ACK from `addr`; `kp` is None when no IND with that TID was sent to that address."""
