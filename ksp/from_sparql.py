@@ -302,6 +302,10 @@ class _Parser:
                 raise _syntax(self.text, tok.pos, str(e)) from None
             if self.tok.kind == "lang":
                 tag = self.tok.text[1:]
+                if len(tag) > 255:  # KSP gives a tag a 1-byte length (§4.2)
+                    raise UnsupportedSparql("language tags over 255 characters",
+                                            f"a language tag of {len(tag)} characters; KSP "
+                                            "carries at most 255")
                 self.i += 1
                 return Literal(lex, RDF_LANGSTRING, tag)
             if self.is_op("^^"):

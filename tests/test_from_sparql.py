@@ -361,6 +361,12 @@ def test_mutated_renderings_raise_only_typed_errors(r, data):
     encode(req)
 
 
+def test_a_language_tag_ksp_cannot_carry_is_named():
+    with pytest.raises(UnsupportedSparql, match="255"):
+        compile('INSERT DATA { <http://e/s> <http://e/p> "x"@' + "a" * 256 + " }")
+    compile('INSERT DATA { <http://e/s> <http://e/p> "x"@' + "a" * 255 + " }")
+
+
 def test_bad_prefixes_argument_is_a_typed_error():
     with pytest.raises(SparqlError, match="absolute IRI"):
         compile("SELECT ?s { ?s e:p ?o }", prefixes={"e": "not an iri"})

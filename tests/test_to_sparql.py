@@ -289,7 +289,9 @@ def test_prefixed_names_where_valid():
         Triple(Var(0), IRI(EX + "a.b"), IRI(EX + "x/y")), Triple(Var(0), TYPE, IRI(EX))),
         options=Options(prefixes=(EX, RDF, "not an iri"))))
     assert "PREFIX p1: <http://example.org/>" in text and "p3" not in text
-    assert "p1:a.b" in text and "<http://example.org/x/y>" in text and "rdf:type p1:" in text
+    # dotted local parts are written in full: pyoxigraph 0.5 refuses some valid ones (p:0.0.0)
+    assert "<http://example.org/a.b>" in text and "<http://example.org/x/y>" in text
+    assert "rdf:type p1:" in text
     ox.Store().query(text)
 
 
