@@ -23,6 +23,9 @@
 
 typedef unsigned char uchar;
 
+static inline unsigned le16(const uchar *p) { return p[0] | (p[1] << 8); }
+static inline uint32_t le32(const uchar *p) { return le16(p) | ((uint32_t)le16(p + 2) << 16); }
+
 /* ------------------------------------------------------------------------------------------ */
 /* What codec.py hands over (setup()) */
 
@@ -37,7 +40,7 @@ static struct {
     PyObject *compact_cache;      /* codec._compact_cache: Literal -> (kind, payload) */
     PyObject *compact_datatypes;  /* terms.COMPACT_DATATYPES */
     PyObject *is_lang_tag;    /* literals.is_lang_tag(tag) -> bool */
-    PyObject *xsd_string, *rdf_langstring, *empty_str, *no_options, *empty_tuple;
+    PyObject *xsd_string, *rdf_langstring, *no_options, *empty_tuple;
     PyObject *tx_by_code[128];     /* Tx member or NULL */
     PyObject *status_by_code[128]; /* Status member or int */
     PyObject *op_by_code[256];     /* Op member or NULL */
@@ -198,6 +201,15 @@ typedef struct {
     int opt_count;  /* the REQ's option count */
 } R;
 
+static void reader(R *r, const uchar *buf, Py_ssize_t len, Py_ssize_t pos, int build) {
+    r->buf = buf;
+    r->len = len;
+    r->pos = pos;
+    r->build = build;
+    r->npfx = 0;
+    r->prefix_option = -1;
+}
+
 #define NEED(r, n) do { if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return -1; } while (0)
 
 static int byte_at(R *r, int *out) {
@@ -324,7 +336,7 @@ static PyObject *double_lexical(double v) {
 /* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7). */
 static PyObject *fixed_literal(int kind, const uchar *p) {
     PyObject *lex = NULL, *datatype = NULL;
-    uint32_t u32 = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
+    uint32_t u32 = le32(p);
     switch (kind) {
     case 1:
         lex = PyUnicode_FromFormat("%d", (int)(int32_t)u32);
@@ -352,8 +364,7 @@ static PyObject *fixed_literal(int kind, const uchar *p) {
         datatype = K.xsd_boolean;
         break;
     default: {
-        uint64_t u64 = u32 | ((uint64_t)(p[4] | (p[5] << 8) | (p[6] << 16) |
-                                         ((uint32_t)p[7] << 24)) << 32);
+        uint64_t u64 = u32 | ((uint64_t)le32(p + 4) << 32);
         double d;
         memcpy(&d, &u64, 8);
         lex = double_lexical(d);
@@ -718,7 +729,7 @@ static PyObject *prefix_list(R *r) {
     return prefixes;
 }
 
-static PyObject *u16(const uchar *p) { return PyLong_FromLong(p[0] | (p[1] << 8)); }
+static PyObject *u16(const uchar *p) { return PyLong_FromLong(le16(p)); }
 
 static int modifier(R *r, PyObject **out) {
     int flags, order_var = -1;
@@ -774,8 +785,7 @@ static int options(R *r, int tx, PyObject **values) {
             const uchar *p = r->buf + r->pos;
             r->pos += 4;
             if (r->build) {
-                uint32_t v = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
-                if ((*value = PyLong_FromUnsignedLong(v)) == NULL)
+                if ((*value = PyLong_FromUnsignedLong(le32(p))) == NULL)
                     return -1;
             }
         } else if (code == OP_CREDENTIALS) {
@@ -884,8 +894,7 @@ static int header(const uchar *buf, Py_ssize_t len, int tcp, Py_ssize_t *pos) {
     if (tcp) {
         if (len < 8)
             return -1;
-        uint32_t length = buf[4] | (buf[5] << 8) | (buf[6] << 16) | ((uint32_t)buf[7] << 24);
-        if ((Py_ssize_t)length != len)
+        if ((Py_ssize_t)le32(buf + 4) != len)
             return -1;
         *pos = 8;
     } else {
@@ -905,7 +914,7 @@ static PyObject *decode_request(const uchar *buf, Py_ssize_t len, int tcp) {
     Py_ssize_t pos;
     if (header(buf, len, tcp, &pos))
         Py_RETURN_NONE;
-    int type_byte = buf[1], code = type_byte & 0x7F, tid = buf[2] | (buf[3] << 8);
+    int type_byte = buf[1], code = type_byte & 0x7F, tid = (int)le16(buf + 2);
     if (code == 0) {
         if (type_byte || tcp)
             Py_RETURN_NONE;
@@ -924,19 +933,12 @@ static PyObject *decode_request(const uchar *buf, Py_ssize_t len, int tcp) {
     if (K.tx_by_code[code] == NULL)
         Py_RETURN_NONE;
 
-    R *r = PyMem_Malloc(sizeof(R));
-    if (r == NULL)
-        return PyErr_NoMemory();
-    r->buf = buf;
-    r->len = len;
-    r->build = 0;
-    r->npfx = 0;
-    r->prefix_option = -1;
+    R reading, *r = &reading;
     PyObject *fields[RQ_N] = {NULL};
     PyObject *opts[OP_N] = {NULL};
     PyObject *result = NULL;
     /* first pass: the layout, and where the prefix list is */
-    r->pos = pos;
+    reader(r, buf, len, pos, 0);
     if (data_fields(r, code, fields) || options(r, code, opts))
         goto bad;
     PyObject *prefixes = NULL;
@@ -975,7 +977,6 @@ static PyObject *decode_request(const uchar *buf, Py_ssize_t len, int tcp) {
         if (fields[i] == NULL)
             fields[i] = Py_NewRef(Py_None);
     result = named(K.Request, RQ_N, fields);
-    PyMem_Free(r);
     if (result != NULL)
         return result;
     PyErr_Clear();
@@ -983,7 +984,6 @@ static PyObject *decode_request(const uchar *buf, Py_ssize_t len, int tcp) {
 bad:
     clear(fields, RQ_N);
     clear(opts, OP_N);
-    PyMem_Free(r);
     PyErr_Clear();
     Py_RETURN_NONE;
 }
@@ -1005,7 +1005,7 @@ static PyObject *result_at(R *r, int form) {
         return NULL;
     }
     const uchar *p = r->buf + r->pos;
-    int total = p[0] | (p[1] << 8), count = p[2] | (p[3] << 8);
+    int total = (int)le16(p), count = (int)le16(p + 2);
     r->pos += 4;
     if (count > total) {
         Py_DECREF(prefixes);
@@ -1072,7 +1072,7 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     Py_ssize_t pos;
     if (header(buf, len, tcp, &pos))
         Py_RETURN_NONE;
-    int type_byte = buf[1], tid = buf[2] | (buf[3] << 8);
+    int type_byte = buf[1], tid = (int)le16(buf + 2);
     int indication = type_byte > 0x7F;
     PyObject *seq = NULL;
     if (indication && !tcp) {
@@ -1095,12 +1095,7 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
         result = Py_NewRef(Py_None);
     } else {
         R r;
-        r.buf = buf;
-        r.len = len;
-        r.pos = pos;
-        r.build = 1;
-        r.npfx = 0;
-        r.prefix_option = -1;
+        reader(&r, buf, len, pos, 1);
         result = result_at(&r, form);
         if (result != NULL && r.pos != len)
             Py_CLEAR(result);
@@ -1428,6 +1423,27 @@ static int choose_prefixes(PyObject *req, Prefixes *pfx) {
     return 0;
 }
 
+/* The entries of a prefix list (§7.2): URI fields with prefix index 0. */
+static int put_prefix_entries(Out *o, const Prefixes *pfx) {
+    for (int i = 0; i < pfx->n; i++)
+        if (put_byte(o, 0) || put_uri_len(o, pfx->len[i]) || put(o, pfx->ptr[i], pfx->len[i]))
+            return -1;
+    return 0;
+}
+
+/* A u16 field's value, or -1 if `obj` is not an int in 0..65535. */
+static long u16_of(PyObject *obj) {
+    long v = PyLong_Check(obj) ? PyLong_AsLong(obj) : -1;
+    if (v == -1)
+        PyErr_Clear();
+    return v >= 0 && v <= 0xFFFF ? v : -1;
+}
+
+static int put_u16(Out *o, long v) {
+    uchar b[2] = {(uchar)v, (uchar)(v >> 8)};
+    return put(o, b, 2);
+}
+
 static int given_prefixes(PyObject *prefixes, Prefixes *pfx) {
     if (!PyTuple_Check(prefixes) || PyTuple_GET_SIZE(prefixes) > 255)
         return -1;
@@ -1442,8 +1458,8 @@ static int given_prefixes(PyObject *prefixes, Prefixes *pfx) {
 
 static int put_header(Out *o, int tcp, PyObject *version, int type_byte, PyObject *tid_obj,
                       long seq) {
-    long v = PyLong_AsLong(version), tid = PyLong_AsLong(tid_obj);
-    if (v < 0 || v > 255 || tid < 0 || tid > 0xFFFF || PyErr_Occurred())
+    long v = u16_of(version), tid = u16_of(tid_obj);
+    if (v < 0 || v > 255 || tid < 0)
         return -1;
     uchar h[8] = {(uchar)v, (uchar)type_byte, (uchar)tid, (uchar)(tid >> 8), 0, 0, 0, 0};
     if (tcp)
@@ -1558,16 +1574,10 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
     if (pfx.n) {
         if (put_byte(o, OP_PREFIX) || put_byte(o, pfx.n))
             return -1;
-        for (int i = 0; i < pfx.n; i++)
-            if (put_byte(o, 0) || put_uri_len(o, pfx.len[i]) || put(o, pfx.ptr[i], pfx.len[i]))
-                return -1;
+        if (put_prefix_entries(o, &pfx))
+            return -1;
     }
     return 0;
-}
-
-static int put_u16(Out *o, long v) {
-    uchar b[2] = {(uchar)v, (uchar)(v >> 8)};
-    return put(o, b, 2);
 }
 
 /* The Data field of a SELECT or CONSTRUCT result with an automatic prefix list and no size
@@ -1608,11 +1618,8 @@ static int put_result(Out *o, PyObject *result) {
     }
     Prefixes pfx;
     chosen(&ns, &pfx);
-    if (put_byte(o, pfx.n))
+    if (put_byte(o, pfx.n) || put_prefix_entries(o, &pfx))
         return -1;
-    for (int i = 0; i < pfx.n; i++)
-        if (put_byte(o, 0) || put_uri_len(o, pfx.len[i]) || put(o, pfx.ptr[i], pfx.len[i]))
-            return -1;
     if (put_u16(o, total < 0xFFFF ? total : 0xFFFF) || put_u16(o, count))
         return -1;
     if (construct) {
@@ -1652,9 +1659,8 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
             return -1;
         if (seq == Py_None)
             return 0;
-        long s = PyLong_Check(seq) ? PyLong_AsLong(seq) : -1;
-        uchar b[2] = {(uchar)s, (uchar)(s >> 8)};
-        return s < 0 || s > 0xFFFF ? -1 : put(o, b, 2);
+        long s = u16_of(seq);
+        return s < 0 ? -1 : put_u16(o, s);
     }
     if (!PyObject_TypeCheck(msg, K.Response) || PyTuple_GET_SIZE(msg) != 6)
         return -1;
@@ -1666,9 +1672,7 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
         return -1;
     long seq = -1;
     if (indication && !tcp) {
-        PyObject *seq_obj = PyTuple_GET_ITEM(msg, 4);
-        seq = PyLong_Check(seq_obj) ? PyLong_AsLong(seq_obj) : -1;
-        if (seq < 0 || seq > 0xFFFF)
+        if ((seq = u16_of(PyTuple_GET_ITEM(msg, 4))) < 0)
             return -1;
     }
     if (put_header(o, tcp, PyTuple_GET_ITEM(msg, 5), (int)status | (indication ? 0x80 : 0),
@@ -1812,7 +1816,6 @@ static PyObject *py_setup(PyObject *self, PyObject *config) {
     K.empty_tuple = PyTuple_New(0);
     K.str_true = PyUnicode_InternFromString("true");
     K.str_false = PyUnicode_InternFromString("false");
-    K.empty_str = PyUnicode_FromString("");
     if (fetch_table(config, "tx_by_code", K.tx_by_code, 128) ||
         fetch_table(config, "status_by_code", K.status_by_code, 128) ||
         fetch_table(config, "op_by_code", K.op_by_code, 256) ||

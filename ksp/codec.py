@@ -112,6 +112,11 @@ def tcp_frame_length(buf: bytes | bytearray | memoryview) -> int | None:
     return length
 
 
+def _is_tcp(transport: Transport) -> bool:
+    """For the C module, which takes the transport as a flag (a str such as "tcp" works too)."""
+    return transport is TCP or (transport is not UDP and Transport(transport) is TCP)
+
+
 def peek_tid(buf: bytes) -> int | None:
     """The Transaction ID of a message, if it has one (for answering undecodable REQs)."""
     return _U16.unpack_from(buf, 2)[0] if len(buf) >= 4 else None
@@ -511,8 +516,7 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
     (RC < TRC), or the answer becomes status RESPONSE_TOO_LARGE (§6.4).
     """
     if _speedups is not None and (max_size is None or type(msg) is not Response):
-        data = _speedups.encode(msg, transport is TCP or (transport is not UDP and
-                                                          Transport(transport) is TCP))
+        data = _speedups.encode(msg, _is_tcp(transport))
         if data is not None:
             return data
     try:
@@ -930,8 +934,7 @@ def _failure(exc: Exception, status: Status, path: str, pos: int, tid: int) -> D
 def decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     """Decode what a SIB receives: a REQ, or (over UDP) an ACK."""
     if _speedups is not None:
-        msg = _speedups.decode_request(buf, transport is TCP or (transport is not UDP and
-                                                                 Transport(transport) is TCP))
+        msg = _speedups.decode_request(buf, _is_tcp(transport))
         if msg is not None:
             return msg
     return _decode_kp_message(buf, transport)
@@ -1178,9 +1181,7 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
     """
     if _speedups is not None:
         form = -1 if answers is None else _RESULT_FORM[answers]
-        msg = _speedups.decode_response(buf, transport is TCP or (transport is not UDP and
-                                                                  Transport(transport) is TCP),
-                                        -1 if form is None else form)
+        msg = _speedups.decode_response(buf, _is_tcp(transport), -1 if form is None else form)
         if msg is not None:
             return msg
     return _decode_sib_message(buf, transport, answers)

@@ -192,7 +192,7 @@ def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def _variants(case: "Case", decode, python_decode) -> dict[str, Callable[[], object]]:
+def _variants(decode, python_decode) -> dict[str, Callable[[], object]]:
     return {"ksp_decode": decode, "ksp_decode_nointern": _no_interning(decode),
             "ksp_decode_python": python_decode}
 
@@ -207,7 +207,7 @@ def build_cases() -> list[Case]:
     case = Case("insert", "(1) sensor INSERT DATA", msg, encode(msg, UDP),
                 update_text.encode("utf-8"), SEPA_UPDATE)
     case.contenders = {
-        **_variants(case, lambda w=case.wire: decode_kp_message(w, UDP),
+        **_variants(lambda w=case.wire: decode_kp_message(w, UDP),
                     lambda w=case.wire: codec._decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: pyoxigraph.Store().update(update_text),
@@ -224,7 +224,7 @@ def build_cases() -> list[Case]:
     case = Case("select", "(2) persistent SELECT + FILTER", msg, encode(msg, UDP),
                 query_text.encode("utf-8"), SEPA_SUBSCRIBE)
     case.contenders = {
-        **_variants(case, lambda w=case.wire: decode_kp_message(w, UDP),
+        **_variants(lambda w=case.wire: decode_kp_message(w, UDP),
                     lambda w=case.wire: codec._decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: list(empty_store.query(query_text)),
@@ -239,7 +239,7 @@ def build_cases() -> list[Case]:
     case = Case("result", f"(3) {ROWS}-row SELECT result", msg, encode(msg, UDP), RESULTS_JSON,
                 SEPA_NOTIFICATION, answers)
     case.contenders = {
-        **_variants(case, lambda w=case.wire: decode_sib_message(w, UDP, answers),
+        **_variants(lambda w=case.wire: decode_sib_message(w, UDP, answers),
                     lambda w=case.wire: codec._decode_sib_message(w, UDP, answers)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda d=RESULTS_JSON: _pyoxigraph_results(d),
