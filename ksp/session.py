@@ -235,9 +235,6 @@ class KPIdentity(NamedTuple):
         return f"KP {uuid.UUID(bytes=self.kp_id) if len(self.kp_id) == 16 else self.kp_id.hex()}"
 
 
-_identity = tuple.__new__
-
-
 @dataclass(frozen=True, slots=True)
 class RequestReceived(Event):
     """A new request for the SIB to execute, then answer with `SIBSession.respond`."""
@@ -478,14 +475,12 @@ class KPSession:
     # -- UDP --------------------------------------------------------------------------------
 
     def datagrams_to_send(self, now: float) -> list[bytes]:
-        if self.transport is not UDP:
-            self._require(UDP)
+        self._require(UDP)
         out, self._datagrams = self._datagrams, []
         return out
 
     def receive_datagram(self, data: bytes, now: float) -> None:
-        if self.transport is not UDP:
-            self._require(UDP)
+        self._require(UDP)
         if self._ended:
             self._expire_ended(now)
         self._on_message(bytes(data), now)
@@ -917,14 +912,12 @@ class SIBSession:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
         """(datagram, address) pairs."""
-        if self.transport is not UDP:
-            self._require(UDP)
+        self._require(UDP)
         out, self._datagrams = self._datagrams, []
         return out
 
     def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
-        if self.transport is not UDP:
-            self._require(UDP)
+        self._require(UDP)
         self._cache.expire(now)
         self._on_message(bytes(data), addr, now)
 
@@ -1060,9 +1053,7 @@ class SIBSession:
 
     def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
         options = request.options
-        creds = options.credentials
-        # KPIdentity.of, inlined: tuple.__new__ skips the NamedTuple's Python-level __new__.
-        kp = _identity(KPIdentity, (None, addr) if creds is None else (bytes(creds.kp_id), None))
+        kp = KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
         key = (kp, tid, tx)
         udp = self.transport is UDP

@@ -33,10 +33,8 @@ class SessionChannel:
         self._adapter = adapter
 
     def respond(self, response: Response) -> None:
-        a, tid = self._adapter, self.tid
-        if response.tid != tid:
-            response = response._replace(tid=tid)
-        a.session.respond(self.kp, tid, response, a.loop.time())
+        a = self._adapter
+        a.session.respond(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
         if not a.draining:  # else the pump that called `submit` sends it
             a.pump()
 

@@ -99,11 +99,10 @@ def request_to_ksp(request: Request) -> Request:
             changes[name] = _graph(value)
     if request.optional is not None and not all(_is_ksp(g) for g in request.optional):
         changes["optional"] = tuple(_graph(g) for g in request.optional)
-    source, target = request.source, request.target
-    if source is not None and type(source) is not IRI:
-        changes["source"] = graph_name(source)
-    if target is not None and type(target) is not IRI:
-        changes["target"] = graph_name(target)
+    for name in ("source", "target"):
+        value = getattr(request, name)
+        if value is not None and type(value) is not IRI:
+            changes[name] = graph_name(value)
     if request.graphs is not None and not all(type(g) is IRI for g in request.graphs):
         changes["graphs"] = tuple(graph_name(g) for g in request.graphs)
     return request._replace(**changes) if changes else request
