@@ -17,9 +17,9 @@ from .model import (
 )
 from .seqnum import is_newer, next_seq
 from .session import (
-    AckReceived, Event, IndicationReceived, KPIdentity, KPSession, KPUnreachable, PersistentEnded,
-    ProtocolError, RequestReceived, RequestTimedOut, ResponseReceived, SessionError, SIBSession,
-    Timing,
+    AckReceived, CredentialsPending, Event, IndicationReceived, KPIdentity, KPSession,
+    KPUnreachable, PersistentEnded, ProtocolError, RequestReceived, RequestRefused,
+    RequestTimedOut, ResponseReceived, SessionError, SIBSession, Timing,
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
 from .from_sparql import compile as compile_sparql, compile_named as compile_sparql_named
@@ -35,7 +35,8 @@ __all__ = [
     "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
     "Response", "Result", "SelectResult", "SolutionModifier", "is_newer", "next_seq",
     "DEFAULT_GRAPH", "IRI", "BNode", "Literal", "Term", "Triple", "Var",
-    "AckReceived", "Event", "IndicationReceived", "KPIdentity", "KPSession", "KPUnreachable",
+    "AckReceived", "CredentialsPending", "RequestRefused", "Event", "IndicationReceived",
+    "KPIdentity", "KPSession", "KPUnreachable",
     "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
     "SessionError", "SIBSession", "Timing",
     "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql",

@@ -36,7 +36,7 @@ import itertools
 import random
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,7 +53,8 @@ __all__ = [
     "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
-    "KPUnreachable", "SessionStats", "DuplicateCache",
+    "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
+    "RequestRefused",
 ]
 
 MAX_UDP_PAYLOAD = 65_507
@@ -261,6 +262,36 @@ class KPUnreachable(Event):
 
     kp: KPIdentity
     tid: int
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialsPending(Event):
+    """The SIB's `authenticate` has no verdict yet on these credentials: the request waits in the
+    session (bounded) until `SIBSession.resume`, which the adapter calls once it has verified
+    them off the request path."""
+
+    kp_id: bytes
+    password: str
+    addr: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRefused(Event):
+    """A request refused before the duplicate cache (its CREDENTIALS failed `authenticate`, or
+    too many requests wait for a verdict): answered with `status` at `addr`, nothing more."""
+
+    kp_id: bytes
+    addr: Hashable
+    tid: int
+    status: Status
+
+
+Authenticate = Callable[[bytes, str, Hashable], "Status | None"]
+"""A SIB's verdict on a request's CREDENTIALS (KP ID, password, source address), asked before the
+session looks at its duplicate cache or at any state of that KP ID: `Status.OK` accepts, None
+means "not known yet" (the session holds the request and reports `CredentialsPending`), any
+other status refuses the request with that status. It must be cheap: slow checks (a password
+hash) belong off the request path, answering None until they are done."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,6 +759,8 @@ class SessionStats:
     acks_unmatched: int = 0
     #: (KP, TID) pairs given up on after the last retransmission (`KPUnreachable`).
     kp_unreachable: int = 0
+    #: Requests refused before the duplicate cache (`RequestRefused`).
+    refused: int = 0
 
 
 class SIBSession:
@@ -735,8 +768,14 @@ class SIBSession:
 
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, max_message_size: int | None = None,
-                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
+                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20,
+                 authenticate: Authenticate | None = None, max_held: int = 1024) -> None:
         self.transport = Transport(transport)
+        #: Checks CREDENTIALS before anything else looks at a request (None: every KP ID is
+        #: taken at its word, as by a SIB without access control). Without it, anyone who
+        #: names a KP ID would get that KP's cached answers and move its exchanges.
+        self.authenticate = authenticate
+        self.max_held = max_held
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
@@ -759,6 +798,8 @@ class SIBSession:
         self._datagrams: list[tuple[bytes, Hashable]] = []
         self._streams: dict[Hashable, bytearray] = {}
         self._readers: dict[Hashable, _FrameReader] = {}
+        # Requests waiting for a verdict on their credentials, in arrival order.
+        self._held: deque[tuple[Request, Hashable]] = deque()
 
     # -- API --------------------------------------------------------------------------------
 
@@ -880,6 +921,18 @@ class SIBSession:
         d = self._deliveries.get((kp, tid))
         return d is not None and d.data is not None
 
+    def resume(self, now: float) -> None:
+        """Look again at the requests held for `authenticate`'s verdict (call it when a
+        verification is done); those still without a verdict stay held, in order."""
+        held, self._held = self._held, deque()
+        for request, addr in held:
+            self._on_request(request, addr, now)
+
+    @property
+    def held(self) -> int:
+        """Requests waiting for a verdict on their credentials."""
+        return len(self._held)
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
@@ -954,6 +1007,8 @@ class SIBSession:
         """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
         self._readers.pop(conn, None)
         self._streams.pop(conn, None)
+        if any(addr == conn for _, addr in self._held):
+            self._held = deque(item for item in self._held if item[1] != conn)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -1053,6 +1108,20 @@ class SIBSession:
 
     def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
         options = request.options
+        creds = options.credentials
+        if self._held and self.transport is TCP and any(a == addr for _, a in self._held):
+            self._hold(request, addr)  # a stream keeps its order behind a request still held
+            return
+        if creds is not None and self.authenticate is not None:
+            # Before the duplicate cache and every table keyed by the KP ID: a claimed identity
+            # gets nothing of that KP's (cached answers, its exchanges, its address) unproven.
+            verdict = self.authenticate(bytes(creds.kp_id), creds.password, addr)
+            if verdict is None:
+                self._hold(request, addr)
+                return
+            if verdict != _OK:
+                self._refuse(request, addr, Status(verdict))
+                return
         kp = KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
         key = (kp, tid, tx)
@@ -1084,6 +1153,24 @@ class SIBSession:
             else:
                 d.addr, d.max_size = addr, max_size
         self._events.append(RequestReceived(kp, addr, request))
+
+    def _hold(self, request: Request, addr: Hashable) -> None:
+        if len(self._held) >= self.max_held:
+            self._refuse(request, addr, Status.LIMIT_EXCEEDED)
+            return
+        creds = request.options.credentials
+        new = creds is not None and not any(r.options.credentials == creds for r, _ in self._held)
+        self._held.append((request, addr))
+        if new:  # one verification for every request that waits on the same credentials
+            self._events.append(CredentialsPending(bytes(creds.kp_id), creds.password, addr))
+
+    def _refuse(self, request: Request, addr: Hashable, status: Status) -> None:
+        """Answer `status` at `addr` and keep nothing: no cache entry, exchange or binding."""
+        self.stats.refused += 1
+        creds = request.options.credentials
+        self._events.append(RequestRefused(bytes(creds.kp_id) if creds else b"", addr,
+                                           request.tid, status))
+        self._send(encode(Response(request.tid, status), self.transport), addr)
 
     def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
         kp = self._ack_routes.get((addr, ack.tid))

@@ -11,13 +11,16 @@ graph and `"*"` for every graph. What a request needs is decided from the reques
 anything is evaluated or written, so a denied request applies nothing:
 
 - a query or pattern update reads its QUERY GRAPH list, or with none the union of all graphs,
-  which needs read on `"*"`;
+  which needs read on `"*"` (wire-format §7.6: a KP allowed only some graphs names them, and
+  is refused otherwise, rather than silently answered from a subset);
 - INSERT writes the INSERT GRAPH list (else the default graph); DELETE writes the DELETE GRAPH
   list, or with none every graph (`"*"`);
 - CREATE and DROP write the graphs they name; COPY and ADD read the source and write the target;
   MOVE reads and writes the source (it is emptied) and writes the target.
 
-Persistent operations are checked once, when they are registered.
+Persistent operations are checked when they are registered, again when they are restored after
+a restart (by their KP ID: the saved copy keeps no password) and whenever the policy is replaced
+(`SibCore.set_access`); one that the policy no longer allows is ended with an ACCESS_DENIED IND.
 """
 from __future__ import annotations
 
@@ -94,12 +97,24 @@ class AccessPolicy:
     """`check(request)` raises `RequestError(ACCESS_DENIED)` or returns. `open()` allows all."""
 
     kps: dict[bytes, KPEntry] = field(default_factory=dict)
-    anonymous: str = "read-write"
+    #: `none`, `read` (every graph), `read-write` (every graph), or per graph a mapping
+    #: {"read": [...], "write": [...]} of graph names as in a KP's entry.
+    anonymous: str | Mapping = "read-write"
     _verified: dict[bytes, bytes] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.anonymous not in ANONYMOUS_POLICIES:
-            raise ValueError(f"anonymous policy {self.anonymous!r}: one of {ANONYMOUS_POLICIES}")
+        if isinstance(self.anonymous, Mapping):
+            unknown = set(self.anonymous) - {"read", "write"}
+            if unknown:
+                raise ValueError(f"anonymous policy: unknown keys {sorted(unknown)}")
+            self._anonymous = Grant.of(self.anonymous.get("read", ()),
+                                       self.anonymous.get("write", ()))
+        elif self.anonymous in ANONYMOUS_POLICIES:
+            self._anonymous = Grant.of((ALL,) if self.anonymous != "none" else (),
+                                       (ALL,) if self.anonymous == "read-write" else ())
+        else:
+            raise ValueError(f"anonymous policy {self.anonymous!r}: one of {ANONYMOUS_POLICIES}"
+                             " or a table of read/write graphs")
 
     @classmethod
     def open(cls) -> "AccessPolicy":
@@ -117,35 +132,65 @@ class AccessPolicy:
             kps[kp_id] = KPEntry(kp_id, str(entry["password_hash"]),
                                  Grant.of(entry.get("read", ()), entry.get("write", ())),
                                  str(entry["id"]))
-        return cls(kps, str(config.get("anonymous", "read-write")))
+        anonymous = config.get("anonymous", "read-write")
+        return cls(kps, anonymous if isinstance(anonymous, Mapping) else str(anonymous))
 
     @property
     def is_open(self) -> bool:
         return not self.kps and self.anonymous == "read-write"
 
+    def anonymous_grant(self) -> Grant:
+        return self._anonymous
+
+    def proven(self, kp_id: bytes, token: bytes) -> bool:
+        """Whether the password whose SHA-256 is `token` was verified for `kp_id`."""
+        cached = self._verified.get(kp_id)
+        return cached is not None and kp_id in self.kps and hmac.compare_digest(cached, token)
+
+    def remember(self, kp_id: bytes, token: bytes) -> None:
+        """The password whose SHA-256 is `token` is right for `kp_id` (verified elsewhere, off
+        the request path: `sib.auth`)."""
+        self._verified[kp_id] = token
+
     def grant_of(self, request: Request) -> Grant:
         creds = request.options.credentials
         if creds is None:
-            return Grant.of((ALL,) if self.anonymous != "none" else (),
-                            (ALL,) if self.anonymous == "read-write" else ())
+            return self.anonymous_grant()
         entry = self.kps.get(bytes(creds.kp_id))
         if entry is None:
             raise RequestError(Status.ACCESS_DENIED, "unknown KP ID")
         token = hashlib.sha256(creds.password.encode()).digest()
-        cached = self._verified.get(entry.kp_id)
-        if cached is None or not hmac.compare_digest(cached, token):
+        if not self.proven(entry.kp_id, token):
             if not verify_password(creds.password, entry.password_hash):
                 raise RequestError(Status.ACCESS_DENIED, "wrong password")
-            self._verified[entry.kp_id] = token
+            self.remember(entry.kp_id, token)
         return entry.grant
+
+    def check_by_id(self, kp_id: bytes | None, request: Request) -> None:
+        """`check` for a KP known only by its KP ID (None: anonymous) whose password was
+        proven before: a persistent operation restored after a restart (the saved copy has no
+        password), or re-checked under a reloaded policy."""
+        if self.is_open:
+            return
+        if kp_id is None:
+            grant = self.anonymous_grant()
+        elif (entry := self.kps.get(kp_id)) is not None:
+            grant = entry.grant
+        else:
+            raise RequestError(Status.ACCESS_DENIED, "KP ID no longer configured")
+        self.check_grant(grant, request)
 
     def check(self, request: Request) -> None:
         if self.is_open:
             return
-        if request.tx in (Tx.TERMINATE, Tx.RESET):
-            self.grant_of(request)  # only their own operations: identity is enough
-            return
         grant = self.grant_of(request)
+        if request.tx not in (Tx.TERMINATE, Tx.RESET):  # their own operations: identity is enough
+            self.check_grant(grant, request)
+
+    def check_grant(self, grant: Grant, request: Request) -> None:
+        """Whether `grant` covers every graph `request` reads and writes."""
+        if self.is_open:
+            return
         reads, writes = needs(request)
         if not grant.allows("read", reads):
             raise RequestError(Status.ACCESS_DENIED, f"no read permission on {sorted(reads)}")

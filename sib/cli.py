@@ -3,6 +3,10 @@
     ksp-sib [--config sib.toml] [--data-dir DIR | --memory] [--udp-port N] ...
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
 
+SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
+the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
+IND (a bad file is logged and the old policy kept).
+
 Shutdown (SIGINT/SIGTERM): the queue is finished, TCP/CoAP persistent operations get
 TERMINATED INDs (UDP ones are journaled and resume after a restart; with --memory they are
 terminated too), the store is flushed, sockets are closed, exit status 0.
@@ -15,6 +19,7 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .access import hash_password
@@ -43,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"{t.upper()} port (0 = any free port, negative = off)")
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="Prometheus metrics over HTTP on this port (negative = off)")
+    p.add_argument("--metrics-host", metavar="ADDR",
+                   help="address of the metrics endpoint (default 127.0.0.1: this host only)")
+    p.add_argument("--tls-cert", metavar="PEM",
+                   help="certificate chain: the TCP listener speaks TLS (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    p.add_argument("--tls-client-ca", metavar="PEM",
+                   help="require client certificates signed by this CA (mutual TLS)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--max-session-entries", type=int, metavar="N",
                    help="size of each UDP/TCP session table (IND deliveries, ACK routes, "
@@ -53,9 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(config: Config, ready: asyncio.Event | None = None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None,
+                reload: Callable[[], Config] | None = None) -> None:
+    """Run the SIB until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
+    the access policy from (the configuration file again)."""
     from transports.server import Server
 
+    tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
     journal = None
     if config.memory:
         store = QuadStore()
@@ -72,7 +88,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
-    server = await Server.start(sib, config.host, timing=config.timing,
+    server = await Server.start(sib, config.host, timing=config.timing, ssl=tls,
                                 max_entries=config.max_session_entries, **ports)
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
@@ -98,17 +114,21 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     for t in TRANSPORTS:
         adapter = getattr(server, t)
         if adapter is not None:
-            log.info("listening on %s://%s:%d", t, config.host, adapter.port)
+            scheme = "tcps" if t == "tcp" and tls is not None else t
+            log.info("listening on %s://%s:%d", scheme, config.host, adapter.port)
     metrics_server = None
     if config.metrics_port >= 0:
-        metrics_server = await metrics.serve(config.host, config.metrics_port)
+        metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
         port = metrics_server.sockets[0].getsockname()[1]
-        log.info("metrics on http://%s:%d/metrics", config.host, port)
+        log.info("metrics on http://%s:%d/metrics", config.metrics_host, port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
+    if reload is not None:
+        handlers[signal.SIGHUP] = lambda: _reload_access(sib, reload)
+    for sig, handler in handlers.items():
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, handler)
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
@@ -136,6 +156,17 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("stopped")
 
 
+def _reload_access(sib: Sib, reload: Callable[[], Config]) -> None:
+    try:
+        policy = reload().access_policy()
+    except (ConfigError, OSError, ValueError, KeyError) as exc:
+        log.error("SIGHUP: configuration not reloaded, the access policy stays: %s", exc)
+        return
+    sib.set_access(policy)
+    log.info("SIGHUP: access policy reloaded (%d KPs, anonymous %s)", len(policy.kps),
+             policy.anonymous)
+
+
 def hash_password_command(args: list[str]) -> int:
     if len(args) > 1:
         print("usage: ksp-sib hash-password [PASSWORD]", file=sys.stderr)
@@ -153,13 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
         config = load(args.config, overrides)
+        config.ssl_context()  # a bad certificate or key: said now, before anything starts
     except ConfigError as exc:
         print(f"ksp-sib: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, reload=(lambda: load(args.config, overrides))
+                          if args.config else None))
     except OSError as exc:  # e.g. a port in use
         log.error("%s", exc)
         return 1

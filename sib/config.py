@@ -5,6 +5,7 @@ them all. Unknown keys are an error, so a typo does not silently keep a default.
 """
 from __future__ import annotations
 
+import ssl
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -29,6 +30,7 @@ class Config:
     tcp_port: int = 7001
     coap_port: int = 5683
     metrics_port: int = -1
+    metrics_host: str = "127.0.0.1"
     log_level: str = "info"
     smart: bool = True
     # [limits]
@@ -40,14 +42,21 @@ class Config:
     # [timing]
     ack_timeout: float = 2.0
     max_retransmit: int = 4
+    # [tls] (attributes tls_<key>)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
-                        "metrics_port", "log_level", "smart"),
+                        "metrics_port", "metrics_host", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_queued", "rule_firing_limit",
                            "cascade_limit", "max_session_entries"),
-                "timing": ("ack_timeout", "max_retransmit")}
+                "timing": ("ack_timeout", "max_retransmit"),
+                "tls": ("cert", "key", "client_ca")}
+    #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
+    PREFIXED = {"tls": "tls_"}
 
     @property
     def timing(self) -> Timing:
@@ -55,6 +64,24 @@ class Config:
 
     def access_policy(self) -> AccessPolicy:
         return AccessPolicy.from_config(self.access)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TCP listener's TLS context from [tls] (None: plain TCP). With `client_ca`, a
+        client must present a certificate signed by it."""
+        if not (self.tls_cert or self.tls_key or self.tls_client_ca):
+            return None
+        if not (self.tls_cert and self.tls_key):
+            raise ConfigError("[tls] needs both cert and key")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+            if self.tls_client_ca:
+                context.load_verify_locations(self.tls_client_ca)
+                context.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"[tls]: {exc}") from exc
+        return context
 
     def port(self, name: str) -> int | None:
         """A transport's port; None = disabled (a negative port in the configuration)."""
@@ -79,10 +106,11 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
             keys = Config.SECTIONS.get(section)
             if keys is None or not isinstance(table, dict):
                 raise ConfigError(f"{path}: unknown section [{section}]")
+            prefix = Config.PREFIXED.get(section, "")
             for key, value in table.items():
                 if key not in keys:
                     raise ConfigError(f"{path}: unknown key {key!r} in [{section}]")
-                setattr(config, key, _typed(key, value, types[key]))
+                setattr(config, prefix + key, _typed(key, value, types[prefix + key]))
     for key, value in (overrides or {}).items():
         if value is not None:
             setattr(config, key, _typed(key, value, types[key]))
@@ -102,8 +130,16 @@ def _check_access(table: Any) -> None:
     unknown = set(table) - {"anonymous", "kp"}
     if unknown:
         raise ConfigError(f"unknown keys in [access]: {sorted(unknown)}")
-    if table.get("anonymous", "read-write") not in ANONYMOUS_POLICIES:
-        raise ConfigError(f"[access] anonymous: one of {ANONYMOUS_POLICIES}")
+    anonymous = table.get("anonymous", "read-write")
+    if isinstance(anonymous, dict):
+        extra = set(anonymous) - {"read", "write"}
+        if extra or not all(isinstance(v, list) and all(isinstance(g, str) for g in v)
+                            for v in anonymous.values()):
+            raise ConfigError("[access] anonymous: a table may only hold read and write, "
+                              "lists of graph names")
+    elif anonymous not in ANONYMOUS_POLICIES:
+        raise ConfigError(f"[access] anonymous: one of {ANONYMOUS_POLICIES}, or a table "
+                          "{ read = [...], write = [...] }")
     for entry in table.get("kp", ()):
         missing = {"id", "password_hash"} - set(entry)
         extra = set(entry) - {"id", "password_hash", "read", "write"}

@@ -152,10 +152,22 @@ class SibCore:
         """Re-register a journaled persistent operation after a restart, without a RES: a
         query sends an IND when its current result is not the one last sent, or the last IND
         was not known to be ACKed when the SIB stopped; a rule takes its
-        current solutions as seen (it does not fire again for a state it already acted on)."""
+        current solutions as seen (it does not fire again for a state it already acted on).
+
+        It is checked first against the access policy in force, by its KP ID (the saved copy
+        has no password): one the policy no longer allows ends with an ACCESS_DENIED IND."""
         req, kp = saved.request, saved.kp
         tracked = TrackedChannel(channel, self.journal, saved.seq, saved.digest,
                                  self.metrics.indicated, self.endpoint)
+        try:
+            self.access.check_by_id(kp.kp_id, req)
+        except RequestError as exc:
+            log.warning("%s tid %d: %s not restored: %s", kp, req.tid, req.tx.name, exc)
+            self.metrics.denied += 1
+            if self.journal is not None:
+                self.journal.remove(kp, req.tid)
+            tracked.indicate(Response(req.tid, exc.status, indication=True))
+            return
         pattern = Pattern(req)
         if req.tx.is_query:
             response = self._subscribe(req, tracked, kp, pattern, restored=True)
@@ -167,6 +179,21 @@ class SibCore:
             rule.last = frozenset(pattern.solutions(self.store))
         log.info("%s tid %d: %s restored (%s, endpoint %s)", kp, req.tid, req.tx.name,
                  saved.transport, saved.endpoint)
+
+    def set_access(self, access: AccessPolicy) -> int:
+        """Put `access` in force (a reloaded configuration) and end, with an ACCESS_DENIED
+        IND, every persistent operation it does not allow. Returns how many were ended."""
+        self.access = access
+        ended = 0
+        for key, op in list(self._ops.items()):
+            try:
+                access.check_by_id(key[0].kp_id, _request_of(op))
+            except RequestError as exc:
+                log.warning("%s tid %d: ended by the new access policy: %s", *key, exc)
+                self.metrics.denied += 1
+                self._terminate(key, exc.status)
+                ended += 1
+        return ended
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -232,8 +259,7 @@ class SibCore:
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
         self._ops[key] = op
         self._per_kp[key[0]] += 1
-        log.info("%s tid %d: persistent %s started", key[0], key[1], op.request.tx.name
-                 if isinstance(op, Rule) else op.group.request.tx.name)
+        log.info("%s tid %d: persistent %s started", key[0], key[1], _request_of(op).tx.name)
 
     def _add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
                   restored: bool = False) -> Rule:
@@ -302,8 +328,7 @@ class SibCore:
         if not dropped:
             return
         for key, op in list(self._ops.items()):
-            req = op.request if isinstance(op, Rule) else op.group.request
-            opts = req.options
+            opts = _request_of(op).options
             named = set(opts.query_graphs or ()) | set(opts.insert_graphs or ()) | set(
                 opts.delete_graphs or ())
             if named & dropped:
@@ -448,3 +473,7 @@ class SibCore:
             self.evaluated_together += len(same)
             results.update(zip((g.id for g in same), found))
         return results
+
+
+def _request_of(op: Subscription | Rule) -> Request:
+    return op.request if isinstance(op, Rule) else op.group.request

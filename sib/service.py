@@ -13,6 +13,8 @@ from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 
+from .access import AccessPolicy
+from .auth import Authenticator
 from .core import SibCore
 from .persistent import Channel
 from .store import QuadStore
@@ -30,9 +32,22 @@ class Sib:
     """
 
     def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
-                 max_queued: int | None = None, **core_options) -> None:
+                 max_queued: int | None = None, auth_options: dict | None = None,
+                 **core_options) -> None:
         self.store = store if store is not None else QuadStore()
         self.core = SibCore(self.store, smart=smart, **core_options)
+        #: What the transports ask about CREDENTIALS before their duplicate caches (`sib.auth`);
+        #: `auth_options` go to it (failure limits, pending verifications).
+        self.authenticator = auth = Authenticator(self.core.access, **(auth_options or {}))
+        counters = self.core.metrics.counters
+        counters["ksp_password_verifications_total"] = (
+            "Passwords checked (scrypt), off the request path.", lambda: auth.verified)
+        counters["ksp_credentials_denied_total"] = (
+            "Requests refused by the transports for their CREDENTIALS (0x08).",
+            lambda: auth.denied)
+        counters["ksp_credentials_limited_total"] = (
+            "Requests refused by the failure or verification limits (0x0a).",
+            lambda: auth.limited)
         #: Cap on requests waiting in the queue; beyond it a request is answered at once with
         #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
         self.max_queued = max_queued
@@ -74,6 +89,14 @@ class Sib:
             self._kps.popitem(last=False)
         log.info("%s connected over %s", channel.kp, channel.transport)
 
+    def set_access(self, access: AccessPolicy) -> None:
+        """Put a new access policy in force between two requests (a reloaded configuration):
+        the transports' verdicts from now on, and every persistent operation re-checked
+        (`SibCore.set_access`)."""
+        self._ensure_started()
+        self.authenticator.policy = access
+        self._queue.put_nowait((self.core.set_access, access, None))
+
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """Not capped: it frees memory."""
         self._ensure_started()
@@ -100,6 +123,7 @@ class Sib:
         self._task = None
         self.core.terminate_all()
         self.store.flush()
+        self.authenticator.close()
 
     def _ensure_started(self) -> None:
         if self._task is None:
@@ -115,6 +139,8 @@ class Sib:
                     return
                 if request is None:
                     self.core.drop_kp(channel)
+                elif callable(request):  # work for the core between requests
+                    request(channel)
                 else:
                     self.core.handle(request, channel, since)
             except Exception:  # never let one request stop the scheduler

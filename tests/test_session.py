@@ -21,9 +21,9 @@ from ksp import (
     Status, Triple, Tx, Var, decode_kp_message, decode_sib_message, encode,
 )
 from ksp.session import (
-    AckReceived, IndicationReceived, KPIdentity, KPSession, KPUnreachable, PersistentEnded,
-    ProtocolError, RequestReceived, RequestTimedOut, ResponseReceived, SessionError, SIBSession,
-    Timing,
+    AckReceived, CredentialsPending, IndicationReceived, KPIdentity, KPSession, KPUnreachable,
+    PersistentEnded, ProtocolError, RequestReceived, RequestRefused, RequestTimedOut,
+    ResponseReceived, SessionError, SIBSession, Timing,
 )
 
 from strategies import results_for
@@ -451,6 +451,72 @@ def test_cache_is_bounded():
     for tid in range(1000):  # never answered: still bounded
         sib.receive_datagram(encode(insert(tid, 1)), ("192.0.2.99", tid), 0)
     assert len(sib._executing) <= 10 and len(sib._cache) <= 10
+
+
+def with_creds(request: Request, password: str) -> Request:
+    return request._replace(options=Options(credentials=Credentials(KP_ID, password)))
+
+
+class Verdicts:
+    """An `authenticate` hook whose verdicts the test sets: unknown passwords are pending."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, Status] = {}
+        self.asked: list[tuple[bytes, str, object]] = []
+
+    def __call__(self, kp_id: bytes, password: str, addr) -> Status | None:
+        self.asked.append((kp_id, password, addr))
+        return self.known.get(password)
+
+
+def test_credentials_are_checked_before_the_duplicate_cache():
+    """A copy of a KP's request with another password gets the verdict on that password, never
+    the cached answer, and does not move the exchange to its address."""
+    verdicts = Verdicts()
+    verdicts.known = {"right": Status.OK, "wrong": Status.ACCESS_DENIED}
+    sib = SIBSession(rng=random.Random(0), authenticate=verdicts)
+    sib.receive_datagram(encode(with_creds(ask(5), "right")), KP_ADDR, 0)
+    [e] = events(sib)
+    thief = ("198.51.100.66", 9999)
+    sib.receive_datagram(encode(with_creds(ask(5), "wrong")), thief, 0.1)  # while executing
+    [refused] = events(sib)
+    assert refused == RequestRefused(KP_ID, thief, 5, Status.ACCESS_DENIED)
+    sib.respond(e.kp, 5, Response(5, result=AskResult(True)), 0.2)
+    sent = sib.datagrams_to_send(0.2)
+    assert [(decode_sib_message(d, answers=Tx.ASK).status, a) for d, a in sent] == [
+        (Status.ACCESS_DENIED, thief), (Status.OK, KP_ADDR)]
+    sib.receive_datagram(encode(with_creds(ask(5), "wrong")), thief, 0.3)  # after: no cache
+    [(data, addr)] = sib.datagrams_to_send(0.3)
+    assert addr == thief and decode_sib_message(data, answers=Tx.ASK).result is None
+    assert sib.stats.refused == 2 and len(sib._cache) == 1
+
+
+def test_requests_wait_for_a_pending_verdict_then_resume_in_order_over_tcp():
+    verdicts = Verdicts()
+    sib = SIBSession(TCP, authenticate=verdicts)
+    conn = object()
+    sib.receive_data(encode(with_creds(insert(1), "pw"), TCP), conn, 0)
+    sib.receive_data(encode(with_creds(insert(2), "pw"), TCP), conn, 0)
+    sib.receive_data(encode(insert(3), TCP), conn, 0)  # anonymous, but behind the held ones
+    assert events(sib) == [CredentialsPending(KP_ID, "pw", conn)]  # one check for the three
+    assert sib.held == 3
+    sib.resume(1)  # still no verdict: asked for once more, nothing let through
+    assert events(sib) == [CredentialsPending(KP_ID, "pw", conn)] and sib.held == 3
+    verdicts.known["pw"] = Status.OK
+    sib.resume(2)
+    assert [e.request.tid for e in events(sib)] == [1, 2, 3] and sib.held == 0
+
+
+def test_held_requests_are_bounded_and_dropped_with_their_connection():
+    sib = SIBSession(TCP, authenticate=Verdicts(), max_held=2)
+    a, b = object(), object()
+    for tid, conn in ((1, a), (2, b), (3, b)):
+        sib.receive_data(encode(with_creds(insert(tid), f"p{tid}"), TCP), conn, 0)
+    assert sib.held == 2
+    refused = [e for e in events(sib) if isinstance(e, RequestRefused)]
+    assert [(e.tid, e.status) for e in refused] == [(3, Status.LIMIT_EXCEEDED)]
+    sib.connection_lost(b)
+    assert sib.held == 1
 
 
 UNDECODABLE = [

@@ -237,3 +237,34 @@ def test_any_request_under_any_grant_is_denied_whole_or_checked_as_usual(request
             assert (guarded, state) == await answer(AccessPolicy.open())
 
     asyncio.run(go())
+
+
+def test_per_graph_anonymous_policy():
+    """`anonymous = { read = [...], write = [...] }`: anonymous KPs get those graphs only;
+    a request without graph options reads every graph, which they may not (§7.6)."""
+    async def body(sib, kp):
+        sib.store.apply(__import__("sib").Delta(((S, P, Literal.of(1), G1),
+                                                 (S, P, Literal.of(2), G2)), ()))
+        anon = Options()
+        assert (await kp.call(select(1, anon, G1))).result.rows == ((Literal.of(1),),)
+        for req in (select(2, anon), select(3, anon, G2), select(4, anon, G1, G2),
+                    insert(5, anon), insert(6, anon, G2)):
+            assert (await kp.call(req)).status == Status.ACCESS_DENIED
+        assert (await kp.call(insert(7, anon, G1))).status == Status.OK
+
+    scenario(body, {"anonymous": {"read": [str(G1)], "write": [str(G1)]}})
+
+
+def test_anonymous_policy_table_in_the_configuration_file(tmp_path):
+    from sib.config import ConfigError, load
+
+    good = tmp_path / "good.toml"
+    good.write_text(f'[access]\nanonymous = {{ read = ["{G1}", "default"] }}\n')
+    policy = load(good).access_policy()
+    assert policy.anonymous_grant().read == {str(G1), "default"} and not policy.is_open
+    bad = tmp_path / "bad.toml"
+    for text in ('anonymous = { read = "x" }', 'anonymous = { delete = ["x"] }',
+                 'anonymous = "everything"'):
+        bad.write_text(f"[access]\n{text}\n")
+        with pytest.raises(ConfigError):
+            load(bad)

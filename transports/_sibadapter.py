@@ -11,7 +11,8 @@ import logging
 from collections.abc import Hashable
 
 from ksp import (
-    KPIdentity, KPUnreachable, ProtocolError, RequestReceived, Response, SIBSession,
+    CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
+    RequestRefused, Response, SIBSession,
 )
 
 from ._timer import SessionTimer
@@ -67,6 +68,12 @@ class SessionAdapter:
         self.service = service
         self.session = session
         self.loop = asyncio.get_running_loop()
+        #: The service's verdicts on CREDENTIALS, asked by the session before its duplicate
+        #: cache (`Service.authenticator`; none: KP IDs are taken at their word).
+        self.authenticator = getattr(service, "authenticator", None)
+        if self.authenticator is not None and session.authenticate is None:
+            session.authenticate = self.authenticator.verdict
+        self._verifying: set[asyncio.Task] = set()
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False
         self._pump_due = False
@@ -94,6 +101,11 @@ class SessionAdapter:
                     service.submit(request, SessionChannel(self, event.kp, request.tid))
                 elif kind is KPUnreachable:
                     service.kp_unreachable(event.kp, event.tid)
+                elif kind is CredentialsPending:
+                    self._verify(event)
+                elif kind is RequestRefused:
+                    log.info("%s: tid %d from %s refused before execution (%s)",
+                             self.transport_name, event.tid, event.addr, event.status.name)
                 elif kind is ProtocolError:
                     log.debug("%s: %s from %s (status %s)", self.transport_name, event.message,
                               event.addr, event.status)
@@ -106,6 +118,20 @@ class SessionAdapter:
             self.timer.rearm()
         for addr in fatal:
             self.abort(addr)
+
+    def _verify(self, event: CredentialsPending) -> None:
+        """Verify the held request's credentials off the request path, then look at the held
+        requests again. At most the session's `max_held` of these run at once."""
+        async def verify() -> None:
+            try:
+                await self.authenticator.verify(event.kp_id, event.password, event.addr)
+            finally:
+                self.session.resume(self.loop.time())
+                self.pump()
+
+        task = self.loop.create_task(verify())
+        self._verifying.add(task)
+        task.add_done_callback(self._verifying.discard)
 
     def pump_soon(self) -> None:
         """Pump once the current callback is done: the INDs a SIB sends for one update (one
@@ -125,6 +151,8 @@ class SessionAdapter:
         """Stop reacting: no more events handled, no timer."""
         self._closed = True
         self.timer.stop()
+        for task in self._verifying:
+            task.cancel()
 
     def abort(self, addr: Hashable) -> None:
         """Close the stream `addr` after a fatal framing error (TCP only)."""

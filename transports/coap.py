@@ -227,6 +227,9 @@ class CoapServer:
             return _ksp_message(encode(Response(tid, exc.status), UDP))
         if isinstance(req, Ack):  # CoAP acknowledges notifications itself
             return _ksp_message(encode(Response(req.tid, Status.INVALID_MESSAGE_TYPE), UDP))
+        refusal = await self._authenticate(req, request.remote)
+        if refusal is not None:
+            return _ksp_message(encode(Response(req.tid, refusal), UDP))
         kp = KPIdentity.of(req, request.remote.hostinfo)
         # KSP-level duplicates: the same transaction in another CoAP message (a new message
         # ID: a KP rebooted with its TIDs kept, a proxy) is answered as the first copy was.
@@ -248,6 +251,22 @@ class CoapServer:
         exchange.answer.set_result(answer)
         self._exchanges.answered(key, exchange, answer[1])
         return _reply(answer)
+
+    async def _authenticate(self, req: Request, remote) -> Status | None:
+        """The service's verdict on the CREDENTIALS (None: accepted, or nothing to check),
+        before the duplicate cache is looked at, as `SIBSession` asks it (`sib.auth`)."""
+        creds = req.options.credentials
+        auth = getattr(self.service, "authenticator", None)
+        if creds is None or auth is None:
+            return None
+        kp_id, source = bytes(creds.kp_id), getattr(remote, "sockaddr", (remote.hostinfo,))[:2]
+        verdict = auth.verdict(kp_id, creds.password, source)
+        if verdict is None:
+            await auth.verify(kp_id, creds.password, source)
+            verdict = auth.verdict(kp_id, creds.password, source)
+            if verdict is None:  # decided by a policy reload meanwhile: ask the client again
+                verdict = Status.LIMIT_EXCEEDED
+        return None if verdict == Status.OK else Status(verdict)
 
     async def _execute(self, req: Request, kp: KPIdentity) -> "_Answer":
         tid, tx = req.tid, req.tx

@@ -44,3 +44,8 @@ class Service(Protocol):
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """IND retries for (kp, tid) ran out: the owner decides (the SIB drops the KP's ops)."""
+
+    # Optional: `authenticator`, with `verdict(kp_id, password, source) -> Status | None` (cheap;
+    # asked before the duplicate cache, see `ksp.session.Authenticate`) and
+    # `async verify(kp_id, password, source)` (the slow check, after which `verdict` decides).
+    # Without it every KP ID is taken at its word.

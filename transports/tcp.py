@@ -28,9 +28,12 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.closed = server.loop.create_future()
+        self.peer_host: str | None = None  # for limits per source (e.g. failed passwords)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer_host = peer[0] if peer else None
         self.server._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
