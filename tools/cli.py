@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ksp", description="Knowledge Sharing Protocol reference tools."
     )
+    parser.add_argument("--version", action="version", version=f"ksp {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p_version = sub.add_parser("version", help="print the ksp-gateway version")
@@ -131,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="CONFIG... [--sib HOST:PORT] [--period S] [--values V,...] "
                             "[--readings N] (see `ksp simulate-board --help`)")
     p_sim.set_defaults(func=_cmd_simulate_board)
+
+    from tools.kp_cli import add_parsers as kp_commands
+
+    kp_commands(sub)  # query, update, sub, rule, graph
 
     return parser
 

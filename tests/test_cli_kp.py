@@ -1,0 +1,170 @@
+"""The command-line KP (`ksp query/update/sub/rule/graph`, tools/kp_cli.py) as a user runs it:
+real `ksp` processes against a real `ksp-sib`; every error one line on stderr, no traceback,
+and the right exit status."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from sib.access import hash_password
+from sib.testing import SibProcess
+
+EX = "http://example.org/"
+SELECT = f"SELECT ?o WHERE {{ <{EX}s> <{EX}p> ?o }}"
+
+
+def ksp(*args: str, env: dict | None = None, input: str | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, input=input,
+                          env={**os.environ, **(env or {})})
+
+
+def ok(*args: str, **kw) -> str:
+    out = ksp(*args, **kw)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def one_line_error(out: subprocess.CompletedProcess, status: int, *words: str) -> None:
+    assert out.returncode == status, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    for word in words:
+        assert word in out.stderr
+
+
+@pytest.fixture(scope="module")
+def sib():
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "0", "--coap-port", "-1") as s:
+        yield s
+
+
+@pytest.fixture
+def env(sib, tmp_path):
+    return {"KSP_SIB": f"udp://127.0.0.1:{sib.ports['udp']}", "KSP_STATE_DIR": str(tmp_path)}
+
+
+def test_update_then_query_in_every_format(sib, env):
+    ok("update", f'INSERT DATA {{ <{EX}s> <{EX}p> 21.5, "hi"@en }}', env=env)
+    lines = [json.loads(x) for x in ok("query", SELECT, "-o", "json", env=env).splitlines()]
+    assert {(x["o"]["value"], x["o"].get("xml:lang")) for x in lines} == {("21.5", None),
+                                                                        ("hi", "en")}
+    assert sorted(ok("query", SELECT, "-o", "csv", env=env).splitlines()) == [
+        "21.5", "hi", "o"]
+    table = ok("query", SELECT, "-o", "table", env=env).splitlines()
+    assert table[0] == "?o" and '"hi"@en' in table
+    # the same over TCP, with -t and -p replacing the URL's parts; SPARQL from stdin
+    out = ok("query", "-", "-t", "tcp", "-p", str(sib.ports["tcp"]), "-o", "json", env=env,
+             input=f"ASK {{ <{EX}s> ?p ?o }}")
+    assert json.loads(out) == {"boolean": True}
+    nt = ok("query", f"CONSTRUCT {{ <{EX}s> ?p ?o }} WHERE {{ <{EX}s> ?p ?o }}", "-o", "nt",
+            env=env)
+    assert f'<{EX}s> <{EX}p> "hi"@en .' in nt.splitlines()
+
+
+def test_prefixes_from_a_jsap_and_a_toml_file(env, tmp_path):
+    jsap, toml = tmp_path / "app.jsap", tmp_path / "prefixes.toml"
+    jsap.write_text(json.dumps({"namespaces": {"ex": EX}}))
+    toml.write_text(f'[prefixes]\nex = "{EX}"\n')
+    ok("update", "INSERT DATA { ex:a ex:p ex:b }", "--prefixes", str(jsap), env=env)
+    out = ok("query", "SELECT ?o WHERE { ex:a ex:p ?o }", "--prefixes", str(toml), "-o", "csv",
+             env=env)
+    assert out.splitlines() == ["o", f"{EX}b"]
+
+
+def test_sub_prints_each_change_and_terminates_at_the_sib(sib, env):
+    query = f"SELECT ?o WHERE {{ <{EX}sub> <{EX}p> ?o }}"
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "sub", query, "-o", "json",
+                             "-C", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **env})
+    try:
+        sib.wait_for("SELECT_PERSISTENT started")
+        ok("update", f"INSERT DATA {{ <{EX}sub> <{EX}p> 7 }}", env=env)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    (line,) = out.splitlines()  # the initial state is empty: no row line for it
+    change = json.loads(line)
+    assert change["o"]["value"] == "7" and change["seq"] == 1
+    sib.wait_for("persistent operation ended")
+
+
+def test_sub_ends_on_ctrl_c_with_a_terminate(sib, env):
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "sub", SELECT, "-o", "table"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    try:
+        assert proc.stdout.readline().startswith("# ")  # the initial state's heading
+        sib.wait_for("SELECT_PERSISTENT started")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err
+    sib.wait_for("persistent operation ended")
+
+
+def test_rules_install_list_remove(sib, env):
+    rule = f"INSERT {{ ?s <{EX}copy> ?o }} WHERE {{ ?s <{EX}q> ?o }}"
+    kp = ["-i", "rules-kp"]
+    env = {**env, "KSP_PASSWORD": "any"}
+    tid = int(ok("rule", "install", rule, *kp, env=env))
+    (listed,) = ok("rule", "list", *kp, env=env).splitlines()
+    assert listed.split("\t")[0] == str(tid) and rule in listed
+    ok("update", f"INSERT DATA {{ <{EX}r> <{EX}q> 1 }}", env=env)  # the rule fires
+    copied = f"SELECT ?o WHERE {{ <{EX}r> <{EX}copy> ?o }}"
+    assert ok("query", copied, "-o", "csv", env=env).splitlines() == ["o", "1"]
+    assert ok("rule", "remove", *kp, env=env).strip() == f"removed {tid}"
+    assert ok("rule", "list", *kp, env=env) == ""
+    ok("update", f"INSERT DATA {{ <{EX}r> <{EX}q> 2 }}", env=env)  # no rule any more
+    assert ok("query", copied, "-o", "csv", env=env).splitlines() == ["o", "1"]
+    one_line_error(ksp("rule", "install", rule, env=env), 2, "KP ID")
+
+
+def test_graph_management_and_error_statuses(env):
+    g = f"{EX}graph"
+    ok("graph", "create", g, env=env)
+    ok("graph", "copy", "default", g, env=env)
+    ok("graph", "drop", g, env=env)
+    one_line_error(ksp("graph", "drop", g, env=env), 1, "NO_SUCH_GRAPH")
+    one_line_error(ksp("query", "SELEC ?x", env=env), 2, "SPARQL syntax error")
+    one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", "udp://127.0.0.1:70000", env=env), 2,
+                   "Port out of range")
+    one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", "nohostport", env=env), 2, "--sib")
+
+
+def test_unreachable_sib_names_its_address(env):
+    from sib.testing import free_port
+
+    port = free_port("tcp")
+    one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", f"tcp://127.0.0.1:{port}", env=env),
+                   1, f"tcp://127.0.0.1:{port}")
+
+
+def test_credentials_from_a_file_or_the_environment(tmp_path):
+    conf = tmp_path / "sib.toml"
+    conf.write_text('[sib]\nmemory = true\nudp_port = 0\ntcp_port = -1\ncoap_port = -1\n'
+                    '[access]\nanonymous = "none"\n[[access.kp]]\nid = "cli"\n'
+                    f'password_hash = "{hash_password("s3cret")}"\nread = ["*"]\n')
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    with SibProcess("--config", str(conf)) as sib:
+        env = {"KSP_SIB": f"udp://127.0.0.1:{sib.ports['udp']}"}
+        assert ok("query", "ASK { ?s ?p ?o }", "-i", "cli", "--password-file", str(secret),
+                  "-o", "json", env=env).strip() == '{"boolean": false}'
+        one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-i", "cli", env={
+            **env, "KSP_PASSWORD": "wrong"}), 1, "ACCESS_DENIED")
+        one_line_error(ksp("query", "ASK { ?s ?p ?o }", env=env), 1, "ACCESS_DENIED")
+
+
+def test_versions():
+    assert ok("--version").startswith("ksp ")
+    out = subprocess.run([sys.executable, "-m", "sib.cli", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("ksp-sib ")
