@@ -155,6 +155,14 @@ class Device(threading.Thread):
             "%s %s" % (p.rsplit("#", 1)[-1], v) for p, v in sorted(values.items()))))
 
 
+def host_port(text):
+    """`HOST:PORT` (or `:PORT` for 127.0.0.1) -> (host, port); argparse says what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError("%r: expected HOST:PORT with a port 1..65535" % text)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 def build_parser(prog="ksp simulate-board"):
     p = argparse.ArgumentParser(prog=prog, description=(
         "Run the device firmware's agents on CPython with simulated boards against a SIB: "
@@ -162,7 +170,7 @@ def build_parser(prog="ksp simulate-board"):
     p.add_argument("configs", nargs="*", type=Path, metavar="CONFIG",
                    default=[HERE / "config.example.json"],
                    help="config.json files (default: device_firmware/config.example.json)")
-    p.add_argument("--sib", metavar="HOST:PORT",
+    p.add_argument("--sib", metavar="HOST:PORT", type=host_port,
                    help="the SIB to use instead of the configs' sib.host and sib.port")
     p.add_argument("--period", type=float, metavar="SECONDS",
                    help="sampling period instead of the configs' period_s (fractions allowed)")
@@ -192,8 +200,7 @@ def main(argv=None, prog="ksp simulate-board"):
         except config.ConfigError:
             return 2
         if args.sib:
-            host, _, port = args.sib.rpartition(":")
-            cfg["host"], cfg["port"] = host or "127.0.0.1", int(port)
+            cfg["host"], cfg["port"] = args.sib
         devices.append(Device(cfg, halt, values,
                               int(args.period * 1000) if args.period else None))
     signal.signal(signal.SIGTERM, lambda *_: halt.set())

@@ -52,6 +52,19 @@ def hash_password(password: str, *, salt: bytes | None = None) -> str:
     return f"scrypt${_N}${_R}${_P}${salt.hex()}${digest.hex()}"
 
 
+def is_password_hash(stored: object) -> bool:
+    """Whether `stored` has the form `hash_password` writes (so a typo is found at start-up,
+    not as a KP that can never log in)."""
+    if not isinstance(stored, str):
+        return False
+    parts = stored.split("$")
+    try:
+        return (len(parts) == 6 and parts[0] == "scrypt" and all(int(x) > 0 for x in parts[1:4])
+                and len(bytes.fromhex(parts[4])) >= 8 and len(bytes.fromhex(parts[5])) >= 16)
+    except ValueError:
+        return False
+
+
 def verify_password(password: str, stored: str) -> bool:
     try:
         kind, n, r, p, salt, digest = stored.split("$")
@@ -180,6 +193,10 @@ class AccessPolicy:
             raise RequestError(Status.ACCESS_DENIED, "KP ID no longer configured")
         self.check_grant(grant, request)
 
+    def who(self, kp) -> "_Named":
+        """`kp` (a `KPIdentity`) for a log line: with its configured id beside its UUID."""
+        return _Named(kp, self)
+
     def check(self, request: Request) -> None:
         if self.is_open:
             return
@@ -196,6 +213,19 @@ class AccessPolicy:
             raise RequestError(Status.ACCESS_DENIED, f"no read permission on {sorted(reads)}")
         if not grant.allows("write", writes):
             raise RequestError(Status.ACCESS_DENIED, f"no write permission on {sorted(writes)}")
+
+
+class _Named:
+    """Formatted only if the log record is emitted."""
+
+    __slots__ = ("kp", "policy")
+
+    def __init__(self, kp, policy: AccessPolicy) -> None:
+        self.kp, self.policy = kp, policy
+
+    def __str__(self) -> str:
+        entry = self.policy.kps.get(self.kp.kp_id) if self.kp.kp_id is not None else None
+        return f"{self.kp} ({entry.name})" if entry is not None and entry.name else str(self.kp)
 
 
 def _names(graphs: Iterable[IRI] | None, none: str) -> set[str]:

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -75,13 +76,21 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     from transports.server import Server
 
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
-    journal = None
+    journal = lock = None
+    created = False
     if config.memory:
         store = QuadStore()
         log.info("store: in memory (nothing persists)")
     else:
         data = Path(config.data_dir)
+        created = not data.exists()
         data.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = lock_data_dir(data)
+        except OSError:
+            if created:
+                shutil.rmtree(data, ignore_errors=True)
+            raise
         store = QuadStore(str(data / "store"))
         journal = Journal(str(data / JOURNAL_FILE))
         log.info("store: %s (%d quads)", data.resolve(), len(store))
@@ -91,8 +100,16 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
-    server = await Server.start(sib, config.host, timing=config.timing, ssl=tls,
-                                max_entries=config.max_session_entries, **ports)
+    try:
+        server = await Server.start(sib, config.host, timing=config.timing, ssl=tls,
+                                    max_entries=config.max_session_entries, **ports)
+    except OSError:  # a port in use: leave nothing behind that this start created
+        await sib.close()
+        if journal is not None:
+            journal.close()
+        if created:
+            shutil.rmtree(config.data_dir, ignore_errors=True)
+        raise
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
@@ -156,6 +173,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             await metrics_server.wait_closed()
         if journal is not None:
             journal.close()
+        if lock is not None:
+            lock.close()
         log.info("stopped")
 
 
@@ -171,12 +190,53 @@ def _reload_access(sib: Sib, reload: Callable[[], Config]) -> None:
 
 
 def hash_password_command(args: list[str]) -> int:
-    if len(args) > 1:
-        print("usage: ksp-sib hash-password [PASSWORD]", file=sys.stderr)
-        return 2
-    password = args[0] if args else sys.stdin.readline().rstrip("\n")
+    """`ksp-sib hash-password`: the password is read without echo and asked twice on a
+    terminal, or one line from a pipe; never from the command line (it would be in `ps`)."""
+    import getpass
+
+    argparse.ArgumentParser(
+        prog="ksp-sib hash-password",
+        description="Print a password_hash for an [[access.kp]] entry of the configuration. "
+                    "The password is asked for (twice, without echo) on a terminal, or read "
+                    "as one line from standard input.").parse_args(args)
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if password and getpass.getpass("again: ") != password:
+            print("ksp-sib hash-password: the two passwords differ", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("ksp-sib hash-password: an empty password is refused", file=sys.stderr)
+        return 1
     print(hash_password(password))
     return 0
+
+
+class DataDirLocked(OSError):
+    pass
+
+
+def lock_data_dir(data: Path):
+    """Hold `data/ksp-sib.lock` (flock) for the life of the process: a second `ksp-sib` on the
+    same directory is told so, in plain words, before it opens anything."""
+    import fcntl
+    import os
+
+    handle = open(data / "ksp-sib.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise DataDirLocked(f"another ksp-sib (pid {holder}) holds the data directory "
+                            f"{data.resolve()}") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(config, reload=(lambda: load(args.config, overrides))
                           if args.config else None))
-    except OSError as exc:  # e.g. a port in use
-        log.error("%s", exc)
+    except OSError as exc:  # a port in use, a data directory held by another ksp-sib, ...
+        log.error("%s", exc.strerror if exc.strerror and exc.filename is None else exc)
         return 1
     return 0
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ksp import Timing
 
-from .access import ANONYMOUS_POLICIES, AccessPolicy
+from .access import ANONYMOUS_POLICIES, AccessPolicy, is_password_hash
 
 
 class ConfigError(ValueError):
@@ -114,7 +114,30 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
     for key, value in (overrides or {}).items():
         if value is not None:
             setattr(config, key, _typed(key, value, types[key]))
+    _check_values(config)
     return config
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
+_POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
+             "max_session_entries", "ack_timeout")
+
+
+def _check_values(config: Config) -> None:
+    """Values of the right type that still cannot work: said now, in one line, rather than as a
+    traceback from deep inside the start-up."""
+    for name in ("udp_port", "tcp_port", "coap_port", "metrics_port"):
+        if getattr(config, name) > 65535:
+            raise ConfigError(f"{name} = {getattr(config, name)}: a port is 0..65535 "
+                              "(0: any free port; negative: off)")
+    if config.log_level not in LOG_LEVELS:
+        raise ConfigError(f"log_level = {config.log_level!r}: one of {', '.join(LOG_LEVELS)}")
+    for name in _POSITIVE:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} = {getattr(config, name)}: must be above 0")
+    if config.max_retransmit < 0:
+        raise ConfigError(f"max_retransmit = {config.max_retransmit}: must be 0 or more")
 
 
 def _typed(key: str, value: Any, kind: str) -> Any:
@@ -146,3 +169,6 @@ def _check_access(table: Any) -> None:
         if missing or extra:
             raise ConfigError(f"[[access.kp]] {entry.get('id')!r}: missing {sorted(missing)}, "
                               f"unknown {sorted(extra)}")
+        if not is_password_hash(entry["password_hash"]):
+            raise ConfigError(f"[[access.kp]] {entry['id']!r}: password_hash is not "
+                              "`ksp-sib hash-password` output (scrypt$N$r$p$salt$hash)")

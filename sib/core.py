@@ -107,7 +107,7 @@ class SibCore:
             self.access.check(request)
             response, after = self._dispatch(request, channel, kp)
         except RequestError as exc:
-            log.info("%s %s tid %d: %s (%s)", kp, request.tx.name, request.tid,
+            log.info("%s %s tid %d: %s (%s)", self.access.who(kp), request.tx.name, request.tid,
                      exc.status.name, exc)
             if exc.status == Status.ACCESS_DENIED:
                 metrics.denied += 1
@@ -115,7 +115,7 @@ class SibCore:
                 metrics.limited += 1
             response = Response(request.tid, exc.status)
         except Exception:  # a bug or an I/O error: the request changed nothing it reports
-            log.exception("%s %s tid %d failed", kp, request.tx.name, request.tid)
+            log.exception("%s %s tid %d failed", self.access.who(kp), request.tx.name, request.tid)
             response = Response(request.tid, Status.INTERNAL_ERROR)
             after = None
         channel.respond(response)
@@ -162,7 +162,8 @@ class SibCore:
         try:
             self.access.check_by_id(kp.kp_id, req)
         except RequestError as exc:
-            log.warning("%s tid %d: %s not restored: %s", kp, req.tid, req.tx.name, exc)
+            log.warning("%s tid %d: %s not restored: %s", self.access.who(kp), req.tid,
+                        req.tx.name, exc)
             self.metrics.denied += 1
             if self.journal is not None:
                 self.journal.remove(kp, req.tid)
@@ -177,8 +178,8 @@ class SibCore:
         else:
             rule = self._add_rule(req, tracked, kp, pattern, restored=True)
             rule.last = frozenset(pattern.solutions(self.store))
-        log.info("%s tid %d: %s restored (%s, endpoint %s)", kp, req.tid, req.tx.name,
-                 saved.transport, saved.endpoint)
+        log.info("%s tid %d: %s restored (%s, endpoint %s)", self.access.who(kp), req.tid,
+                 req.tx.name, saved.transport, saved.endpoint)
 
     def set_access(self, access: AccessPolicy) -> int:
         """Put `access` in force (a reloaded configuration) and end, with an ACCESS_DENIED
@@ -189,7 +190,8 @@ class SibCore:
             try:
                 access.check_by_id(key[0].kp_id, _request_of(op))
             except RequestError as exc:
-                log.warning("%s tid %d: ended by the new access policy: %s", *key, exc)
+                log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
+                            key[1], exc)
                 self.metrics.denied += 1
                 self._terminate(key, exc.status)
                 ended += 1
@@ -259,7 +261,8 @@ class SibCore:
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
         self._ops[key] = op
         self._per_kp[key[0]] += 1
-        log.info("%s tid %d: persistent %s started", key[0], key[1], _request_of(op).tx.name)
+        log.info("%s tid %d: persistent %s started", self.access.who(key[0]), key[1],
+                 _request_of(op).tx.name)
 
     def _add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
                   restored: bool = False) -> Rule:
@@ -305,7 +308,7 @@ class SibCore:
             del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
-        log.info("%s tid %d: persistent operation ended", *key)
+        log.info("%s tid %d: persistent operation ended", self.access.who(key[0]), key[1])
         if isinstance(op, Rule):
             op.ended = True
             del self._rules[op.id]
@@ -390,7 +393,7 @@ class SibCore:
                 try:
                     solutions = rule.pattern.solutions(self.store)
                 except Exception:
-                    log.exception("rule %d of %s failed", rule.tid, rule.kp)
+                    log.exception("rule %d of %s failed", rule.tid, self.access.who(rule.kp))
                     self._terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
                     continue
                 self.evaluations += 1
@@ -401,7 +404,8 @@ class SibCore:
                 if not now:
                     continue
                 if fired[rid] >= self.rule_firing_limit or total >= self.cascade_limit:
-                    log.warning("rule %d of %s ended: cascade limit", rule.tid, rule.kp)
+                    log.warning("rule %d of %s ended: cascade limit", rule.tid,
+                                self.access.who(rule.kp))
                     self._terminate((rule.kp, rule.tid))
                     continue
                 fired[rid] += 1
@@ -410,7 +414,7 @@ class SibCore:
                     d = template_delta(self.store, rule.request, solutions, self._fresh)
                     affected = self._write(d)
                 except Exception:
-                    log.exception("rule %d of %s failed", rule.tid, rule.kp)
+                    log.exception("rule %d of %s failed", rule.tid, self.access.who(rule.kp))
                     self._terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
                     continue
                 for other in affected:

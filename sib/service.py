@@ -71,8 +71,9 @@ class Sib:
         self._ensure_started()
         if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
             self.core.metrics.limited += 1
-            log.warning("%s %s tid %d refused: %d requests queued", channel.kp,
-                        request.tx.name, request.tid, self.max_queued)
+            log.warning("%s %s tid %d refused: %d requests queued",
+                        self.core.access.who(channel.kp), request.tx.name, request.tid,
+                        self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
         self._queue.put_nowait((request, channel, time.perf_counter()))
@@ -87,7 +88,7 @@ class Sib:
         self._kps[key] = None
         if len(self._kps) > 4096:
             self._kps.popitem(last=False)
-        log.info("%s connected over %s", channel.kp, channel.transport)
+        log.info("%s connected over %s", self.core.access.who(channel.kp), channel.transport)
 
     def set_access(self, access: AccessPolicy) -> None:
         """Put a new access policy in force between two requests (a reloaded configuration):
@@ -101,7 +102,7 @@ class Sib:
         """Not capped: it frees memory."""
         self._ensure_started()
         log.warning("%s unreachable (no ACK for tid %d): dropping its persistent operations",
-                    kp, tid)
+                    self.core.access.who(kp), tid)
         self._queue.put_nowait((None, kp, None))
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -168,3 +168,98 @@ def test_versions():
     out = subprocess.run([sys.executable, "-m", "sib.cli", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("ksp-sib ")
+
+
+# -- errors a user can act on: one line, the right exit status, nothing left behind ----------
+
+
+def sib_cli(*args: str, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sib.cli", *args], capture_output=True,
+                          text=True, timeout=60, cwd=cwd, input=input,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+@pytest.mark.parametrize("args, toml, words", [
+    (["--udp-port", "70000"], "", "udp_port = 70000"),
+    ([], "[sib]\nudp_port = 70000\n", "udp_port = 70000"),
+    ([], '[sib]\nlog_level = "verbose"\n', "log_level = 'verbose'"),
+    ([], '[limits]\nmax_queued = 0\n', "max_queued = 0"),
+    ([], '[access]\n[[access.kp]]\nid = "x"\npassword_hash = "hunter2"\n', "password_hash"),
+])
+def test_bad_settings_exit_2_in_one_line_and_create_nothing(tmp_path, args, toml, words):
+    conf = tmp_path / "sib.toml"
+    conf.write_text(toml)
+    out = sib_cli("--config", str(conf), *args, cwd=tmp_path)
+    one_line_error(out, 2, words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sib.toml"]  # no ./ksp-data
+
+
+def test_a_port_in_use_is_named_and_leaves_no_data_directory(tmp_path):
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1") as s:
+        port = s.ports["udp"]
+        out = sib_cli("--udp-port", str(port), "--tcp-port", "-1", "--coap-port", "-1",
+                      cwd=tmp_path)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert f"UDP port {port} on 127.0.0.1: Address already in use" in out.stderr
+        assert not (tmp_path / "ksp-data").exists()
+
+
+def test_a_second_sib_on_the_same_data_directory_is_told_so(tmp_path):
+    data = str(tmp_path / "data")
+    with SibProcess("--data-dir", data, "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as first:
+        out = sib_cli("--data-dir", data, "--udp-port", "0", "--tcp-port", "-1",
+                      "--coap-port", "-1")
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert f"another ksp-sib (pid {first.proc.pid}) holds the data directory" in out.stderr
+        assert first.stop() == 0
+
+
+def test_hash_password_help_and_empty_password():
+    out = sib_cli("hash-password", "--help")
+    assert out.returncode == 0 and "usage: ksp-sib hash-password" in out.stdout
+    assert "scrypt$" not in out.stdout
+    one_line_error(sib_cli("hash-password", input="\n"), 1, "empty password")
+    out = sib_cli("hash-password", input="s3cret\n")
+    from sib.access import verify_password
+
+    assert out.returncode == 0 and verify_password("s3cret", out.stdout.strip())
+
+
+def test_kp_names_in_the_logs(tmp_path):
+    conf = tmp_path / "sib.toml"
+    conf.write_text('[sib]\nmemory = true\nudp_port = 0\ntcp_port = -1\ncoap_port = -1\n'
+                    '[[access.kp]]\nid = "greenhouse-fan"\n'
+                    f'password_hash = "{hash_password("pw")}"\nread = ["*"]\n')
+    with SibProcess("--config", str(conf)) as sib:
+        env = {"KSP_SIB": f"udp://127.0.0.1:{sib.ports['udp']}", "KSP_PASSWORD": "pw"}
+        ok("query", "ASK { ?s ?p ?o }", "-i", "greenhouse-fan", env=env)
+        assert "(greenhouse-fan) connected over udp" in sib.wait_for("connected over udp")
+
+
+def test_simulate_board_and_flash_check_their_settings(tmp_path):
+    out = ksp("simulate-board", "--sib", "nohostport")  # argparse: usage, then one error line
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--sib: 'nohostport': expected HOST:PORT" in out.stderr.splitlines()[-1]
+    bad = tmp_path / "board.json"
+    bad.write_text('{"agent": "sensor", "sib": {"host": "10.0.0.2", "port": "80a"}}')
+    out = ksp("flash", "/dev/null", "--board", "esp32", "--config", str(bad), "--dry-run",
+              "--build", str(tmp_path / "build"))
+    assert out.returncode == 2 and "sib.port" in out.stdout and "Traceback" not in out.stderr
+    assert not (tmp_path / "build").exists()  # nothing built for a board that cannot start
+
+
+def test_decode_into_a_closed_pipe_and_the_readme_example():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    hexes = re.findall(r"ksp decode ([0-9a-f]{16,})", readme)
+    assert hexes
+    for text in hexes:
+        assert ok("decode", text).splitlines()[-1] == ")"
+    proc = subprocess.Popen(f"{sys.executable} -m tools.cli decode {hexes[0]} | head -1",
+                            shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = proc.communicate(timeout=60)
+    assert out.startswith(f"{len(hexes[0]) // 2} bytes") and "Traceback" not in err

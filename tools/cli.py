@@ -69,15 +69,9 @@ def _cmd_flash(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate_board(args: argparse.Namespace) -> int:
-    """device_firmware/simulate.py (host-only, beside the firmware; not a package module)."""
-    from importlib.util import module_from_spec, spec_from_file_location
+    from tools.flash import simulate_module
 
-    from tools.flash import FIRMWARE
-
-    spec = spec_from_file_location("ksp_simulate_board", FIRMWARE / "simulate.py")
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(args.args, prog="ksp simulate-board")
+    return simulate_module().main(args.args, prog="ksp simulate-board")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_simulate_board(argparse.Namespace(args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `ksp decode ... | head`: the reader has all it wants
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
 
 
 if __name__ == "__main__":

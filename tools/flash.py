@@ -10,7 +10,6 @@ a list of mpremote commands (`mpremote connect PORT ...`), printed instead of ru
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -91,13 +90,33 @@ def main(argv: list[str] | None = None, prog: str = "ksp flash") -> int:
     return run(parser.parse_args(argv))
 
 
+def simulate_module():
+    """device_firmware/simulate.py (host-only, beside the firmware; not a package module)."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("ksp_simulate_board", FIRMWARE / "simulate.py")
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def config_errors(path: Path) -> bool:
+    """Check a board's config.json with the firmware's own checks (as the board and
+    `ksp simulate-board` do); they print one line per bad setting. True if any."""
+    simulate_module().firmware_importable()
+    from kspfw import config
+
+    try:
+        config.load(str(path), 64 * 1024)
+    except config.ConfigError:
+        return True
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.config is not None:
-        try:
-            json.loads(args.config.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"error: --config {args.config}: {exc}", file=sys.stderr)
-            return 2
+    if args.config is not None and config_errors(args.config):
+        print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)
+        return 2
     files = build(args.build, args.board, args.debug)
     size = sum(f.stat().st_size for f in files)
     print(f"built {len(files)} modules with mpy-cross into {args.build} ({size} bytes of .mpy)")

@@ -338,9 +338,6 @@ def run(args: argparse.Namespace) -> int:
     except (KspError, ValueError) as exc:  # SPARQL outside the subset, or not SPARQL
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `ksp query ... | head`
-        sys.stderr.close()
-        return 0
 
 
 def add_parsers(sub) -> None:

@@ -32,20 +32,28 @@ class Server:
         their tables, at least the number of persistent operations the SIB will hold;
         `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache."""
         self = cls()
+        port = None
         try:
             if udp is not None:
+                port = ("UDP", udp)
                 self.udp = await UdpServer.start(service, host, udp, timing=timing,
                                                  **session_args)
             if tcp is not None:
+                port = ("TCP", tcp)
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
                                                  max_message_size=max_message_size,
                                                  **session_args)
             if coap is not None:
+                port = ("CoAP", coap)
                 cache = {k: v for k, v in session_args.items()
                          if k in ("max_entries", "max_cache_bytes")}
                 self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if isinstance(exc, OSError) and port is not None:  # say which listener, in words
+                reason = exc.strerror or str(exc)
+                raise OSError(exc.errno, f"{port[0]} port {port[1]} on {host}: {reason}"
+                              ) from exc
             raise
         return self
 

@@ -82,7 +82,7 @@ def check(cfg, free=None):
     out["ssid"] = c.get("wifi.ssid", str)
     out["wifi_password"] = _password(c, cfg, "wifi")
     out["host"] = c.get("sib.host", str)
-    out["port"] = c.get("sib.port", int, 10011, required=False, lo=1, hi=65535)
+    out["port"] = c.get("sib.port", int, 7000, required=False, lo=1, hi=65535)
     out["transport"] = c.get("sib.transport", str, "udp", required=False, choices=("udp", "tcp"))
     kp_id = c.get("kp.id", str)
     out["kp_id"] = None
