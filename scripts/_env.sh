@@ -46,11 +46,20 @@ _node_inputs_hash() {
 # Python: create .venv if missing and install the project (editable) with the
 # given extras, e.g. ensure_venv "[test]".
 ensure_venv() {
-    local extras="${1:-}"
+    local extras="${1:-}" stamp=".venv/.ksp-install-stamp" want
     if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     fi
+    # pip only when what the install depends on changed (it takes seconds even with nothing to
+    # do): the extras asked for, the project's metadata and the C module it compiles.
+    want="$(cat pyproject.toml setup.py ksp/_speedups.c 2>/dev/null | sha256sum | cut -d' ' -f1) ${extras}"
+    if [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
+        return 0
+    fi
     .venv/bin/pip install -q -e ".${extras}"
+    # Keep the lines of this hash (other extras installed with it), drop older hashes.
+    { grep -F -- "${want%% *} " "$stamp" 2>/dev/null || true; echo "$want"; } > "$stamp.new"
+    mv "$stamp.new" "$stamp"
 }
 
 # MicroPython board stubs for pyright (tests/test_firmware_build.py): each board's pinned stub

@@ -62,3 +62,43 @@ def test_udp_mode_over_loopback_same_inds_in_both_modes(tmp_path, kp_process):
     png = tmp_path / "sib.png"
     bench.plot(rows, str(png), "smoke")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_help_progress_and_plot_read_well(tmp_path, capsys):
+    """`--help` says the whole first paragraph; progress lines are words, not dicts; the plot
+    names the scenario and labels the 10 ms target."""
+    with pytest.raises(SystemExit):
+        bench.main(["--help"], prog="ksp bench sib")
+    assert "as SEPA's broker does), in one run." in " ".join(capsys.readouterr().out.split())
+    png = tmp_path / "sib.png"
+    assert bench.main(["--quick", "--queries", "10", "--max-updates", "5", "--scenario",
+                       "fixed", "--plot", str(png)], prog="ksp bench sib") == 0
+    err = capsys.readouterr().err
+    progress = [line for line in err.splitlines() if "queries," in line]
+    assert len(progress) == 2 and all("{" not in line and "updates," in line
+                                      for line in progress)
+    assert png.stat().st_size > 0
+    import matplotlib.pyplot as plt
+
+    titles, labels = [], []
+    original = bench.plot
+
+    def capture(rows, path, title):
+        original(rows, path, title)
+        titles.append(title)
+
+    bench.plot = capture
+    try:
+        real_legend = plt.Axes.legend
+
+        def spy(self, *a, **kw):
+            labels.extend(h.get_label() for h in self.get_legend_handles_labels()[0])
+            return real_legend(self, *a, **kw)
+
+        plt.Axes.legend = spy
+        bench.main(["--quick", "--queries", "10", "--max-updates", "5", "--plot", str(png)])
+    finally:
+        bench.plot = original
+        plt.Axes.legend = real_legend
+    assert "about 1 % of the queries affected per update" in titles[0]
+    assert "target: 10 ms" in labels

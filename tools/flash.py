@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "ksp flash") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog,
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -406,7 +406,10 @@ async def bench(triples: int, sizes: list[int], budget: float, max_updates: int,
             row = {"n": n}
             for mode in ("smart", "naive"):
                 row[mode] = await contenders[(n, mode)].result()
-                print(f"n={n} {mode}: {row[mode]}", file=sys.stderr)
+                r = row[mode]
+                print(f"{n:>6,} queries, {mode:5}: {r['updates']:,} updates, "
+                      f"{r['rate']:,.0f}/s, p50 {r['p50'] * 1e3:.2f} ms, "
+                      f"p99 {r['p99'] * 1e3:.2f} ms, {r['inds']:,} INDs", file=sys.stderr)
             rows.append(row)
     finally:
         if isinstance(kps, RemoteKPs):
@@ -462,7 +465,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
           title="update rate")
     b.set(xscale="log", yscale="log", xlabel="persistent queries",
           ylabel="p99 update-to-IND latency (ms)", title="notification latency")
-    b.axhline(10, color="grey", linewidth=0.8, linestyle=":")
+    b.axhline(10, color="grey", linewidth=0.8, linestyle=":", label="target: 10 ms")
     for ax in (a, b):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
@@ -473,12 +476,14 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--triples", type=int, default=100_000)
+    ap = argparse.ArgumentParser(prog=prog,
+                                 description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--triples", type=int, default=100_000, help="triples in the store")
     ap.add_argument("--queries", default="10,100,1000,10000",
                     help="comma-separated numbers of persistent queries")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds of updates per mode")
-    ap.add_argument("--max-updates", type=int, default=2000)
+    ap.add_argument("--max-updates", type=int, default=2000,
+                    help="at most this many updates per mode and size")
     ap.add_argument("--scenario", choices=("one-percent", "fixed"), default="one-percent",
                     help="about 1 %% of the queries affected per update, or exactly one")
     ap.add_argument("--quick", action="store_true", help="10,000 triples, short runs")
@@ -504,7 +509,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print()
     print(targets(rows, fixed))
     if args.plot:
-        plot(rows, args.plot, f"SIB, {where}, {args.triples:,} triples")
+        scenario = ("one query affected per update" if fixed
+                    else "about 1 % of the queries affected per update")
+        plot(rows, args.plot, f"SIB, {where}, {args.triples:,} triples, {scenario}")
         print(f"\nplot: {args.plot}")
     return 0
 
