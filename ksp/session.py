@@ -440,6 +440,15 @@ class KPSession:
 
     # -- API --------------------------------------------------------------------------------
 
+    def give_up(self, now: float) -> None:
+        """Stop retransmitting every pending request, each reported `RequestTimedOut` — e.g.
+        when the OS says nothing listens at the SIB's address (ICMP port unreachable), so that
+        no update the caller was told failed is applied later by a retransmission."""
+        for tid, p in list(self._pending.items()):
+            del self._pending[tid]
+            self._timers.cancel(tid)
+            self._give_up(tid, p, now)
+
     def send(self, request: Request, now: float) -> None:
         """Queue `request` (its TID from `next_tid`, or for TERMINATE the target's TID)."""
         tx, tid = request.tx, request.tid

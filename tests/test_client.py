@@ -1,6 +1,7 @@
 """The Python KP client against a real server over loopback, on every transport."""
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -221,5 +222,81 @@ def test_sparql_text(transport, tmp_path):
                 await kp.query("SELECT ?s WHERE { { ?s ?p ?o } UNION { ?o ?p ?s } }")
             assert "UNION" in str(err.value)
             assert not [r for _, r in svc.requests if r.tx is Tx.SELECT and r.projection == 1]
+
+    run(scenario())
+
+
+# -- the friendlier API ----------------------------------------------------------------------
+
+
+def test_rows_by_name_and_position_and_async_with_connect(tmp_path):
+    from transport_helpers import serving
+
+    async def scenario():
+        async with serving("udp", tmp_path) as (svc, server, url, args):
+            async with connect(url, **args) as kp:  # no `await` needed
+                await kp.insert_data([(S1, TEMP, Literal(21))])
+                rows = await kp.query(f"SELECT ?s ?t WHERE {{ ?s <{TEMP}> ?t }}")
+                (row,) = rows.rows
+                assert row == (S1, Literal(21))  # still a plain tuple to compare
+                assert row[0] is row["s"] is row["?s"] is row.s
+                assert row.t == Literal(21) and row.asdict() == {"s": S1, "t": Literal(21)}
+                with pytest.raises(KeyError, match="the variables: s, t"):
+                    row["x"]
+                with pytest.raises(AttributeError):
+                    row.x
+                # a Request's TID is the client's to assign: any value given is replaced
+                res = await kp.request(SELECT_TEMP._replace(tid=12345))
+                assert res.tid != 12345 and res.status == Status.OK
+            assert kp._link._lost is not None  # closed on leaving the block
+
+    run(scenario())
+
+
+def test_connection_failures_are_client_errors_naming_the_address():
+    from sib.testing import free_port
+    from transports import ClientError, KspConnectionError
+
+    async def scenario():
+        port = free_port("tcp")
+        with pytest.raises(KspConnectionError, match=f"tcp://127.0.0.1:{port}"):
+            await connect(f"tcp://127.0.0.1:{port}")
+        # UDP: nothing listens; the OS's ICMP port unreachable ends the wait at once, and the
+        # request is not retransmitted afterwards (no late execution of a "failed" update)
+        port = free_port("udp")
+        slow = Timing(ack_timeout=20, max_retransmit=4)  # 20 s before a first retransmission
+        async with connect(f"udp://127.0.0.1:{port}", timing=slow) as kp:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(ClientError, match=f"udp://127.0.0.1:{port}.*unreachable"):
+                await kp.query(SELECT_TEMP)
+            assert loop.time() - started < 20  # not the retransmission schedule's time-out
+            assert not kp._link.session.pending
+            # the link is still usable (a SIB may come up there later)
+            with pytest.raises(ClientError):
+                await kp.query(SELECT_TEMP)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_close_terminates_persistent_operations_unless_kept(tmp_path, keep):
+    from transport_helpers import serving
+
+    async def scenario():
+        async with serving("udp", tmp_path) as (svc, server, url, args):
+            kp = await connect(url, kp_id="sleepy", keep_persistent=keep, **args)
+            sub = kp.subscribe(SELECT_TEMP._replace(tx=Tx.SELECT_PERSISTENT))
+            await sub.__aenter__()
+            rule = await kp.request(Request(
+                Tx.INSERT_PERSISTENT, 0, insert=((S2, TEMP, Var(1)),),
+                where=((S1, TEMP, Var(1)),)))
+            assert len(svc.subs) == 2
+            await kp.close()
+            terminated = [r.tid for t, r in svc.requests if r.tx is Tx.TERMINATE]
+            if keep:
+                assert terminated == [] and len(svc.subs) == 2
+            else:
+                assert sorted(terminated) == sorted([sub.tid, rule.tid]) and not svc.subs
 
     run(scenario())

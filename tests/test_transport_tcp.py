@@ -158,7 +158,7 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
             sub = first.subscribe(SELECT._replace(tx=Tx.SELECT_PERSISTENT))
             await sub.__aenter__()
             tid = sub.tid
-            await first.close()
+            await first.close(keep_persistent=True)  # as a device going to sleep
             async with await connect(url, kp_id="sensor-7", timing=FAST) as again:
                 # its next request moves the INDs to the new connection
                 link = again._link

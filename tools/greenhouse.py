@@ -84,8 +84,8 @@ class Greenhouse:
         self.say(f"Preferences KP: {PLANT.n3()} prefers "
                  + ", ".join(f"{k} {v}" for k, v in PREFERENCES.items())
                  + "; fan1, led1 and pump1 are off")
-        async with await connect(self.url, kp_id="greenhouse-autocontrol",
-                                 prefixes=PREFIXES) as kp:
+        async with connect(self.url, kp_id="greenhouse-autocontrol", prefixes=PREFIXES,
+                           keep_persistent=True) as kp:  # its rules outlive the connection
             for text in rules():
                 await kp.request(text, persistent=True)
         self.say(f"Autocontrol KP: {len(rules())} persistent updates installed; it sleeps now")

@@ -99,7 +99,9 @@ async def connected(args: argparse.Namespace):
 
     from transports import connect
 
-    kw: dict[str, Any] = {"prefixes": prefixes_of(args.prefixes)}
+    # A rule stays installed after the command exits; a subscription ends with it.
+    kw: dict[str, Any] = {"prefixes": prefixes_of(args.prefixes),
+                          "keep_persistent": args.command == "rule"}
     if args.kp_id:
         kw.update(kp_id=args.kp_id, password=password_of(args))
     url = sib_url(args)

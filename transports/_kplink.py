@@ -57,6 +57,9 @@ class SessionLink(Link):
         self._sinks: dict[int, Sink] = {}
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._lost: BaseException | None = None
+        #: The SIB's URL, for error messages (set by `open_*_link`).
+        self.peer = "the SIB"
+        self._unreachable: str | None = None  # why pending requests were given up on
 
     async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
         if self._lost is not None:
@@ -107,8 +110,10 @@ class SessionLink(Link):
                 self._sinks.pop(event.tid, None)
                 if self._lost is not None:
                     exc: Exception = KspConnectionError(str(self._lost))
+                elif self._unreachable is not None:
+                    exc = KspConnectionError(self._unreachable)
                 else:
-                    exc = KspTimeout(f"no RES for transaction {event.tid}")
+                    exc = KspTimeout(f"{self.peer}: no RES for transaction {event.tid}")
                 self._resolve(event.tid, None, exc)
             elif kind is ProtocolError and event.tid is not None:
                 self._resolve(event.tid, None, KspProtocolError(event.status, event.message))
@@ -127,6 +132,16 @@ class SessionLink(Link):
 
     def transmit(self) -> None:
         raise NotImplementedError
+
+    def unreachable(self, reason: str) -> None:
+        """The OS says the SIB cannot be reached now: fail what is pending at once (the link
+        stays usable: a SIB that comes up later answers the next request)."""
+        self._unreachable = f"{self.peer}: {reason}"
+        try:
+            self.session.give_up(self.loop.time())
+            self.pump()
+        finally:
+            self._unreachable = None
 
     def lost(self, exc: BaseException) -> None:
         """The transport is gone: fail every waiter and every persistent transaction."""

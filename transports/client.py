@@ -34,7 +34,7 @@ from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
 
-__all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "kp_id_bytes"]
+__all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "kp_id_bytes"]
 
 log = logging.getLogger("transports.client")
 
@@ -46,9 +46,53 @@ _TRANSIENT_UPDATES = frozenset(tx for tx in Tx if (
     tx.is_data_update or tx.is_pattern_update or tx.is_management) and not tx.persistent)
 
 
+class Row(tuple):
+    """One SELECT solution: by position (`row[0]`), or by variable name (`row["s"]`,
+    `row["?s"]`, `row.s`), as rdflib's `ResultRow` and pyoxigraph's `QuerySolution`. Equal to
+    the plain tuple of its values."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            try:
+                key = self._index[key[1:] if key[:1] in "?$" else key]
+            except KeyError:
+                raise KeyError(f"no variable {key!r} (the variables: "
+                               f"{', '.join(self._index) or 'none'})") from None
+        return tuple.__getitem__(self, key)
+
+    def __getattr__(self, name: str):
+        try:
+            return tuple.__getitem__(self, self._index[name])
+        except KeyError:
+            raise AttributeError(f"no variable {name!r}") from None
+
+    def asdict(self) -> dict[str, Any]:
+        """{variable name: term}, unbound variables left out."""
+        return {n: v for n, i in self._index.items() if (v := tuple.__getitem__(self, i))
+                is not None}
+
+
+_row_classes: collections.OrderedDict[tuple[str, ...], type[Row]] = collections.OrderedDict()
+
+
+def _row_class(names: tuple[str, ...]) -> type[Row]:
+    """A `Row` subclass that knows `names` (the last 256 kept)."""
+    cls = _row_classes.get(names)
+    if cls is None:
+        cls = _row_classes[names] = type("Row", (Row,), {
+            "__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+        if len(_row_classes) > 256:
+            _row_classes.popitem(last=False)
+    return cls
+
+
 class SelectRows(NamedTuple):
-    """A SELECT result: `rows[i][k]` is the rdflib binding of `variables[k]` (None: unbound);
-    `total` is the SIB's total row count (TRC) when it cut the result."""
+    """A SELECT result: `rows[i][k]` (or `rows[i]["name"]`, `rows[i].name`: a `Row`) is the
+    rdflib binding of `variables[k]` (None: unbound); `total` is the SIB's total row count
+    (TRC) when it cut the result."""
 
     variables: tuple[rdflib.Variable, ...]
     rows: tuple[tuple[Any, ...], ...]
@@ -71,9 +115,10 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     if result is None:
         return None
     if isinstance(result, SelectResult):
-        return SelectRows(tuple(rdflib.Variable(names[k] if names and k < len(names)
-                                                else f"v{k}") for k in range(result.variables)),
-                          tuple(tuple(from_ksp(t) for t in row) for row in result.rows),
+        variables = tuple(rdflib.Variable(names[k] if names and k < len(names) else f"v{k}")
+                          for k in range(result.variables))
+        row = _row_class(tuple(map(str, variables)))
+        return SelectRows(variables, tuple(row(from_ksp(t) for t in r) for r in result.rows),
                           result.total)
     if isinstance(result, AskResult):
         return result.value
@@ -111,12 +156,17 @@ def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
 class KP:
     """A connected KP. Build it with `connect()`; close it with `close()` or `async with`."""
 
-    def __init__(self, link: Link, url: str, prefixes: dict[str, str] | None = None) -> None:
+    def __init__(self, link: Link, url: str, prefixes: dict[str, str] | None = None, *,
+                 keep_persistent: bool = False) -> None:
         self._link = link
         self.url = url
         self.prefixes = prefixes
         """Prefix names (name → namespace) SPARQL text may use without PREFIX lines."""
+        self.keep_persistent = keep_persistent
+        """Whether `close()` leaves this KP's persistent operations at the SIB (a sleeping
+        device with a KP ID picks them up again); by default it TERMINATEs them."""
         self._subscriptions: set[Subscription] = set()
+        self._persistent: set[int] = set()  # TIDs of persistent operations started here
 
     async def __aenter__(self) -> "KP":
         return self
@@ -124,18 +174,36 @@ class KP:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Close the transport. Persistent operations are not terminated (R12: a KP with a KP ID
-        keeps them across reconnects); leave their `subscribe` blocks first to end them."""
-        await self._link.close()
+    async def close(self, *, keep_persistent: bool | None = None) -> None:
+        """TERMINATE the persistent operations started here that are still active (unless
+        `keep_persistent`, default the KP's: R12 lets a KP with a KP ID keep them across
+        reconnects), then close the transport. A SIB that does not answer within
+        `CLOSE_TIMEOUT` seconds is not waited for."""
+        keep = self.keep_persistent if keep_persistent is None else keep_persistent
+        active = self._persistent | {s.tid for s in self._subscriptions if s.tid is not None}
+        try:
+            if active and not keep:
+                ends = [self._link.request(Request(Tx.TERMINATE, tid)) for tid in sorted(active)]
+                try:
+                    await asyncio.wait_for(asyncio.gather(*ends, return_exceptions=True),
+                                           CLOSE_TIMEOUT)
+                except TimeoutError:
+                    log.info("%s: no answer to TERMINATE on close", self.url)
+        finally:
+            self._persistent.clear()
+            await self._link.close()
 
     # -- any request ------------------------------------------------------------------------
 
     async def request(self, request: Request | str, *, persistent: bool = False,
                       confirmable: bool | None = None) -> Response | None:
         """Send one request and return its RES (None for NON: no RES waited for). Raises
-        `KspStatusError` for a non-OK status."""
-        return await self._send(self._prepare(request, persistent)[0], confirmable)
+        `KspStatusError` for a non-OK status. The TID is the client's: any given is replaced."""
+        req = self._prepare(request, persistent)[0]
+        response = await self._send(req, confirmable)
+        if req.tx.persistent and response is not None:
+            self._persistent.add(response.tid)  # ended by `terminate`, `reset` or `close`
+        return response
 
     async def _send(self, req: Request, confirmable: bool | None = None) -> Response | None:
         if confirmable is not None and req.confirmable != confirmable:
@@ -227,6 +295,7 @@ class KP:
         try:
             await self._send(Request(Tx.TERMINATE, tid))
         finally:
+            self._persistent.discard(tid)
             self._link.forget(tid)
             for sub in [s for s in self._subscriptions if s.tid == tid]:
                 sub._finish(Status.TERMINATED)
@@ -234,6 +303,7 @@ class KP:
     async def reset(self) -> None:
         """End every persistent transaction of this KP (R13)."""
         await self._send(Request(Tx.RESET, 0))
+        self._persistent.clear()
         for sub in list(self._subscriptions):
             sub._finish(Status.TERMINATED)
 
@@ -337,12 +407,53 @@ class Subscription:
         return last
 
 
-async def connect(url: str, *, kp_id: Any = None, password: str = "",
-                  timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
-                  prefixes: dict[str, str] | None = None, **link_args) -> KP:
+CLOSE_TIMEOUT = 5.0
+
+
+class _Connecting:
+    """What `connect` returns: awaitable (`kp = await connect(...)`) and an async context
+    manager (`async with connect(...) as kp:`, closed on leaving)."""
+
+    def __init__(self, opening) -> None:
+        self._opening = opening
+        self._kp: KP | None = None
+
+    def __await__(self):
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> KP:
+        self._kp = await self._opening
+        return self._kp
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self._kp.close()
+
+
+def connect(url: str, *, kp_id: Any = None, password: str = "",
+            timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
+            prefixes: dict[str, str] | None = None, keep_persistent: bool = False,
+            **link_args) -> _Connecting:
     """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
-    carries CREDENTIALS (the KP identity of R12), with `password`."""
+    carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
+    `KP.close`. Use it as `kp = await connect(...)` or `async with connect(...) as kp:`. A SIB
+    that cannot be reached raises `KspConnectionError` naming the URL."""
+    return _Connecting(_open(url, kp_id, password, timing, ssl, prefixes, keep_persistent,
+                             link_args))
+
+
+async def _open(url: str, kp_id: Any, password: str, timing: Timing | None,
+                ssl: _ssl.SSLContext | None, prefixes: dict[str, str] | None,
+                keep_persistent: bool, link_args: dict) -> KP:
+    try:
+        link = await _open_link(url, kp_id, password, timing, ssl, link_args)
+    except OSError as exc:  # refused, no route, no such host, a TLS handshake that failed
+        raise KspConnectionError(f"{url}: {exc.strerror or exc}") from exc
+    return KP(link, url, prefixes, keep_persistent=keep_persistent)
+
+
+async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
+                     ssl: _ssl.SSLContext | None, link_args: dict) -> Link:
     parts = urlsplit(url)
     scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
     if not host:
@@ -370,7 +481,7 @@ async def connect(url: str, *, kp_id: Any = None, password: str = "",
                                     credentials=credentials, **link_args)
     else:
         raise ValueError(f"unknown scheme in {url!r}: udp, tcp, tcps or coap")
-    return KP(link, url, prefixes)
+    return link
 
 
 def _port(port: int | None, url: str) -> int:

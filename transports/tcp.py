@@ -148,6 +148,7 @@ async def open_tcp_link(host: str, port: int, *, ssl: _ssl.SSLContext | None = N
     session = KPSession(TCP, timing=timing, credentials=credentials,
                         max_message_size=max_message_size)
     link = TcpLink(session)
+    link.peer = f"{'tcps' if ssl is not None else 'tcp'}://{host}:{port}"
     kwargs = {}
     if ssl is not None:
         kwargs = {"ssl": ssl, "server_hostname": server_hostname or host}

@@ -89,7 +89,8 @@ class UdpLink(SessionLink, asyncio.DatagramProtocol):
         self.pump()
 
     def error_received(self, exc: Exception) -> None:
-        pass  # ICMP port unreachable: the SIB may come back; retransmission decides
+        if isinstance(exc, ConnectionRefusedError):  # ICMP port unreachable: say so now
+            self.unreachable("nothing listens there (ICMP port unreachable)")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost(exc or ConnectionError("closed"))
@@ -117,5 +118,6 @@ async def open_udp_link(host: str, port: int, *, timing: Timing | None = None,
     session = KPSession(UDP, timing=timing, rng=rng, credentials=credentials,
                         max_message_size=max_message_size)
     link = UdpLink(session)
+    link.peer = f"udp://{host}:{port}"
     await loop.create_datagram_endpoint(lambda: link, remote_addr=(host, port))
     return link

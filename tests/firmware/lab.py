@@ -131,8 +131,9 @@ class Checker:
 
     def kp(self, work):
         async def go():
-            async with await connect(f"udp://127.0.0.1:{self.port}",
-                                     prefixes={"gh": GH}) as kp:
+            # the rules it installs stay when it disconnects, as a configuration tool's do
+            async with connect(f"udp://127.0.0.1:{self.port}", prefixes={"gh": GH},
+                               keep_persistent=True) as kp:
                 return await work(kp)
 
         return asyncio.run(asyncio.wait_for(go(), DEADLINE))
