@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .codes import RDF, Op, Tx
-from .errors import SparqlError, SparqlSyntaxError, UnsupportedSparql
+from .errors import EncodeError, SparqlError, SparqlSyntaxError, UnsupportedSparql
 from .model import Bind, Options, Order, Request, SolutionModifier
 from .terms import (
     DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER,
@@ -1092,7 +1092,37 @@ def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]
         kw["graphs"] = tuple(_limit(p.graphs, "graphs"))
     if base in (Tx.COPY, Tx.MOVE, Tx.ADD):
         kw["source"], kw["target"] = p.source, p.target
-    return Request(tx, 0, True, options=opts, **kw), tuple(names)
+    return _useful_prefixes(Request(tx, 0, True, options=opts, **kw)), tuple(names)
+
+
+def _useful_prefixes(req: Request) -> Request:
+    """`req` with only the PREFIX entries that shorten its encoding: an entry that nothing uses,
+    or that costs more than its uses save, is dropped (the encoder itself is the judge, so
+    this stays true to every rule of §10), one at a time, the most costly first; and if the
+    encoder's automatic list (§10) is shorter still, that one (prefixes None)."""
+    from .codec import encode
+
+    current = req.options.prefixes
+    if not current:
+        return req
+
+    def size(prefixes: tuple) -> int:
+        return len(encode(req._replace(options=req.options._replace(prefixes=prefixes))))
+
+    try:
+        best = size(current)
+        while current:
+            trials = [(size(t), t) for i in range(len(current))
+                      if (t := current[:i] + current[i + 1:]) is not None]
+            smallest, fewer = min(trials, key=lambda trial: trial[0])
+            if smallest > best:
+                break
+            best, current = smallest, fewer
+        if size(None) < best:  # the encoder's own choice (§10) does better still
+            current = None
+    except EncodeError:  # not encodable as it is: the caller's encode says why
+        return req
+    return req._replace(options=req.options._replace(prefixes=current or None))
 
 
 def _pattern_names(p: _Parsed) -> set[str]:

@@ -30,6 +30,7 @@ BENCH_SUITES = {
     "sib": "tools.bench.sib",
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
+    "wire": "tools.bench.wire",
 }
 
 
