@@ -1097,32 +1097,45 @@ def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]
 
 def _useful_prefixes(req: Request) -> Request:
     """`req` with only the PREFIX entries that shorten its encoding: an entry that nothing uses,
-    or that costs more than its uses save, is dropped (the encoder itself is the judge, so
-    this stays true to every rule of §10), one at a time, the most costly first; and if the
-    encoder's automatic list (§10) is shorter still, that one (prefixes None)."""
+    or that costs more than its uses save, is dropped, one at a time, the most costly first;
+    and if the encoder's automatic list (§10) is shorter still, that one (prefixes None). The
+    encoder itself is the judge, so this stays true to every rule of the wire format."""
     from .codec import encode
 
     current = req.options.prefixes
     if not current:
         return req
+    spelled = set(_strings(req))  # an entry that begins none of these is used nowhere
+    current = tuple(p for p in current if any(s.startswith(p) for s in spelled))
 
-    def size(prefixes: tuple) -> int:
+    def size(prefixes) -> int:
         return len(encode(req._replace(options=req.options._replace(prefixes=prefixes))))
 
     try:
         best = size(current)
         while current:
-            trials = [(size(t), t) for i in range(len(current))
-                      if (t := current[:i] + current[i + 1:]) is not None]
-            smallest, fewer = min(trials, key=lambda trial: trial[0])
+            smallest, fewer = min(((size(t), t) for i in range(len(current))
+                                   if (t := current[:i] + current[i + 1:]) is not None),
+                                  key=lambda trial: trial[0])
             if smallest > best:
                 break
             best, current = smallest, fewer
-        if size(None) < best:  # the encoder's own choice (§10) does better still
+        if size(None) < best:  # the encoder's own choice does better still
             current = None
     except EncodeError:  # not encodable as it is: the caller's encode says why
         return req
     return req._replace(options=req.options._replace(prefixes=current or None))
+
+
+def _strings(value):
+    """Every IRI and literal datatype in a request's fields and options, however nested."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Literal):
+        yield value.datatype
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def _pattern_names(p: _Parsed) -> set[str]:
