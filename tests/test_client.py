@@ -300,3 +300,22 @@ def test_close_terminates_persistent_operations_unless_kept(tmp_path, keep):
                 assert sorted(terminated) == sorted([sub.tid, rule.tid]) and not svc.subs
 
     run(scenario())
+
+
+def test_literals_come_back_with_their_exact_lexical_form():
+    """Through a real SIB: rdflib must not normalise what the SIB holds ("1"^^xsd:double is not
+    "1.0", a date keeps its time zone)."""
+    from sib import Sib
+    from transports import Server
+
+    async def scenario():
+        sib = Sib()
+        async with await Server.start(sib, udp=0) as server:
+            async with connect(f"udp://127.0.0.1:{server.udp.port}") as kp:
+                await kp.update(f'PREFIX xsd: <{XSD}> INSERT DATA {{ <{S1}> <{TEMP}> '
+                                '"2006-08-23Z"^^xsd:date, "1"^^xsd:double }')
+                rows = await kp.query(f"SELECT ?o WHERE {{ <{S1}> <{TEMP}> ?o }}")
+        await sib.close()
+        return {(str(r.o), str(r.o.datatype)) for r in rows.rows}
+
+    assert run(scenario()) == {("2006-08-23Z", str(XSD.date)), ("1", str(XSD.double))}

@@ -53,7 +53,10 @@ def from_ksp(term: Any):
             return rdflib.Literal(term.lexical, lang=term.lang)
         if term.datatype == XSD_STRING:
             return rdflib.Literal(term.lexical)
-        return rdflib.Literal(term.lexical, datatype=rdflib.URIRef(term.datatype))
+        # normalize=False: rdflib would rewrite the lexical form ("1"^^xsd:double as "1.0",
+        # a date's time zone dropped); a KP gets exactly what the SIB holds.
+        return rdflib.Literal(term.lexical, datatype=rdflib.URIRef(term.datatype),
+                              normalize=False)
     if isinstance(term, BNode):
         return rdflib.BNode(term.label)
     if isinstance(term, Var):
