@@ -6,6 +6,7 @@ verified off the request path, failures are limited, unknown KP IDs cost the sam
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import threading
 
@@ -139,11 +140,21 @@ def run(coro):
     asyncio.run(asyncio.wait_for(coro, 120))
 
 
-async def serving(transport: str, sib: Sib):
+@contextlib.asynccontextmanager
+async def attacked(transport: str, sib: Sib, peers: int = 2):
+    """`sib` holding the writer's secret, served on `transport`; `peers` raw KP sockets.
+    Yields (server, peers); everything is closed on leaving."""
+    sib.store.apply(__import__("sib").Delta(((S, P, SECRET, G1),), ()))
     server = await Server.start(sib, **{transport: 0})
     port = getattr(server, transport).port
-    sib.store.apply(__import__("sib").Delta(((S, P, SECRET, G1),), ()))
-    return server, port
+    opened = [await Peer(transport, port).open() for _ in range(peers)]
+    try:
+        yield server, opened
+    finally:
+        for peer in opened:
+            await peer.close()
+        await server.close()
+        await sib.close()
 
 
 TRANSPORTS = ["udp", "tcp", "coap"]
@@ -155,9 +166,7 @@ def test_a_wrong_password_gets_no_cached_answer(transport):
     the same TID (even with another query in the body) gets ACCESS_DENIED, not the results."""
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG))
-        server, port = await serving(transport, sib)
-        kp, thief = await Peer(transport, port).open(), await Peer(transport, port).open()
-        try:
+        async with attacked(transport, sib) as (server, (kp, thief)):
             kp.send(select(7, creds()))
             res = await kp.answer(Tx.SELECT)
             assert res.status == Status.OK and res.result.rows == ((SECRET,),)
@@ -172,11 +181,6 @@ def test_a_wrong_password_gets_no_cached_answer(transport):
             again = await kp.answer(Tx.SELECT)
             assert again.result.rows == ((SECRET,),)
             assert sib.core.metrics.requests["SELECT"] == executed + (transport == "tcp")
-        finally:
-            await kp.close()
-            await thief.close()
-            await server.close()
-            await sib.close()
 
     run(go())
 
@@ -187,9 +191,7 @@ def test_a_wrong_password_does_not_redirect_an_executing_request(transport):
     still goes to the KP, the stranger gets ACCESS_DENIED and nothing else."""
     async def go():
         sib = GatedSib(access=AccessPolicy.from_config(CONFIG))
-        server, port = await serving(transport, sib)
-        kp, thief = await Peer(transport, port).open(), await Peer(transport, port).open()
-        try:
+        async with attacked(transport, sib) as (server, (kp, thief)):
             # The password is proven once, so that the next request executes at once.
             sib.release()
             kp.send(select(1, creds()))
@@ -208,11 +210,6 @@ def test_a_wrong_password_does_not_redirect_an_executing_request(transport):
             res = await kp.answer(Tx.SELECT)
             assert res.status == Status.OK and res.result.rows == ((SECRET,),)
             assert await thief.nothing()
-        finally:
-            await kp.close()
-            await thief.close()
-            await server.close()
-            await sib.close()
 
     run(go())
 
@@ -223,19 +220,12 @@ def test_a_wrong_password_first_does_not_poison_the_transaction_id(transport):
     with that TID is executed and answered, not refused from the cache."""
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG))
-        server, port = await serving(transport, sib)
-        kp, thief = await Peer(transport, port).open(), await Peer(transport, port).open()
-        try:
+        async with attacked(transport, sib) as (server, (kp, thief)):
             thief.send(select(9, creds("wrong")))
             assert (await thief.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
             kp.send(select(9, creds()))
             res = await kp.answer(Tx.SELECT)
             assert res.status == Status.OK and res.result.rows == ((SECRET,),)
-        finally:
-            await kp.close()
-            await thief.close()
-            await server.close()
-            await sib.close()
 
     run(go())
 
@@ -246,9 +236,7 @@ def test_a_wrong_password_first_does_not_poison_the_transaction_id(transport):
 def test_failures_are_limited_per_source_and_a_proven_password_still_works():
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG), auth_options={"max_failures": 3})
-        server, port = await serving("udp", sib)
-        kp, guesser = await Peer("udp", port).open(), await Peer("udp", port).open()
-        try:
+        async with attacked("udp", sib) as (server, (kp, guesser)):
             kp.send(select(1, creds()))
             assert (await kp.answer(Tx.SELECT)).status == Status.OK
             statuses = []
@@ -264,11 +252,6 @@ def test_failures_are_limited_per_source_and_a_proven_password_still_works():
             # Whoever knows the proven password is served, from the locked-out socket too.
             guesser.send(select(20, creds()))
             assert (await guesser.answer(Tx.SELECT)).status == Status.OK
-        finally:
-            await kp.close()
-            await guesser.close()
-            await server.close()
-            await sib.close()
 
     run(go())
 
@@ -331,14 +314,11 @@ def test_password_checks_run_off_the_request_path_with_bounded_concurrency():
     refused at once with LIMIT_EXCEEDED."""
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG), auth_options={"max_pending": 2})
-        server, port = await serving("udp", sib)
-        kp = await Peer("udp", port).open()
-        guessers = [await Peer("udp", port).open() for _ in range(3)]
         busy = threading.Event()
-        try:
+        async with attacked("udp", sib, peers=4) as (server, (kp, *guessers)):
             kp.send(select(1, creds()))
             assert (await kp.answer(Tx.SELECT)).status == Status.OK
-            sib.authenticator._pool.submit(busy.wait, 30)  # the worker is busy from now on
+            sib.authenticator._pool.submit(busy.wait, 30)  # busy from now on (30 s at most)
             guessers[0].send(select(10, creds("g0")))
             guessers[1].send(select(10, creds("g1")))
             for _ in range(100):
@@ -355,12 +335,6 @@ def test_password_checks_run_off_the_request_path_with_bounded_concurrency():
             busy.set()
             for g in guessers[:2]:
                 assert (await g.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
-        finally:
-            busy.set()
-            for peer in (kp, *guessers):
-                await peer.close()
-            await server.close()
-            await sib.close()
 
     run(go())
 
