@@ -67,8 +67,10 @@ UNSET_OPTIONS = (None,) * (len(Options._fields) - 1)
 
 
 class Request(NamedTuple):
+    """A KP's request. `tid` may be left out where a client assigns it (`transports`)."""
+
     tx: Tx
-    tid: int
+    tid: int = 0
     confirmable: bool = True
     delete: Graph | None = None
     insert: Graph | None = None

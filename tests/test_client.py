@@ -245,7 +245,9 @@ def test_rows_by_name_and_position_and_async_with_connect(tmp_path):
                     row["x"]
                 with pytest.raises(AttributeError):
                     row.x
-                # a Request's TID is the client's to assign: any value given is replaced
+                # no TID needed where the client assigns it...
+                assert await kp.query(Request(Tx.ASK, where=((S1, TEMP, Literal(21)),))) is True
+                # ...and any value given is replaced
                 res = await kp.request(SELECT_TEMP._replace(tid=12345))
                 assert res.tid != 12345 and res.status == Status.OK
             assert kp._link._lost is not None  # closed on leaving the block
