@@ -1200,3 +1200,44 @@ def test_ack_routing_stays_right_above_the_old_4096_cap():
     assert sib.stats.acks_unmatched == 0 and sib.get_timer() is None
     sib.handle_timer(1000.0)
     assert sib.datagrams_to_send(1000.0) == [] and sib.stats.ind_retransmissions == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.one_of(
+    st.tuples(st.just("send"), st.sampled_from([0, 1]), st.sampled_from(["ok", "bad", None])),
+    st.tuples(st.just("decide"), st.sampled_from(["ok", "bad"]), st.booleans())),
+    max_size=30))
+def test_held_requests_keep_each_connections_order(steps):
+    """Any interleaving of requests on two TCP connections (password "ok", "bad", or none) and
+    of verdicts arriving: every request reaches the SIB at most once, only with a proven
+    password or none, each connection's in the order sent; refused ones are answered."""
+    verdicts = Verdicts()
+    sib = SIBSession(TCP, authenticate=verdicts)
+    conns = [object(), object()]
+    sent: list[list[int]] = [[], []]
+    kinds: dict[int, str | None] = {}
+    delivered: list = []
+    tid = 0
+    for step in steps:
+        if step[0] == "send":
+            _, c, password = step
+            tid += 1
+            req = insert(tid) if password is None else with_creds(insert(tid), password)
+            sent[c].append(tid)
+            kinds[tid] = password
+            sib.receive_data(encode(req, TCP), conns[c], 0)
+        else:
+            _, password, resume = step
+            verdicts.known[password] = Status.OK if password == "ok" else Status.ACCESS_DENIED
+            if resume:
+                sib.resume(0)
+        for e in events(sib):
+            if isinstance(e, RequestReceived):
+                delivered.append((conns.index(e.addr), e.request.tid))
+                sib.respond(e.kp, e.request.tid, Response(e.request.tid), 0)
+    tids = [t for _, t in delivered]
+    assert len(tids) == len(set(tids))
+    assert all(kinds[t] in (None, "ok") for t in tids)
+    for c in (0, 1):
+        mine = [t for k, t in delivered if k == c]
+        assert mine == [t for t in sent[c] if t in mine]  # the order sent

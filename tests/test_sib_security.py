@@ -12,6 +12,7 @@ import threading
 
 import aiocoap
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import (
     UDP, TCP, Credentials, Literal, Options, Request, Status, Triple, Tx, Var, decode_sib_message,
@@ -495,3 +496,49 @@ def test_metrics_stay_on_loopback_unless_exposed():
         text = run_value(scrape(sib.ports["metrics"], host="127.0.0.3"))
         assert "ksp_password_verifications_total 0" in text
         assert sib.stop() == 0
+
+
+# -- the authenticator's rules under any sequence of attempts ---------------------------------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attempts=st.lists(st.tuples(st.sampled_from(["writer", "nobody"]),
+                                   st.sampled_from(["right", "a", "b", "c"]),
+                                   st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3"]),
+                                   st.floats(0, 30)), max_size=25))
+def test_authenticator_invariants(attempts):
+    """Whatever the order of attempts: the right password, once proven, is always accepted; a
+    wrong one or an unknown KP ID never is; each (KP ID, password) is hashed at most once; no
+    verification is left pending."""
+    now = [0.0]
+    auth = Authenticator(AccessPolicy.from_config(FAST_CONFIG), max_failures=3,
+                         failure_window=60, clock=lambda: now[0])
+
+    async def go():
+        proven, hashed = False, set()
+        for name, password, host, dt in attempts:
+            now[0] += dt
+            kp_id, source = kp_id_bytes(name), (host, 1)
+            verdict = auth.verdict(kp_id, password, source)
+            if verdict is None:
+                hashed.add((name, password))
+                await auth.verify(kp_id, password, source)
+                verdict = auth.verdict(kp_id, password, source)
+            good = name == "writer" and password == "right"
+            if good and proven:
+                assert verdict == Status.OK
+            if good and verdict == Status.OK:
+                proven = True
+            if not good:
+                assert verdict in (Status.ACCESS_DENIED, Status.LIMIT_EXCEEDED)
+            assert verdict is not None
+            assert auth.pending == 0
+        assert auth.verified == len(hashed)
+        auth.close()
+
+    run(go())
+
+
+FAST_CONFIG = {"anonymous": "none", "kp": [{"id": "writer", "read": ["*"], "password_hash": (
+    "scrypt$16$8$1$" + bytes(16).hex() + "$"
+    + hashlib.scrypt(b"right", salt=bytes(16), n=16, r=8, p=1, dklen=32).hex())}]}
