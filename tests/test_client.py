@@ -321,3 +321,55 @@ def test_literals_come_back_with_their_exact_lexical_form():
         return {(str(r.o), str(r.o.datatype)) for r in rows.rows}
 
     assert run(scenario()) == {("2006-08-23Z", str(XSD.date)), ("1", str(XSD.double))}
+
+
+def test_jsap_named_queries_and_updates_with_forced_bindings(tmp_path):
+    """As SEPA's APIs: a JSAP's namespaces serve as prefixes, its queries and updates are used
+    by name with their forced bindings filled in; a missing or unknown binding is an error."""
+    import json
+
+    from sib import Sib
+    from transports import Server
+    from transports.jsap import JsapError
+
+    jsap = tmp_path / "greenhouse.jsap"
+    jsap.write_text(json.dumps({
+        "namespaces": {"gh": "http://example.org/gh#"},
+        "updates": {"SET": {"sparql": "DELETE { ?s gh:t ?old } INSERT { ?s gh:t ?value } "
+                                      "WHERE { OPTIONAL { ?s gh:t ?old } }",
+                            "forcedBindings": {
+                                "s": {"type": "uri"},
+                                "value": {"type": "literal",
+                                          "datatype": "http://example.org/gh#celsius"}}}},
+        "queries": {"T": {"sparql": "SELECT ?t WHERE { ?s gh:t ?t }",
+                          "forcedBindings": {"s": {"type": "uri",
+                                                   "value": "http://example.org/gh#s1"}}}}}))
+
+    async def scenario():
+        sib = Sib()
+        try:
+            await talk(sib)
+        finally:
+            await sib.close()
+
+    async def talk(sib):
+        async with await Server.start(sib, udp=0) as server:
+            async with connect(f"udp://127.0.0.1:{server.udp.port}", jsap=str(jsap)) as kp:
+                gh = "http://example.org/gh#"
+                await kp.update("SET", bindings={"s": gh + "s1", "value": "21.50"})
+                await kp.update("SET", bindings={"s": gh + "s1", "value": "22.0"})
+                await kp.update("SET", bindings={"s": gh + "s2", "value": "9"})
+                (row,) = (await kp.query("T")).rows  # the file's default binding: s1
+                assert str(row.t) == "22.0"
+                (row,) = (await kp.query("T", bindings={"s": gh + "s2"})).rows
+                assert str(row.t) == "9"
+                assert (str(row.t.datatype), len((await kp.query(
+                    'SELECT ?s WHERE { ?s gh:t "9"^^gh:celsius }')).rows)) == (gh + "celsius", 1)
+                with pytest.raises(JsapError, match="'value' needs a value"):
+                    await kp.update("SET", bindings={"s": gh + "s1"})
+                with pytest.raises(JsapError, match=r"no forced binding \['x'\]"):
+                    await kp.query("T", bindings={"x": 1})
+                with pytest.raises(ValueError, match="bindings need a JSAP"):
+                    await kp.query("SELECT ?s WHERE { ?s ?p ?o }", bindings={"s": 1})
+
+    run(scenario())

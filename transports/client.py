@@ -20,6 +20,8 @@ import collections
 import logging
 import ssl as _ssl
 import uuid
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 from urllib.parse import urlsplit
 
@@ -32,6 +34,7 @@ from ksp import (
 
 from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
+from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
 
 __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "kp_id_bytes"]
@@ -157,11 +160,16 @@ class KP:
     """A connected KP. Build it with `connect()`; close it with `close()` or `async with`."""
 
     def __init__(self, link: Link, url: str, prefixes: dict[str, str] | None = None, *,
-                 keep_persistent: bool = False) -> None:
+                 keep_persistent: bool = False, jsap: Jsap | None = None) -> None:
         self._link = link
         self.url = url
-        self.prefixes = prefixes
-        """Prefix names (name → namespace) SPARQL text may use without PREFIX lines."""
+        self.jsap = jsap
+        """Named queries and updates (`transports.jsap`), used by name in `query`, `update`,
+        `subscribe` and `request`."""
+        self.prefixes = prefixes if prefixes is not None or jsap is None else (
+            jsap.namespaces or None)
+        """Prefix names (name → namespace) SPARQL text may use without PREFIX lines (by
+        default the JSAP's namespaces)."""
         self.keep_persistent = keep_persistent
         """Whether `close()` leaves this KP's persistent operations at the SIB (a sleeping
         device with a KP ID picks them up again); by default it TERMINATEs them."""
@@ -196,10 +204,11 @@ class KP:
     # -- any request ------------------------------------------------------------------------
 
     async def request(self, request: Request | str, *, persistent: bool = False,
-                      confirmable: bool | None = None) -> Response | None:
+                      confirmable: bool | None = None,
+                      bindings: Mapping[str, Any] | None = None) -> Response | None:
         """Send one request and return its RES (None for NON: no RES waited for). Raises
         `KspStatusError` for a non-OK status. The TID is the client's: any given is replaced."""
-        req = self._prepare(request, persistent)[0]
+        req = self._prepare(request, persistent, bindings)[0]
         response = await self._send(req, confirmable)
         if req.tx.persistent and response is not None:
             self._persistent.add(response.tid)  # ended by `terminate`, `reset` or `close`
@@ -210,10 +219,17 @@ class KP:
             req = req._replace(confirmable=confirmable)
         return _checked(await self._link.request(req))
 
-    def _prepare(self, request: Request | str, persistent: bool = False
+    def _prepare(self, request: Request | str, persistent: bool = False,
+                 bindings: Mapping[str, Any] | None = None
                  ) -> tuple[Request, tuple[str, ...] | None]:
-        """(KSP request, SPARQL variable names or None)."""
+        """(KSP request, SPARQL variable names or None). A string naming a query or update of
+        the KP's JSAP is that text with `bindings` filled in; any other string is SPARQL."""
         if isinstance(request, str):
+            jsap = self.jsap
+            if jsap is not None and (request in jsap.queries or request in jsap.updates):
+                request = jsap.text(request, bindings)
+            elif bindings:
+                raise ValueError(f"bindings need a JSAP query or update name, not {request!r}")
             return _compile(request, persistent, self.prefixes)
         if not isinstance(request, Request):
             raise TypeError(f"a ksp.Request or SPARQL text, not {type(request).__name__}")
@@ -221,19 +237,22 @@ class KP:
 
     # -- queries and updates ----------------------------------------------------------------
 
-    async def query(self, query: Request | str) -> Any:
-        """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples."""
-        req, names = self._prepare(query)
+    async def query(self, query: Request | str, *,
+                    bindings: Mapping[str, Any] | None = None) -> Any:
+        """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples. `query` may
+        name a query of the KP's JSAP, with `bindings` for its forced bindings."""
+        req, names = self._prepare(query, bindings=bindings)
         if not req.tx.is_query or req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
         response = await self._send(req, confirmable=True)
         return convert_result(response.result, names)
 
-    async def update(self, update: Request | str, *, confirmable: bool = True) -> None:
+    async def update(self, update: Request | str, *, confirmable: bool = True,
+                     bindings: Mapping[str, Any] | None = None) -> None:
         """Any transient update (DATA or pattern form, or graph management: SPARQL Update's
         CREATE/DROP/COPY/MOVE/ADD). NON (`confirmable=False`) returns at once: the SIB answers
         a NON update only when it fails, and nothing waits for that."""
-        req = self._prepare(update)[0]
+        req = self._prepare(update, bindings=bindings)[0]
         if req.tx not in _TRANSIENT_UPDATES:
             raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
         if req.confirmable != confirmable:
@@ -281,10 +300,11 @@ class KP:
 
     # -- persistent operations --------------------------------------------------------------
 
-    def subscribe(self, request: Request | str) -> "Subscription":
+    def subscribe(self, request: Request | str, *,
+                  bindings: Mapping[str, Any] | None = None) -> "Subscription":
         """A persistent SELECT/ASK/CONSTRUCT or update, as an async context manager that is an
         async iterator of `Indication`s. SPARQL text is compiled as persistent."""
-        req, names = self._prepare(request, persistent=True)
+        req, names = self._prepare(request, persistent=True, bindings=bindings)
         if not req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a persistent transaction")
         return Subscription(self, req._replace(confirmable=True), names)
@@ -432,24 +452,28 @@ class _Connecting:
 def connect(url: str, *, kp_id: Any = None, password: str = "",
             timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
             prefixes: dict[str, str] | None = None, keep_persistent: bool = False,
-            **link_args) -> _Connecting:
+            jsap: "Jsap | str | None" = None, **link_args) -> _Connecting:
     """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
-    `KP.close`. Use it as `kp = await connect(...)` or `async with connect(...) as kp:`. A SIB
-    that cannot be reached raises `KspConnectionError` naming the URL."""
+    `KP.close`. `jsap`: a JSAP file (or `Jsap`) whose queries and updates can then be used by
+    name, its namespaces as prefixes. Use it as `kp = await connect(...)` or
+    `async with connect(...) as kp:`. A SIB that cannot be reached raises
+    `KspConnectionError` naming the URL."""
+    if isinstance(jsap, (str, Path)):
+        jsap = Jsap.load(jsap)
     return _Connecting(_open(url, kp_id, password, timing, ssl, prefixes, keep_persistent,
-                             link_args))
+                             jsap, link_args))
 
 
 async def _open(url: str, kp_id: Any, password: str, timing: Timing | None,
                 ssl: _ssl.SSLContext | None, prefixes: dict[str, str] | None,
-                keep_persistent: bool, link_args: dict) -> KP:
+                keep_persistent: bool, jsap: "Jsap | None", link_args: dict) -> KP:
     try:
         link = await _open_link(url, kp_id, password, timing, ssl, link_args)
     except OSError as exc:  # refused, no route, no such host, a TLS handshake that failed
         raise KspConnectionError(f"{url}: {exc.strerror or exc}") from exc
-    return KP(link, url, prefixes, keep_persistent=keep_persistent)
+    return KP(link, url, prefixes, keep_persistent=keep_persistent, jsap=jsap)
 
 
 async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
