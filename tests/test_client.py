@@ -373,3 +373,45 @@ def test_jsap_named_queries_and_updates_with_forced_bindings(tmp_path):
                     await kp.query("SELECT ?s WHERE { ?s ?p ?o }", bindings={"s": 1})
 
     run(scenario())
+
+
+@pytest.mark.parametrize("cut", ["max-response-size", "datagram"])
+def test_a_cut_result_is_flagged_and_query_all_gets_it_whole(cut):
+    """Through a real SIB over UDP: a SELECT cut to MAX RESPONSE SIZE (or to one datagram) says
+    so (`truncated`), and `query_all` pages the rest with OFFSET; the query's own OFFSET and
+    LIMIT are kept. CONSTRUCT results say so too."""
+    from ksp import Options, SolutionModifier
+    from sib import Sib
+    from transports import Server
+
+    n = 300 if cut == "max-response-size" else 2000
+    filler = "x" * (0 if cut == "max-response-size" else 60)
+
+    async def scenario():
+        sib = Sib()
+        try:
+            async with await Server.start(sib, udp=0) as server:
+                async with connect(f"udp://127.0.0.1:{server.udp.port}") as kp:
+                    for start in range(0, n, 250):  # a Graph field carries 255 triples at most
+                        await kp.insert_data([(S1, TEMP, Literal(f"{filler}{i:05}"))
+                                              for i in range(start, min(n, start + 250))])
+                    options = Options(max_response_size=300) if filler == "" else Options()
+                    select = Request(Tx.SELECT, projection=1, where=((S1, TEMP, Variable("v0")),),
+                                     options=options)
+                    first = await kp.query(select)
+                    assert first.truncated and first.total == n and 0 < len(first.rows) < n
+                    whole = await kp.query_all(select)
+                    assert not whole.truncated
+                    assert sorted(str(r[0]) for r in whole.rows) == [
+                        f"{filler}{i:05}" for i in range(n)]
+                    part = await kp.query_all(select._replace(options=options._replace(
+                        modifier=SolutionModifier(offset=5, limit=n - 10))))
+                    assert len(part.rows) == n - 10
+                    triples = await kp.query(Request(
+                        Tx.CONSTRUCT, template=((S1, TEMP, Variable("v0")),),
+                        where=((S1, TEMP, Variable("v0")),), options=options))
+                    assert triples.truncated and triples.total == n
+        finally:
+            await sib.close()
+
+    run(scenario(), timeout=300)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import ssl as _ssl
 import uuid
@@ -28,8 +29,8 @@ from urllib.parse import urlsplit
 import rdflib
 
 from ksp import (
-    AskResult, ConstructResult, Credentials, Options, Request, Response, SelectResult, Status,
-    Timing, Tx,
+    AskResult, ConstructResult, Credentials, Options, Order, Request, Response, SelectResult,
+    SolutionModifier, Status, Timing, Tx,
 )
 
 from ._kplink import Link
@@ -37,7 +38,8 @@ from .errors import KspConnectionError, KspStatusError, KspTimeout
 from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
 
-__all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "kp_id_bytes"]
+__all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples",
+           "kp_id_bytes"]
 
 log = logging.getLogger("transports.client")
 
@@ -95,11 +97,31 @@ def _row_class(names: tuple[str, ...]) -> type[Row]:
 class SelectRows(NamedTuple):
     """A SELECT result: `rows[i][k]` (or `rows[i]["name"]`, `rows[i].name`: a `Row`) is the
     rdflib binding of `variables[k]` (None: unbound); `total` is the SIB's total row count
-    (TRC) when it cut the result."""
+    (TRC, saturating at 65 535)."""
 
     variables: tuple[rdflib.Variable, ...]
     rows: tuple[tuple[Any, ...], ...]
     total: int | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The SIB cut the result to the request's MAX RESPONSE SIZE or to one datagram:
+        `total` rows exist, fewer came. `KP.query_all` fetches the rest."""
+        return self.total is not None and self.total > len(self.rows)
+
+
+class Triples(list):
+    """A CONSTRUCT result: a list of rdflib triples, with the SIB's `total` (TRC)."""
+
+    def __init__(self, triples=(), total: int | None = None) -> None:
+        super().__init__(triples)
+        self.total = total
+
+    @property
+    def truncated(self) -> bool:
+        """The SIB cut the result: `total` triples exist, fewer came (over TCP with a larger
+        MAX RESPONSE SIZE, or narrower queries, get them all)."""
+        return self.total is not None and self.total > len(self)
 
 
 class Indication(NamedTuple):
@@ -126,7 +148,7 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     if isinstance(result, AskResult):
         return result.value
     if isinstance(result, ConstructResult):
-        return [triple_from_ksp(t) for t in result.triples]
+        return Triples((triple_from_ksp(t) for t in result.triples), result.total)
     raise TypeError(f"unknown result {result!r}")
 
 
@@ -246,6 +268,32 @@ class KP:
             raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
         response = await self._send(req, confirmable=True)
         return convert_result(response.result, names)
+
+    async def query_all(self, query: Request | str, *,
+                        bindings: Mapping[str, Any] | None = None) -> SelectRows:
+        """A SELECT's whole result, however often the SIB had to cut it (to the request's MAX
+        RESPONSE SIZE, or to one datagram over UDP): the rest is fetched page by page with
+        OFFSET (and what remains of the query's own LIMIT), as §6.4 says. A query without
+        ORDER BY is ordered by its first variable, so that the pages follow one order (the
+        store gives none otherwise); rows tied on it, or a store that changes between the
+        pages, can still move rows across a page boundary, as with any paging."""
+        req, names = self._prepare(query, bindings=bindings)
+        if req.tx is not Tx.SELECT:
+            raise ValueError(f"query_all pages SELECT results, not {req.tx.name}")
+        modifier = req.options.modifier or SolutionModifier()
+        if modifier.order is Order.NONE and req.projection:
+            modifier = dataclasses.replace(modifier, order=Order.ASC, order_var=0)
+        start, limit = modifier.offset or 0, modifier.limit
+        rows: list = []
+        while True:
+            page_limit = None if limit is None else limit - len(rows)
+            page = req._replace(options=req.options._replace(modifier=dataclasses.replace(
+                modifier, offset=start + len(rows) or None, limit=page_limit)))
+            result = convert_result((await self._send(page, confirmable=True)).result, names)
+            rows.extend(result.rows)
+            if not result.truncated or not result.rows or (
+                    limit is not None and len(rows) >= limit):
+                return SelectRows(result.variables, tuple(rows), len(rows))
 
     async def update(self, update: Request | str, *, confirmable: bool = True,
                      bindings: Mapping[str, Any] | None = None) -> None:
