@@ -263,3 +263,16 @@ def test_decode_into_a_closed_pipe_and_the_readme_example():
                             text=True)
     out, err = proc.communicate(timeout=60)
     assert out.startswith(f"{len(hexes[0]) // 2} bytes") and "Traceback" not in err
+
+
+def test_query_all_fetches_a_result_cut_to_a_datagram(env):
+    n = 1250  # ~66 bytes a row: more than one datagram (65,507 bytes) holds
+    for start in range(0, n, 250):  # a Graph field carries 255 triples at most
+        rows = " ".join(f'<{EX}big> <{EX}v> "{"y" * 60}{i:04}" .'
+                        for i in range(start, start + 250))
+        ok("update", f"INSERT DATA {{ {rows} }}", env=env)
+    query = f"SELECT ?v WHERE {{ <{EX}big> <{EX}v> ?v }}"
+    cut = ksp("query", query, "-o", "csv", env=env)
+    assert cut.returncode == 0 and "the SIB cut the result; --all fetches the rest" in cut.stderr
+    whole = ok("query", query, "-o", "csv", "--all", env=env).splitlines()
+    assert len(whole) == 1 + n and len(set(whole)) == 1 + n

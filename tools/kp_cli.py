@@ -171,8 +171,8 @@ def write_result(result, fmt: str, out=sys.stdout, **extra) -> None:
             for r in cells:
                 out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
         if result.total is not None and result.total > len(result.rows):
-            print(f"ksp: {len(result.rows)} of {result.total} rows (the SIB cut the result)",
-                  file=sys.stderr)
+            print(f"ksp: {len(result.rows)} of {result.total} rows (the SIB cut the result; "
+                  "--all fetches the rest)", file=sys.stderr)
     elif isinstance(result, bool):
         if fmt == "json":
             out.write(json.dumps({**extra, "boolean": result}) + "\n")
@@ -197,7 +197,8 @@ def write_result(result, fmt: str, out=sys.stdout, **extra) -> None:
 
 
 async def cmd_query(args, kp) -> int:
-    write_result(await kp.query(sparql_of(args)), args.format)
+    text = sparql_of(args)
+    write_result(await (kp.query_all(text) if args.all else kp.query(text)), args.format)
     return 0
 
 
@@ -376,7 +377,9 @@ def add_parsers(sub) -> None:
         p.set_defaults(func=_dispatch)
         return p
 
-    add("query", "run a SELECT, ASK or CONSTRUCT and print its result", [common, text, out])
+    p = add("query", "run a SELECT, ASK or CONSTRUCT and print its result", [common, text, out])
+    p.add_argument("-a", "--all", action="store_true",
+                   help="SELECT: fetch every row, page by page, if the SIB cuts the result")
     p = add("update", "run a SPARQL update (DATA, pattern or graph management)", [common, text])
     p.add_argument("-n", "--non", action="store_true",
                    help="send it NON (no answer awaited; failures not reported)")
