@@ -1,7 +1,7 @@
 """Bytes ⇄ messages: the hot codec (docs/wire-format.md is the spec it implements).
 
 Written with `struct` and plain indexing because construct's compiled parsers cost 2.4 µs for
-a 4-byte header (measured), more than the budget of a whole message; `ksp.schema` declares
+a 4-byte header (measured), more than the budget of a whole message; `ksp.reference.schema` declares
 the same layouts in construct, and the tests check both agree on every vector.
 
 Decoding never raises anything but `DecodeError` (with the status a SIB answers with).

@@ -243,7 +243,7 @@ def test_encoder_agrees_on_generated_messages(generated):
 @needs_c
 @pytest.mark.parametrize("name", VALID)
 def test_encoder_agrees_on_vectors(name):
-    from ksp.jsonmodel import from_json
+    from ksp.reference.jsonmodel import from_json
     v = VECTORS[name]
     if "decoded" in v:
         return  # cut by MAX RESPONSE SIZE: the Python encoder's business

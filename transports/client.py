@@ -8,7 +8,7 @@
                 ...                                       # leaving the block TERMINATEs
 
 Requests are `ksp.Request` objects (their TID is assigned here; rdflib terms allowed in the
-data fields) or SPARQL text, compiled by `ksp.from_sparql`. Results come back as rdflib terms.
+data fields) or SPARQL text, compiled by `ksp.sparql`. Results come back as rdflib terms.
 A non-OK status raises `KspStatusError` carrying the `ksp.Status`; no answer raises
 `KspTimeout`; SPARQL outside the compiled subset raises `ksp.errors.UnsupportedSparql` naming
 the feature. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
@@ -103,7 +103,7 @@ def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
              ) -> tuple[Request, tuple[str, ...]]:
     """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
     the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
-    from ksp.from_sparql import compile_named
+    from ksp.sparql import compile_named
 
     return compile_named(text, persistent=persistent, prefixes=prefixes)
 

@@ -29,7 +29,7 @@ from ksp import (
     IRI, AskResult, Literal, Response, SelectResult, Status, Transport, Tx, decode_sib_message,
     encode,
 )
-from ksp.jsonmodel import from_json, to_json
+from ksp.reference.jsonmodel import from_json, to_json
 from tools import flash
 
 from ._cli import bench_parser, command_line

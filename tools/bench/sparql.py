@@ -1,4 +1,4 @@
-"""SPARQL ⇄ KSP benchmark: `ksp.from_sparql.compile` against rdflib's and pyoxigraph's parsers.
+"""SPARQL ⇄ KSP benchmark: `ksp.sparql.compile` against rdflib's and pyoxigraph's parsers.
 
 Run as ``python -m tools.bench.sparql [--quick] [--markdown]`` or ``ksp bench sparql``.
 
@@ -20,8 +20,8 @@ import sys
 import pyoxigraph
 from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
 
-from ksp.from_sparql import compile as ksp_compile
-from ksp.to_sparql import render as ksp_render
+from ksp.sparql import compile as ksp_compile
+from ksp.sparql import render as ksp_render
 
 from . import _timing
 from ._cli import bench_parser, command_line

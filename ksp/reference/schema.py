@@ -37,16 +37,16 @@ from construct import (
     evaluate, len_, stream_read, stream_tell, stream_write, this,
 )
 
-from .codes import (
+from ..codes import (
     OPTION_APPLIES, RESERVED_WORDS, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION, LiteralType,
     Member, Op, Opt, Status, Tx,
 )
-from .literals import is_datetime19, is_lang_tag
-from .model import (
+from ..literals import is_datetime19, is_lang_tag
+from ..model import (
     Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
-from .terms import (
+from ..terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
     BNode, IRI, Literal, Triple, Var, double_lexical,
 )
