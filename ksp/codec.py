@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import struct
+from contextlib import contextmanager
 from enum import Enum
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .codes import (
     OPTION_APPLIES, RESERVED_CODE, RESERVED_WORDS, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI,
@@ -34,7 +35,8 @@ from .terms import (
 
 __all__ = [
     "Transport", "UDP", "TCP", "LAYOUT", "encode", "decode_kp_message", "decode_sib_message",
-    "tcp_frame_length", "header_size", "peek_tid", "retag",
+    "tcp_frame_length", "header_size", "peek_tid", "retag", "use_speedups", "speedups_enabled",
+    "pure_python", "set_interning",
 ]
 
 
@@ -1314,4 +1316,42 @@ def _load_speedups():
     return c
 
 
-_speedups = _load_speedups()
+_BUILT = _load_speedups()
+_speedups = _BUILT  # what encode/decode call: the C module, or None for pure Python
+
+
+def speedups_enabled() -> bool:
+    """Whether encoding and decoding go through the C module (built, loaded and switched on)."""
+    return _speedups is not None
+
+
+def use_speedups(on: bool = True) -> bool:
+    """Switch the C module on or off for the whole process; returns the previous setting.
+
+    Off, every message takes the pure-Python codec (the C module's oracle), as with
+    KSP_PURE_PYTHON=1 but at run time: for benchmarks and tests that compare the two. On
+    without a built module stays off. Not thread-safe: switch before sharing the codec.
+    """
+    global _speedups
+    was = _speedups is not None
+    _speedups = _BUILT if on else None
+    return was
+
+
+@contextmanager
+def pure_python() -> Iterator[None]:
+    """`with pure_python():` the pure-Python codec inside, the previous setting after."""
+    was = use_speedups(False)
+    try:
+        yield
+    finally:
+        use_speedups(was)
+
+
+def set_interning(on: bool) -> bool:
+    """Turn the C decoder's term interning on or off (on by default); returns the previous
+    setting (False without the C module). Off, decoding costs what it costs for bytes never
+    seen before, which is what the codec benchmark's `ksp_decode_nointern` measures."""
+    if _BUILT is None:
+        return False
+    return bool(_BUILT.set_interning(on))

@@ -19,7 +19,6 @@ import asyncio
 import collections
 import logging
 import ssl as _ssl
-import uuid
 from typing import Any, Iterable, NamedTuple
 from urllib.parse import urlsplit
 
@@ -29,6 +28,7 @@ from ksp import (
     AskResult, ConstructResult, Credentials, Options, Request, Response, SelectResult, Status,
     Timing, Tx,
 )
+from ksp.kpid import kp_id_bytes
 
 from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
@@ -80,23 +80,6 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     if isinstance(result, ConstructResult):
         return [triple_from_ksp(t) for t in result.triples]
     raise TypeError(f"unknown result {result!r}")
-
-
-def kp_id_bytes(kp_id: Any) -> bytes:
-    """A KP ID (16 bytes): a UUID, its text, 16 raw bytes, or any other name (hashed to a
-    UUIDv5, so the same name is always the same KP)."""
-    if isinstance(kp_id, uuid.UUID):
-        return kp_id.bytes
-    if isinstance(kp_id, (bytes, bytearray)):
-        if len(kp_id) != 16:
-            raise ValueError(f"a KP ID is 16 bytes, got {len(kp_id)}")
-        return bytes(kp_id)
-    if isinstance(kp_id, str):
-        try:
-            return uuid.UUID(kp_id).bytes
-        except ValueError:
-            return uuid.uuid5(uuid.NAMESPACE_URL, "ksp:kp:" + kp_id).bytes
-    raise TypeError(f"not a KP ID: {kp_id!r}")
 
 
 def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
