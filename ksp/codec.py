@@ -22,6 +22,7 @@ from .codes import (
     Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
+from .layout import LITERAL_SIZES, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
 from .errors import DecodeError, EncodeError
 from .literals import compact_type, float_lexical, is_datetime19, is_lang_tag
 from .model import (
@@ -48,31 +49,15 @@ class Transport(str, Enum):
 UDP = Transport.UDP
 TCP = Transport.TCP
 
-# Data fields of each transaction, in wire order (§5). Persistent forms share their base's.
-LAYOUT: dict[Tx, tuple[str, ...]] = {
-    Tx.DELETE_DATA: ("delete",),
-    Tx.INSERT_DATA: ("insert",),
-    Tx.UPDATE_DATA: ("delete", "insert"),
-    Tx.DELETE: ("delete", "where"),
-    Tx.INSERT: ("insert", "where"),
-    Tx.UPDATE: ("delete", "insert", "where"),
-    Tx.SELECT: ("projection", "where", "optional"),
-    Tx.ASK: ("where", "optional"),
-    Tx.CONSTRUCT: ("template", "where", "optional"),
-    Tx.TERMINATE: (),
-    Tx.RESET: (),
-    Tx.CREATE: ("graphs",),
-    Tx.DROP: ("graphs",),
-    Tx.COPY: ("source", "target"),
-    Tx.MOVE: ("source", "target"),
-    Tx.ADD: ("source", "target"),
-}
-for _tx in Tx:
-    if _tx.persistent:
-        LAYOUT[_tx] = LAYOUT[_tx.base]
-_GRAPH_FIELDS = frozenset({"delete", "insert", "where", "template"})
+# Data fields of each transaction, in wire order (§5), by name: the layout table's, which also
+# says how each is written (`ksp.layout.REQUEST_FIELDS`).
+LAYOUT: dict[Tx, tuple[str, ...]] = {tx: tuple(name for name, _ in fields)
+                                     for tx, fields in REQUEST_FIELDS.items()}
+_FIELD_KIND: dict[str, int] = {name: int(body) for fields in REQUEST_FIELDS.values()
+                               for name, body in fields}  # plain ints: compared per field
+_GRAPH_FIELDS = frozenset(name for name, kind in _FIELD_KIND.items() if kind == Body.GRAPH)
 _DATA_FIELDS = ("delete", "insert", "where", "optional", "template", "projection", "graphs",
-                "source", "target")
+                "source", "target")  # the order encoding checks them in (error messages)
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -92,9 +77,9 @@ for _st in Status:
 _OP_BY_CODE: dict[int, Op] = {op.value: op for op in Op}
 _RESERVED_IRIS = tuple(IRI(w) for w in RESERVED_WORDS)
 
-ST_ALLOWED = frozenset({0, 1, 2, 3, 5})  # no Literal subject
-PT_ALLOWED = frozenset({0, 1, 2, 3})
-OT_ALLOWED = frozenset({0, 1, 2, 3, 4, 5})
+ST_ALLOWED = frozenset(int(m) for m in MEMBER_TYPES["s"])  # no Literal subject
+PT_ALLOWED = frozenset(int(m) for m in MEMBER_TYPES["p"])
+OT_ALLOWED = frozenset(int(m) for m in MEMBER_TYPES["o"])
 
 
 def header_size(transport: Transport, indication: bool = False) -> int:
@@ -674,7 +659,7 @@ _Deferred = tuple
 
 
 _FAILURES = (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError)
-_LITERAL_SIZES = {1: 4, 2: 4, 3: 19, 4: 1, 7: 8}
+_LITERAL_SIZES = LITERAL_SIZES
 _literal_cache: dict[bytes, Literal] = {}
 
 
@@ -1018,8 +1003,6 @@ def _decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
 # Tables indexed by the integer code: IntEnum hashes in Python, a dict lookup by member costs
 # several times one by int.
 _ALLOW_VARS = [not tx.is_data_update if tx else True for tx in _TX_BY_CODE]
-_FIELD_KIND = {"delete": 0, "insert": 0, "where": 0, "template": 0, "projection": 1,
-               "optional": 2, "graphs": 3, "source": 4, "target": 4}
 _LAYOUT_KINDS = [tuple((name, _FIELD_KIND[name]) for name in LAYOUT[tx]) if tx else ()
                  for tx in _TX_BY_CODE]
 _OPT_BY_CODE = tuple(Opt)
@@ -1279,11 +1262,9 @@ def _load_speedups():
         from . import _speedups as c
     except ImportError:
         return None
-    if (Request._fields != ("tx", "tid", "confirmable", "delete", "insert", "where", "optional",
-                            "template", "projection", "graphs", "source", "target", "options",
-                            "version")
-            or Options._fields[0] != "prefixes" or len(Options._fields) != len(Opt)
-            or Response._fields != ("tid", "status", "result", "indication", "seq", "version")):
+    built_with = getattr(c, "MODEL_FIELDS", None)
+    if (built_with != (Request._fields, Response._fields, Ack._fields)
+            or Options._fields != tuple(name for name, _ in OPTION_FIELDS.values())):
         raise ImportError("ksp._speedups does not match ksp.model")  # a test guards this
     layout, slots = [], []
     for tx in _TX_BY_CODE:
