@@ -1329,10 +1329,12 @@ def pure_python() -> Iterator[None]:
         use_speedups(was)
 
 
-def set_interning(on: bool) -> bool:
-    """Turn the C decoder's term interning on or off (on by default); returns the previous
-    setting (False without the C module). Off, decoding costs what it costs for bytes never
-    seen before, which is what the codec benchmark's `ksp_decode_nointern` measures."""
-    if _BUILT is None:
-        return False
-    return bool(_BUILT.set_interning(on))
+def _no_interning_without_c(on: bool) -> bool:
+    return False
+
+
+#: `set_interning(on) -> previous`: turn the C decoder's term interning on or off (on by
+#: default; False and no effect without the C module). Off, decoding costs what it costs for
+#: bytes never seen before, which the codec benchmark's `ksp_decode_nointern` measures. The C
+#: function itself when built, so that timing around a decode adds no Python call.
+set_interning = _BUILT.set_interning if _BUILT is not None else _no_interning_without_c

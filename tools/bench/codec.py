@@ -175,29 +175,26 @@ def _rdflib_results(data: bytes) -> list[tuple]:
     return [tuple(row) for row in RdflibResult.parse(io.BytesIO(data), format="json")]
 
 
-def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
-    """`decode` with the C decoder's interning off (two calls around it, ~0.1 µs)."""
-    if not codec.speedups_enabled():
-        return decode
-
+def _switched_off(decode: Callable[[], object], switch: Callable[[bool], bool]
+                  ) -> Callable[[], object]:
+    """`decode` with `switch(False)` around it, the previous setting restored after."""
     def run():
-        was = codec.set_interning(False)
+        was = switch(False)
         try:
             return decode()
         finally:
-            codec.set_interning(was)
+            switch(was)
     return run
+
+
+def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
+    """`decode` with the C decoder's interning off (two C calls around it, ~0.05 µs)."""
+    return _switched_off(decode, codec.set_interning) if codec.speedups_enabled() else decode
 
 
 def _pure_python(decode: Callable[[], object]) -> Callable[[], object]:
-    """`decode` through the pure-Python codec (two switch calls around it, ~0.2 µs)."""
-    def run():
-        was = codec.use_speedups(False)
-        try:
-            return decode()
-        finally:
-            codec.use_speedups(was)
-    return run
+    """`decode` through the pure-Python codec (two Python calls around it, ~0.2 µs)."""
+    return _switched_off(decode, codec.use_speedups)
 
 
 def _variants(decode) -> dict[str, Callable[[], object]]:
