@@ -32,7 +32,8 @@ def constants(path: pathlib.Path) -> dict[str, object]:
             expr = expr.args[0]
         try:
             code = compile(ast.Expression(expr), str(path), "eval")
-            values[node.targets[0].id] = eval(code, {"__builtins__": {}}, dict(values))  # noqa: S307
+            scope = {"__builtins__": {}}
+            values[node.targets[0].id] = eval(code, scope, dict(values))  # noqa: S307
         except Exception:  # calls, attributes of imports: not a protocol constant
             continue
     return values

@@ -57,7 +57,8 @@ def decode_command(hex_text: str, *, tcp: bool = False, from_sib: bool = False,
               file=out)
         print(f"  {exc}", file=out)
         if result.error is None:
-            print("note: the reference grammar (ksp.reference.schema) accepts these bytes", file=out)
+            print("note: the reference grammar (ksp.reference.schema) accepts these bytes",
+                  file=out)
         else:
             print(f"  grammar: {_grammar_error(result)}", file=out)
         return 2

@@ -2,9 +2,12 @@
 and the unescaping of IRIs and strings.
 """
 from __future__ import annotations
+
 import re
 from dataclasses import dataclass
+
 from ..errors import SparqlSyntaxError
+
 
 # -- tokens --------------------------------------------------------------------------------
 

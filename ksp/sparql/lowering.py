@@ -16,7 +16,9 @@ VC = 0, and `?_b_<name>` is the blank node `label_from_name(name)` (both as `ren
 them). `compile_named` also returns the variables' names, for results.
 """
 from __future__ import annotations
+
 import re
+
 from ..codes import Tx
 from ..errors import SparqlError, SparqlSyntaxError, UnsupportedSparql
 from ..model import Bind, Options, Request, SolutionModifier
@@ -24,6 +26,7 @@ from ..terms import IRI, Triple, Var
 from .render import NO_PROJECTION
 from .lexer import _IRI_BAD, _SCHEME
 from .parser import _Parsed, _Parser, _V
+
 
 # -- variables → indexes -------------------------------------------------------------------
 

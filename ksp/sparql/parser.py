@@ -4,15 +4,21 @@ Valid SPARQL outside the subset raises `UnsupportedSparql(feature)` where it occ
 text that is not SPARQL raises `SparqlSyntaxError(line, column)`.
 """
 from __future__ import annotations
+
 import re
 from dataclasses import dataclass, field
 from typing import Callable
+
 from ..codes import RDF, Op, Tx
 from ..errors import SparqlSyntaxError, UnsupportedSparql
 from ..model import Order
-from ..terms import DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER, BNode, Literal, Triple
+from ..terms import (
+    DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER, BNode,
+    Literal, Triple,
+)
 from .render import BNODE_VAR_PREFIX, label_from_name
 from .lexer import _IRI_BAD, _SCHEME, _Tok, _string_value, _syntax, _tokens, _unescape_uchar
+
 
 # -- the parse result before variables get their indexes ----------------------------------
 

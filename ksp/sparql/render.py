@@ -18,12 +18,17 @@ in docs/sparql.md; the points that shape the code:
 - MAX RESPONSE SIZE and CREDENTIALS are transport matters with no SPARQL form; they are ignored.
 """
 from __future__ import annotations
+
 import re
 from typing import Iterable, Sequence
+
 from ..codes import OPTION_APPLIES, OWL, RDF, RDFS, XSD, Op, Opt, Tx
 from ..errors import NoSparqlEquivalent
 from ..model import Bind, Expression, Options, Order, Request
-from ..terms import DEFAULT_GRAPH, IRI, XSD_BOOLEAN, XSD_INTEGER, XSD_STRING, BNode, Graph, Literal, Term, Var
+from ..terms import (
+    DEFAULT_GRAPH, IRI, XSD_BOOLEAN, XSD_INTEGER, XSD_STRING, BNode, Graph, Literal, Term, Var,
+)
+
 
 #: Prefix names used for these namespaces when a request's prefix list holds them.
 WELL_KNOWN_PREFIXES: dict[str, str] = {RDF: "rdf", RDFS: "rdfs", OWL: "owl", XSD: "xsd"}

@@ -1,12 +1,15 @@
 """KSP results as SPARQL 1.1 Query Results JSON (and back), and triples as N-Triples.
 """
 from __future__ import annotations
+
 from typing import Iterable, Sequence
+
 from ..codes import Tx
 from ..errors import SparqlError
 from ..model import AskResult, ConstructResult, Result, SelectResult
 from ..terms import IRI, XSD_STRING, BNode, Literal, Term, Triple, Var
 from .render import CONSTRUCT_VARS, _Writer, var_name
+
 
 # -- results -------------------------------------------------------------------------------
 
