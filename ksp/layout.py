@@ -4,10 +4,9 @@ position admits, the literal types' payload forms and the reserved words.
 
 Read by everything that knows the layout, so that it is declared once: the Python codec
 (`ksp.wire`, `ksp.decode`, `ksp.codec`), the construct grammar (`ksp.reference.schema`, and
-through it `explain`), the C
-module (its `setup()` tables come from `ksp.codec`, its enums from the header `setup.py`
-generates out of this module and `ksp.model`). The firmware, which cannot import it, is checked
-against `ksp.codes` by tests/test_firmware_constants.py.
+through it `explain`), the C module (its `setup()` tables come from `ksp.codec`, its enums from
+the header `setup.py` generates out of this module and `ksp.model`). The firmware, which cannot
+import it, is checked against `ksp.codes` by tests/test_firmware_constants.py.
 """
 from __future__ import annotations
 
