@@ -22,8 +22,8 @@ from .session import (
     RequestTimedOut, ResponseReceived, SessionError, SIBSession, Timing,
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
-from .from_sparql import compile as compile_sparql, compile_named as compile_sparql_named
-from .to_sparql import (
+from .sparql import (
+    compile as compile_sparql, compile_named as compile_sparql_named,
     from_results_json, reads_union, render as render_sparql, render_where as render_sparql_where,
     results_json,
 )

@@ -27,7 +27,7 @@ class EncodeError(KspError, ValueError):
 
 
 class SparqlError(KspError, ValueError):
-    """Root of the KSP ⇄ SPARQL translation errors (`ksp.to_sparql`, `ksp.from_sparql`)."""
+    """Root of the KSP ⇄ SPARQL translation errors (`ksp.sparql`, `ksp.sparql`)."""
 
 
 class NoSparqlEquivalent(SparqlError):

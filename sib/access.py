@@ -137,7 +137,7 @@ class AccessPolicy:
     def from_config(cls, config: Mapping) -> "AccessPolicy":
         """`[access]` of the TOML file: `anonymous` and a list `kp` of {id, password_hash,
         read, write}. `id` is a UUID or a name (hashed to a UUID as the client does)."""
-        from transports.client import kp_id_bytes
+        from ksp.kpid import kp_id_bytes
 
         kps = {}
         for entry in config.get("kp", ()):

@@ -39,9 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksp-sib", description=(
         "The KSP Semantic Information Broker. Flags override the TOML file (--config); every "
         "key is documented in docs/sib.md. `ksp-sib hash-password` prints a password hash."))
-    from tools.cli import package_version
+    from importlib.metadata import PackageNotFoundError, version
 
-    p.add_argument("--version", action="version", version=f"ksp-sib {package_version()}")
+    try:
+        installed = version("ksp-gateway")
+    except PackageNotFoundError:
+        installed = "unknown (not installed)"
+    p.add_argument("--version", action="version", version=f"ksp-sib {installed}")
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
     p.add_argument("--data-dir", help="directory of the on-disk store and journal")
     p.add_argument("--memory", action="store_const", const=True,

@@ -1,7 +1,7 @@
 """A request's graph pattern (Where graph, optional groups, FILTER, BIND, QUERY GRAPH) and its
 evaluation on the store to solutions: tuples indexed by variable index (None = unbound).
 
-The SPARQL text comes from the project's one renderer, `ksp.to_sparql.render`, of a SELECT
+The SPARQL text comes from the project's one renderer, `ksp.sparql.render`, of a SELECT
 request carrying the pattern; the dataset (union of all graphs, or the QUERY GRAPH list, which
 may name the default graph) is given to pyoxigraph through its API, not as FROM clauses."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ksp.errors import NoSparqlEquivalent, SparqlError
 from ksp.model import Expression, Options, Request, SolutionModifier
 from ksp.codes import Tx
 from ksp.terms import IRI, Triple, Var
-from ksp.to_sparql import render
+from ksp.sparql import render
 
 from .errors import RequestError
 from .oxterms import from_ox, graph_to_ox

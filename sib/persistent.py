@@ -8,7 +8,7 @@ from typing import Any
 
 from ksp.model import Request, Result
 from ksp.session import KPIdentity
-from transports.service import Channel
+from ksp.service import Channel
 
 from .pattern import Pattern
 

@@ -1,4 +1,4 @@
-"""The SIB as a `Service` (the seam in /work/interface.md): the gates hand requests to
+"""The SIB as a `Service` (the seam documented in `ksp/service.py`): the gates hand requests to
 `submit`, which only queues them; one scheduler task executes them one at a time in arrival
 order on the core (gates → scheduler → core, as in SEPA's broker)."""
 from __future__ import annotations

@@ -24,7 +24,7 @@ from functools import lru_cache
 from ksp.codes import Tx
 from ksp.model import Options, Request, Result
 from ksp.terms import IRI, Literal, Triple, Var
-from ksp.to_sparql import render, render_term, var_name
+from ksp.sparql import render, render_term, var_name
 
 from .oxterms import from_ox, graph_to_ox
 from .pattern import Pattern

@@ -1,4 +1,4 @@
-"""A small in-test `transports.service.Service`: a set of triples per graph that counts every
+"""A small in-test `ksp.service.Service`: a set of triples per graph that counts every
 execution, answers SELECT/ASK/CONSTRUCT by basic graph-pattern matching, and sends each
 subscriber an IND with the full current result whenever the store changes.
 

@@ -10,7 +10,7 @@ from rdflib import XSD, Literal, URIRef, Variable
 
 from ksp import IRI, Literal as KspLiteral, Request, Status, Timing, Triple, Tx, Var
 from transports import KspStatusError, KspTimeout, connect
-from transports.client import kp_id_bytes
+from ksp.kpid import kp_id_bytes
 
 from transport_helpers import TRANSPORTS, client_of, run
 

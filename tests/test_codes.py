@@ -126,7 +126,7 @@ def test_token_types_match_spec():
 def test_protocol_core_does_no_io():
     """ksp/ is sans-I/O: no sockets, no asyncio, no clock."""
     forbidden = {"socket", "asyncio", "time", "selectors", "threading"}
-    for path in (ROOT / "ksp").glob("*.py"):
+    for path in (ROOT / "ksp").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = []

@@ -1,4 +1,4 @@
-"""`ksp.explain` and the `ksp decode` subcommand (run through `tools.cli.main`)."""
+"""`ksp.reference.explain` and the `ksp decode` subcommand (run through `tools.cli.main`)."""
 from __future__ import annotations
 
 import io
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ksp import explain
+from ksp.reference import explain
 from ksp.codec import TCP, UDP, encode
 from ksp.codes import RDF, XSD, Op, Status, Tx
 from ksp.model import (

@@ -17,7 +17,7 @@ from firmware import harness
 from firmware.scope import OUT_OF_SCOPE
 from ksp import Transport, decode_sib_message
 from ksp.codes import Tx
-from ksp.jsonmodel import from_json, to_json
+from ksp.reference.jsonmodel import from_json, to_json
 
 VECTORS = {p.stem: json.loads(p.read_text(encoding="utf-8"))
            for p in sorted(harness.VECTORS.glob("*.json"))}

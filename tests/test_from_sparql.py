@@ -1,4 +1,4 @@
-"""ksp.from_sparql: the supported SPARQL subset compiles to the KSP request it means.
+"""ksp.sparql: the supported SPARQL subset compiles to the KSP request it means.
 
 Meaning is checked against pyoxigraph running the original SPARQL text (an independent
 engine): the compiled request, rendered back, gives the same answers on the same data.
@@ -24,9 +24,9 @@ from ksp.codes import RDF, XSD
 from ksp.errors import (
     KspError, NoSparqlEquivalent, SparqlError, SparqlSyntaxError, UnsupportedSparql,
 )
-from ksp.from_sparql import compile, compile_named
+from ksp.sparql import compile, compile_named
 from ksp.terms import XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER
-from ksp.to_sparql import reads_union, render
+from ksp.sparql import reads_union, render
 from tests import strategies as ks
 
 EX = "http://example.org/"

@@ -1,4 +1,4 @@
-"""`ksp.jsonmodel`: from_json(to_json(m)) == m over every message of the golden vectors."""
+"""`ksp.reference.jsonmodel`: from_json(to_json(m)) == m over every message of the golden vectors."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ksp import IRI, Literal, Options, Request, Response, Status, Tx, Var
-from ksp.jsonmodel import from_json, to_json
+from ksp.reference.jsonmodel import from_json, to_json
 
 VECTOR_DIR = Path(__file__).parent / "vectors"
 MESSAGES = []

@@ -1,9 +1,9 @@
-"""The construct reference grammar (`ksp.schema`) against the hot codec (`ksp.codec`).
+"""The construct reference grammar (`ksp.reference.schema`) against the hot codec (`ksp.codec`).
 
 For every message: construct parse → `to_model` equals `ksp.codec` decode, and construct
 `build(parse(b)) == b` byte for byte. For invalid bytes: where the fast decoder raises
 DecodeError, construct raises a construct error (from the grammar, or from `to_model` for the
-rules that need the resolved prefix list: see `ksp.schema`'s docstring).
+rules that need the resolved prefix list: see `ksp.reference.schema`'s docstring).
 
 Semantic rules construct does not express at all (nothing to test on the construct side):
 none of the spec's DecodeError cases is missing. The rules checked in `to_model` instead of the
@@ -21,7 +21,7 @@ import pytest
 from construct import ConstructError
 from hypothesis import HealthCheck, given, settings
 
-from ksp import schema
+from ksp.reference import schema
 from ksp.codec import TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode
 from ksp.codes import OWL, RDF, RDFS, Op, Status, Tx
 from ksp.errors import DecodeError
@@ -638,7 +638,7 @@ def _vector_answers(v):
 @pytest.mark.skipif(not VECTORS, reason="no golden vectors yet")
 @pytest.mark.parametrize("path", VECTORS, ids=[os.path.basename(p) for p in VECTORS])
 def test_vector(path):
-    from ksp.jsonmodel import from_json
+    from ksp.reference.jsonmodel import from_json
 
     v = _load(path)
     buf = bytes.fromhex(v["hex"])

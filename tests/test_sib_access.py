@@ -12,7 +12,7 @@ from sib import Sib
 from sib.access import AccessPolicy, hash_password, needs, verify_password
 from sib.testing import Client, ex
 from transports import KspStatusError, Server, connect
-from transports.client import kp_id_bytes
+from ksp.kpid import kp_id_bytes
 
 from strategies import requests
 

@@ -40,6 +40,26 @@ def test_the_c_decoder_is_built():
         assert c is not None, "ksp._speedups did not build or import (see setup.py)"
 
 
+@needs_c
+def test_the_pure_python_switch_bypasses_the_c_module_and_restores_it():
+    """`codec.pure_python()` / `use_speedups(False)`: what the codec bench times as the
+    pure-Python decoder. Interning shows which decoder ran: only the C one returns the very
+    IRI object it decoded before from the same bytes."""
+    from ksp import IRI, Literal, Request, Triple
+
+    buf = encode(Request(Tx.INSERT_DATA, 1, insert=(
+        Triple(IRI("http://example.org/s"), IRI("http://example.org/p"), Literal("1")),)))
+    iri = lambda: codec.decode_kp_message(buf).insert[0].s  # noqa: E731
+    assert codec.speedups_enabled()
+    assert iri() is iri()
+    with codec.pure_python():
+        assert not codec.speedups_enabled()
+        first, second = iri(), iri()
+        assert first == second and first is not second
+    assert codec.speedups_enabled() and iri() is iri()
+    assert codec.use_speedups(False) is True and codec.use_speedups(True) is False
+
+
 def same(a, b, path="message") -> None:
     """Equal values of identical types, recursively (== alone would let IRI pass for str, or a
     list for a tuple)."""
@@ -243,7 +263,7 @@ def test_encoder_agrees_on_generated_messages(generated):
 @needs_c
 @pytest.mark.parametrize("name", VALID)
 def test_encoder_agrees_on_vectors(name):
-    from ksp.jsonmodel import from_json
+    from ksp.reference.jsonmodel import from_json
     v = VECTORS[name]
     if "decoded" in v:
         return  # cut by MAX RESPONSE SIZE: the Python encoder's business

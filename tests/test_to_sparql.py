@@ -1,4 +1,4 @@
-"""ksp.to_sparql: rendered SPARQL is valid (pyoxigraph parses and runs it) and means the request.
+"""ksp.sparql: rendered SPARQL is valid (pyoxigraph parses and runs it) and means the request.
 
 Hand-written requests run on pyoxigraph over a fixture dataset and are compared with results
 worked out by hand; RPN expressions are evaluated independently in Python and compared with
@@ -20,7 +20,7 @@ from ksp import (
 from ksp.codes import RDF, XSD
 from ksp.errors import KspError, NoSparqlEquivalent, SparqlError
 from ksp.terms import XSD_DOUBLE, XSD_INTEGER
-from ksp.to_sparql import (
+from ksp.sparql import (
     from_results_json, label_from_name, label_name, reads_union, render, render_where,
     results_json,
     to_ntriples,

@@ -22,7 +22,7 @@ from ksp import DecodeError, Transport, decode_kp_message, decode_sib_message, e
 from ksp.codes import (
     RESERVED_CODE, RESERVED_WORDS, TOKEN_LITERAL, LiteralType, Member, Op, Opt, Status, Tx,
 )
-from ksp.jsonmodel import from_json, to_json
+from ksp.reference.jsonmodel import from_json, to_json
 from ksp.model import AskResult, ConstructResult, Request, Response, SelectResult
 
 VECTOR_DIR = Path(__file__).parent / "vectors"

@@ -42,9 +42,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    """`ksp decode HEX`: the annotated field table (ksp.explain, from the construct grammar),
+    """`ksp decode HEX`: the annotated field table (ksp.reference.explain, from the construct grammar),
     then the message as `ksp.codec` decodes it; exit code 2 for invalid bytes."""
-    from ksp.explain import decode_command
+    from tools.decode import decode_command
 
     if args.answers is not None and not args.from_sib:
         print("error: --answers only applies with --from-sib (a RES/IND)", file=sys.stderr)

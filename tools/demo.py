@@ -10,7 +10,7 @@ from ksp import (
     UDP, IRI, Literal, Op, Options, Request, Response, SelectResult, Triple, Tx, Var,
     decode_kp_message, decode_sib_message, encode,
 )
-from ksp.explain import explain, render
+from ksp.reference.explain import explain, render
 from ksp.terms import XSD_DATETIME, XSD_FLOAT
 
 GH = "http://example.org/greenhouse#"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ksp.codec import LAYOUT, TCP, UDP, decode_sib_message, encode
 from ksp.codes import OWL, RDF, RDFS, RESERVED_WORDS, XSD, Op, Status, Tx
-from ksp.jsonmodel import to_json
+from ksp.reference.jsonmodel import to_json
 from ksp.model import (
     Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
     SelectResult, SolutionModifier,

@@ -1,12 +1,21 @@
 """KSP transports: thin asyncio adapters (TCP, UDP, CoAP) around the sans-I/O core in ksp, and
-the Python KP client (`transports.connect`)."""
-from .client import KP, Indication, Row, SelectRows, Subscription, connect
+the Python KP client (`transports.connect`). CoAP needs aiocoap (the `coap` extra), imported
+only when a `coap://` URL is connected or a CoAP listener starts."""
+from ksp.service import Channel, Service
+
+from .client import KP, Indication, Row, SelectRows, Subscription, Triples, connect
 from .errors import ClientError, KspConnectionError, KspProtocolError, KspStatusError, KspTimeout
-from .server import CoapServer, Server, TcpServer, UdpServer
-from .service import Channel, Service
+from .server import Server, TcpServer, UdpServer
 
 __all__ = [
-    "connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "ClientError",
+    "connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples", "ClientError",
     "KspStatusError", "KspTimeout", "KspConnectionError", "KspProtocolError", "Server",
     "UdpServer", "TcpServer", "CoapServer", "Channel", "Service",
 ]
+
+
+def __getattr__(name: str):
+    if name == "CoapServer":  # aiocoap on first use (the `coap` extra)
+        from .coap import CoapServer
+        return CoapServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@
                 ...                                       # leaving the block TERMINATEs
 
 Requests are `ksp.Request` objects (their TID is assigned here; rdflib terms allowed in the
-data fields) or SPARQL text, compiled by `ksp.from_sparql`. Results come back as rdflib terms.
+data fields) or SPARQL text, compiled by `ksp.sparql`. Results come back as rdflib terms.
 A non-OK status raises `KspStatusError` carrying the `ksp.Status`; no answer raises
 `KspTimeout`; SPARQL outside the compiled subset raises `ksp.errors.UnsupportedSparql` naming
 the feature. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
@@ -20,7 +20,6 @@ import collections
 import dataclasses
 import logging
 import ssl as _ssl
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -32,6 +31,7 @@ from ksp import (
     AskResult, ConstructResult, Credentials, Options, Order, Request, Response, SelectResult,
     SolutionModifier, Status, Timing, Tx,
 )
+from ksp.kpid import kp_id_bytes
 
 from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
@@ -152,28 +152,11 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     raise TypeError(f"unknown result {result!r}")
 
 
-def kp_id_bytes(kp_id: Any) -> bytes:
-    """A KP ID (16 bytes): a UUID, its text, 16 raw bytes, or any other name (hashed to a
-    UUIDv5, so the same name is always the same KP)."""
-    if isinstance(kp_id, uuid.UUID):
-        return kp_id.bytes
-    if isinstance(kp_id, (bytes, bytearray)):
-        if len(kp_id) != 16:
-            raise ValueError(f"a KP ID is 16 bytes, got {len(kp_id)}")
-        return bytes(kp_id)
-    if isinstance(kp_id, str):
-        try:
-            return uuid.UUID(kp_id).bytes
-        except ValueError:
-            return uuid.uuid5(uuid.NAMESPACE_URL, "ksp:kp:" + kp_id).bytes
-    raise TypeError(f"not a KP ID: {kp_id!r}")
-
-
 def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
              ) -> tuple[Request, tuple[str, ...]]:
     """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
     the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
-    from ksp.from_sparql import compile_named
+    from ksp.sparql import compile_named
 
     return compile_named(text, persistent=persistent, prefixes=prefixes)
 

@@ -3,15 +3,26 @@ from __future__ import annotations
 
 import ssl as _ssl
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
 from ksp import KPIdentity, Timing
+from ksp.service import Channel, Service
 
-from .coap import CoapServer
-from .service import Channel, Service
 from .tcp import TcpServer
 from .udp import UdpServer
 
+if TYPE_CHECKING:  # aiocoap is the `coap` extra: imported when a CoAP listener starts
+    from .coap import CoapServer
+
 __all__ = ["Server", "UdpServer", "TcpServer", "CoapServer"]
+
+
+def __getattr__(name: str):
+    """`CoapServer` on first use, so the UDP/TCP server and the KP client need no aiocoap."""
+    if name == "CoapServer":
+        from .coap import CoapServer
+        return CoapServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Server:
@@ -47,6 +58,8 @@ class Server:
                 port = ("CoAP", coap)
                 cache = {k: v for k, v in session_args.items()
                          if k in ("max_entries", "max_cache_bytes")}
+                from .coap import CoapServer
+
                 self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
         except BaseException as exc:
             await self.close()

@@ -13,10 +13,10 @@ import ssl as _ssl
 from collections.abc import Hashable
 
 from ksp import TCP, KPSession, SIBSession, Timing
+from ksp.service import Service
 
 from ._kplink import SessionLink
 from ._sibadapter import SessionAdapter
-from .service import Service
 
 __all__ = ["TcpServer", "TcpLink", "open_tcp_link"]
 

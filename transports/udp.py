@@ -12,10 +12,10 @@ import random
 from collections.abc import Hashable
 
 from ksp import UDP, KPSession, SIBSession, Timing
+from ksp.service import Service
 
 from ._kplink import SessionLink
 from ._sibadapter import SessionAdapter
-from .service import Service
 
 __all__ = ["UdpServer", "UdpLink", "open_udp_link"]
 

@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import io
 import json
-import platform
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pyoxigraph
-import rdflib
 from rdflib.plugins.sparql import prepareQuery
 from rdflib.plugins.sparql.algebra import translateUpdate
 from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
@@ -51,7 +49,7 @@ from ksp.model import Message, Options, Request, Response, SelectResult
 from ksp.terms import XSD_DATETIME, XSD_FLOAT, IRI, Literal, Triple, Var
 
 from . import _timing
-from ._cli import bench_parser, command_line
+from .report import bench_parser, command_line, environment, markdown_table, text_table
 
 GH = "http://example.org/greenhouse#"
 ROWS = 20
@@ -177,24 +175,31 @@ def _rdflib_results(data: bytes) -> list[tuple]:
     return [tuple(row) for row in RdflibResult.parse(io.BytesIO(data), format="json")]
 
 
-def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
-    """`decode` with the C decoder's interning off (two C calls around it, ~0.05 µs)."""
-    c = codec._speedups
-    if c is None:
-        return decode
-
+def _switched_off(decode: Callable[[], object], switch: Callable[[bool], bool]
+                  ) -> Callable[[], object]:
+    """`decode` with `switch(False)` around it, the previous setting restored after."""
     def run():
-        was = c.set_interning(False)
+        was = switch(False)
         try:
             return decode()
         finally:
-            c.set_interning(was)
+            switch(was)
     return run
 
 
-def _variants(decode, python_decode) -> dict[str, Callable[[], object]]:
+def _no_interning(decode: Callable[[], object]) -> Callable[[], object]:
+    """`decode` with the C decoder's interning off (two C calls around it, ~0.05 µs)."""
+    return _switched_off(decode, codec.set_interning) if codec.speedups_enabled() else decode
+
+
+def _pure_python(decode: Callable[[], object]) -> Callable[[], object]:
+    """`decode` through the pure-Python codec (two Python calls around it, ~0.2 µs)."""
+    return _switched_off(decode, codec.use_speedups)
+
+
+def _variants(decode) -> dict[str, Callable[[], object]]:
     return {"ksp_decode": decode, "ksp_decode_nointern": _no_interning(decode),
-            "ksp_decode_python": python_decode}
+            "ksp_decode_python": _pure_python(decode)}
 
 
 def build_cases() -> list[Case]:
@@ -207,8 +212,7 @@ def build_cases() -> list[Case]:
     case = Case("insert", "(1) sensor INSERT DATA", msg, encode(msg, UDP),
                 update_text.encode("utf-8"), SEPA_UPDATE)
     case.contenders = {
-        **_variants(lambda w=case.wire: decode_kp_message(w, UDP),
-                    lambda w=case.wire: codec._decode_kp_message(w, UDP)),
+        **_variants(lambda w=case.wire: decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: pyoxigraph.Store().update(update_text),
         "pyoxigraph_store": lambda: pyoxigraph.Store(),
@@ -224,8 +228,7 @@ def build_cases() -> list[Case]:
     case = Case("select", "(2) persistent SELECT + FILTER", msg, encode(msg, UDP),
                 query_text.encode("utf-8"), SEPA_SUBSCRIBE)
     case.contenders = {
-        **_variants(lambda w=case.wire: decode_kp_message(w, UDP),
-                    lambda w=case.wire: codec._decode_kp_message(w, UDP)),
+        **_variants(lambda w=case.wire: decode_kp_message(w, UDP)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda: list(empty_store.query(query_text)),
         "rdflib": lambda: parseQuery(query_text),
@@ -239,8 +242,7 @@ def build_cases() -> list[Case]:
     case = Case("result", f"(3) {ROWS}-row SELECT result", msg, encode(msg, UDP), RESULTS_JSON,
                 SEPA_NOTIFICATION, answers)
     case.contenders = {
-        **_variants(lambda w=case.wire: decode_sib_message(w, UDP, answers),
-                    lambda w=case.wire: codec._decode_sib_message(w, UDP, answers)),
+        **_variants(lambda w=case.wire: decode_sib_message(w, UDP, answers)),
         "ksp_encode": lambda m=msg: encode(m, UDP),
         "pyoxigraph": lambda d=RESULTS_JSON: _pyoxigraph_results(d),
         "rdflib": lambda d=RESULTS_JSON: _rdflib_results(d),
@@ -388,7 +390,7 @@ def decoder_lines(report: Report) -> list[str]:
                  if name.endswith("." + role))
         lines.append(f"{label}: {_us(us)} µs for the mix, {_x(mix.pyoxigraph / us)} pyoxigraph, "
                      f"{_x(mix.rdflib / us)} rdflib")
-    if codec._speedups is None:
+    if not codec.speedups_enabled():
         lines.append("(the C decoder is not built or is turned off: all three are Python)")
     return lines
 
@@ -401,38 +403,15 @@ def target_lines(report: Report) -> list[str]:
     return lines
 
 
-def environment() -> dict[str, str]:
-    return {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "platform": platform.platform(),
-        "libraries": f"pyoxigraph {pyoxigraph.__version__}, rdflib {rdflib.__version__}",
-    }
-
-
-def _markdown_table(headers, rows) -> str:
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _text_table(headers, rows) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    fmt = lambda cells: "  ".join(  # noqa: E731
-        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(headers), fmt(["-" * w for w in widths])]
-                     + [fmt([c.replace("**", "") for c in r]) for r in rows])
-
-
 def render(report: Report, command: str, markdown: bool) -> str:
-    env = environment()
+    env = environment("pyoxigraph", "rdflib")
     s = report.settings
     method = (f"median of {s['repeats']} interleaved repeats of ~{s['target'] * 1000:g} ms each; "
               "ratios = contender µs / KSP decode µs, from this one run; pyoxigraph (1) has the "
               "cost of an empty Store() subtracted")
     if markdown:
         parts = [
-            _markdown_table(HEADERS, table_rows(report)),
+            markdown_table(HEADERS, table_rows(report)),
             "",
             "Targets: " + "; ".join(target_lines(report)) + ".",
             "",
@@ -442,7 +421,7 @@ def render(report: Report, command: str, markdown: bool) -> str:
             "",
             "<details><summary>Every contender</summary>",
             "",
-            _markdown_table(DETAIL_HEADERS, detail_rows(report)),
+            markdown_table(DETAIL_HEADERS, detail_rows(report)),
             "",
             "</details>",
             "",
@@ -454,13 +433,13 @@ def render(report: Report, command: str, markdown: bool) -> str:
         parts = [
             "KSP codec benchmark (µs per message; ratio = how many times faster KSP decode is)",
             "",
-            _text_table(HEADERS, table_rows(report)),
+            text_table(HEADERS, table_rows(report)),
             "",
             *target_lines(report),
             "",
             *decoder_lines(report),
             "",
-            _text_table(DETAIL_HEADERS, detail_rows(report)),
+            text_table(DETAIL_HEADERS, detail_rows(report)),
             "",
             method,
             f"command: {command}",

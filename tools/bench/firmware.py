@@ -29,10 +29,10 @@ from ksp import (
     IRI, AskResult, Literal, Response, SelectResult, Status, Transport, Tx, decode_sib_message,
     encode,
 )
-from ksp.jsonmodel import from_json, to_json
+from ksp.reference.jsonmodel import from_json, to_json
 from tools import flash
 
-from ._cli import bench_parser, command_line
+from .report import bench_parser, command_line, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("firmware_probe.py")
@@ -159,12 +159,6 @@ def rows(report: dict) -> tuple[list[list[str]], list[list[str]]]:
     return memory, speed
 
 
-def _table(headers: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
-
-
 def render(report: dict, command: str, markdown: bool) -> str:
     memory, speed = rows(report)
     m_head = ["firmware (MicroPython 1.29, WebAssembly build)", "measured", "target", "met"]
@@ -177,7 +171,7 @@ def render(report: dict, command: str, markdown: bool) -> str:
         return "\n".join(["\t".join(m_head), *("\t".join(r) for r in strip(memory)), "",
                           "\t".join(s_head), *("\t".join(r) for r in strip(speed)), "",
                           method, f"command: {command}"])
-    return "\n".join([_table(m_head, memory), "", _table(s_head, speed), "",
+    return "\n".join([markdown_table(m_head, memory), "", markdown_table(s_head, speed), "",
                       f"Method: {method}.", "", f"Command: `{command}`  ",
                       f"CPython: {sys.version.split()[0]}"])
 

@@ -50,7 +50,7 @@ from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from sib import QuadStore, Sib
 
-from ._cli import command_line
+from .report import command_line
 
 EX = "http://example.org/bench#"
 VALUE = IRI(EX + "value")

@@ -1,4 +1,4 @@
-"""SPARQL ⇄ KSP benchmark: `ksp.from_sparql.compile` against rdflib's and pyoxigraph's parsers.
+"""SPARQL ⇄ KSP benchmark: `ksp.sparql.compile` against rdflib's and pyoxigraph's parsers.
 
 Run as ``python -m tools.bench.sparql [--quick] [--markdown]`` or ``ksp bench sparql``.
 
@@ -20,12 +20,11 @@ import sys
 import pyoxigraph
 from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
 
-from ksp.from_sparql import compile as ksp_compile
-from ksp.to_sparql import render as ksp_render
+from ksp.sparql import compile as ksp_compile
+from ksp.sparql import render as ksp_render
 
 from . import _timing
-from ._cli import bench_parser, command_line
-from .codec import _markdown_table, _text_table, environment
+from .report import bench_parser, command_line, environment, markdown_table, text_table
 
 PRE = ("PREFIX gh: <http://example.org/greenhouse#>\n"
        "PREFIX xsd: <http://www.w3.org/2001/XMLSchema#>\n")
@@ -84,10 +83,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         "~10 ms per repeat and 3 repeats instead of ~50 ms and 7").parse_args(argv)
     command = command_line("tools.bench.sparql", prog, argv)
     rows = table_rows(run(args.quick))
-    env = environment()
+    env = environment("pyoxigraph", "rdflib")
     method = ("median of interleaved repeats; × KSP = contender µs / KSP compile µs from this "
               "one run")
-    table = (_markdown_table if args.markdown else _text_table)(HEADERS, rows)
+    table = (markdown_table if args.markdown else text_table)(HEADERS, rows)
     print("\n".join([table, "", f"Method: {method}.", f"Command: `{command}`  ",
                      f"Python: {env['python']} ({env['libraries']})"]))
     return 0

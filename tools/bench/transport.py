@@ -42,8 +42,7 @@ from typing import Awaitable, Callable
 from ksp import IRI, UDP, Literal, Request, Response, Status, Triple, Tx, encode
 from ksp.terms import XSD_FLOAT
 
-from ._cli import bench_parser, command_line
-from .codec import _markdown_table, _text_table
+from .report import bench_parser, command_line, markdown_table, text_table
 
 TARGET_UDP_RATIO = 3.0
 
@@ -316,11 +315,11 @@ def render(results: list[Result], settings: dict, command: str, markdown: bool) 
     env = (f"Python {platform.python_version()}, aiocoap {version('aiocoap')}, "
            f"paho-mqtt {version('paho-mqtt')}; {platform.platform()}")
     if markdown:
-        return "\n".join([_markdown_table(HEADERS, table_rows(results)), "",
+        return "\n".join([markdown_table(HEADERS, table_rows(results)), "",
                           target_line(results), "", f"Method: {method}.", "",
                           f"Command: `{command}`  ", f"Environment: {env}"])
     return "\n".join(["KSP transport benchmark (round trip of one CON INSERT DATA)", "",
-                      _text_table(HEADERS, table_rows(results)), "", target_line(results),
+                      text_table(HEADERS, table_rows(results)), "", target_line(results),
                       method, f"command: {command}", env])
 
 

@@ -37,16 +37,17 @@ from construct import (
     evaluate, len_, stream_read, stream_tell, stream_write, this,
 )
 
-from .codes import (
+from ..codes import (
     OPTION_APPLIES, RESERVED_WORDS, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION, LiteralType,
     Member, Op, Opt, Status, Tx,
 )
-from .literals import is_datetime19, is_lang_tag
-from .model import (
+from ..layout import LITERAL_FORMS, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
+from ..literals import is_datetime19, is_lang_tag
+from ..model import (
     Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
-from .terms import (
+from ..terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
     BNode, IRI, Literal, Triple, Var, double_lexical,
 )
@@ -326,16 +327,18 @@ TypedPayload = Struct(
     "lexical" / KString,
 )
 
-LITERAL_PAYLOADS = {
-    LiteralType.STRING: KString,
-    LiteralType.INTEGER: Int32sl,
-    LiteralType.FLOAT: Float32l,
-    LiteralType.DATETIME: DateTime19,
-    LiteralType.BOOLEAN: Boolean,
-    LiteralType.LANG_STRING: LangPayload,
-    LiteralType.TYPED: TypedPayload,
-    LiteralType.DOUBLE: Float64l,
+# The payload of each form of the layout table (`ksp.layout.LITERAL_FORMS`).
+LITERAL_FORM_PAYLOADS = {
+    "string": KString,
+    "i32": Int32sl,
+    "f32": Float32l,
+    "datetime19": DateTime19,
+    "bool": Boolean,
+    "lang string": LangPayload,
+    "typed": TypedPayload,
+    "f64": Float64l,
 }
+LITERAL_PAYLOADS = {t: LITERAL_FORM_PAYLOADS[form] for t, form in LITERAL_FORMS.items()}
 
 LiteralField = Struct(
     "littype" / Int8ul,
@@ -366,9 +369,9 @@ MEMBER_PAYLOADS = {
     Member.BNODE: BNodeLabel,
 }
 
-SUBJECT_TYPES = (Member.EMPTY, Member.URI, Member.RESERVED, Member.VARIABLE, Member.BNODE)
-PREDICATE_TYPES = (Member.EMPTY, Member.URI, Member.RESERVED, Member.VARIABLE)
-OBJECT_TYPES = tuple(Member)
+SUBJECT_TYPES = MEMBER_TYPES["s"]
+PREDICATE_TYPES = MEMBER_TYPES["p"]
+OBJECT_TYPES = MEMBER_TYPES["o"]
 
 
 # -------------------------------------------------------------------------------------------
@@ -411,43 +414,24 @@ OptionalGraphs = PrefixedArray(Int8ul, Graph)
 
 GraphNames = Counted(UriField, minimum=1)
 
-DeleteDataData = Struct("delete" / DataGraph)
-InsertDataData = Struct("insert" / DataGraph)
-UpdateDataData = Struct("delete" / DataGraph, "insert" / DataGraph)
-DeleteData = Struct("delete" / Graph, "where" / Graph)
-InsertData = Struct("insert" / Graph, "where" / Graph)
-UpdateData = Struct("delete" / Graph, "insert" / Graph, "where" / Graph)
-SelectQuery = Struct("projection" / Int8ul, "where" / Graph, "optional" / OptionalGraphs)
-AskQuery = Struct("where" / Graph, "optional" / OptionalGraphs)
-ConstructQuery = Struct("template" / Graph, "where" / Graph, "optional" / OptionalGraphs)
-NoData = Struct()
-GraphListData = Struct("graphs" / GraphNames)
-GraphPairData = Struct("source" / UriField, "target" / UriField)
-
-REQUEST_DATA = {
-    Tx.DELETE_DATA: DeleteDataData,
-    Tx.INSERT_DATA: InsertDataData,
-    Tx.UPDATE_DATA: UpdateDataData,
-    Tx.DELETE: DeleteData,
-    Tx.INSERT: InsertData,
-    Tx.UPDATE: UpdateData,
-    Tx.SELECT: SelectQuery,
-    Tx.ASK: AskQuery,
-    Tx.CONSTRUCT: ConstructQuery,
-    Tx.DELETE_PERSISTENT: DeleteData,
-    Tx.INSERT_PERSISTENT: InsertData,
-    Tx.UPDATE_PERSISTENT: UpdateData,
-    Tx.SELECT_PERSISTENT: SelectQuery,
-    Tx.ASK_PERSISTENT: AskQuery,
-    Tx.CONSTRUCT_PERSISTENT: ConstructQuery,
-    Tx.TERMINATE: NoData,
-    Tx.RESET: NoData,
-    Tx.CREATE: GraphListData,
-    Tx.DROP: GraphListData,
-    Tx.COPY: GraphPairData,
-    Tx.MOVE: GraphPairData,
-    Tx.ADD: GraphPairData,
+# The fields of each transaction come from the layout table (`ksp.layout.REQUEST_FIELDS`); a
+# graph of a DATA operation admits no Variables (§5.2).
+DATA_FIELD_BODIES = {
+    Body.PROJECTION: Int8ul,
+    Body.OPTIONAL: OptionalGraphs,
+    Body.GRAPH_NAMES: GraphNames,
+    Body.IRI: UriField,
 }
+
+
+def _request_data(tx: Tx) -> Struct:
+    graph = DataGraph if tx.is_data_update else Graph
+    return Struct(*(name / (graph if body is Body.GRAPH else DATA_FIELD_BODIES[body])
+                    for name, body in REQUEST_FIELDS[tx]))
+
+
+_BASE_DATA = {tx: _request_data(tx) for tx in Tx if not tx.persistent}
+REQUEST_DATA = {tx: _BASE_DATA[tx.base] for tx in Tx}  # persistent forms share their base's
 
 # ACK Data field (§2.4, R10): the 2-byte sequence number, absent in a bare 4-byte ACK.
 AckData = Struct("seq" / Optional(Int16ul))
@@ -515,18 +499,18 @@ CredentialsBody = Struct(
 
 BindItem = Struct("var" / Int8ul, "expr" / Expression)
 
-OPTION_BODIES = {
-    Opt.PREFIX: Counted(PrefixEntry, minimum=1),
-    Opt.DELETE_GRAPH: GraphNames,
-    Opt.INSERT_GRAPH: GraphNames,
-    Opt.QUERY_GRAPH: GraphNames,
-    Opt.OPTIONAL_PATTERN: Counted(Graph, minimum=1),
-    Opt.FILTER: Counted(Expression, minimum=1),
-    Opt.SOLUTION_MODIFIER: SolutionModifierBody,
-    Opt.BIND: Counted(BindItem, minimum=1),
-    Opt.MAX_RESPONSE_SIZE: Int32ul,
-    Opt.CREDENTIALS: CredentialsBody,
+# The body of each option of the layout table (`ksp.layout.OPTION_FIELDS`).
+OPTION_FORM_BODIES = {
+    Body.PREFIXES: Counted(PrefixEntry, minimum=1),
+    Body.GRAPH_NAMES: GraphNames,
+    Body.GRAPHS: Counted(Graph, minimum=1),
+    Body.EXPRESSIONS: Counted(Expression, minimum=1),
+    Body.MODIFIER: SolutionModifierBody,
+    Body.BINDS: Counted(BindItem, minimum=1),
+    Body.U32: Int32ul,
+    Body.CREDENTIALS: CredentialsBody,
 }
+OPTION_BODIES = {opt: OPTION_FORM_BODIES[body] for opt, (_, body) in OPTION_FIELDS.items()}
 
 
 def _option_applies(this) -> bool:
@@ -771,12 +755,7 @@ def build_response(container, transport="udp", answers=None) -> bytes:
 # Container → ksp.model
 
 _RESERVED_IRIS = tuple(IRI(w) for w in RESERVED_WORDS)
-_OPTION_KEYS = {
-    Opt.PREFIX: "prefixes", Opt.DELETE_GRAPH: "delete_graphs", Opt.INSERT_GRAPH: "insert_graphs",
-    Opt.QUERY_GRAPH: "query_graphs", Opt.OPTIONAL_PATTERN: "optional", Opt.FILTER: "filters",
-    Opt.SOLUTION_MODIFIER: "modifier", Opt.BIND: "binds",
-    Opt.MAX_RESPONSE_SIZE: "max_response_size", Opt.CREDENTIALS: "credentials",
-}
+_OPTION_KEYS = {opt: name for opt, (name, _) in OPTION_FIELDS.items()}
 
 
 class _Resolver:

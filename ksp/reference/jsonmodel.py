@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .codes import Op, Status, Tx
-from .model import (
+from ..codes import Op, Status, Tx
+from ..model import (
     Ack, AskResult, Bind, ConstructResult, Credentials, Message, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
-from .terms import IRI, BNode, Literal, Triple, Var
+from ..terms import IRI, BNode, Literal, Triple, Var
 
 __all__ = ["to_json", "from_json", "term_to_json", "term_from_json"]
 

@@ -1,0 +1,63 @@
+"""The seam between the server adapters (`transports/`) and the SIB (`sib/`): both import it,
+neither imports the other (`sib/cli.py`, the composition root, aside; tests/test_layers.py).
+
+This docstring is the interface's documentation (it was once an `interface.md` outside the
+repository):
+
+- An adapter decodes and deduplicates requests with `ksp.session.SIBSession` and hands each new
+  one to a `Service` (`submit`) together with a `Channel` that routes its answers back.
+  Retransmitted duplicates never reach the service: the session answers them from its cache.
+- `submit` must not block: the service queues the request and answers through the channel
+  later — exactly one `respond` per request, then for persistent operations any number of
+  `indicate`, the last one with a non-OK status (e.g. TERMINATED) ending it, and `end`.
+- Channels are bound to (transport, KP identity, TID), not to a socket, so a KP that changes
+  address keeps its persistent operations (wire-format R12), and the SIB can rebuild one after
+  a restart (`transports.Server.channel(...)`).
+- The adapter owns delivery (sequence numbers, retransmission until ACKed, superseding older
+  INDs); when IND retries run out it calls `Service.kp_unreachable(kp, tid)` and the service
+  decides (the SIB drops the KP's operations).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from .model import Request, Response
+from .session import KPIdentity
+
+__all__ = ["Channel", "Service"]
+
+
+class Channel(Protocol):
+    """Where the answers to one request go."""
+
+    transport: str  # "udp" | "tcp" | "coap"
+    kp: KPIdentity
+    tid: int
+
+    def respond(self, response: Response) -> None:
+        """The RES of this request; call exactly once per request (NON included: the session
+        drops an OK RES without result for NON, as the paper says)."""
+
+    def indicate(self, response: Response) -> None:
+        """Persistent operations: an IND carrying the full current result (status OK), or with a
+        non-OK status (e.g. Status.TERMINATED) the last IND that ends the operation. The session
+        assigns sequence numbers, retransmits until ACKed, supersedes older INDs."""
+
+    def end(self) -> None:
+        """Forget this persistent op's delivery state (no more retransmissions); idempotent."""
+
+
+class Service(Protocol):
+    """What a server adapter feeds. The SIB implements it."""
+
+    def submit(self, request: Request, channel: Channel) -> None:
+        """A new (deduplicated) request; must not block: queue it and answer via channel later.
+        Retransmitted duplicates never reach submit (the session answers them from its cache)."""
+
+    def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
+        """IND retries for (kp, tid) ran out: the owner decides (the SIB drops the KP's ops)."""
+
+    # Optional: `authenticator`, with `verdict(kp_id, password, source) -> Status | None` (cheap;
+    # asked before the duplicate cache, see `ksp.session.Authenticate`) and
+    # `async verify(kp_id, password, source)` (the slow check, after which `verdict` decides).
+    # Without it every KP ID is taken at its word (`sib.auth`).

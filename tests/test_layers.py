@@ -1,0 +1,125 @@
+"""The layer rules, read from the imports (ast) of every module, lazy imports included.
+
+- ksp/ imports nothing of the project outside ksp/; its core (every module but the package's
+  `__init__`) imports neither of the subpackages `ksp.sparql` and `ksp.reference`.
+- transports/ never imports sib/; sib/ never imports transports/, except its entry point
+  sib/cli.py (the composition root that starts the transports).
+- tools/ reaches into no private name of another package (`codec._speedups`, `_decode_*`,
+  another benchmark's `_table`): what tools need is public (`ksp.codec.use_speedups`,
+  `tools.bench.report`).
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROJECT = {"ksp", "transports", "sib", "tools", "bridge", "spark_ingest", "device_firmware",
+           "tests"}
+NAMEDTUPLE_API = {"_replace", "_fields", "_asdict", "_make"}  # public despite the underscore
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _package_of(path: pathlib.Path) -> str:
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def imports(path: pathlib.Path) -> list[tuple[str, list[str], int]]:
+    """(absolute module, imported names, line) for every import statement in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(path).split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.append((module, [a.name for a in node.names], node.lineno))
+    return found
+
+
+def modules(package: str) -> list[pathlib.Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _targets(module: str, names: list[str]) -> list[str]:
+    """The modules an import statement may load: `from ksp import sparql` loads ksp.sparql."""
+    return [module] + [f"{module}.{n}" for n in names]
+
+
+def test_the_rules_see_imports():
+    """The parser finds relative, lazy and aliased imports (else every rule below holds
+    vacuously)."""
+    found = {(m, tuple(n)) for m, n, _ in imports(ROOT / "tools" / "cli.py")}
+    assert ("tools.decode", ("decode_command",)) in found  # inside a function
+    found = {m for m, _, _ in imports(ROOT / "ksp" / "codec.py")}
+    assert {"ksp.codes", "ksp.model", "ksp"} <= found  # `from . import _speedups` is `ksp`
+    assert any(m == "transports.server" for m, _, _ in imports(ROOT / "sib" / "cli.py"))
+
+
+@pytest.mark.parametrize("path", modules("ksp"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_ksp_imports_nothing_of_the_project_outside_ksp(path):
+    for module, _, line in imports(path):
+        assert _top(module) not in PROJECT - {"ksp"}, f"{path.name}:{line} imports {module}"
+
+
+@pytest.mark.parametrize("path", [p for p in modules("ksp")
+                                  if p.parent.name == "ksp" and p.name != "__init__.py"],
+                         ids=lambda p: p.name)
+def test_the_ksp_core_does_not_import_its_subpackages(path):
+    for module, names, line in imports(path):
+        for target in _targets(module, names):
+            assert not target.startswith(("ksp.sparql", "ksp.reference")), \
+                f"{path.name}:{line} imports {target}"
+
+
+@pytest.mark.parametrize("path", modules("transports"), ids=lambda p: p.name)
+def test_transports_never_import_sib(path):
+    for module, _, line in imports(path):
+        assert _top(module) not in {"sib", "tools"}, f"{path.name}:{line} imports {module}"
+
+
+@pytest.mark.parametrize("path", modules("sib"), ids=lambda p: p.name)
+def test_sib_imports_transports_only_in_its_entry_point(path):
+    for module, _, line in imports(path):
+        if _top(module) == "transports":
+            assert path.name == "cli.py", f"{path.name}:{line} imports {module}"
+        assert _top(module) != "tools", f"{path.name}:{line} imports {module}"
+
+
+@pytest.mark.parametrize("path", modules("tools"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_tools_use_no_private_name_of_another_module(path):
+    """`from X import _name` only where `_name` is a module of X's package (e.g. `_timing`), and
+    no `alias._name` on an imported project module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases = {}
+    for module, names, line in imports(path):
+        if _top(module) not in PROJECT:
+            continue
+        for name in names:
+            if name.startswith("_") and not name.startswith("__"):
+                is_module = (ROOT / module.replace(".", "/") / f"{name}.py").exists()
+                assert is_module, f"{path.name}:{line} imports private {module}.{name}"
+            aliases[name] = module
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")
+                and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API):
+            raise AssertionError(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
