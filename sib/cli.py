@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
     p.add_argument("--data-dir", help="directory of the on-disk store and journal")
     p.add_argument("--memory", action="store_const", const=True,
-                   help="a throwaway in-memory store (nothing persists)")
+                   help="a throwaway store, deleted at exit (nothing persists)")
     p.add_argument("--host", help="address to listen on")
     for t in TRANSPORTS:
         p.add_argument(f"--{t}-port", type=int, metavar="N",
@@ -83,8 +83,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     journal = lock = None
     created = False
     if config.memory:
-        store = QuadStore()
-        log.info("store: in memory (nothing persists)")
+        store = QuadStore(temporary=True)  # compacted in the background (sib.store)
+        log.info("store: temporary, deleted at exit (nothing persists)")
     else:
         data = Path(config.data_dir)
         created = not data.exists()
@@ -109,6 +109,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                                     max_entries=config.max_session_entries, **ports)
     except OSError:  # a port in use: leave nothing behind that this start created
         await sib.close()
+        store.close()
         if journal is not None:
             journal.close()
         if created:
@@ -179,6 +180,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             journal.close()
         if lock is not None:
             lock.close()
+        store.close()  # a temporary store's directory goes
         log.info("stopped")
 
 

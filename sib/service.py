@@ -39,7 +39,15 @@ class Sib:
         #: What the transports ask about CREDENTIALS before their duplicate caches (`sib.auth`);
         #: `auth_options` go to it (failure limits, pending verifications).
         self.authenticator = auth = Authenticator(self.core.access, **(auth_options or {}))
+        store = self.store
         counters = self.core.metrics.counters
+        counters["ksp_store_maintenance_total"] = (
+            "Store maintenance runs (compaction on disk, rebuild in memory).",
+            lambda: store.maintenance_runs)
+        self.core.metrics.gauges["ksp_store_maintenance_last_seconds"] = (
+            "How long the last store maintenance took.", lambda: store.maintenance_seconds)
+        self.core.metrics.gauges["ksp_store_removed_since_maintenance"] = (
+            "Quads removed since the last store maintenance.", lambda: store.removed)
         counters["ksp_password_verifications_total"] = (
             "Passwords checked (scrypt), off the request path.", lambda: auth.verified)
         counters["ksp_credentials_denied_total"] = (
@@ -144,6 +152,8 @@ class Sib:
                     request(channel)
                 else:
                     self.core.handle(request, channel, since)
+                if self.store.maintenance_due():  # between two requests (sib.store)
+                    self.store.maintain()
             except Exception:  # never let one request stop the scheduler
                 log.exception("scheduler: unhandled error")
             finally:

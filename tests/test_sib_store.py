@@ -91,3 +91,30 @@ def test_index_candidates_by_constants_and_graph_scope():
     idx.remove("by_p")  # idempotent
     assert idx.candidates([quad]) == {"by_sp", "by_o", "all"}
     assert len(idx) == 4
+
+
+def test_maintenance_keeps_every_quad_and_empty_named_graph(tmp_path):
+    """Rebuild (memory) and compaction (disk, in the background while writes go on) change
+    nothing a query can see; a temporary store's directory goes with `close()`."""
+    import os
+
+    from ksp.terms import IRI, Literal
+    from sib.store import Delta, QuadStore
+
+    g, empty = IRI("http://example.org/g"), IRI("http://example.org/empty")
+    for store in (QuadStore(maintain_after=10), QuadStore(temporary=True, maintain_after=10)):
+        s, p = IRI("http://example.org/s"), IRI("http://example.org/p")
+        store.apply(Delta(), create=(empty,))
+        for i in range(30):
+            store.apply(Delta(((s, p, Literal.of(i + 1), g),), ((s, p, Literal.of(i), g),)
+                              if i else ()))
+            if store.maintenance_due():
+                store.maintain()
+        store.flush()  # waits for a compaction still running
+        assert store.maintenance_runs >= 1 and store.removed < 30
+        assert store.match() == [(s, p, Literal.of(30), g)] and len(store) == 1
+        assert set(store.named_graphs()) == {g, empty}
+        path = store.path
+        store.close()
+        if path is not None:
+            assert not os.path.exists(path)

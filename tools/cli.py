@@ -28,6 +28,7 @@ BENCH_SUITES = {
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
     "sib": "tools.bench.sib",
+    "soak": "tools.bench.soak",
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
     "wire": "tools.bench.wire",

@@ -1,0 +1,30 @@
+"""A shortened soak (tools/bench/soak.py): one sensor replacing its reading thousands of times
+under a subscription and a rule. With the store maintenance (sib.store) the cost per update
+stays flat; without it, the same run grows — the control that shows this test can fail."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sib import QuadStore
+from tools.bench.soak import growth, soak
+
+CYCLES, WINDOW = 8000, 2000
+
+
+def run(store: QuadStore) -> list[dict]:
+    try:
+        return asyncio.run(soak(store, CYCLES, WINDOW, sensors=1))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("temporary", [False, True], ids=["memory", "disk"])
+def test_cost_per_update_stays_flat_with_maintenance_and_grows_without(temporary):
+    kept = run(QuadStore(temporary=temporary, maintain_after=2000))
+    grown = run(QuadStore(temporary=temporary, maintain_after=None))
+    assert kept[-1]["maintenance"] >= 2 and grown[-1]["maintenance"] == 0
+    # Ratios within each run (the machine is shared and noisy): generous bounds either way.
+    assert growth(grown, "p50") > 2.0, grown
+    assert growth(kept, "p50") < 1.6, kept
