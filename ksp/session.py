@@ -1012,6 +1012,12 @@ class SIBSession:
                 exc = item[1]
                 self._reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
 
+    def buffered(self, conn: Hashable) -> int:
+        """Bytes of an unfinished message held for connection `conn` (for a server's bound
+        on buffered bytes, and its slow-frame timeout)."""
+        reader = self._readers.get(conn)
+        return len(reader.buf) if reader is not None else 0
+
     def connection_lost(self, conn: Hashable) -> None:
         """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
         self._readers.pop(conn, None)

@@ -77,6 +77,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 reload: Callable[[], Config] | None = None) -> None:
     """Run the SIB until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
+    from transports.limits import ConnectionLimits
     from transports.server import Server
 
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
@@ -106,6 +107,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     ports = {t: config.port(t) for t in TRANSPORTS}
     try:
         server = await Server.start(sib, config.host, timing=config.timing, ssl=tls,
+                                    tcp_limits=ConnectionLimits(
+                                        config.max_tcp_connections,
+                                        config.max_tcp_connections_per_address,
+                                        config.max_tcp_buffered_bytes, config.tcp_idle_timeout,
+                                        config.tcp_frame_timeout),
                                     max_entries=config.max_session_entries, **ports)
     except OSError:  # a port in use: leave nothing behind that this start created
         await sib.close()

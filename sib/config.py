@@ -39,6 +39,11 @@ class Config:
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
     max_session_entries: int = 65_536
+    max_tcp_connections: int = 1024
+    max_tcp_connections_per_address: int = 64
+    max_tcp_buffered_bytes: int = 64 << 20
+    tcp_idle_timeout: float = 0.0
+    tcp_frame_timeout: float = 30.0
     # [timing]
     ack_timeout: float = 2.0
     max_retransmit: int = 4
@@ -52,7 +57,9 @@ class Config:
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "metrics_host", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_queued", "rule_firing_limit",
-                           "cascade_limit", "max_session_entries"),
+                           "cascade_limit", "max_session_entries", "max_tcp_connections",
+                           "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
+                           "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
                 "tls": ("cert", "key", "client_ca")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
@@ -121,7 +128,8 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
 _POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
-             "max_session_entries", "ack_timeout")
+             "max_session_entries", "ack_timeout", "max_tcp_connections",
+             "max_tcp_connections_per_address", "max_tcp_buffered_bytes")
 
 
 def _check_values(config: Config) -> None:
@@ -136,8 +144,9 @@ def _check_values(config: Config) -> None:
     for name in _POSITIVE:
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} = {getattr(config, name)}: must be above 0")
-    if config.max_retransmit < 0:
-        raise ConfigError(f"max_retransmit = {config.max_retransmit}: must be 0 or more")
+    for name in ("max_retransmit", "tcp_idle_timeout", "tcp_frame_timeout"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} = {getattr(config, name)}: must be 0 (off) or more")
 
 
 def _typed(key: str, value: Any, kind: str) -> Any:

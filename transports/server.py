@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ksp import KPIdentity, Timing
 from ksp.service import Channel, Service
 
+from .limits import ConnectionLimits
 from .tcp import TcpServer
 from .udp import UdpServer
 
@@ -38,7 +39,8 @@ class Server:
     async def start(cls, service: Service, host: str = "127.0.0.1", *,
                     udp: int | None = None, tcp: int | None = None, coap: int | None = None,
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
-                    max_message_size: int | None = None, **session_args) -> "Server":
+                    max_message_size: int | None = None,
+                    tcp_limits: ConnectionLimits | None = None, **session_args) -> "Server":
         """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
         their tables, at least the number of persistent operations the SIB will hold;
         `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache."""
@@ -52,6 +54,7 @@ class Server:
             if tcp is not None:
                 port = ("TCP", tcp)
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
+                                                 limits=tcp_limits,
                                                  max_message_size=max_message_size,
                                                  **session_args)
             if coap is not None:

@@ -17,6 +17,7 @@ from ksp.service import Service
 
 from ._kplink import SessionLink
 from ._sibadapter import SessionAdapter
+from .limits import ConnectionLimits, Guard
 
 __all__ = ["TcpServer", "TcpLink", "open_tcp_link"]
 
@@ -34,11 +35,17 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer_host = peer[0] if peer else None
+        if not self.server.guard.admit(self, self.peer_host):
+            transport.abort()  # over a connection limit: closed at once, nothing read
+            return
         self.server._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         server = self.server
-        server.session.receive_data(data, self, server.loop.time())
+        session = server.session
+        session.receive_data(data, self, server.loop.time())
+        if not server.guard.buffered(self, session.buffered(self)):
+            self.transport.abort()  # the bound on buffered bytes: this one grew past it
         server.pump()
 
     def eof_received(self) -> bool | None:
@@ -46,6 +53,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         server = self.server
+        server.guard.release(self)
         server._connections.discard(self)
         server.session.connection_lost(self)
         if not self.closed.done():
@@ -72,14 +80,23 @@ class TcpServer(SessionAdapter):
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
-                    max_message_size: int | None = None, **session_args) -> "TcpServer":
+                    max_message_size: int | None = None,
+                    limits: ConnectionLimits | None = None, **session_args) -> "TcpServer":
+        """`limits`: on connections, buffered bytes and timeouts (`transports.limits`; the
+        defaults when None)."""
         loop = asyncio.get_running_loop()
         session = SIBSession(TCP, timing=timing, max_message_size=max_message_size,
                              **session_args)
         self = cls(service, session)
+        self.guard = Guard(limits or ConnectionLimits(), f"tcp :{port}", self._abort_conn)
         self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.guard.name = f"tcp://{host}:{self.port}"
         return self
+
+    def _abort_conn(self, conn: "_Connection") -> None:
+        if conn.transport is not None:
+            conn.transport.abort()
 
     def transmit(self) -> None:
         for data, conn in self.session.data_to_send():
@@ -92,6 +109,7 @@ class TcpServer(SessionAdapter):
 
     async def close(self) -> None:
         self.shut()
+        self.guard.stop()
         if self._server is not None:
             self._server.close()
         conns = list(self._connections)
