@@ -17,16 +17,32 @@ Quad = tuple[Term, Term, Term, IRI]
 _DEFAULT = ox.DefaultGraph()
 
 
-@lru_cache(maxsize=65536)
+#: The term caches below hold at most `CACHED` entries of at most `CACHED_CHARS` characters
+#: each, so they are bounded in bytes too (about 16 MiB each at worst; measured cost in
+#: docs/sib.md): a longer term is converted each time instead, which only costs a little time.
+CACHED, CACHED_CHARS = 65536, 256
+
+
 def named(iri: str) -> ox.NamedNode:
+    return _named(iri) if len(iri) <= CACHED_CHARS else ox.NamedNode(iri)
+
+
+@lru_cache(maxsize=CACHED)
+def _named(iri: str) -> ox.NamedNode:
     return ox.NamedNode(iri)
 
 
-@lru_cache(maxsize=65536)
 def _literal(lit: Literal) -> ox.Literal:
+    return _small_literal(lit) if len(lit.lexical) <= CACHED_CHARS else _new_literal(lit)
+
+
+def _new_literal(lit: Literal) -> ox.Literal:
     if lit.lang is not None:
         return ox.Literal(lit.lexical, language=lit.lang)
     return ox.Literal(lit.lexical, datatype=named(lit.datatype))
+
+
+_small_literal = lru_cache(maxsize=CACHED)(_new_literal)
 
 
 def to_ox(term: Term):
@@ -77,15 +93,28 @@ def quad_from_ox(q: ox.Quad) -> Quad:
 
 
 _scratch = ox.Store()
+_scratch_uses = 0
 _S, _P = ox.NamedNode("urn:ksp:s"), ox.NamedNode("urn:ksp:p")
 
 
-@lru_cache(maxsize=65536)
 def _canonical_literal(lit: Literal) -> Literal:
+    if len(lit.lexical) <= CACHED_CHARS:
+        return _cached_canonical(lit)
+    return _canonicalise(lit)
+
+
+def _canonicalise(lit: Literal) -> Literal:
+    global _scratch, _scratch_uses
+    _scratch_uses += 1
+    if _scratch_uses >= 4096:  # an in-memory store keeps every version: start afresh
+        _scratch, _scratch_uses = ox.Store(), 0
     _scratch.add(ox.Quad(_S, _P, to_ox(lit)))
     stored = next(iter(_scratch))
     _scratch.remove(stored)
     return from_ox(stored.object)
+
+
+_cached_canonical = lru_cache(maxsize=CACHED)(_canonicalise)
 
 
 def canonical(term: Term) -> Term:
