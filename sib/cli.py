@@ -124,6 +124,15 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
+    if server.tcp is not None:
+        guard = server.tcp.guard
+        metrics.gauges["ksp_tcp_connections"] = ("Open KSP TCP connections.", lambda: len(guard))
+        metrics.gauges["ksp_tcp_buffered_bytes"] = (
+            "Bytes of unfinished messages held across the TCP connections.",
+            lambda: guard.total_buffered)
+        metrics.counters["ksp_tcp_connections_closed_by_limit_total"] = (
+            "TCP connections closed by a limit (transports/limits.py).",
+            lambda: sum(guard.refused.values()))
     restored = 0
     if journal is not None:
         for saved in list(journal):

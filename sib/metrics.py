@@ -1,5 +1,7 @@
-"""Prometheus metrics in the text exposition format (version 0.0.4), served over HTTP by a
-small asyncio server: a few counters, one gauge and two histograms do not justify a dependency.
+"""Prometheus metrics, exposed with the official `prometheus_client` (the text format its
+`generate_latest` writes) over a small asyncio HTTP server in the SIB's own loop: the SIB's
+counters, gauges and latency histograms, read when scraped, and the process's own (resident
+memory, open descriptors, CPU time: `ProcessCollector`).
 """
 from __future__ import annotations
 
@@ -9,6 +11,13 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, ProcessCollector, generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+)
+
 log = logging.getLogger("ksp.sib.metrics")
 
 #: Seconds; SEPA's 10–60 ms are in the upper buckets, the targets (< 10 ms) in the lower ones.
@@ -16,6 +25,9 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class Histogram:
+    """Counted on the request path as plain integers (cheaper than the library's locks);
+    exposed as a Prometheus histogram when scraped."""
+
     def __init__(self, buckets: tuple[float, ...] = BUCKETS) -> None:
         self.buckets = buckets
         self.counts = [0] * (len(buckets) + 1)
@@ -27,17 +39,17 @@ class Histogram:
         self.sum += value
         self.count += 1
 
-    def lines(self, name: str) -> list[str]:
-        out, total = [], 0
+    def family(self, name: str, help_: str) -> HistogramMetricFamily:
+        cumulative, total = [], 0
         for bound, n in zip((*map(repr, self.buckets), "+Inf"), self.counts):
             total += n
-            out.append(f'{name}_bucket{{le="{bound}"}} {total}')
-        out += [f"{name}_sum {self.sum!r}", f"{name}_count {self.count}"]
-        return out
+            cumulative.append((bound, total))
+        return HistogramMetricFamily(name, help_, buckets=cumulative, sum_value=self.sum)
 
 
 class Metrics:
-    """What the SIB counts. `gauges` are read when scraped (callables)."""
+    """What the SIB counts. `gauges` and `counters` are read when scraped (callables); a
+    counter's name ends in `_total`, as exposed."""
 
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
@@ -48,34 +60,16 @@ class Metrics:
         self.notification_latency = Histogram()
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
         self.counters: dict[str, tuple[str, Callable[[], float]]] = {}
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
+        ProcessCollector(registry=self.registry)
 
     def indicated(self) -> None:
         self.indications += 1
 
     def render(self) -> str:
-        lines = ["# HELP ksp_requests_total Requests handled (refused ones included), by transaction type.",
-                 "# TYPE ksp_requests_total counter"]
-        lines += [f'ksp_requests_total{{type="{tx}"}} {n}'
-                  for tx, n in sorted(self.requests.items())]
-        simple = [("ksp_access_denied_total", "counter", "Requests denied (status 0x08).",
-                   lambda: self.denied),
-                  ("ksp_limit_exceeded_total", "counter", "Requests refused by a cap (0x0a).",
-                   lambda: self.limited),
-                  ("ksp_indications_total", "counter", "INDs handed to the transports.",
-                   lambda: self.indications)]
-        simple += [(n, "gauge", h, f) for n, (h, f) in self.gauges.items()]
-        simple += [(n, "counter", h, f) for n, (h, f) in self.counters.items()]
-        for name, kind, help_, value in simple:
-            lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {value()}"]
-        for name, help_, hist in (
-                ("ksp_update_latency_seconds",
-                 "From dequeuing an update to its RES (store write included).",
-                 self.update_latency),
-                ("ksp_notification_latency_seconds",
-                 "From dequeuing an update to the last IND it caused (rules included).",
-                 self.notification_latency)):
-            lines += [f"# HELP {name} {help_}", f"# TYPE {name} histogram", *hist.lines(name)]
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry).decode()
+
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         """`GET /metrics` (any path answers the same); port 0 = ephemeral."""
@@ -90,8 +84,8 @@ class Metrics:
                     status, body = "405 Method Not Allowed", b""
                 else:
                     status, body = "200 OK", self.render().encode()
-                head = (f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; "
-                        f"charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+                head = (f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE_PLAIN_0_0_4}\r\n"
+                        f"Content-Length: {len(body)}\r\n"
                         f"Connection: close\r\n\r\n").encode()
                 writer.write(head + (body if not line.startswith(b"HEAD") else b""))
                 await writer.drain()
@@ -101,3 +95,34 @@ class Metrics:
                 writer.close()
 
         return await asyncio.start_server(handle, host, port)
+
+
+class _Collector:
+    """The SIB's metrics as Prometheus families, built when scraped."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self):
+        m = self.metrics
+        requests = CounterMetricFamily(
+            "ksp_requests", "Requests handled (refused ones included), by transaction type.",
+            labels=["type"])
+        for tx, n in sorted(m.requests.items()):
+            requests.add_metric([tx], n)
+        yield requests
+        for name, help_, value in (
+                ("ksp_access_denied", "Requests denied (status 0x08).", m.denied),
+                ("ksp_limit_exceeded", "Requests refused by a cap (0x0a).", m.limited),
+                ("ksp_indications", "INDs handed to the transports.", m.indications)):
+            yield CounterMetricFamily(name, help_, value=value)
+        for name, (help_, read) in m.counters.items():
+            yield CounterMetricFamily(name.removesuffix("_total"), help_, value=read())
+        for name, (help_, read) in m.gauges.items():
+            yield GaugeMetricFamily(name, help_, value=read())
+        yield m.update_latency.family(
+            "ksp_update_latency_seconds",
+            "From dequeuing an update to its RES (store write included).")
+        yield m.notification_latency.family(
+            "ksp_notification_latency_seconds",
+            "From dequeuing an update to the last IND it caused (rules included).")

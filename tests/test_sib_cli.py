@@ -97,7 +97,7 @@ def test_udp_subscription_survives_a_restart(tmp_path, kp_id):
 
 
 def test_metrics_endpoint_over_http(tmp_path):
-    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1",
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "0", "--coap-port", "-1",
                     "--metrics-port", "0") as sib:
         async def scenario():
             async with await connect(f"udp://127.0.0.1:{sib.ports['udp']}", timing=FAST) as kp:
@@ -111,14 +111,19 @@ def test_metrics_endpoint_over_http(tmp_path):
         text = run(scenario())
         assert sib.stop() == 0
     lines = text.splitlines()
-    assert 'ksp_requests_total{type="SELECT_PERSISTENT"} 1' in lines
-    assert 'ksp_requests_total{type="INSERT_DATA"} 1' in lines
-    assert "ksp_persistent_operations 1" in lines
-    assert "ksp_indications_total 1" in lines
-    assert "ksp_update_latency_seconds_count 1" in lines
-    assert "ksp_notification_latency_seconds_count 1" in lines
+    # the official client's text format (prometheus_client): values as floats
+    assert 'ksp_requests_total{type="SELECT_PERSISTENT"} 1.0' in lines
+    assert 'ksp_requests_total{type="INSERT_DATA"} 1.0' in lines
+    assert "ksp_persistent_operations 1.0" in lines
+    assert "ksp_indications_total 1.0" in lines
+    assert "ksp_update_latency_seconds_count 1.0" in lines
+    assert "ksp_notification_latency_seconds_count 1.0" in lines
     assert '# TYPE ksp_update_latency_seconds histogram' in lines
     assert any(line.startswith("ksp_ind_retransmissions_total ") for line in lines)
+    # the process's own: memory, descriptors; the TCP listener's connections
+    assert any(line.startswith("process_resident_memory_bytes ") for line in lines)
+    assert any(line.startswith("process_open_fds ") for line in lines)
+    assert "ksp_tcp_connections 0.0" in lines and "ksp_tcp_buffered_bytes 0.0" in lines
 
 
 def test_config_file_flags_override_and_bad_config_exits_2(tmp_path):

@@ -47,5 +47,5 @@ def test_actuators_follow_the_readings(tmp_path):
     assert switched >= 5
     lines = metrics.splitlines()
     # Autocontrol: six persistent updates and nothing else changed an actuator.
-    assert 'ksp_requests_total{type="UPDATE_PERSISTENT"} 6' in lines
+    assert 'ksp_requests_total{type="UPDATE_PERSISTENT"} 6.0' in lines
     assert not any(f'type="{tx}"' in m for m in lines for tx in ("INSERT", "DELETE", "UPDATE"))
