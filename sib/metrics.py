@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Callable
 
@@ -101,10 +102,14 @@ class _Collector:
     """The SIB's metrics as Prometheus families, built when scraped."""
 
     def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+        # A weak reference: the registry belongs to the metrics, and a cycle would keep the
+        # SIB's store (and its RocksDB lock) alive until a collector pass.
+        self.metrics = weakref.ref(metrics)
 
     def collect(self):
-        m = self.metrics
+        m = self.metrics()
+        if m is None:
+            return
         requests = CounterMetricFamily(
             "ksp_requests", "Requests handled (refused ones included), by transaction type.",
             labels=["type"])

@@ -38,33 +38,40 @@ class Sib:
         self.core = SibCore(self.store, smart=smart, **core_options)
         #: What the transports ask about CREDENTIALS before their duplicate caches (`sib.auth`);
         #: `auth_options` go to it (failure limits, pending verifications).
-        self.authenticator = auth = Authenticator(self.core.access, **(auth_options or {}))
-        store = self.store
-        counters = self.core.metrics.counters
-        counters["ksp_store_maintenance_total"] = (
-            "Store maintenance runs (compaction on disk, rebuild in memory).",
-            lambda: store.maintenance_runs)
-        self.core.metrics.gauges["ksp_store_maintenance_last_seconds"] = (
-            "How long the last store maintenance took.", lambda: store.maintenance_seconds)
-        self.core.metrics.gauges["ksp_store_removed_since_maintenance"] = (
-            "Quads removed since the last store maintenance.", lambda: store.removed)
-        counters["ksp_password_verifications_total"] = (
-            "Passwords checked (scrypt), off the request path.", lambda: auth.verified)
-        counters["ksp_credentials_denied_total"] = (
-            "Requests refused by the transports for their CREDENTIALS (0x08).",
-            lambda: auth.denied)
-        counters["ksp_credentials_limited_total"] = (
-            "Requests refused by the failure or verification limits (0x0a).",
-            lambda: auth.limited)
+        self.authenticator = Authenticator(self.core.access, **(auth_options or {}))
+        me = weakref.ref(self)  # no cycle: the store closes when the SIB is dropped
+
+        def read(get):
+            return lambda: get(sib) if (sib := me()) is not None else 0
+
+        metrics = self.core.metrics
+        for table, name, help_, get in (
+                (metrics.counters, "ksp_store_maintenance_total",
+                 "Store maintenance runs (compaction on disk, rebuild in memory).",
+                 lambda sib: sib.store.maintenance_runs),
+                (metrics.gauges, "ksp_store_maintenance_last_seconds",
+                 "How long the last store maintenance took.",
+                 lambda sib: sib.store.maintenance_seconds),
+                (metrics.gauges, "ksp_store_removed_since_maintenance",
+                 "Quads removed since the last store maintenance.", lambda sib: sib.store.removed),
+                (metrics.counters, "ksp_password_verifications_total",
+                 "Passwords checked (scrypt), off the request path.",
+                 lambda sib: sib.authenticator.verified),
+                (metrics.counters, "ksp_credentials_denied_total",
+                 "Requests refused by the transports for their CREDENTIALS (0x08).",
+                 lambda sib: sib.authenticator.denied),
+                (metrics.counters, "ksp_credentials_limited_total",
+                 "Requests refused by the failure or verification limits (0x0a).",
+                 lambda sib: sib.authenticator.limited)):
+            table[name] = (help_, read(get))
         #: Cap on requests waiting in the queue; beyond it a request is answered at once with
         #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
         self.max_queued = max_queued
-        me = weakref.ref(self)  # no cycle: the store closes when the SIB is dropped
-        self.core.metrics.gauges["ksp_persistent_operations"] = (
+        metrics.gauges["ksp_persistent_operations"] = (
             "Active persistent operations (queries and rules).",
-            lambda: me().core.persistent_count if me() else 0)
-        self.core.metrics.gauges["ksp_queued_requests"] = (
-            "Requests waiting for the scheduler.", lambda: me().queued if me() else 0)
+            read(lambda sib: sib.core.persistent_count))
+        metrics.gauges["ksp_queued_requests"] = (
+            "Requests waiting for the scheduler.", read(lambda sib: sib.queued))
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self._kps: OrderedDict = OrderedDict()
