@@ -778,8 +778,14 @@ class SIBSession:
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, max_message_size: int | None = None,
                  max_entries: int = 65_536, max_cache_bytes: int = 8 << 20,
-                 authenticate: Authenticate | None = None, max_held: int = 1024) -> None:
+                 authenticate: Authenticate | None = None, max_held: int = 1024,
+                 max_ind_bytes: int = 64 << 20) -> None:
         self.transport = Transport(transport)
+        #: Bytes of unacknowledged INDs kept for retransmission (UDP), across every KP: past
+        #: it the oldest one is given up on (`KPUnreachable`), so memory is bounded in bytes,
+        #: not only by `max_entries`.
+        self.max_ind_bytes = max_ind_bytes
+        self._ind_bytes = 0
         #: Checks CREDENTIALS before anything else looks at a request (None: every KP ID is
         #: taken at its word, as by a SIB without access control). Without it, anyone who
         #: names a KP ID would get that KP's cached answers and move its exchanges.
@@ -888,15 +894,36 @@ class SIBSession:
             seq = response.seq
         else:
             seq = FIRST_SEQ if d.seq is None else next_seq(d.seq)
-        d.data = self._encode_indication(response, seq, self._cap(d.max_size))
+        self._keep_ind(d, self._encode_indication(response, seq, self._cap(d.max_size)))
         d.seq = seq
         d.final = final
         self.stats.inds_sent += 1
         self._send_indication(key, d, addr)
+        if self._ind_bytes > self.max_ind_bytes:
+            self._shed(key)
         if key not in self._timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
             # than the timeout must not postpone KPUnreachable forever.
             self._start_backoff(key, d, now)
+
+    def _keep_ind(self, d: _Delivery, data: bytes | None) -> None:
+        """Set the IND kept for retransmission, counting its bytes."""
+        self._ind_bytes += (len(data) if data else 0) - (len(d.data) if d.data else 0)
+        d.data = data
+
+    def _shed(self, keep: tuple[KPIdentity, int]) -> None:
+        """Over `max_ind_bytes`: give up on the oldest unacknowledged INDs (their KPs are
+        reported unreachable, as if their retries had run out), never the one just sent."""
+        for key, d in list(self._deliveries.items()):
+            if self._ind_bytes <= self.max_ind_bytes:
+                return
+            if key != keep and d.data is not None:
+                self._keep_ind(d, None)
+                self._timers.cancel(key)
+                if d.final:
+                    self.end_persistent(*key)
+                self.stats.kp_unreachable += 1
+                self._events.append(KPUnreachable(*key))
 
     def _start_backoff(self, key: tuple[KPIdentity, int], d: _Delivery, now: float) -> None:
         """A new retransmission schedule for the IND just sent: full retry budget, first
@@ -908,7 +935,9 @@ class SIBSession:
     def end_persistent(self, kp: KPIdentity, tid: int) -> None:
         """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
         for an OK TERMINATE or RESET."""
-        self._deliveries.pop((kp, tid), None)
+        d = self._deliveries.pop((kp, tid), None)
+        if d is not None:
+            self._keep_ind(d, None)
         self._timers.cancel((kp, tid))
 
     def endpoint(self, kp: KPIdentity) -> Hashable | None:
@@ -958,7 +987,7 @@ class SIBSession:
             if addr is None:
                 addr = d.addr
             if d.retries >= self.timing.max_retransmit or addr is None:
-                d.data = None  # the numbering stays, in case the SIB indicates again
+                self._keep_ind(d, None)  # the numbering stays, in case the SIB indicates again
                 if d.final:
                     self.end_persistent(*key)
                 self.stats.kp_unreachable += 1
@@ -1096,7 +1125,8 @@ class SIBSession:
                       max_size: int | None) -> _Delivery:
         d = self._deliveries[key] = _Delivery(addr, max_size)
         while len(self._deliveries) > self.max_entries:
-            old, _ = self._deliveries.popitem(last=False)
+            old, gone = self._deliveries.popitem(last=False)
+            self._keep_ind(gone, None)
             self._timers.cancel(old)
         return d
 
@@ -1199,7 +1229,7 @@ class SIBSession:
             return
         if ack.seq is None or not is_newer(d.seq, ack.seq):
             # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
-            d.data = None
+            self._keep_ind(d, None)
             d.retries = 0
             self._timers.cancel(key)
             if d.final:

@@ -1241,3 +1241,28 @@ def test_held_requests_keep_each_connections_order(steps):
     for c in (0, 1):
         mine = [t for k, t in delivered if k == c]
         assert mine == [t for t in sent[c] if t in mine]  # the order sent
+
+
+def test_unacknowledged_inds_are_bounded_in_bytes():
+    """INDs kept for retransmission count against `max_ind_bytes`: past it the oldest KPs that
+    do not ACK are given up on (KPUnreachable), the newest IND is always kept."""
+    sib = SIBSession(rng=random.Random(0), max_ind_bytes=2000)
+    kps = []
+    for k in range(10):
+        addr = ("192.0.2.1", 5000 + k)
+        sib.receive_datagram(encode(subscribe(k + 1)), addr, 0)
+        [e] = events(sib)
+        sib.respond(e.kp, k + 1, answer(e.request), 0)
+        kps.append(e.kp)
+    big = Response(0, result=SelectResult(1, ((Literal("x" * 400),),)), indication=True)
+    for k, kp in enumerate(kps):
+        sib.indicate(kp, k + 1, big._replace(tid=k + 1), 0)
+    gone = [e for e in events(sib) if isinstance(e, KPUnreachable)]
+    assert sib._ind_bytes <= 2000
+    assert [e.tid for e in gone] == list(range(1, len(gone) + 1)) and len(gone) >= 5
+    assert sib.awaiting_ack(kps[-1], 10)  # the newest kept
+    for k in range(len(gone)):
+        assert not sib.awaiting_ack(kps[k], k + 1)
+    for k, kp in enumerate(kps):  # ending them all frees every byte
+        sib.end_persistent(kp, k + 1)
+    assert sib._ind_bytes == 0
