@@ -45,10 +45,11 @@ def _rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def soak(store: QuadStore, cycles: int, window: int, sensors: int = SENSORS
-               ) -> list[dict]:
-    """Run `cycles` update cycles of `sensors` sensors on a SIB over `store`; one row per
-    `window` cycles."""
+async def soak(store: QuadStore, cycles: int, window: int, sensors: int = SENSORS,
+               duration: float | None = None) -> list[dict]:
+    """Run `cycles` update cycles of `sensors` sensors on a SIB over `store` (or stop at the
+    first window boundary after `duration` seconds); one row per `window` cycles."""
+    deadline = None if duration is None else time.monotonic() + duration
     sib = Sib(store)
     kp = Client(sib, "soak")
     last = {}
@@ -85,6 +86,8 @@ async def soak(store: QuadStore, cycles: int, window: int, sensors: int = SENSOR
                              "p99": latencies[int(len(latencies) * 0.99)],
                              "rss": _rss_mib(), "maintenance": store.maintenance_runs})
                 latencies = []
+                if deadline is not None and time.monotonic() > deadline:
+                    break
         return rows
     finally:
         await sib.close()
@@ -135,6 +138,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = bench_parser("tools.bench.soak", __doc__, prog, "20,000 cycles, windows of 2,000")
     parser.add_argument("--cycles", type=int, default=200_000, help="update cycles per store")
     parser.add_argument("--window", type=int, default=10_000, help="cycles per row")
+    parser.add_argument("--duration", type=float, metavar="S",
+                        help="stop each store's run after S seconds (at a window's end)")
     parser.add_argument("--store", choices=("memory", "disk", "both"), default="both")
     parser.add_argument("--no-maintenance", action="store_true",
                         help="store maintenance off: the baseline that grows")
@@ -147,10 +152,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for name in (("memory", "disk") if args.store == "both" else (args.store,)):
         store = QuadStore(temporary=name == "disk", maintain_after=after)
         t0 = time.perf_counter()
-        results[name] = asyncio.run(soak(store, args.cycles, args.window))
+        results[name] = asyncio.run(soak(store, args.cycles, args.window,
+                                         duration=args.duration))
         store.close()
-        print(f"{name}: {args.cycles:,} cycles in {time.perf_counter() - t0:.0f} s",
-              file=sys.stderr)
+        print(f"{name}: {results[name][-1]['cycles']:,} cycles in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print(f"SIB soak (`{command_line('tools.bench.soak', prog, argv)}`)\n")
     print(table(results, args.markdown))
     print()
