@@ -14,14 +14,18 @@ import binascii
 import hashlib
 import hmac
 import struct
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .codes import Status
 
 __all__ = [
     "MAGIC", "KEY_SIZE", "TAG_SIZE", "OVERHEAD", "COUNTER_MAX", "KP_TO_SIB", "SIB_TO_KP",
     "SealError", "DirectionKeys", "Opened", "ReplayWindow", "derive_keys", "seal", "open_sealed",
-    "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id",
+    "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id", "SealedAddr",
+    "SealerTable", "KeyLookup",
 ]
 
 #: First byte of a sealed message. A plain KSP message starts with its Version (0x01); a SIB
@@ -189,3 +193,50 @@ def new_key() -> str:
     """A fresh random key, as hex (what `ksp-sib new-key` would print)."""
     import secrets
     return secrets.token_hex(KEY_SIZE)
+
+
+class SealedAddr(NamedTuple):
+    """The session address of a KP that spoke sealed: its verified KP ID and transport address.
+    Every session table keyed by address (exchanges, bindings, ACK routes) then tells sealed
+    from plain traffic, and whatever the session sends there leaves sealed."""
+
+    kp_id: bytes
+    addr: Hashable
+
+
+KeyLookup = Callable[[bytes], "bytes | None"]
+"""The key configured for a KP ID (None: that KP has no key; its sealed messages are dropped)."""
+
+
+class SealerTable:
+    """The SIB's `Sealer` per KP ID (its counter and replay window), at most `max_entries`,
+    the least recently used forgotten first (13.5: a forgotten KP starts a new window)."""
+
+    def __init__(self, key_for: KeyLookup, max_entries: int = 65_536) -> None:
+        self.key_for = key_for
+        self.max_entries = max_entries
+        self._sealers: OrderedDict[bytes, tuple[bytes, Sealer]] = OrderedDict()
+
+    def _sealer(self, kp_id: bytes) -> Sealer:
+        key = self.key_for(kp_id)
+        if key is None:
+            self._sealers.pop(kp_id, None)
+            raise SealError("no key for this KP ID")
+        entry = self._sealers.get(kp_id)
+        if entry is None or entry[0] != key:  # new, or its key changed (configuration reload)
+            entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True))
+        self._sealers.move_to_end(kp_id)
+        while len(self._sealers) > self.max_entries:
+            self._sealers.popitem(last=False)
+        return entry[1]
+
+    def open(self, data: bytes, addr: Hashable) -> tuple[bytes, SealedAddr]:
+        """The verified inner message and the address to answer it at; SealError otherwise."""
+        kp_id = peek_kp_id(data)
+        return self._sealer(kp_id).open(data), SealedAddr(kp_id, addr)
+
+    def seal(self, data: bytes, to: SealedAddr) -> bytes:
+        return self._sealer(to.kp_id).seal(data)
+
+    def __len__(self) -> int:
+        return len(self._sealers)
