@@ -25,7 +25,7 @@ __all__ = [
     "MAGIC", "KEY_SIZE", "TAG_SIZE", "OVERHEAD", "COUNTER_MAX", "KP_TO_SIB", "SIB_TO_KP",
     "SealError", "DirectionKeys", "Opened", "ReplayWindow", "derive_keys", "seal", "open_sealed",
     "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id", "SealedAddr",
-    "SealerTable", "KeyLookup",
+    "SealerTable", "KeyLookup", "initial_counter",
 ]
 
 #: First byte of a sealed message. A plain KSP message starts with its Version (0x01); a SIB
@@ -174,6 +174,20 @@ class Sealer:
         if not self.window.accept(opened.counter):
             raise SealError(f"replayed or too old counter {opened.counter}")
         return opened.inner
+
+
+#: 2026-01-01T00:00:00Z, the origin of `initial_counter`.
+COUNTER_EPOCH = 1_767_225_600
+
+
+def initial_counter(now: float | None = None) -> int:
+    """A starting counter for a KP that keeps no counter across restarts (a host process):
+    16 per second since 2026-01-01. Above every counter an earlier run used, as long as runs
+    send at most 16 messages per second on average; it lasts until 2034. A board keeps its
+    counter instead (13.5)."""
+    import time
+    now = time.time() if now is None else now
+    return min(COUNTER_MAX, max(0, int((now - COUNTER_EPOCH) * 16)))
 
 
 def parse_key(text: str) -> bytes:

@@ -47,7 +47,7 @@ from .codec import (
 from .codes import Status, Tx
 from .errors import DecodeError, EncodeError, KspError
 from .model import Ack, Credentials, Request, Response
-from .secure import MAGIC, SealedAddr, SealError, SealerTable
+from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
 from .seqnum import FIRST_SEQ, is_newer, next_seq
 
 __all__ = [
@@ -396,6 +396,10 @@ class KPSession:
         self.timing = timing if timing is not None else Timing()
         self.credentials = credentials
         """Added to every request sent without CREDENTIALS (the KP identity of R12)."""
+        self.sealer: Sealer | None = None
+        """Set: every datagram leaves sealed (wire format 13) and only sealed, verified
+        datagrams are taken in; the others are counted in `sealed_dropped` and ignored."""
+        self.sealed_dropped = 0
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
         self.max_pending = max_pending
@@ -509,12 +513,20 @@ class KPSession:
     def datagrams_to_send(self, now: float) -> list[bytes]:
         self._require(UDP)
         out, self._datagrams = self._datagrams, []
+        if self.sealer is not None:
+            out = [self.sealer.seal(d) for d in out]
         return out
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         self._require(UDP)
         if self._ended:
             self._expire_ended(now)
+        if self.sealer is not None:
+            try:  # an unsealed answer could come from anyone: not even its status is believed
+                data = self.sealer.open(data)
+            except SealError:
+                self.sealed_dropped += 1
+                return
         self._on_message(bytes(data), now)
 
     # -- TCP --------------------------------------------------------------------------------

@@ -187,3 +187,33 @@ def test_a_sib_without_the_mode_answers_version_not_supported():
                                                                         UDP)), ("h", 1), 0.0)
     (data, addr), = session.datagrams_to_send(0.0)
     assert data[0] == 0x01 and data[1] == Status.VERSION_NOT_SUPPORTED and addr == ("h", 1)
+
+
+def test_python_client_speaks_sealed_and_new_key_makes_keys(capsys):
+    from sib.cli import main
+    from ksp.secure import parse_key
+    from transports import connect
+    from transports.errors import KspTimeout
+    from ksp import Timing
+
+    assert main(["new-key"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert len(parse_key(printed)) == 32
+
+    async def go():
+        sib, server, port = await serving()
+        kp = await connect(f"udp://127.0.0.1:{port}", kp_id="sensor", key=KEY.hex())
+        stranger = await connect(f"udp://127.0.0.1:{port}", kp_id="sensor", key=bytes(32),
+                                 timing=Timing(ack_timeout=0.05, max_retransmit=1))
+        try:
+            rows = await kp.query(select(0, Options()))
+            assert [str(r[0]) for r in rows.rows] == [SECRET.lexical]
+            assert server.udp.session.stats.sealed_dropped == 0
+            with pytest.raises(KspTimeout):  # its datagrams are dropped, unanswered
+                await asyncio.wait_for(stranger.query(select(0, Options())), 10)
+            assert server.udp.session.stats.sealed_dropped >= 1
+        finally:
+            await kp.close()
+            await stranger.close()
+            await server.close()
+    asyncio.run(go())

@@ -339,16 +339,26 @@ class Subscription:
 
 async def connect(url: str, *, kp_id: Any = None, password: str = "",
                   timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
-                  prefixes: dict[str, str] | None = None, **link_args) -> KP:
+                  prefixes: dict[str, str] | None = None, key: bytes | str | None = None,
+                  counter: int | None = None, **link_args) -> KP:
     """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
-    carries CREDENTIALS (the KP identity of R12), with `password`."""
+    carries CREDENTIALS (the KP identity of R12), with `password`. With `key` instead (udp://
+    only) every message is sealed (docs/wire-format.md section 13) from `counter` on
+    (`ksp.secure.initial_counter()` if omitted)."""
     parts = urlsplit(url)
     scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
     if not host:
         raise ValueError(f"no host in {url!r}")
     credentials = None
-    if kp_id is not None:
+    if key is not None:
+        if kp_id is None or password or scheme != "udp":
+            raise ValueError("a key needs a kp_id, no password, and udp://")
+        from ksp.secure import Sealer, initial_counter, parse_key
+        sealer = Sealer(parse_key(key) if isinstance(key, str) else bytes(key),
+                        kp_id_bytes(kp_id), sib=False,
+                        counter=initial_counter() if counter is None else counter)
+    elif kp_id is not None:
         credentials = Credentials(kp_id_bytes(kp_id), password)
     elif password:
         raise ValueError("a password needs a kp_id")
@@ -356,6 +366,8 @@ async def connect(url: str, *, kp_id: Any = None, password: str = "",
         from .udp import open_udp_link
         link: Link = await open_udp_link(host, _port(port, url), timing=timing,
                                          credentials=credentials, **link_args)
+        if key is not None:
+            link.session.sealer = sealer
     elif scheme in ("tcp", "tcps"):
         from .tcp import open_tcp_link
         if scheme == "tcps" and ssl is None:
