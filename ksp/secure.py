@@ -238,7 +238,10 @@ class SealerTable:
             raise SealError("no key for this KP ID")
         entry = self._sealers.get(kp_id)
         if entry is None or entry[0] != key:  # new, or its key changed (configuration reload)
-            entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True))
+            # Its counter from the clock: a KP that outlives a SIB restart (or this entry's
+            # eviction) must see counters above the ones it already took (13.5).
+            entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True,
+                                                        counter=initial_counter()))
         self._sealers.move_to_end(kp_id)
         while len(self._sealers) > self.max_entries:
             self._sealers.popitem(last=False)
