@@ -180,13 +180,11 @@ class Sealer:
 COUNTER_EPOCH = 1_767_225_600
 
 
-def initial_counter(now: float | None = None) -> int:
+def initial_counter(now: float) -> int:
     """A starting counter for a KP that keeps no counter across restarts (a host process):
     16 per second since 2026-01-01. Above every counter an earlier run used, as long as runs
     send at most 16 messages per second on average; it lasts until 2034. A board keeps its
-    counter instead (13.5)."""
-    import time
-    now = time.time() if now is None else now
+    counter instead (13.5). `now`: Unix time (this module reads no clock)."""
     return min(COUNTER_MAX, max(0, int((now - COUNTER_EPOCH) * 16)))
 
 
@@ -226,8 +224,10 @@ class SealerTable:
     """The SIB's `Sealer` per KP ID (its counter and replay window), at most `max_entries`,
     the least recently used forgotten first (13.5: a forgotten KP starts a new window)."""
 
-    def __init__(self, key_for: KeyLookup, max_entries: int = 65_536) -> None:
+    def __init__(self, key_for: KeyLookup, wall_clock: Callable[[], float],
+                 max_entries: int = 65_536) -> None:
         self.key_for = key_for
+        self.wall_clock = wall_clock  # Unix time, for the counters' start (`initial_counter`)
         self.max_entries = max_entries
         self._sealers: OrderedDict[bytes, tuple[bytes, Sealer]] = OrderedDict()
 
@@ -241,7 +241,7 @@ class SealerTable:
             # Its counter from the clock: a KP that outlives a SIB restart (or this entry's
             # eviction) must see counters above the ones it already took (13.5).
             entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True,
-                                                        counter=initial_counter()))
+                                                        counter=initial_counter(self.wall_clock())))
         self._sealers.move_to_end(kp_id)
         while len(self._sealers) > self.max_entries:
             self._sealers.popitem(last=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 
 from ksp import (
@@ -77,7 +78,7 @@ class SessionAdapter:
         core = getattr(service, "core", None)
         if core is not None and session.sealers is None and session.transport is UDP:
             # Keys are looked up in the policy in force (it may be reloaded).
-            session.sealers = SealerTable(lambda kp_id: core.access.key_of(kp_id),
+            session.sealers = SealerTable(lambda kp_id: core.access.key_of(kp_id), time.time,
                                           session.max_entries)
         self._verifying: set[asyncio.Task] = set()
         self.timer = SessionTimer(self.loop, session, self.pump)

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import logging
 import ssl as _ssl
+import time
 import uuid
 from typing import Any, Iterable, NamedTuple
 from urllib.parse import urlsplit
@@ -345,7 +346,7 @@ async def connect(url: str, *, kp_id: Any = None, password: str = "",
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. With `key` instead (udp://
     only) every message is sealed (docs/wire-format.md section 13) from `counter` on
-    (`ksp.secure.initial_counter()` if omitted)."""
+    (`ksp.secure.initial_counter` of the clock if omitted)."""
     parts = urlsplit(url)
     scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
     if not host:
@@ -357,7 +358,7 @@ async def connect(url: str, *, kp_id: Any = None, password: str = "",
         from ksp.secure import Sealer, initial_counter, parse_key
         sealer = Sealer(parse_key(key) if isinstance(key, str) else bytes(key),
                         kp_id_bytes(kp_id), sib=False,
-                        counter=initial_counter() if counter is None else counter)
+                        counter=initial_counter(time.time()) if counter is None else counter)
     elif kp_id is not None:
         credentials = Credentials(kp_id_bytes(kp_id), password)
     elif password:
