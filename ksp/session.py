@@ -47,6 +47,7 @@ from .codec import (
 from .codes import Status, Tx
 from .errors import DecodeError, EncodeError, KspError
 from .model import Ack, Credentials, Request, Response
+from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
 from .seqnum import FIRST_SEQ, is_newer, next_seq
 
 __all__ = [
@@ -395,6 +396,10 @@ class KPSession:
         self.timing = timing if timing is not None else Timing()
         self.credentials = credentials
         """Added to every request sent without CREDENTIALS (the KP identity of R12)."""
+        self.sealer: Sealer | None = None
+        """Set: every datagram leaves sealed (wire format 13) and only sealed, verified
+        datagrams are taken in; the others are counted in `sealed_dropped` and ignored."""
+        self.sealed_dropped = 0
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
         self.max_pending = max_pending
@@ -517,12 +522,20 @@ class KPSession:
     def datagrams_to_send(self, now: float) -> list[bytes]:
         self._require(UDP)
         out, self._datagrams = self._datagrams, []
+        if self.sealer is not None:
+            out = [self.sealer.seal(d) for d in out]
         return out
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         self._require(UDP)
         if self._ended:
             self._expire_ended(now)
+        if self.sealer is not None:
+            try:  # an unsealed answer could come from anyone: not even its status is believed
+                data = self.sealer.open(data)
+            except SealError:
+                self.sealed_dropped += 1
+                return
         self._on_message(bytes(data), now)
 
     # -- TCP --------------------------------------------------------------------------------
@@ -770,6 +783,8 @@ class SessionStats:
     kp_unreachable: int = 0
     #: Requests refused before the duplicate cache (`RequestRefused`).
     refused: int = 0
+    #: Sealed datagrams dropped unverified: no key, bad tag, replay (`ksp.secure`).
+    sealed_dropped: int = 0
 
 
 class SIBSession:
@@ -790,6 +805,9 @@ class SIBSession:
         #: taken at its word, as by a SIB without access control). Without it, anyone who
         #: names a KP ID would get that KP's cached answers and move its exchanges.
         self.authenticate = authenticate
+        #: Opens and seals the authenticated envelope (wire format 13) per KP ID; None: a
+        #: sealed datagram is decoded as plain KSP and answered 0x01 (version not supported).
+        self.sealers: SealerTable | None = None
         self.max_held = max_held
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or (
@@ -1010,6 +1028,12 @@ class SIBSession:
     def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
         self._require(UDP)
         self._cache.expire(now)
+        if data and data[0] == MAGIC and self.sealers is not None:
+            try:  # verified before anything else sees it: a replay moves no exchange
+                data, addr = self.sealers.open(data, addr)
+            except SealError:
+                self.stats.sealed_dropped += 1
+                return
         self._on_message(bytes(data), addr, now)
 
     # -- TCP --------------------------------------------------------------------------------
@@ -1082,6 +1106,11 @@ class SIBSession:
         return data
 
     def _send(self, data: bytes, addr: Hashable) -> None:
+        if type(addr) is SealedAddr:  # the KP spoke sealed: so is every answer to it
+            try:
+                data, addr = self.sealers.seal(data, addr), addr.addr
+            except SealError:  # its key was removed meanwhile: nothing may reach it
+                return
         if self.transport is UDP:
             self._datagrams.append((data, addr))
         elif addr in self._readers:  # else the connection is gone: nowhere to send
@@ -1157,7 +1186,11 @@ class SIBSession:
         if self._held and self.transport is TCP and any(a == addr for _, a in self._held):
             self._hold(request, addr)  # a stream keeps its order behind a request still held
             return
-        if creds is not None and self.authenticate is not None:
+        sealed = type(addr) is SealedAddr
+        if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)
+            self._refuse(request, addr, Status.ACCESS_DENIED)
+            return
+        if creds is not None and self.authenticate is not None and not sealed:
             # Before the duplicate cache and every table keyed by the KP ID: a claimed identity
             # gets nothing of that KP's (cached answers, its exchanges, its address) unproven.
             verdict = self.authenticate(bytes(creds.kp_id), creds.password, addr)
@@ -1167,7 +1200,7 @@ class SIBSession:
             if verdict != _OK:
                 self._refuse(request, addr, Status(verdict))
                 return
-        kp = KPIdentity.of(request, addr)
+        kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
         key = (kp, tid, tx)
         udp = self.transport is UDP

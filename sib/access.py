@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ksp.codes import Status, Tx
 from ksp.model import Request
+from ksp.secure import parse_key
 from ksp.terms import DEFAULT_GRAPH, IRI
 
 from .errors import RequestError
@@ -39,6 +40,8 @@ from .errors import RequestError
 ALL = "*"
 DEFAULT = "default"
 ANONYMOUS_POLICIES = ("none", "read", "read-write")
+#: The password hash of a KP configured with a key only: no password verifies against it.
+_NO_PASSWORD = "!"
 
 # scrypt cost: 16 MiB and ~50 ms per hash. Successful checks are cached (by a SHA-256 of the
 # password) so only the first request of a KP pays it.
@@ -103,6 +106,10 @@ class KPEntry:
     password_hash: str
     grant: Grant
     name: str = ""
+    #: The KP's key for sealed messages (`ksp.secure`, wire format 13), if it has one.
+    key: bytes | None = None
+    #: Only sealed messages: CREDENTIALS naming this KP are refused, whatever the password.
+    require_auth: bool = False
 
 
 @dataclass
@@ -142,9 +149,13 @@ class AccessPolicy:
         kps = {}
         for entry in config.get("kp", ()):
             kp_id = kp_id_bytes(str(entry["id"]))
-            kps[kp_id] = KPEntry(kp_id, str(entry["password_hash"]),
+            key = parse_key(str(entry["key"])) if "key" in entry else None
+            if "password_hash" not in entry and key is None:
+                raise ValueError(f"[[access.kp]] {entry['id']}: password_hash or key needed")
+            kps[kp_id] = KPEntry(kp_id, str(entry.get("password_hash", _NO_PASSWORD)),
                                  Grant.of(entry.get("read", ()), entry.get("write", ())),
-                                 str(entry["id"]))
+                                 str(entry["id"]), key,
+                                 bool(entry.get("require_auth", "password_hash" not in entry)))
         anonymous = config.get("anonymous", "read-write")
         return cls(kps, anonymous if isinstance(anonymous, Mapping) else str(anonymous))
 
@@ -172,6 +183,8 @@ class AccessPolicy:
         entry = self.kps.get(bytes(creds.kp_id))
         if entry is None:
             raise RequestError(Status.ACCESS_DENIED, "unknown KP ID")
+        if entry.require_auth:
+            raise RequestError(Status.ACCESS_DENIED, "this KP must use sealed messages")
         token = hashlib.sha256(creds.password.encode()).digest()
         if not self.proven(entry.kp_id, token):
             if not verify_password(creds.password, entry.password_hash):
@@ -196,6 +209,22 @@ class AccessPolicy:
     def who(self, kp) -> "_Named":
         """`kp` (a `KPIdentity`) for a log line: with its configured id beside its UUID."""
         return _Named(kp, self)
+
+    def key_of(self, kp_id: bytes) -> bytes | None:
+        entry = self.kps.get(kp_id)
+        return None if entry is None else entry.key
+
+    def requires_auth(self, kp_id: bytes) -> bool:
+        entry = self.kps.get(kp_id)
+        return entry is not None and entry.require_auth
+
+    def check_sealed(self, kp_id: bytes, request: Request) -> None:
+        """`check` for a request whose envelope proved `kp_id` (its key, not a password)."""
+        entry = self.kps.get(kp_id)
+        if entry is None or entry.key is None:
+            raise RequestError(Status.ACCESS_DENIED, "KP ID has no key")
+        if request.tx not in (Tx.TERMINATE, Tx.RESET):
+            self.check_grant(entry.grant, request)
 
     def check(self, request: Request) -> None:
         if self.is_open:

@@ -111,6 +111,9 @@ class Authenticator:
         policy = self._policy
         if policy.is_open:
             return Status.OK  # no access control: nothing to prove (docs/sib.md)
+        if policy.requires_auth(kp_id):  # sealed messages only (wire format 13.6)
+            self.denied += 1
+            return Status.ACCESS_DENIED
         token = hashlib.sha256(password.encode()).digest()
         if policy.proven(kp_id, token):
             return Status.OK

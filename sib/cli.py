@@ -2,6 +2,7 @@
 
     ksp-sib [--config sib.toml] [--data-dir DIR | --memory] [--udp-port N] ...
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
+    ksp-sib new-key                      # a random key for [[access.kp]] key (sealed messages)
 
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
@@ -264,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["hash-password"]:
         return hash_password_command(argv[1:])
+    if argv[:1] == ["new-key"]:
+        if len(argv) > 1:
+            print("usage: ksp-sib new-key", file=sys.stderr)
+            return 2
+        from ksp.secure import new_key
+        print(new_key())
+        return 0
     args = build_parser().parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:

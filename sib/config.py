@@ -13,6 +13,8 @@ from typing import Any
 
 from ksp import Timing
 
+from ksp.secure import parse_key
+
 from .access import ANONYMOUS_POLICIES, AccessPolicy, is_password_hash
 
 
@@ -173,11 +175,17 @@ def _check_access(table: Any) -> None:
         raise ConfigError(f"[access] anonymous: one of {ANONYMOUS_POLICIES}, or a table "
                           "{ read = [...], write = [...] }")
     for entry in table.get("kp", ()):
-        missing = {"id", "password_hash"} - set(entry)
-        extra = set(entry) - {"id", "password_hash", "read", "write"}
+        missing = {"id"} - set(entry) | ({"password_hash or key"}
+                                           if not {"password_hash", "key"} & set(entry) else set())
+        extra = set(entry) - {"id", "password_hash", "key", "require_auth", "read", "write"}
         if missing or extra:
             raise ConfigError(f"[[access.kp]] {entry.get('id')!r}: missing {sorted(missing)}, "
                               f"unknown {sorted(extra)}")
-        if not is_password_hash(entry["password_hash"]):
+        if "password_hash" in entry and not is_password_hash(entry["password_hash"]):
             raise ConfigError(f"[[access.kp]] {entry['id']!r}: password_hash is not "
                               "`ksp-sib hash-password` output (scrypt$N$r$p$salt$hash)")
+        if "key" in entry:
+            try:
+                parse_key(str(entry["key"]))
+            except ValueError as exc:
+                raise ConfigError(f"[[access.kp]] {entry.get('id')!r}: {exc}") from None

@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import logging
 import ssl as _ssl
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -483,18 +484,21 @@ class _Connecting:
 def connect(url: str, *, kp_id: Any = None, password: str = "",
             timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
             prefixes: dict[str, str] | None = None, keep_persistent: bool = False,
-            jsap: "Jsap | str | None" = None, **link_args) -> _Connecting:
+            jsap: "Jsap | str | None" = None, key: bytes | str | None = None,
+            counter: int | None = None, **link_args) -> _Connecting:
     """Connect to a SIB: `udp://host:port`, `tcp://host:port`, `tcps://host:port` (TLS, with
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
     `KP.close`. `jsap`: a JSAP file (or `Jsap`) whose queries and updates can then be used by
-    name, its namespaces as prefixes. Use it as `kp = await connect(...)` or
+    name, its namespaces as prefixes. With `key` instead of a password (udp:// only) every
+    message is sealed (docs/wire-format.md section 13) from `counter` on
+    (`ksp.secure.initial_counter` of the clock if omitted). Use it as `kp = await connect(...)` or
     `async with connect(...) as kp:`. A SIB that cannot be reached raises
     `KspConnectionError` naming the URL."""
     if isinstance(jsap, (str, Path)):
         jsap = Jsap.load(jsap)
     return _Connecting(_open(url, kp_id, password, timing, ssl, prefixes, keep_persistent,
-                             jsap, link_args))
+                             jsap, dict(link_args, key=key, counter=counter)))
 
 
 async def _open(url: str, kp_id: Any, password: str, timing: Timing | None,
@@ -509,12 +513,20 @@ async def _open(url: str, kp_id: Any, password: str, timing: Timing | None,
 
 async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
                      ssl: _ssl.SSLContext | None, link_args: dict) -> Link:
+    key, counter = link_args.pop("key", None), link_args.pop("counter", None)
     parts = urlsplit(url)
     scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
     if not host:
         raise ValueError(f"no host in {url!r}")
     credentials = None
-    if kp_id is not None:
+    if key is not None:
+        if kp_id is None or password or scheme != "udp":
+            raise ValueError("a key needs a kp_id, no password, and udp://")
+        from ksp.secure import Sealer, initial_counter, parse_key
+        sealer = Sealer(parse_key(key) if isinstance(key, str) else bytes(key),
+                        kp_id_bytes(kp_id), sib=False,
+                        counter=initial_counter(time.time()) if counter is None else counter)
+    elif kp_id is not None:
         credentials = Credentials(kp_id_bytes(kp_id), password)
     elif password:
         raise ValueError("a password needs a kp_id")
@@ -522,6 +534,8 @@ async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
         from .udp import open_udp_link
         link: Link = await open_udp_link(host, _port(port, url), timing=timing,
                                          credentials=credentials, **link_args)
+        if key is not None:
+            link.session.sealer = sealer
     elif scheme in ("tcp", "tcps"):
         from .tcp import open_tcp_link
         if scheme == "tcps" and ssl is None:

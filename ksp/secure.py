@@ -1,0 +1,259 @@
+"""Sealed KSP messages: the authenticated envelope of `docs/wire-format.md` section 13 (sans-I/O).
+
+A sealed message wraps a whole, unchanged KSP message (header included, so RES and IND, which
+carry no options, are covered too) with the sender's KP ID, a sender counter and a truncated
+HMAC-SHA256 tag. The per-KP key never travels; the CREDENTIALS password is not needed. Each
+direction has its own key derived from the KP's key, so a message reflected back to its sender
+never verifies. Replays are stopped by `ReplayWindow` (highest counter + 64-bit bitmap, as in
+RFC 4303 / RFC 6479). stdlib `hmac`/`hashlib` only, so the board can do the same in a few lines.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .codes import Status
+
+__all__ = [
+    "MAGIC", "KEY_SIZE", "TAG_SIZE", "OVERHEAD", "COUNTER_MAX", "KP_TO_SIB", "SIB_TO_KP",
+    "SealError", "DirectionKeys", "Opened", "ReplayWindow", "derive_keys", "seal", "open_sealed",
+    "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id", "SealedAddr",
+    "SealerTable", "KeyLookup", "initial_counter",
+]
+
+#: First byte of a sealed message. A plain KSP message starts with its Version (0x01); a SIB
+#: that does not know the envelope reads 0xA1 as a version and answers 0x01 (version not
+#: supported) without looking further, so the sender learns the mode is off.
+MAGIC = 0xA1
+KEY_SIZE = 32
+KP_ID_SIZE = 16
+TAG_SIZE = 8
+_HEAD = struct.Struct("<B16sI")  # magic, KP ID, counter (little-endian as every KSP field)
+HEAD_SIZE = _HEAD.size  # 21
+OVERHEAD = HEAD_SIZE + TAG_SIZE  # 29 bytes per message
+COUNTER_MAX = 0xFFFF_FFFF
+WINDOW_BITS = 64
+
+KP_TO_SIB = b"ksp-seal kp->sib"
+SIB_TO_KP = b"ksp-seal sib->kp"
+
+
+class SealError(ValueError):
+    """A sealed message that does not open: malformed, wrong key or tag, or a replay. `status`
+    is what a receiver may answer (unauthenticated, so a KP treats such answers as hints)."""
+
+    def __init__(self, message: str, status: Status = Status.ACCESS_DENIED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionKeys:
+    """The two keys derived from one KP key; the raw key itself is never used for a tag."""
+
+    kp_to_sib: bytes
+    sib_to_kp: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    kp_id: bytes
+    counter: int
+    inner: bytes
+
+
+def derive_keys(key: bytes) -> DirectionKeys:
+    """HMAC(key, label) per direction: a message reflected to its sender fails its tag."""
+    if len(key) != KEY_SIZE:
+        raise ValueError(f"a KP key has {KEY_SIZE} bytes, not {len(key)}")
+    return DirectionKeys(hmac.new(key, KP_TO_SIB, hashlib.sha256).digest(),
+                         hmac.new(key, SIB_TO_KP, hashlib.sha256).digest())
+
+
+def _tag(dir_key: bytes, data: bytes) -> bytes:
+    return hmac.new(dir_key, data, hashlib.sha256).digest()[:TAG_SIZE]
+
+
+def is_sealed(data: bytes) -> bool:
+    return len(data) > 0 and data[0] == MAGIC
+
+
+def seal(dir_key: bytes, kp_id: bytes, counter: int, inner: bytes) -> bytes:
+    """The envelope around `inner` (any encoded KSP message), tagged with one direction's key."""
+    if len(kp_id) != KP_ID_SIZE:
+        raise ValueError(f"a KP ID has {KP_ID_SIZE} bytes, not {len(kp_id)}")
+    if not 0 <= counter <= COUNTER_MAX:
+        raise ValueError(f"counter {counter} outside 0..{COUNTER_MAX}")
+    body = _HEAD.pack(MAGIC, kp_id, counter) + inner
+    return body + _tag(dir_key, body)
+
+
+def peek_kp_id(data: bytes) -> bytes:
+    """The claimed (unverified) KP ID of a sealed message: which key to open it with."""
+    if len(data) < OVERHEAD or data[0] != MAGIC:
+        raise SealError(f"not a sealed message ({len(data)} bytes)", Status.INVALID_DATA_FORMAT)
+    return bytes(data[1:1 + KP_ID_SIZE])
+
+
+def open_sealed(dir_key: bytes, data: bytes) -> Opened:
+    """Check the tag (constant time) and split the envelope. No replay check: see ReplayWindow,
+    which the caller updates only after this succeeded (a forged counter moves nothing)."""
+    if len(data) < OVERHEAD or data[0] != MAGIC:
+        raise SealError(f"not a sealed message ({len(data)} bytes)", Status.INVALID_DATA_FORMAT)
+    body, tag = data[:-TAG_SIZE], data[-TAG_SIZE:]
+    if not hmac.compare_digest(_tag(dir_key, bytes(body)), bytes(tag)):
+        raise SealError("bad tag (wrong key, tampered or reflected message)")
+    _, kp_id, counter = _HEAD.unpack_from(body)
+    return Opened(kp_id, counter, bytes(body[HEAD_SIZE:]))
+
+
+class ReplayWindow:
+    """Highest verified counter and a 64-bit bitmap of the 64 counters up to it.
+
+    `check` says whether a counter is new (without changing anything); `accept` records it and
+    must be called only for a verified message. Counters more than 63 below the highest are
+    refused as too old: a KP's counters only grow, reordering by more than 64 messages is not
+    expected of one KP."""
+
+    __slots__ = ("highest", "bitmap")
+
+    def __init__(self) -> None:
+        self.highest = -1
+        self.bitmap = 0  # bit i set: counter highest - i was seen
+
+    def check(self, counter: int) -> bool:
+        if counter > self.highest:
+            return True
+        offset = self.highest - counter
+        return offset < WINDOW_BITS and not (self.bitmap >> offset) & 1
+
+    def accept(self, counter: int) -> bool:
+        if not self.check(counter):
+            return False
+        if counter > self.highest:
+            shift = counter - self.highest
+            self.bitmap = ((self.bitmap << shift) | 1) & ((1 << WINDOW_BITS) - 1) \
+                if shift < WINDOW_BITS else 1
+            self.highest = counter
+        else:
+            self.bitmap |= 1 << (self.highest - counter)
+        return True
+
+
+class Sealer:
+    """One side of one KP's sealed exchanges: seals outgoing messages with the next counter
+    and opens incoming ones with the other direction's key and a replay window."""
+
+    def __init__(self, key: bytes, kp_id: bytes, *, sib: bool, counter: int = 0) -> None:
+        keys = derive_keys(key)
+        self.kp_id = bytes(kp_id)
+        self._out = keys.sib_to_kp if sib else keys.kp_to_sib
+        self._in = keys.kp_to_sib if sib else keys.sib_to_kp
+        self.counter = counter  # next counter to send
+        self.window = ReplayWindow()
+
+    def seal(self, inner: bytes) -> bytes:
+        if self.counter > COUNTER_MAX:
+            raise SealError("sender counter exhausted: a new key is needed",
+                            Status.LIMIT_EXCEEDED)
+        out = seal(self._out, self.kp_id, self.counter, inner)
+        self.counter += 1
+        return out
+
+    def open(self, data: bytes) -> bytes:
+        opened = open_sealed(self._in, data)
+        if opened.kp_id != self.kp_id:
+            raise SealError("sealed for another KP ID")
+        if not self.window.accept(opened.counter):
+            raise SealError(f"replayed or too old counter {opened.counter}")
+        return opened.inner
+
+
+#: 2026-01-01T00:00:00Z, the origin of `initial_counter`.
+COUNTER_EPOCH = 1_767_225_600
+
+
+def initial_counter(now: float) -> int:
+    """A starting counter for a KP that keeps no counter across restarts (a host process):
+    16 per second since 2026-01-01. Above every counter an earlier run used, as long as runs
+    send at most 16 messages per second on average; it lasts until 2034. A board keeps its
+    counter instead (13.5). `now`: Unix time (this module reads no clock)."""
+    return min(COUNTER_MAX, max(0, int((now - COUNTER_EPOCH) * 16)))
+
+
+def parse_key(text: str) -> bytes:
+    """A key as written in a configuration: 64 hex digits or base64 of 32 bytes."""
+    text = text.strip()
+    try:
+        key = bytes.fromhex(text) if len(text) == 2 * KEY_SIZE else \
+            base64.b64decode(text, validate=True)
+    except (ValueError, binascii.Error) as exc:
+        raise ValueError(f"a KP key is 64 hex digits or base64 of 32 bytes: {exc}") from None
+    if len(key) != KEY_SIZE:
+        raise ValueError(f"a KP key has {KEY_SIZE} bytes, not {len(key)}")
+    return key
+
+
+def new_key() -> str:
+    """A fresh random key, as hex (what `ksp-sib new-key` would print)."""
+    import secrets
+    return secrets.token_hex(KEY_SIZE)
+
+
+class SealedAddr(NamedTuple):
+    """The session address of a KP that spoke sealed: its verified KP ID and transport address.
+    Every session table keyed by address (exchanges, bindings, ACK routes) then tells sealed
+    from plain traffic, and whatever the session sends there leaves sealed."""
+
+    kp_id: bytes
+    addr: Hashable
+
+
+KeyLookup = Callable[[bytes], "bytes | None"]
+"""The key configured for a KP ID (None: that KP has no key; its sealed messages are dropped)."""
+
+
+class SealerTable:
+    """The SIB's `Sealer` per KP ID (its counter and replay window), at most `max_entries`,
+    the least recently used forgotten first (13.5: a forgotten KP starts a new window)."""
+
+    def __init__(self, key_for: KeyLookup, wall_clock: Callable[[], float],
+                 max_entries: int = 65_536) -> None:
+        self.key_for = key_for
+        self.wall_clock = wall_clock  # Unix time, for the counters' start (`initial_counter`)
+        self.max_entries = max_entries
+        self._sealers: OrderedDict[bytes, tuple[bytes, Sealer]] = OrderedDict()
+
+    def _sealer(self, kp_id: bytes) -> Sealer:
+        key = self.key_for(kp_id)
+        if key is None:
+            self._sealers.pop(kp_id, None)
+            raise SealError("no key for this KP ID")
+        entry = self._sealers.get(kp_id)
+        if entry is None or entry[0] != key:  # new, or its key changed (configuration reload)
+            # Its counter from the clock: a KP that outlives a SIB restart (or this entry's
+            # eviction) must see counters above the ones it already took (13.5).
+            entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True,
+                                                        counter=initial_counter(self.wall_clock())))
+        self._sealers.move_to_end(kp_id)
+        while len(self._sealers) > self.max_entries:
+            self._sealers.popitem(last=False)
+        return entry[1]
+
+    def open(self, data: bytes, addr: Hashable) -> tuple[bytes, SealedAddr]:
+        """The verified inner message and the address to answer it at; SealError otherwise."""
+        kp_id = peek_kp_id(data)
+        return self._sealer(kp_id).open(data), SealedAddr(kp_id, addr)
+
+    def seal(self, data: bytes, to: SealedAddr) -> bytes:
+        return self._sealer(to.kp_id).seal(data)
+
+    def __len__(self) -> int:
+        return len(self._sealers)

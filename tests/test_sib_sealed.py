@@ -1,0 +1,219 @@
+"""The authenticated mode (wire format 13) against a real SIB over real UDP sockets: sealed
+requests are executed with the KP's grant and answered sealed; a replayed datagram (re-sent from
+another address), a tampered one or one sealed with a wrong key is dropped before the duplicate
+cache, executes nothing and does not move the KP's INDs; a `require_auth` KP's clear password
+is refused."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
+from ksp.model import Ack
+from ksp.secure import OVERHEAD, Sealer
+from sib import Sib
+from sib.access import AccessPolicy
+from sib.testing import ex
+from transports import Server
+from transports.client import kp_id_bytes
+
+from test_sib_security import G1, HASH, SECRET, P, S, Peer, creds, select
+
+KEY = bytes(range(32))
+SENSOR = kp_id_bytes("sensor")
+LOCKED = kp_id_bytes("locked")
+CONFIG = {"anonymous": "none", "kp": [
+    {"id": "sensor", "key": KEY.hex(), "read": ["*"], "write": ["*"]},
+    {"id": "locked", "password_hash": HASH, "key": KEY.hex(), "require_auth": True,
+     "read": ["*"]},
+    {"id": "open", "password_hash": HASH, "read": ["*"]},
+]}
+
+
+class SealedPeer(Peer):
+    """A raw UDP KP socket that seals what it sends and opens what it receives."""
+
+    def __init__(self, port: int, key: bytes = KEY, kp_id: bytes = SENSOR) -> None:
+        super().__init__("udp", port)
+        self.sealer = Sealer(key, kp_id, sib=False)
+        self.sent: list[bytes] = []
+
+    def send_raw(self, data: bytes) -> None:
+        self._udp.sendto(data)
+
+    def send(self, message) -> None:
+        data = self.sealer.seal(encode(message, UDP))
+        self.sent.append(data)
+        self.send_raw(data)
+
+    async def opened(self, timeout: float = 20.0) -> bytes:
+        return self.sealer.open(await asyncio.wait_for(self.received.get(), timeout))
+
+    async def answer(self, tx: Tx, timeout: float = 20.0):
+        return decode_sib_message(await self.opened(timeout), UDP, answers=tx)
+
+
+async def serving():
+    sib = Sib(access=AccessPolicy.from_config(CONFIG))
+    server = await Server.start(sib, udp=0)
+    sib.store.apply(__import__("sib").Delta(((S, P, SECRET, G1),), ()))
+    return sib, server, server.udp.port
+
+
+def test_sealed_request_is_answered_sealed_with_the_kps_grant():
+    async def go():
+        sib, server, port = await serving()
+        kp = await SealedPeer(port).open()
+        try:
+            kp.send(select(7, Options()))
+            raw = await asyncio.wait_for(kp.received.get(), 20)
+            assert raw[0] == 0xA1
+            res = decode_sib_message(kp.sealer.open(raw), UDP, answers=Tx.SELECT)
+            assert res.status == Status.OK and res.result.rows == ((SECRET,),)
+            plain = encode(res, UDP)
+            assert len(raw) == len(plain) + OVERHEAD
+            assert await kp.nothing()
+        finally:
+            await kp.close()
+            await server.close()
+    asyncio.run(go())
+
+
+def test_replayed_datagram_from_another_address_is_not_executed_and_moves_no_ind():
+    async def go():
+        sib, server, port = await serving()
+        kp, thief = await SealedPeer(port).open(), await SealedPeer(port).open()
+        try:
+            kp.send(Request(Tx.SELECT_PERSISTENT, 9, projection=1,
+                            where=(Triple(S, P, Var(0)),), options=Options()))
+            first = await kp.answer(Tx.SELECT_PERSISTENT)
+            assert first.status == Status.OK
+            executed = sib.core.metrics.requests["SELECT_PERSISTENT"]
+            thief.send_raw(kp.sent[0])  # captured bytes, from another address
+            assert await thief.nothing()
+            assert sib.core.metrics.requests["SELECT_PERSISTENT"] == executed
+            assert server.udp.session.stats.sealed_dropped == 1
+            # A change: the IND goes to the KP, sealed, not to the replayer.
+            kp.send(Request(Tx.INSERT_DATA, 10, insert=((S, P, ex("new")),),
+                            options=Options(insert_graphs=(G1,))))
+            got = {}
+            for _ in range(2):
+                data = await kp.opened()
+                msg = decode_sib_message(data, UDP, answers=Tx.SELECT_PERSISTENT) \
+                    if data[1] & 0x80 else decode_sib_message(data, UDP, answers=Tx.INSERT_DATA)
+                got[msg.indication] = msg
+            assert got[True].tid == 9 and got[False].tid == 10
+            kp.send(Ack(9, got[True].seq))
+            assert await thief.nothing()
+        finally:
+            await kp.close()
+            await thief.close()
+            await server.close()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("harm", ["tampered", "wrong key", "no key for that KP"])
+def test_bad_sealed_datagram_is_dropped(harm):
+    async def go():
+        sib, server, port = await serving()
+        kp = await SealedPeer(port, key=bytes(32) if harm == "wrong key" else KEY,
+                              kp_id=kp_id_bytes("open") if harm == "no key for that KP"
+                              else SENSOR).open()
+        try:
+            data = kp.sealer.seal(encode(select(3, Options()), UDP))
+            if harm == "tampered":
+                data = data[:-12] + bytes([data[-12] ^ 1]) + data[-11:]
+            kp.send_raw(data)
+            assert await kp.nothing()
+            assert server.udp.session.stats.sealed_dropped == 1
+            assert sib.core.metrics.requests["SELECT"] == 0
+            kp.sealer = Sealer(KEY, SENSOR, sib=False)  # the right key still works after it
+            kp.send(select(4, Options()))
+            assert (await kp.answer(Tx.SELECT)).status == Status.OK
+        finally:
+            await kp.close()
+            await server.close()
+    asyncio.run(go())
+
+
+def test_counters_across_the_window():
+    async def go():
+        sib, server, port = await serving()
+        kp = await SealedPeer(port).open()
+        try:
+            late = [kp.sealer.seal(encode(select(tid, Options()), UDP)) for tid in range(1, 66)]
+            kp.send_raw(late[-1])  # counter 64 first
+            assert (await kp.answer(Tx.SELECT)).tid == 65
+            kp.send_raw(late[1])  # counter 1: 63 below, inside the window
+            assert (await kp.answer(Tx.SELECT)).tid == 2
+            kp.send_raw(late[0])  # counter 0: 64 below, too old
+            kp.send_raw(late[1])  # counter 1 again: a replay
+            assert await kp.nothing()
+            assert server.udp.session.stats.sealed_dropped == 2
+        finally:
+            await kp.close()
+            await server.close()
+    asyncio.run(go())
+
+
+def test_require_auth_refuses_a_clear_right_password_and_a_sealed_request_with_credentials():
+    async def go():
+        sib, server, port = await serving()
+        clear = await Peer("udp", port).open()
+        kp = await SealedPeer(port, kp_id=LOCKED).open()
+        try:
+            clear.send(select(5, creds("right", LOCKED)))
+            assert (await clear.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
+            clear.send(select(6, creds("right", kp_id_bytes("open"))))  # same password elsewhere
+            assert (await clear.answer(Tx.SELECT)).status == Status.OK
+            kp.send(select(7, creds("right", LOCKED)))
+            assert (await kp.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
+            kp.send(select(8, Options()))
+            res = await kp.answer(Tx.SELECT)
+            assert res.status == Status.OK and res.result.rows == ((SECRET,),)
+        finally:
+            await kp.close()
+            await clear.close()
+            await server.close()
+    asyncio.run(go())
+
+
+def test_a_sib_without_the_mode_answers_version_not_supported():
+    """A session with no key table reads 0xA1 as a KSP version (wire format 13.2)."""
+    from ksp import SIBSession
+    session = SIBSession(UDP)
+    session.receive_datagram(Sealer(KEY, SENSOR, sib=False).seal(encode(select(3, Options()),
+                                                                        UDP)), ("h", 1), 0.0)
+    (data, addr), = session.datagrams_to_send(0.0)
+    assert data[0] == 0x01 and data[1] == Status.VERSION_NOT_SUPPORTED and addr == ("h", 1)
+
+
+def test_python_client_speaks_sealed_and_new_key_makes_keys(capsys):
+    from sib.cli import main
+    from ksp.secure import parse_key
+    from transports import connect
+    from transports.errors import KspTimeout
+    from ksp import Timing
+
+    assert main(["new-key"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert len(parse_key(printed)) == 32
+
+    async def go():
+        sib, server, port = await serving()
+        kp = await connect(f"udp://127.0.0.1:{port}", kp_id="sensor", key=KEY.hex())
+        stranger = await connect(f"udp://127.0.0.1:{port}", kp_id="sensor", key=bytes(32),
+                                 timing=Timing(ack_timeout=0.05, max_retransmit=1))
+        try:
+            rows = await kp.query(select(0, Options()))
+            assert [str(r[0]) for r in rows.rows] == [SECRET.lexical]
+            assert server.udp.session.stats.sealed_dropped == 0
+            with pytest.raises(KspTimeout):  # its datagrams are dropped, unanswered
+                await asyncio.wait_for(stranger.query(select(0, Options())), 10)
+            assert server.udp.session.stats.sealed_dropped >= 1
+        finally:
+            await kp.close()
+            await stranger.close()
+            await server.close()
+    asyncio.run(go())
