@@ -89,6 +89,14 @@ class SimulatedBoard:
     def save_state(self, obj):
         self.state = json.loads(json.dumps(obj))  # what survives is what JSON keeps
 
+    def load_counter(self):
+        # A host keeps no flash: a clock-derived start (16 per second since 2026-01-01, as
+        # ksp.secure.initial_counter) is above every counter an earlier run used.
+        return max(0, int((time.time() - 1767225600) * 16))
+
+    def save_counter(self, n):
+        pass
+
     def network(self, cfg):
         pass
 

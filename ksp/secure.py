@@ -17,7 +17,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .codes import Status
 
@@ -25,7 +25,7 @@ __all__ = [
     "MAGIC", "KEY_SIZE", "TAG_SIZE", "OVERHEAD", "COUNTER_MAX", "KP_TO_SIB", "SIB_TO_KP",
     "SealError", "DirectionKeys", "Opened", "ReplayWindow", "derive_keys", "seal", "open_sealed",
     "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id", "SealedAddr",
-    "SealerTable", "KeyLookup", "initial_counter",
+    "SealerTable", "KeyLookup", "initial_counter", "SealState", "OUT_BLOCK",
 ]
 
 #: First byte of a sealed message. A plain KSP message starts with its Version (0x01); a SIB
@@ -220,40 +220,81 @@ KeyLookup = Callable[[bytes], "bytes | None"]
 """The key configured for a KP ID (None: that KP has no key; its sealed messages are dropped)."""
 
 
+#: SIB → KP counters reserved per write to a `SealState` (as a board does in flash, 13.5).
+OUT_BLOCK = 1024
+
+
+class SealState(Protocol):
+    """Where a SIB keeps each KP's replay window and sending counter across restarts (13.5):
+    `sib.journal.Journal` with a data directory. `key_id` names the key the state belongs to
+    (a new key starts afresh)."""
+
+    def load_seal(self, kp_id: bytes, key_id: bytes) -> "tuple[int, int] | None":
+        """(highest counter accepted, first SIB → KP counter not yet used)."""
+
+    def save_seal(self, kp_id: bytes, key_id: bytes, highest: int, out_limit: int) -> None:
+        """Durably (a process crash must not lose it) before the message it covers acts."""
+
+
 class SealerTable:
     """The SIB's `Sealer` per KP ID (its counter and replay window), at most `max_entries`,
-    the least recently used forgotten first (13.5: a forgotten KP starts a new window)."""
+    the least recently used forgotten first. With a `state` (a SIB with a data directory) the
+    highest counter is saved after every verified message, before it acts, and the sending
+    counter in blocks of OUT_BLOCK; a window loaded back is closed (every counter up to the
+    highest taken as seen), since the duplicate cache that would catch a late copy of a request
+    is gone. So neither a restart nor an eviction lets a recorded message in again or reuses a
+    counter; without a state a forgotten KP starts a new window (13.5)."""
 
     def __init__(self, key_for: KeyLookup, wall_clock: Callable[[], float],
-                 max_entries: int = 65_536) -> None:
+                 max_entries: int = 65_536, state: SealState | None = None) -> None:
         self.key_for = key_for
         self.wall_clock = wall_clock  # Unix time, for the counters' start (`initial_counter`)
         self.max_entries = max_entries
-        self._sealers: OrderedDict[bytes, tuple[bytes, Sealer]] = OrderedDict()
+        self.state = state
+        # kp_id -> (key, sealer, key_id, [out_limit])
+        self._sealers: OrderedDict[bytes, tuple[bytes, Sealer, bytes, list[int]]] = OrderedDict()
 
-    def _sealer(self, kp_id: bytes) -> Sealer:
+    def _entry(self, kp_id: bytes) -> tuple[bytes, Sealer, bytes, list[int]]:
         key = self.key_for(kp_id)
         if key is None:
             self._sealers.pop(kp_id, None)
             raise SealError("no key for this KP ID")
         entry = self._sealers.get(kp_id)
         if entry is None or entry[0] != key:  # new, or its key changed (configuration reload)
-            # Its counter from the clock: a KP that outlives a SIB restart (or this entry's
-            # eviction) must see counters above the ones it already took (13.5).
-            entry = self._sealers[kp_id] = (key, Sealer(key, kp_id, sib=True,
-                                                        counter=initial_counter(self.wall_clock())))
+            # Its counter from the clock at least: a KP that outlives a SIB restart (or this
+            # entry's eviction) must see counters above the ones it already took (13.5).
+            sealer = Sealer(key, kp_id, sib=True, counter=initial_counter(self.wall_clock()))
+            key_id = hashlib.sha256(b"ksp-seal state" + key).digest()[:8]
+            saved = self.state.load_seal(kp_id, key_id) if self.state is not None else None
+            if saved is not None:
+                sealer.window.highest, sealer.window.bitmap = saved[0], (1 << WINDOW_BITS) - 1
+                sealer.counter = max(sealer.counter, saved[1])
+            entry = self._sealers[kp_id] = (key, sealer, key_id, [sealer.counter])
         self._sealers.move_to_end(kp_id)
         while len(self._sealers) > self.max_entries:
             self._sealers.popitem(last=False)
-        return entry[1]
+        return entry
+
+    def _save(self, entry: tuple[bytes, Sealer, bytes, list[int]]) -> None:
+        assert self.state is not None
+        self.state.save_seal(entry[1].kp_id, entry[2], entry[1].window.highest, entry[3][0])
 
     def open(self, data: bytes, addr: Hashable) -> tuple[bytes, SealedAddr]:
         """The verified inner message and the address to answer it at; SealError otherwise."""
         kp_id = peek_kp_id(data)
-        return self._sealer(kp_id).open(data), SealedAddr(kp_id, addr)
+        entry = self._entry(kp_id)
+        inner = entry[1].open(data)
+        if self.state is not None:
+            self._save(entry)
+        return inner, SealedAddr(kp_id, addr)
 
     def seal(self, data: bytes, to: SealedAddr) -> bytes:
-        return self._sealer(to.kp_id).seal(data)
+        entry = self._entry(to.kp_id)
+        sealer, limit = entry[1], entry[3]
+        if self.state is not None and sealer.counter >= limit[0]:
+            limit[0] = sealer.counter + OUT_BLOCK
+            self._save(entry)
+        return sealer.seal(data)
 
     def __len__(self) -> int:
         return len(self._sealers)

@@ -125,6 +125,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
+    metrics.counters["ksp_sealed_dropped_total"] = (
+        "Sealed datagrams dropped unopened: unknown KP, bad tag or a replay (wire format 13.3).",
+        lambda: server.sealed_dropped)
     if server.tcp is not None:
         guard = server.tcp.guard
         metrics.gauges["ksp_tcp_connections"] = ("Open KSP TCP connections.", lambda: len(guard))

@@ -10,6 +10,9 @@ KP — a sleeping device that kept its IDs — takes the next IND as new.
 
 Only UDP operations are kept: a TCP connection and a CoAP observation do not outlive the SIB
 process, so their KPs re-subscribe anyway.
+
+It also keeps each sealed KP's replay window and counter block (`ksp.secure.SealState`), so a
+restart lets no recorded message in again (docs/wire-format.md 13.5).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 from ksp.codec import UDP, decode_kp_message, encode
 from ksp.model import Request, Response
+from ksp.secure import SealedAddr
 from ksp.seqnum import FIRST_SEQ, next_seq
 from ksp.session import KPIdentity
 
@@ -31,6 +35,23 @@ JOURNALED = frozenset({"udp"})
 def result_digest(response: Response) -> bytes:
     """A digest of a result, to tell after a restart whether the KP has seen it."""
     return hashlib.sha256(repr(response.result).encode()).digest()
+
+
+def _endpoint_json(endpoint: Hashable | None) -> str:
+    """A KP that spoke sealed (wire format 13) is kept as such, so that after a restart its
+    INDs leave sealed: it ignores every unsealed datagram."""
+    if type(endpoint) is SealedAddr:
+        return json.dumps({"sealed": endpoint.kp_id.hex(), "addr": endpoint.addr})
+    return json.dumps(endpoint)
+
+
+def _endpoint_of(text: str | None) -> Hashable | None:
+    ep = json.loads(text) if text is not None else None
+    if isinstance(ep, dict):
+        addr = ep["addr"]
+        return SealedAddr(bytes.fromhex(ep["sealed"]),
+                          tuple(addr) if isinstance(addr, list) else addr)
+    return tuple(ep) if isinstance(ep, list) else ep
 
 
 def _kp_key(kp: KPIdentity) -> tuple[bytes, str]:
@@ -67,6 +88,11 @@ class Journal:
             "CREATE TABLE IF NOT EXISTS ops (kp_id BLOB, kp_addr TEXT, tid INTEGER, "
             "transport TEXT, endpoint TEXT, request BLOB, seq INTEGER, digest BLOB, "
             "delivered INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kp_id, kp_addr, tid))")
+        # The sealed mode's state per KP (ksp.secure.SealState): replay window and the end of
+        # the reserved block of SIB -> KP counters, for the key `key_id` names.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS seal (kp_id BLOB PRIMARY KEY, key_id BLOB, "
+            "highest INTEGER, out_limit INTEGER)")
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(ops)")}
         if "delivered" not in columns:  # a journal written before the column existed
             self._db.execute("ALTER TABLE ops ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0")
@@ -82,7 +108,8 @@ class Journal:
         IND (not yet known to be ACKed): what the KP was sent, and where it was last seen."""
         self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ?, delivered = ? "
                          "WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
-                         (seq, digest, json.dumps(endpoint), int(delivered), *_kp_key(kp), tid))
+                         (seq, digest, _endpoint_json(endpoint), int(delivered), *_kp_key(kp),
+                          tid))
 
     def settle(self, awaiting_ack: Callable[[KPIdentity, int, str], bool]) -> None:
         """On a clean stop: mark delivered every operation whose last IND the transport saw
@@ -103,10 +130,17 @@ class Journal:
         rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport, endpoint, request, seq, "
                                 "digest, delivered FROM ops ORDER BY rowid").fetchall()
         for kp_id, addr, tid, transport, endpoint, data, seq, digest, delivered in rows:
-            ep = json.loads(endpoint) if endpoint is not None else None
-            yield Saved(_kp_of(kp_id, addr), tid, transport,
-                        tuple(ep) if isinstance(ep, list) else ep,
+            yield Saved(_kp_of(kp_id, addr), tid, transport, _endpoint_of(endpoint),
                         decode_kp_message(data, UDP), seq, digest, bool(delivered))
+
+    def load_seal(self, kp_id: bytes, key_id: bytes) -> tuple[int, int] | None:
+        row = self._db.execute("SELECT highest, out_limit FROM seal WHERE kp_id = ? "
+                               "AND key_id = ?", (kp_id, key_id)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def save_seal(self, kp_id: bytes, key_id: bytes, highest: int, out_limit: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO seal VALUES (?, ?, ?, ?)",
+                         (kp_id, key_id, highest, out_limit))
 
     def close(self) -> None:
         self._db.close()

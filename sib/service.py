@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 from ksp.codes import Status
 from ksp.model import Request, Response
+from ksp.secure import SealerTable
 from ksp.session import KPIdentity
 
 from .access import AccessPolicy
@@ -39,6 +40,12 @@ class Sib:
         #: What the transports ask about CREDENTIALS before their duplicate caches (`sib.auth`);
         #: `auth_options` go to it (failure limits, pending verifications).
         self.authenticator = Authenticator(self.core.access, **(auth_options or {}))
+        core = self.core
+        #: The sealed mode's state per KP (wire format 13), one table for every transport; keys
+        #: from the policy in force (it may be reloaded), windows and counters kept in the
+        #: journal when there is one (a data directory), so they outlive a restart.
+        self.sealers = SealerTable(lambda kp_id: core.access.key_of(kp_id), time.time,
+                                   state=core.journal)
         me = weakref.ref(self)  # no cycle: the store closes when the SIB is dropped
 
         def read(get):

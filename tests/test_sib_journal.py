@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ksp import Credentials, Literal, Options, Request, Status, Triple, Tx, Var
 from ksp.session import KPIdentity
 from sib import QuadStore, Sib
@@ -148,3 +150,57 @@ def test_rule_does_not_fire_again_and_ended_ops_are_forgotten(tmp_path):
         assert len(sib.store.match(S, Q)) == 2
 
     restart(tmp_path, before, after)
+
+
+def test_a_kp_that_spoke_sealed_is_restored_sealed(tmp_path):
+    """The endpoint of a sealed KP (wire format 13) is a `SealedAddr`: kept as such, its INDs
+    after a restart leave sealed (it ignores every unsealed datagram); a plain one stays plain."""
+    from ksp.secure import SealedAddr
+
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    sealed, plain = KPIdentity(kp_id=b"s" * 16), KPIdentity(kp_id=b"p" * 16)
+    for tid, kp, endpoint in ((1, sealed, SealedAddr(b"s" * 16, ("127.0.0.1", 4000))),
+                              (2, plain, ("::1", 4001, 0, 0))):
+        journal.add(kp, tid, "udp", SUB._replace(tid=tid))
+        journal.sent(kp, tid, 3, b"d", endpoint, False)
+    journal.close()
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    assert {s.tid: s.endpoint for s in journal} == {
+        1: SealedAddr(b"s" * 16, ("127.0.0.1", 4000)), 2: ("::1", 4001, 0, 0)}
+    journal.close()
+
+
+def test_sealed_windows_and_counters_outlive_a_restart(tmp_path):
+    """wire format 13.5 with a data directory: after a restart (a new SealerTable on the same
+    journal) a recorded message is refused, so is any older counter the SIB never had (its
+    window comes back closed: the duplicate cache that would catch a late copy is gone), the
+    KP's next counter is taken, and the SIB's own counters go on above every one it used."""
+    from ksp.secure import OUT_BLOCK, SealError, Sealer, SealerTable, SealedAddr, open_sealed
+    from ksp.secure import derive_keys
+
+    key, kp_id = bytes(range(32)), b"k" * 16
+    kp = Sealer(key, kp_id, sib=False, counter=100)
+    msgs = [kp.seal(b"\x01\x00\x00\x00" + bytes([i])) for i in range(5)]
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    clock = [1_800_000_000.0]
+    table = SealerTable(lambda _: key, lambda: clock[0], state=journal)
+    for m in (msgs[0], msgs[1], msgs[3]):  # msgs[2] never arrives
+        table.open(m, ("h", 1))
+    out = [open_sealed(derive_keys(key).sib_to_kp, table.seal(b"x", SealedAddr(kp_id, ("h", 1))))
+           .counter for _ in range(3)]
+    journal.close()
+
+    clock[0] -= 3600  # a clock set back: the saved block still wins
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    table = SealerTable(lambda _: key, lambda: clock[0], state=journal)
+    for m in msgs[:4]:
+        with pytest.raises(SealError):
+            table.open(m, ("attacker", 2))
+    assert table.open(msgs[4], ("h", 1))[0] == msgs[4][21:-8]
+    again = open_sealed(derive_keys(key).sib_to_kp, table.seal(b"y", SealedAddr(kp_id, ("h", 1))))
+    assert again.counter >= out[0] + OUT_BLOCK > out[-1]
+    # another key for the same KP ID (a reloaded configuration) starts afresh
+    other = SealerTable(lambda _: bytes(32), lambda: clock[0], state=journal)
+    fresh = Sealer(bytes(32), kp_id, sib=False, counter=0)
+    assert other.open(fresh.seal(b"z"), ("h", 1))[0] == b"z"
+    journal.close()

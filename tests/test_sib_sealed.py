@@ -6,12 +6,13 @@ is refused."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
 from ksp.model import Ack
-from ksp.secure import OVERHEAD, Sealer
+from ksp.secure import OVERHEAD, Sealer, initial_counter
 from sib import Sib
 from sib.access import AccessPolicy
 from sib.testing import ex
@@ -215,5 +216,85 @@ def test_python_client_speaks_sealed_and_new_key_makes_keys(capsys):
         finally:
             await kp.close()
             await stranger.close()
+            await server.close()
+    asyncio.run(go())
+
+
+async def coap_post(port: int, payload: bytes):
+    """One raw CoAP POST to the SIB's /ksp (a KP or an attacker speaking aiocoap directly)."""
+    import aiocoap
+    from aiocoap.numbers.codes import Code
+    from transports.coap import CONTENT_FORMAT
+
+    ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+    try:
+        msg = aiocoap.Message(code=Code.POST, uri=f"coap://127.0.0.1:{port}/ksp",
+                              payload=payload, content_format=CONTENT_FORMAT)
+        return await asyncio.wait_for(ctx.request(msg).response, 30)
+    finally:
+        await ctx.shutdown()
+
+
+def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
+    """The sealed mode on the CoAP binding: `connect("coap://…", key=)` queries and subscribes
+    (its INDs, notifications the client only believes sealed, arrive); a replayed POST payload,
+    a sealed UDP datagram replayed over CoAP (one window per KP for every transport), a
+    tampered one and a sealed request that also carries CREDENTIALS are refused, and nothing
+    of them executes."""
+    from transports import connect
+
+    async def go():
+        sib = Sib(access=AccessPolicy.from_config(CONFIG))
+        server = await Server.start(sib, udp=0, coap=0)
+        sib.store.apply(__import__("sib").Delta(((S, P, SECRET, G1),), ()))
+        cport, uport = server.coap.port, server.udp.port
+        try:
+            async with connect(f"coap://127.0.0.1:{cport}", kp_id="sensor", key=KEY) as kp:
+                rows = await kp.query(f"SELECT ?o FROM <{G1}> WHERE {{ <{S}> <{P}> ?o }}")
+                assert [str(r[0]) for r in rows.rows] == [SECRET.lexical]
+                text = f"SELECT ?o FROM <{G1}> WHERE {{ <{S}> <{P}> ?o }}"
+                async with kp.subscribe(text) as sub:
+                    first = await asyncio.wait_for(anext(sub), 30)
+                    assert [str(r[0]) for r in first.result.rows] == [SECRET.lexical]
+                    await kp.update(f"INSERT DATA {{ GRAPH <{G1}> {{ <{S}> <{P}> "
+                                    f"<{ex('new')}> }} }}")  # GRAPH: ok in DATA
+                    ind = await asyncio.wait_for(anext(sub), 30)
+                    assert {str(r[0]) for r in ind.result.rows} == {SECRET.lexical,
+                                                                    str(ex("new"))}
+
+            # above the counters `connect` took (from the clock, 13.5)
+            peer = Sealer(KEY, SENSOR, sib=False, counter=initial_counter(time.time()) + 10**6)
+            payload = peer.seal(encode(Request(Tx.INSERT_DATA, 40, insert=((S, P, ex("a")),),
+                                               options=Options(insert_graphs=(G1,)),
+                                               confirmable=True), UDP))
+            first = await coap_post(cport, payload)
+            answer = decode_sib_message(peer.open(first.payload), UDP, answers=Tx.INSERT_DATA)
+            assert first.payload[0] == 0xA1 and answer.status == Status.OK
+            executed = sib.core.metrics.requests["INSERT_DATA"]
+            dropped = server.coap.sealed_dropped
+            assert str((await coap_post(cport, payload)).code) == "4.01 Unauthorized"
+            # the same KP over UDP: a datagram taken there, replayed over CoAP
+            udp = await SealedPeer(uport).open()
+            try:
+                udp.sealer.counter = peer.counter + 10**6
+                udp.send(select(41, Options()))
+                assert (await udp.answer(Tx.SELECT)).status == Status.OK
+                replay = await coap_post(cport, udp.sent[0])
+                assert str(replay.code) == "4.01 Unauthorized"
+            finally:
+                await udp.close()
+            bad = bytearray(peer.seal(encode(select(42, Options()), UDP)))
+            bad[25] ^= 1
+            assert str((await coap_post(cport, bytes(bad))).code) == "4.01 Unauthorized"
+            assert server.coap.sealed_dropped == dropped + 3
+            assert server.sealed_dropped == server.coap.sealed_dropped
+            assert sib.core.metrics.requests["INSERT_DATA"] == executed
+
+            peer.counter += 10**7  # above the UDP peer's: the window is one per KP
+            with_password = peer.seal(encode(select(43, creds("x", SENSOR)), UDP))
+            refused = decode_sib_message(peer.open((await coap_post(cport, with_password))
+                                                   .payload), UDP, answers=Tx.SELECT)
+            assert refused.status == Status.ACCESS_DENIED
+        finally:
             await server.close()
     asyncio.run(go())

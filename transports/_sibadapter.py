@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Hashable
 
 from ksp import (
     CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
     RequestRefused, Response, SIBSession, UDP,
 )
-from ksp.secure import SealerTable
 
 from ._timer import SessionTimer
 from .service import Channel, Service
@@ -75,11 +73,10 @@ class SessionAdapter:
         self.authenticator = getattr(service, "authenticator", None)
         if self.authenticator is not None and session.authenticate is None:
             session.authenticate = self.authenticator.verdict
-        core = getattr(service, "core", None)
-        if core is not None and session.sealers is None and session.transport is UDP:
-            # Keys are looked up in the policy in force (it may be reloaded).
-            session.sealers = SealerTable(lambda kp_id: core.access.key_of(kp_id), time.time,
-                                          session.max_entries)
+        if session.sealers is None and session.transport is UDP:
+            # One table per service, shared with CoAP: one replay window per KP, whatever the
+            # transport a recorded message is replayed on.
+            session.sealers = getattr(service, "sealers", None)
         self._verifying: set[asyncio.Task] = set()
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False

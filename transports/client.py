@@ -490,7 +490,7 @@ def connect(url: str, *, kp_id: Any = None, password: str = "",
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
     `KP.close`. `jsap`: a JSAP file (or `Jsap`) whose queries and updates can then be used by
-    name, its namespaces as prefixes. With `key` instead of a password (udp:// only) every
+    name, its namespaces as prefixes. With `key` instead of a password (udp:// or coap://) every
     message is sealed (docs/wire-format.md section 13) from `counter` on
     (`ksp.secure.initial_counter` of the clock if omitted). Use it as `kp = await connect(...)` or
     `async with connect(...) as kp:`. A SIB that cannot be reached raises
@@ -520,8 +520,8 @@ async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
         raise ValueError(f"no host in {url!r}")
     credentials = None
     if key is not None:
-        if kp_id is None or password or scheme != "udp":
-            raise ValueError("a key needs a kp_id, no password, and udp://")
+        if kp_id is None or password or scheme not in ("udp", "coap"):
+            raise ValueError("a key needs a kp_id, no password, and udp:// or coap://")
         from ksp.secure import Sealer, initial_counter, parse_key
         sealer = Sealer(parse_key(key) if isinstance(key, str) else bytes(key),
                         kp_id_bytes(kp_id), sib=False,
@@ -547,7 +547,8 @@ async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
     elif scheme == "coap":
         from .coap import open_coap_link
         link = await open_coap_link(host, port or DEFAULT_COAP_PORT, timing=timing,
-                                    credentials=credentials, **link_args)
+                                    credentials=credentials,
+                                    sealer=sealer if key is not None else None, **link_args)
     else:
         raise ValueError(f"unknown scheme in {url!r}: udp, tcp, tcps or coap")
     return link

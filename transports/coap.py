@@ -10,6 +10,12 @@ so no KSP-level ACKs travel; the INDs keep their sequence numbers so the KP drop
 KSP transaction sent again in a new CoAP message (same KP, TID and type, within
 EXCHANGE_LIFETIME) is a duplicate as over UDP: answered as the first copy was, never executed
 twice.
+
+Sealed messages (docs/wire-format.md section 13): the POST payload may be a sealed envelope;
+the SIB opens it with the service's `sealers` (shared with UDP: one replay window per KP
+whatever the transport) before anything else, answers 4.01 with no payload to one that does not
+open (unknown KP, bad tag, replay: nothing of it is believed), and seals every answer and
+notification to that KP.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from ksp import (
     UDP, Ack, DecodeError, KPIdentity, Request, Response, Status, Timing, Tx, decode_kp_message,
     decode_sib_message, encode, is_newer, next_seq, peek_tid,
 )
+from ksp.secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
 from ksp.seqnum import FIRST_SEQ
 from ksp.session import MAX_UDP_PAYLOAD, DuplicateCache
 
@@ -91,9 +98,10 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
     """`/ksp/p/<token>`: the newest IND of one persistent transaction, observable."""
 
     def __init__(self, server: "CoapServer", kp: KPIdentity, tid: int, token: str,
-                 max_size: int | None) -> None:
+                 max_size: int | None, sealed: SealedAddr | None = None) -> None:
         super().__init__()
         self.server, self.kp, self.tid, self.token = server, kp, tid, token
+        self.sealed = sealed  # the KP spoke sealed: every IND leaves sealed
         self.max_size = MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
         self.latest = b""
         self.seq: int | None = None
@@ -101,7 +109,7 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.observed = False
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
-        return _ksp_message(self.latest)
+        return _ksp_message(self.server._seal(self.latest, self.sealed))
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:  # an ended one answers its final IND, unobserved
@@ -119,7 +127,8 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
                              max_size=self.max_size)
         final = response.status != Status.OK
         for observation in list(self._observations):
-            observation.trigger(_ksp_message(self.latest), is_last=final)
+            observation.trigger(_ksp_message(self.server._seal(self.latest, self.sealed)),
+                                is_last=final)
         if final:
             # The resource lingers with the final IND, so a KP whose observation was not yet
             # registered still reads how its operation ended.
@@ -149,8 +158,10 @@ class _RequestResource(aiocoap.resource.Resource):
 _Answer = tuple[Code, bytes, "tuple[str, ...] | None"]
 
 
-def _reply(answer: _Answer) -> aiocoap.Message:
+def _reply(answer: _Answer, seal=None) -> aiocoap.Message:
     code, payload, location = answer
+    if payload and seal is not None:
+        payload = seal(payload)
     if not payload:
         return aiocoap.Message(code=code)
     if location is not None:
@@ -180,6 +191,10 @@ class CoapServer:
     def __init__(self, service: Service, timing: Timing | None = None,
                  max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
         self.service = service
+        #: The service's sealers (`ksp.secure.SealerTable`; None: the sealed mode is off and a
+        #: sealed payload is answered as a plain one would be, 0x01).
+        self.sealers: SealerTable | None = getattr(service, "sealers", None)
+        self.sealed_dropped = 0  # sealed payloads that did not open
         lifetime = (timing or Timing()).exchange_lifetime
         self._exchanges = DuplicateCache(lifetime, max_entries, max_cache_bytes)
         self.duplicates = 0  # requests answered as duplicates (stats)
@@ -217,20 +232,32 @@ class CoapServer:
     async def _handle(self, request: aiocoap.Message) -> aiocoap.Message:
         if request.opt.content_format not in (None, CONTENT_FORMAT):
             return aiocoap.Message(code=Code.UNSUPPORTED_CONTENT_FORMAT)
-        data = request.payload
+        data, sealed = request.payload, None
+        if data[:1] == bytes((MAGIC,)) and self.sealers is not None:
+            try:
+                data, sealed = self.sealers.open(data, request.remote.hostinfo)
+            except SealError:
+                self.sealed_dropped += 1
+                return aiocoap.Message(code=Code.UNAUTHORIZED)
+        seal = None if sealed is None else (lambda payload: self._seal(payload, sealed))
         try:
             req = decode_kp_message(data, UDP)
         except DecodeError as exc:
             tid = exc.tid if exc.tid is not None else peek_tid(data)
             if tid is None:
                 return aiocoap.Message(code=Code.BAD_REQUEST, payload=b"not a KSP request")
-            return _ksp_message(encode(Response(tid, exc.status), UDP))
+            return _reply((Code.CONTENT, encode(Response(tid, exc.status), UDP), None), seal)
         if isinstance(req, Ack):  # CoAP acknowledges notifications itself
-            return _ksp_message(encode(Response(req.tid, Status.INVALID_MESSAGE_TYPE), UDP))
-        refusal = await self._authenticate(req, request.remote)
+            return _reply((Code.CONTENT, encode(Response(req.tid, Status.INVALID_MESSAGE_TYPE),
+                                                UDP), None), seal)
+        if sealed is not None:  # the envelope names the KP; a password has no place (13.5)
+            refusal = Status.ACCESS_DENIED if req.options.credentials is not None else None
+            kp = KPIdentity(sealed.kp_id, None)
+        else:
+            refusal = await self._authenticate(req, request.remote)
+            kp = KPIdentity.of(req, request.remote.hostinfo)
         if refusal is not None:
-            return _ksp_message(encode(Response(req.tid, refusal), UDP))
-        kp = KPIdentity.of(req, request.remote.hostinfo)
+            return _reply((Code.CONTENT, encode(Response(req.tid, refusal), UDP), None), seal)
         # KSP-level duplicates: the same transaction in another CoAP message (a new message
         # ID: a KP rebooted with its TIDs kept, a proxy) is answered as the first copy was.
         loop = asyncio.get_running_loop()
@@ -239,18 +266,24 @@ class CoapServer:
         exchange = self._exchanges.get(key)
         if exchange is not None:
             self.duplicates += 1
-            return _reply(await asyncio.shield(exchange.answer))
+            return _reply(await asyncio.shield(exchange.answer), seal)
         exchange = _CoapExchange(loop.create_future())
         self._exchanges.add(key, exchange, loop.time())
         try:
-            answer = await self._execute(req, kp)
+            answer = await self._execute(req, kp, sealed)
         except BaseException:
             self._exchanges.discard(key)  # not answered: a later copy is a new request
             exchange.answer.cancel()
             raise
         exchange.answer.set_result(answer)
         self._exchanges.answered(key, exchange, answer[1])
-        return _reply(answer)
+        return _reply(answer, seal)
+
+    def _seal(self, payload: bytes, sealed: SealedAddr | None) -> bytes:
+        """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
+        if sealed is None or not payload or self.sealers is None:
+            return payload
+        return self.sealers.seal(payload, sealed)
 
     async def _authenticate(self, req: Request, remote) -> Status | None:
         """The service's verdict on the CREDENTIALS (None: accepted, or nothing to check),
@@ -268,14 +301,15 @@ class CoapServer:
                 verdict = Status.LIMIT_EXCEEDED
         return None if verdict == Status.OK else Status(verdict)
 
-    async def _execute(self, req: Request, kp: KPIdentity) -> "_Answer":
+    async def _execute(self, req: Request, kp: KPIdentity,
+                       sealed: SealedAddr | None = None) -> "_Answer":
         tid, tx = req.tid, req.tx
         future = asyncio.get_running_loop().create_future()
         resource = None
         if tx.persistent:
             if (kp, tid) in self._persistent:  # R12: an active TID is not reused
                 return Code.CONTENT, encode(Response(tid, Status.INVALID_DATA_FORMAT), UDP), None
-            resource = self._add(kp, tid, req.options.max_response_size)
+            resource = self._add(kp, tid, req.options.max_response_size, sealed)
         self.service.submit(req, CoapChannel(self, kp, tid, future))
         try:
             response = await future
@@ -300,9 +334,10 @@ class CoapServer:
             return Code.CHANGED, b"", None  # the paper's "no RES" for NON
         return Code.CONTENT, payload, None
 
-    def _add(self, kp: KPIdentity, tid: int, max_size: int | None) -> _PersistentResource:
+    def _add(self, kp: KPIdentity, tid: int, max_size: int | None,
+             sealed: SealedAddr | None = None) -> _PersistentResource:
         token = secrets.token_urlsafe(9)
-        resource = _PersistentResource(self, kp, tid, token, max_size)
+        resource = _PersistentResource(self, kp, tid, token, max_size, sealed)
         resource.path = PERSISTENT_PREFIX + (token,)
         self._persistent[(kp, tid)] = resource
         self.site.add_resource(resource.path, resource)
@@ -359,8 +394,11 @@ class CoapLink(Link):
     transaction."""
 
     def __init__(self, context: aiocoap.Context, base: str, timing: Timing | None,
-                 credentials, rng: random.Random | None = None) -> None:
+                 credentials, rng: random.Random | None = None,
+                 sealer: Sealer | None = None) -> None:
         self.context = context
+        #: Set: every request leaves sealed and only answers that open are believed (13).
+        self.sealer = sealer
         self.base = base
         self.credentials = credentials
         tuning = _tuning(timing)
@@ -392,6 +430,8 @@ class CoapLink(Link):
             request = request._replace(
                 options=request.options._replace(credentials=self.credentials))
         data = encode(request, UDP)
+        if self.sealer is not None:
+            data = self.sealer.seal(data)
         if len(data) > MAX_UDP_PAYLOAD:
             raise ClientError(f"request of {len(data)} bytes exceeds {MAX_UDP_PAYLOAD}")
         msg = self._message(Code.POST, self.base + "/ksp", payload=data,
@@ -414,7 +454,14 @@ class CoapLink(Link):
         if not answer.code.is_successful():
             raise ClientError(f"CoAP {answer.code} for transaction {request.tid}: "
                               f"{answer.payload[:200]!r}")
-        response = decode_sib_message(answer.payload, UDP, answers=request.tx)
+        payload = answer.payload
+        if self.sealer is not None:
+            try:
+                payload = self.sealer.open(payload)
+            except SealError as exc:
+                raise ClientError(f"an answer to transaction {request.tid} that does not "
+                                       f"open: {exc}") from exc
+        response = decode_sib_message(payload, UDP, answers=request.tx)
         if (sink is not None and request.tx.persistent and response.status == Status.OK):
             path = answer.opt.location_path
             if not path:
@@ -442,7 +489,13 @@ class CoapLink(Link):
                     return True
             if not message.payload:
                 return False  # no IND yet: the RES was the state
-            ind = decode_sib_message(message.payload, UDP, answers=tx)
+            payload = message.payload
+            if self.sealer is not None:
+                try:
+                    payload = self.sealer.open(payload)
+                except SealError:
+                    return False  # forged or replayed: ignored, as over UDP (13.3)
+            ind = decode_sib_message(payload, UDP, answers=tx)
             if not is_newer(ind.seq, last):
                 return False  # stale (§9)
             last = ind.seq
@@ -493,7 +546,8 @@ class CoapLink(Link):
 
 
 async def open_coap_link(host: str, port: int, *, timing: Timing | None = None,
-                         credentials=None, rng: random.Random | None = None) -> CoapLink:
+                         credentials=None, rng: random.Random | None = None,
+                         sealer: Sealer | None = None) -> CoapLink:
     context = await aiocoap.Context.create_client_context(transports=["udp6"])
     hostpart = f"[{host}]" if ":" in host else host
-    return CoapLink(context, f"coap://{hostpart}:{port}", timing, credentials, rng)
+    return CoapLink(context, f"coap://{hostpart}:{port}", timing, credentials, rng, sealer)

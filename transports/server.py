@@ -103,6 +103,13 @@ class Server:
         return sum(a.session.stats.ind_retransmissions for a in (self.udp, self.tcp)
                    if a is not None)
 
+    @property
+    def sealed_dropped(self) -> int:
+        """Sealed datagrams dropped unopened so far (unknown KP, bad tag, replay: wire format
+        13.3), over UDP and CoAP."""
+        return ((self.udp.session.stats.sealed_dropped if self.udp is not None else 0)
+                + (self.coap.sealed_dropped if self.coap is not None else 0))
+
     def _adapter(self, transport: str):
         adapter = getattr(self, transport, None) if transport in ("udp", "tcp", "coap") else None
         if adapter is None:

@@ -11,7 +11,13 @@ class Agent:
     def __init__(self, cfg, board):
         self.cfg = cfg
         self.board = board
-        self.client = Client(None, self._event, tcp=cfg["transport"] == "tcp")
+        seal = cfg["kp_key"]
+        if seal:  # the authenticated mode (wire format 13): no password, every message sealed
+            from .secure import Sealer
+
+            seal = Sealer(seal, cfg["kp_id"], board=board)
+        self.client = Client(None, self._event, tcp=cfg["transport"] == "tcp",
+                             sealer=seal)
         self.calls = {}  # tid -> function(kind, response)
         self.ready = False  # cold boot: after the RESET's RES
         self.started = False
@@ -20,8 +26,9 @@ class Agent:
         """Send a CON REQ with the board's credentials and MAX RESPONSE SIZE."""
         cfg = self.cfg
         req.setdefault("prefixes", cfg["prefixes"])
-        tid = self.client.send(self.board.ticks_ms(), tx, max_size=cfg["max_size"],
-                               credentials=(cfg["kp_id"], cfg["kp_password"]), **req)
+        if not self.client.sealer:  # sealed: the envelope names the KP, no password (13.5)
+            req["credentials"] = (cfg["kp_id"], cfg["kp_password"])
+        tid = self.client.send(self.board.ticks_ms(), tx, max_size=cfg["max_size"], **req)
         if on_result is not None:
             self.calls[tid] = on_result
         return tid

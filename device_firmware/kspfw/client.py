@@ -38,8 +38,9 @@ def is_newer(seq, last):
 
 class Client:
     def __init__(self, link, handler, tcp=False, ack_timeout=2000, max_retransmit=4,
-                 rand=random.getrandbits, lifetime=247000):
+                 rand=random.getrandbits, lifetime=247000, sealer=None):
         self.link = link
+        self.sealer = sealer  # secure.Sealer: every datagram out sealed, only sealed ones in
         self.handler = handler
         self.tcp = tcp
         self.ack_timeout = ack_timeout
@@ -65,7 +66,7 @@ class Client:
         elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
             raise ValueError("TID in use")
         msg = bytes(codec.request(tx, tid, con, tcp=self.tcp, **req))
-        self.link.send(msg)
+        self._out(msg)
         if con and not self.tcp:
             wait = self.ack_timeout + (self.ack_timeout * self.rand(8) >> 9)
             self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit]
@@ -75,8 +76,16 @@ class Client:
             self.persistent[tid] = [tx, None]
         return tid
 
+    def _out(self, msg):
+        # Sealed afresh on every retransmission: a new counter, so the SIB's replay window
+        # takes it and its duplicate cache answers it (wire format 13.3).
+        s = self.sealer
+        self.link.send(s.seal(msg) if s else msg)
+
     def feed(self, buf, now=0):
         """One received message (a datagram, or one whole TCP frame)."""
+        if self.sealer:
+            buf = self.sealer.open(buf) or b""  # unsealed, forged, replayed: dropped (13.3)
         tid = codec.peek_tid(buf)
         if tid is None or len(buf) < 2:
             return
@@ -89,7 +98,7 @@ class Client:
             except codec.KspError:
                 return
             if r.seq is not None:
-                self.link.send(codec.ack(tid, r.seq))
+                self._out(codec.ack(tid, r.seq))
                 if not is_newer(r.seq, p[1]):
                     return
                 p[1] = r.seq
@@ -128,7 +137,7 @@ class Client:
                 e[_LEFT] -= 1
                 e[_WAIT] *= 2
                 e[_DUE] = ticks_add(now, e[_WAIT])
-                self.link.send(e[_MSG])
+                self._out(e[_MSG])
                 continue
             del self.pending[tid]
             self.persistent.pop(tid, None)
@@ -142,8 +151,15 @@ class Client:
 
     def state(self):
         """What survives deep sleep: the next TID and the persistent transactions (R12/R13)."""
-        return [self.tid, [[t, p[0], p[1]] for t, p in self.persistent.items()]]
+        st = [self.tid, [[t, p[0], p[1]] for t, p in self.persistent.items()]]
+        s = self.sealer
+        if s:  # its counters and replay window, kept in RTC memory across deep sleep (13.5)
+            st.append([s.ctr, s.limit, s.hi, s.bits])
+        return st
 
     def restore(self, state):
         self.tid = state[0]
         self.persistent = {t: [tx, seq] for t, tx, seq in state[1]}
+        s = self.sealer
+        if s and state[2:]:
+            s.ctr, s.limit, s.hi, s.bits = state[2]

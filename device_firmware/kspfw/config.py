@@ -72,6 +72,19 @@ def _password(c, cfg, section):
     return value
 
 
+def _hex(c, key, text, n, why, ok=True):
+    """`text` as n bytes of hex digits ('-' ignored, as in UUIDs); None, with an error recorded
+    when it is not (or not `ok`)."""
+    if text:
+        try:
+            b = bytes.fromhex(text.replace("-", ""))
+            if len(b) == n and ok:
+                return b
+        except ValueError:
+            pass
+        c.bad(key, why, text)
+
+
 def check(cfg, free=None):
     """The validated settings (defaults filled in); raises ConfigError listing every problem."""
     if not isinstance(cfg, dict):
@@ -84,17 +97,11 @@ def check(cfg, free=None):
     out["host"] = c.get("sib.host", str)
     out["port"] = c.get("sib.port", int, 7000, required=False, lo=1, hi=65535)
     out["transport"] = c.get("sib.transport", str, "udp", required=False, choices=("udp", "tcp"))
-    kp_id = c.get("kp.id", str)
-    out["kp_id"] = None
-    if isinstance(kp_id, str):
-        hexed = kp_id.replace("-", "")
-        try:
-            if len(hexed) != 32:
-                raise ValueError
-            out["kp_id"] = bytes.fromhex(hexed)
-        except ValueError:
-            c.bad("kp.id", "must be a UUID (32 hex digits)", kp_id)
+    out["kp_id"] = _hex(c, "kp.id", c.get("kp.id", str), 16, "must be a UUID (32 hex digits)")
     out["kp_password"] = _password(c, cfg, "kp")
+    # The sealing key (wire format 13): 64 hex digits, as `ksp-sib new-key` prints; UDP only.
+    out["kp_key"] = _hex(c, "kp.key", c.get("kp.key", str, required=False), 32,
+                         "must be 64 hex digits (UDP)", out["transport"] == "udp")
     out["device"] = c.get("device", str)
     prefixes = out["prefixes"] = c.get("prefixes", list, [], required=False)
     for i, p in enumerate(prefixes if isinstance(prefixes, list) else ()):

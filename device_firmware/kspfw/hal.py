@@ -8,6 +8,8 @@ A board object provides:
 - `free_ram()`, `sleep_ms(ms)`, `deep_sleep(ms)` (does not return on a board), `ticks_ms()`;
 - `load_state()` / `save_state(obj)`: a small JSON-able object kept across deep sleep (RTC
   memory on ESP32, a file elsewhere); `load_state()` is None after a cold boot.
+- `load_counter()` / `save_counter(n)`: the sealed mode's counter block end (wire format 13.5),
+  kept where a power cut cannot take it (flash); `load_counter()` is 0 when none was saved.
 - `network(cfg)`: bring the network up (Wi-Fi), reconnecting after a loss; raises OSError;
   `connected()`: whether it is still up (checked every turn of the agent loop).
 
@@ -61,6 +63,16 @@ class FileState:
 
     def __init__(self, path="ksp_state.json"):
         self.path = path
+
+    def load_counter(self):
+        try:
+            return int(open(self.path + ".ctr").read())
+        except (OSError, ValueError):
+            return 0
+
+    def save_counter(self, n):
+        with open(self.path + ".ctr", "w") as f:
+            f.write(str(n))
 
     def load_state(self):
         try:

@@ -13,16 +13,23 @@ def hmac(k, m):
 
 
 class Sealer:
-    # ctr: next counter to send (kept in RTC memory across deep sleep, 13.5).
-    def __init__(self, key, kp_id, ctr=0):
+    # ctr: next counter to send (kept in RTC memory across deep sleep, 13.5). With a board,
+    # counters come in blocks of 1024 whose end is written to its flash before the first is
+    # used (board.save_counter), so a cold boot starts past every counter ever sent.
+    def __init__(self, key, kp_id, ctr=0, board=None):
         self.out = hmac(key, b"ksp-seal kp->sib")
         self.inn = hmac(key, b"ksp-seal sib->kp")
         self.id = kp_id
-        self.ctr = ctr
+        self.board = board
+        self.ctr = self.limit = board.load_counter() if board else ctr
         self.hi = -1
         self.bits = 0
 
     def seal(self, msg):
+        if self.board and self.ctr >= self.limit:
+            self.limit = self.ctr + 1024
+            self.board.save_counter(self.limit)
+        # past 0xFFFFFFFF to_bytes raises OverflowError: the KP needs a new key (13.2)
         b = b"\xa1" + self.id + self.ctr.to_bytes(4, "little") + msg
         self.ctr += 1
         return b + hmac(self.out, b)[:8]

@@ -163,18 +163,24 @@ class Checker:
 
 
 class Lab(Checker):
-    def __init__(self, tmp_path: Path, kps: dict[str, str], seed: int, **faults) -> None:
+    def __init__(self, tmp_path: Path, kps: dict[str, str], seed: int,
+                 keys: dict[str, str] | None = None, **faults) -> None:
+        """`keys`: KP ID -> key (hex) of the KPs that must speak sealed (wire format 13.6);
+        the others have PASSWORD. The checker is anonymous (read-write)."""
         toml = tmp_path / "sib.toml"
         lines = ["[timing]", "ack_timeout = 0.2", "max_retransmit = 10", "",
                  "[access]", 'anonymous = "read-write"']
         for kp_id in kps.values():
-            lines += ["", "[[access.kp]]", f'id = "{kp_id}"',
-                      f'password_hash = "{hash_password(PASSWORD)}"',
+            key = (keys or {}).get(kp_id)
+            secret = [f'key = "{key}"', "require_auth = true"] if key else [
+                f'password_hash = "{hash_password(PASSWORD)}"']
+            lines += ["", "[[access.kp]]", f'id = "{kp_id}"', *secret,
                       'read = ["*"]', 'write = ["*"]']
         toml.write_text("\n".join(lines) + "\n")
         Checker.__init__(self, free_port())
         self.args = ("--config", str(toml), "--data-dir", str(tmp_path / "data"),
-                     "--udp-port", str(self.port), "--tcp-port", "-1", "--coap-port", "-1")
+                     "--udp-port", str(self.port), "--tcp-port", "-1", "--coap-port", "-1",
+                     "--metrics-port", "0")
         self.sib = SibProcess(*self.args)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

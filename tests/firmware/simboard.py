@@ -21,6 +21,8 @@ class SimBoard:
         self.connects = 0
         self.attempts = 0
         self.sleeps = []
+        self.counter = 0
+        self.counter_writes = []
 
     def sensor(self, spec):
         prop = spec["property"]
@@ -57,6 +59,13 @@ class SimBoard:
 
     def save_state(self, obj):
         self.state = obj
+
+    def load_counter(self):
+        return self.counter  # "flash": survives power cuts, unlike `state`
+
+    def save_counter(self, n):
+        self.counter_writes.append(n)
+        self.counter = n
 
     def connected(self):
         return self.network_up
