@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     p.add_argument("--tls-client-ca", metavar="PEM",
                    help="require client certificates signed by this CA (mutual TLS)")
+    p.add_argument("--pcap", dest="capture_file", metavar="FILE",
+                   help="write every KSP datagram and TCP byte received and sent to FILE "
+                        "(pcapng, for Wireshark and `ksp decode --pcap`)")
+    p.add_argument("--pcap-max-bytes", dest="capture_max_bytes", type=int, metavar="N",
+                   help="start FILE.1, FILE.2, … past N bytes, keeping the newest "
+                        "[capture] max_files (default 10)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--max-session-entries", type=int, metavar="N",
                    help="size of each UDP/TCP session table (IND deliveries, ACK routes, "
@@ -106,8 +112,18 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
+    pcap = None
+    if config.capture_file:
+        from transports.pcap import PcapWriter
+
+        try:
+            pcap = PcapWriter(config.capture_file, max_bytes=config.capture_max_bytes or None,
+                              max_files=config.capture_max_files)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"[capture]: {exc}") from exc
+        log.info("capturing to %s", config.capture_file)
     try:
-        server = await Server.start(sib, config.host, timing=config.timing, ssl=tls,
+        server = await Server.start(sib, config.host, timing=config.timing, ssl=tls, pcap=pcap,
                                     tcp_limits=ConnectionLimits(
                                         config.max_tcp_connections,
                                         config.max_tcp_connections_per_address,
@@ -117,6 +133,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     except OSError:  # a port in use: leave nothing behind that this start created
         await sib.close()
         store.close()
+        if pcap is not None:
+            pcap.close()
         if journal is not None:
             journal.close()
         if created:
@@ -199,6 +217,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             journal.close()
         if lock is not None:
             lock.close()
+        if pcap is not None:
+            pcap.close()
         store.close()  # a temporary store's directory goes
         log.info("stopped")
 

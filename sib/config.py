@@ -53,6 +53,10 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    # [capture] (attributes capture_<key>)
+    capture_file: str = ""
+    capture_max_bytes: int = 0
+    capture_max_files: int = 10
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -63,9 +67,10 @@ class Config:
                            "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
                            "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
-                "tls": ("cert", "key", "client_ca")}
+                "tls": ("cert", "key", "client_ca"),
+                "capture": ("file", "max_bytes", "max_files")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
-    PREFIXED = {"tls": "tls_"}
+    PREFIXED = {"tls": "tls_", "capture": "capture_"}
 
     @property
     def timing(self) -> Timing:

@@ -47,6 +47,19 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     then the message as `ksp.codec` decodes it; exit code 2 for invalid bytes."""
     from tools.decode import decode_command
 
+    if args.pcap is not None:
+        from tools.capture_read import print_capture
+        from transports.pcap import PcapError
+
+        try:
+            return print_capture(args.pcap, kp=args.kp, tx=args.type, brief=args.brief,
+                                 sib_ports=args.sib_port or None)
+        except (OSError, PcapError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.hex is None:
+        print("error: give the message in HEX (or - for stdin), or --pcap FILE", file=sys.stderr)
+        return 2
     if args.answers is not None and not args.from_sib:
         print("error: --answers only applies with --from-sib (a RES/IND)", file=sys.stderr)
         return 2
@@ -103,8 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print every field of a KSP message (offset, bytes, field path, meaning), "
                     "then the decoded message; for invalid bytes, the DecodeError with its "
                     "status and field path (exit code 2).")
-    p_decode.add_argument("hex", metavar="HEX",
+    p_decode.add_argument("hex", metavar="HEX", nargs="?",
                           help="the message in hex (whitespace allowed), or - to read stdin")
+    p_decode.add_argument("--pcap", metavar="FILE",
+                          help="every KSP message of a capture (pcap/pcapng: ksp-sib --pcap, "
+                               "ksp capture, tcpdump, Wireshark), each RES/IND decoded by its "
+                               "request's type")
+    p_decode.add_argument("--kp", metavar="KP", help="with --pcap: only this KP (KP ID in hex, "
+                                                    "its name, or HOST:PORT)")
+    p_decode.add_argument("--type", metavar="TX", help="with --pcap: only this transaction type "
+                                                       "(SELECT, ACK, IND, RES, ...)")
+    p_decode.add_argument("--sib-port", type=int, action="append", metavar="N",
+                          help="with --pcap: a port the SIB listens on (default 7000, 7001, "
+                               "5683; repeat for several)")
+    p_decode.add_argument("--brief", action="store_true", help="with --pcap: one line each")
     p_decode.add_argument("--tcp", action="store_true",
                           help="TCP framing (8-byte header with Length); default UDP")
     p_decode.add_argument("--from-sib", action="store_true",
@@ -128,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="CONFIG... [--sib HOST:PORT] [--period S] [--values V,...] "
                             "[--readings N] (see `ksp simulate-board --help`)")
     p_sim.set_defaults(func=_cmd_simulate_board)
+
+    from tools.capture import add_parser as capture_command
+
+    capture_command(sub)
+
+    from tools.replay import add_parser as replay_command
+
+    replay_command(sub)
 
     from tools.kp_cli import add_parsers as kp_commands
 

@@ -40,10 +40,13 @@ class Server:
                     udp: int | None = None, tcp: int | None = None, coap: int | None = None,
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
                     max_message_size: int | None = None,
-                    tcp_limits: ConnectionLimits | None = None, **session_args) -> "Server":
+                    tcp_limits: ConnectionLimits | None = None, pcap=None,
+                    **session_args) -> "Server":
         """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
         their tables, at least the number of persistent operations the SIB will hold;
-        `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache."""
+        `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache. `pcap`: a
+        `transports.pcap.PcapWriter` for every UDP datagram and TCP byte in and out (CoAP is
+        not captured here: record it with `ksp capture`)."""
         self = cls()
         port = None
         try:
@@ -51,12 +54,14 @@ class Server:
                 port = ("UDP", udp)
                 self.udp = await UdpServer.start(service, host, udp, timing=timing,
                                                  **session_args)
+                self.udp.pcap = pcap
             if tcp is not None:
                 port = ("TCP", tcp)
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
                                                  limits=tcp_limits,
                                                  max_message_size=max_message_size,
                                                  **session_args)
+                self.tcp.pcap = pcap
             if coap is not None:
                 port = ("CoAP", coap)
                 cache = {k: v for k, v in session_args.items()

@@ -30,6 +30,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = server.loop.create_future()
         self.peer_host: str | None = None  # for limits per source (e.g. failed passwords)
+        self.ends: tuple = ()  # (peer, local) addresses, for the capture
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -39,9 +40,14 @@ class _Connection(asyncio.Protocol):
             transport.abort()  # over a connection limit: closed at once, nothing read
             return
         self.server._connections.add(self)
+        if self.server.pcap is not None and peer:
+            self.ends = (peer[:2], transport.get_extra_info("sockname")[:2])
+            self.server.pcap.tcp_open(*self.ends)
 
     def data_received(self, data: bytes) -> None:
         server = self.server
+        if server.pcap is not None and self.ends:
+            server.pcap.tcp(*self.ends, data)
         session = server.session
         session.receive_data(data, self, server.loop.time())
         if not server.guard.buffered(self, session.buffered(self)):
@@ -53,6 +59,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         server = self.server
+        if server.pcap is not None and self.ends:
+            server.pcap.tcp_close(*self.ends)
         server.guard.release(self)
         server._connections.discard(self)
         server.session.connection_lost(self)
@@ -76,6 +84,9 @@ class TcpServer(SessionAdapter):
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.port = 0
+        #: A `transports.pcap.PcapWriter`: every connection's bytes both ways (inside TLS:
+        #: the plaintext, as the session sees it) are written to it.
+        self.pcap = None
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
@@ -102,6 +113,8 @@ class TcpServer(SessionAdapter):
         for data, conn in self.session.data_to_send():
             if conn.transport is not None and not conn.transport.is_closing():
                 conn.transport.write(data)
+                if self.pcap is not None and conn.ends:
+                    self.pcap.tcp(conn.ends[1], conn.ends[0], data)
 
     def abort(self, addr: Hashable) -> None:
         if isinstance(addr, _Connection) and addr.transport is not None:

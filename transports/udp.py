@@ -30,6 +30,9 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
         self.port = 0
         self._closed_fut = self.loop.create_future()
+        #: A `transports.pcap.PcapWriter`: every datagram in and out is written to it.
+        self.pcap = None
+        self.local: tuple[str, int] = ("0.0.0.0", 0)
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
@@ -45,9 +48,12 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.port = transport.get_extra_info("sockname")[1]
+        self.local = transport.get_extra_info("sockname")[:2]
+        self.port = self.local[1]
 
     def datagram_received(self, data: bytes, addr: Hashable) -> None:
+        if self.pcap is not None:
+            self.pcap.udp(addr[:2], self.local, data)
         self.session.receive_datagram(data, addr[:2], self.loop.time())
         self.pump()
 
@@ -62,9 +68,11 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
     # -- SessionAdapter ----------------------------------------------------------------------
 
     def transmit(self) -> None:
-        transport = self.transport
+        transport, pcap = self.transport, self.pcap
         for data, addr in self.session.datagrams_to_send(self.loop.time()):
             transport.sendto(data, addr)
+            if pcap is not None:
+                pcap.udp(self.local, addr[:2], data)
 
     async def close(self) -> None:
         self.shut()

@@ -1,0 +1,294 @@
+"""`ksp replay FILE --to udp://HOST:PORT`: re-send the KP side of a capture to a SIB (or
+bridge) and compare its answers with the recorded ones.
+
+Every KP of the capture (its KP ID, else its address) gets its own connection; its requests go
+out in capture order with fresh transaction IDs (the link picks them; a TERMINATE names the new
+ID of the operation it ends), retransmissions and ACKs in the capture are left to the link, and
+after each request the replay waits until every persistent operation has as many INDs as the
+capture shows by then. Compared: each RES's status and result, and each operation's INDs in
+order — rows as a multiset unless the request orders them (with LIMIT and no ORDER BY only the
+count), CONSTRUCT triples as a set, blank node labels ignored. Sealed requests (wire format 13)
+cannot be replayed without the KP's key (the replay window refuses them): they are counted and
+skipped.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ksp import Request, Response, Status, Tx
+from ksp.model import ConstructResult, SelectResult
+from ksp.terms import IRI, BNode, Literal
+
+from tools.capture_read import Captured, annotate, messages
+
+_XSD = "http://www.w3.org/2001/XMLSchema#"
+_BARE = {_XSD + "integer", _XSD + "decimal", _XSD + "double", _XSD + "boolean"}
+
+
+def term_text(term) -> str:
+    """A term as short SPARQL-like text; every blank node is `_:b` (labels differ by run)."""
+    if term is None:
+        return "UNDEF"
+    if isinstance(term, IRI):
+        return f"<{term}>"
+    if isinstance(term, BNode):
+        return "_:b"
+    if isinstance(term, Literal):
+        if term.lang:
+            return f'"{term.lexical}"@{term.lang}'
+        if term.datatype in _BARE:
+            return term.lexical
+        if term.datatype in (None, _XSD + "string"):
+            return f'"{term.lexical}"'
+        return f'"{term.lexical}"^^<{term.datatype}>'
+    return repr(term)
+
+
+def _row(values) -> str:
+    return "(" + " ".join(term_text(v) for v in values) + ")"
+
+
+@dataclass
+class Expected:
+    """One KP request of the capture and what the SIB answered then."""
+
+    item: Captured
+    res: Response | None = None
+    inds: list[Response] = field(default_factory=list)  # its INDs, duplicates removed
+    ind_times: list[float] = field(default_factory=list)  # when the capture shows each
+
+
+@dataclass
+class Report:
+    requests: int = 0
+    skipped_sealed: int = 0
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def text(self) -> str:
+        head = (f"{self.requests} requests replayed"
+                + (f", {self.skipped_sealed} sealed skipped" if self.skipped_sealed else ""))
+        if self.ok:
+            return head + ": every answer as recorded"
+        return head + f": {len(self.differences)} differences\n" + "\n".join(
+            "  " + d for d in self.differences)
+
+
+def expectations(items: list[Captured]) -> tuple[list[Expected], int]:
+    """The KP requests of a capture (retransmissions dropped) with their recorded answers."""
+    out: list[Expected] = []
+    open_res: dict[tuple[str, int], Expected] = {}
+    open_ind: dict[tuple[str, int], Expected] = {}
+    seen: set[tuple[str, int, bytes]] = set()
+    sealed = 0
+    for item in items:
+        msg = item.message
+        if not item.from_sib:
+            if item.sealed and isinstance(msg, Request):
+                sealed += 1
+                continue
+            if not isinstance(msg, Request):
+                continue
+            key = (item.kp, msg.tid, item.inner)
+            if key in seen:
+                continue  # a retransmission
+            seen.add(key)
+            exp = Expected(item)
+            out.append(exp)
+            open_res[(item.kp, msg.tid)] = exp
+            if msg.tx.persistent:
+                open_ind[(item.kp, msg.tid)] = exp
+        elif isinstance(msg, Response):
+            if msg.indication:
+                exp = open_ind.get((item.kp, msg.tid))
+                if exp is not None and (msg.seq is None or all(r.seq != msg.seq
+                                                                for r in exp.inds)):
+                    exp.inds.append(msg)
+                    exp.ind_times.append(item.time)
+            else:
+                exp = open_res.pop((item.kp, msg.tid), None)
+                if exp is not None and exp.res is None:
+                    exp.res = msg
+    return out, sealed
+
+
+def normal(response: Response | None, request: Request) -> object:
+    """What must be equal between the recorded and the replayed answer."""
+    if response is None:
+        return None
+    result = response.result
+    mod = request.options.modifier
+    ordered = mod is not None and mod.order_var is not None
+    if isinstance(result, SelectResult):
+        rows = [_row(r) for r in result.rows]
+        if mod is not None and mod.limit is not None and not ordered:
+            body: object = ("rows", len(rows))
+        else:
+            body = rows if ordered else sorted(rows)
+        return response.status, result.variables, body
+    if isinstance(result, ConstructResult):
+        return response.status, sorted({_row(t) for t in result.triples})
+    return response.status, None if result is None else repr(result)
+
+
+class _Collector:
+    """The sink of one replayed persistent operation: its INDs in arrival order."""
+
+    def __init__(self) -> None:
+        self.inds: list[Response] = []
+        self.ended: Status | int | None = None
+        self.changed = asyncio.Event()
+
+    def deliver(self, response: Response) -> None:
+        self.inds.append(response)
+        self.changed.set()
+
+    def end(self, status) -> None:
+        self.ended = status
+        self.inds.append(Response(0, Status(status)))
+        self.changed.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self.ended = Status.TERMINATED
+        self.changed.set()
+
+
+async def _open(url: str):
+    parts = urlsplit(url)
+    host, port, scheme = parts.hostname or "127.0.0.1", parts.port, parts.scheme
+    if scheme == "udp":
+        from transports.udp import open_udp_link
+        return await open_udp_link(host, port)
+    if scheme == "tcp":
+        from transports.tcp import open_tcp_link
+        return await open_tcp_link(host, port)
+    if scheme == "coap":
+        from transports.coap import open_coap_link
+        return await open_coap_link(host, port or 5683)
+    raise ValueError(f"{url}: udp://, tcp:// or coap://")
+
+
+async def replay(path: str, url: str, *, sib_ports=None, timeout: float = 10.0) -> Report:
+    """Replay the capture at `path` against the SIB at `url`; the differences found."""
+    items = annotate(messages(path, sib_ports))
+    plan, sealed = expectations(items)
+    report = Report(skipped_sealed=sealed)
+    links: dict[str, object] = {}
+    new_tid: dict[tuple[str, int], int] = {}
+    running: list[tuple[Expected, _Collector]] = []
+    try:
+        for step, exp in enumerate(plan):
+            item, req = exp.item, exp.item.message
+            assert isinstance(req, Request)
+            link = links.get(item.kp)
+            if link is None:
+                link = links[item.kp] = await _open(url)
+            at = f"{item.kp} tid {req.tid} {req.tx.name} (at {item.time - items[0].time:.6f} s)"
+            if req.tx is Tx.TERMINATE:
+                req = req._replace(tid=new_tid.get((item.kp, req.tid), req.tid))
+            sink = _Collector() if req.tx.persistent else None
+            report.requests += 1
+            try:
+                got = await asyncio.wait_for(link.request(req, sink), timeout)
+            except Exception as exc:  # noqa: BLE001 (a timeout or a broken link: a difference)
+                report.differences.append(f"{at}: no answer ({type(exc).__name__}: {exc})")
+                continue
+            if got is not None:
+                new_tid[(item.kp, exp.item.message.tid)] = got.tid
+            want, have = normal(exp.res, req), normal(got, req)
+            if want != have:
+                report.differences.append(f"{at}: RES {_diff(want, have)}")
+            if sink is not None:
+                running.append((exp, sink))
+            # the INDs the capture shows before the next request, before sending it
+            then = plan[step + 1].item.time if step + 1 < len(plan) else float("inf")
+            for op, col in running:
+                await _wait(col, sum(1 for t in op.ind_times if t <= then), timeout)
+        for op, col in running:
+            req = op.item.message
+            want = [normal(r, req) for r in op.inds]
+            have = [normal(r, req) for r in col.inds]
+            if want != have:
+                at = f"{op.item.kp} tid {req.tid} {req.tx.name}"
+                lines = [f"{at}: {len(want)} INDs recorded, {len(have)} now"]
+                for n, (w, h) in enumerate(zip(want, have), 1):
+                    if w != h:
+                        lines.append(f"    IND {n}: {_diff(w, h)}")
+                for n, w in enumerate(want[len(have):], len(have) + 1):
+                    lines.append(f"    IND {n} missing: {_show(w)}")
+                for n, h in enumerate(have[len(want):], len(want) + 1):
+                    lines.append(f"    IND {n} extra: {_show(h)}")
+                report.differences.append("\n".join(lines))
+    finally:
+        for link in links.values():
+            await link.close()
+    return report
+
+
+async def _wait(col: _Collector, n: int, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while len(col.inds) < n and loop.time() < end:
+        col.changed.clear()
+        try:
+            await asyncio.wait_for(col.changed.wait(), end - loop.time())
+        except asyncio.TimeoutError:
+            return
+
+
+def _show(value: object) -> str:
+    """One answer as text: its status name, then its rows or triples."""
+    if not isinstance(value, tuple):
+        return repr(value)
+    status, *rest = value
+    parts = [Status(status).name]
+    for part in rest:
+        if isinstance(part, list):
+            parts.append("{" + ", ".join(part[:20]) + (", …" if len(part) > 20 else "") + "}")
+        elif part is not None and not isinstance(part, int):
+            parts.append(str(part))
+    return " ".join(parts)
+
+
+def _diff(want, have) -> str:
+    """What differs between two answers, rows/triples first (missing and extra)."""
+    if isinstance(want, tuple) and isinstance(have, tuple) and isinstance(want[-1], list) \
+            and isinstance(have[-1], list):
+        missing = [r for r in want[-1] if r not in have[-1]]
+        extra = [r for r in have[-1] if r not in want[-1]]
+        if missing or extra:
+            return (f"recorded {_show(want)}, now {_show(have)}; missing {missing[:10]}, "
+                    f"extra {extra[:10]}")
+    return f"recorded {_show(want)}, now {_show(have)}"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("replay", help="re-send a capture's KP side to a SIB and compare answers",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("file", metavar="FILE", help="pcap/pcapng capture")
+    p.add_argument("--to", required=True, metavar="URL", help="udp://, tcp:// or coap://HOST:PORT")
+    p.add_argument("--sib-port", type=int, action="append", metavar="N",
+                   help="a port the recorded SIB listened on (default 7000, 7001, 5683)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="how long to wait for each answer (default 10)")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    import sys
+
+    from transports.pcap import PcapError
+
+    try:
+        report = asyncio.run(replay(args.file, args.to, sib_ports=args.sib_port or None,
+                                    timeout=args.timeout))
+    except (OSError, PcapError, ValueError) as exc:
+        print(f"ksp replay: {exc}", file=sys.stderr)
+        return 2
+    print(report.text())
+    return 0 if report.ok else 1
