@@ -54,6 +54,8 @@ def _cmd_decode(args: argparse.Namespace) -> int:
         try:
             return print_capture(args.pcap, kp=args.kp, tx=args.type, brief=args.brief,
                                  sib_ports=args.sib_port or None)
+        except BrokenPipeError:
+            raise  # `| head`: main() ends quietly
         except (OSError, PcapError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

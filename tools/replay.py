@@ -173,8 +173,10 @@ async def _open(url: str):
     raise ValueError(f"{url}: udp://, tcp:// or coap://")
 
 
-async def replay(path: str, url: str, *, sib_ports=None, timeout: float = 10.0) -> Report:
-    """Replay the capture at `path` against the SIB at `url`; the differences found."""
+async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
+                 timeout: float = 10.0) -> Report:
+    """Replay the capture at `path` against the SIB at `url` (or, per transport the KP used in
+    the capture, `{"udp": url, "tcp": url, "coap": url}`); the differences found."""
     items = annotate(messages(path, sib_ports))
     plan, sealed = expectations(items)
     report = Report(skipped_sealed=sealed)
@@ -187,7 +189,10 @@ async def replay(path: str, url: str, *, sib_ports=None, timeout: float = 10.0) 
             assert isinstance(req, Request)
             link = links.get(item.kp)
             if link is None:
-                link = links[item.kp] = await _open(url)
+                target = url if isinstance(url, str) else url.get(item.transport)
+                if target is None:
+                    raise ValueError(f"no URL to replay {item.transport} traffic to")
+                link = links[item.kp] = await _open(target)
             at = f"{item.kp} tid {req.tid} {req.tx.name} (at {item.time - items[0].time:.6f} s)"
             if req.tx is Tx.TERMINATE:
                 req = req._replace(tid=new_tid.get((item.kp, req.tid), req.tid))
