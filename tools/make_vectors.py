@@ -416,6 +416,9 @@ LITERALS = [
                       typed("1", XSD_BOOLEAN), d("1.0E0")),
      "compact-form rule: \"007\" and 9999999999 (integer), \"21.50\" (float), a dateTime with a "
      "time zone, boolean \"1\" and double \"1.0E0\" have no lossless compact form: all 0x06"),
+    ("datetime_not_calendar", (dt("2026-02-30T00:00:00"), dt("2026-04-31T23:59:59")),
+     "xsd:dateTime (0x03): each field is checked against its own range, not against the "
+     "calendar (4.3): February 30 and April 31 decode, carried unchanged"),
 ]
 for _n, (_name, _lits, _what) in enumerate(LITERALS):
     _subject = sn(f"l{_n}")
@@ -604,6 +607,10 @@ sib("ind_terminated_tcp", "IND TERMINATED (type byte 0x89) over TCP: no Data fie
     Response(0x3307, Status.TERMINATED, None, True), Tx.CONSTRUCT_PERSISTENT, TCP)
 sib("res_insert_persistent_ok_tcp", "RES OK to INSERT_PERSISTENT over TCP: no Data field.",
     Response(0x3308, Status.OK), Tx.INSERT_PERSISTENT, TCP)
+sib("ind_persistent_update_terminated_udp",
+    "The only IND a persistent update ever gets (6, 12.x): its end, here TERMINATED (the "
+    "cascade limit), sequence number 1, no Data field; its firings send nothing.",
+    Response(0x3309, Status.TERMINATED, None, True, 1), Tx.UPDATE_PERSISTENT)
 
 # Every status code in a RES.
 _STATUS_ANSWERS = {
@@ -856,6 +863,31 @@ bad("invalid_0x06_truncated_max_response_size", "MAX RESPONSE SIZE with 2 of its
     "01 91 0100 | 01 08 0001", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_filter_bad_boolean", "FILTER boolean operand (0x04) with byte 0x02.",
     f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 04 02", ST.INVALID_OPTION_FORMAT)
+# A content fault inside an option body is 0x06, whatever its kind (3.2): the same fault in the
+# Data field is 0x04.
+bad("invalid_0x06_filter_invalid_utf8", "FILTER string operand (0x00) of two bytes ff fe (not "
+    "UTF-8): inside an option, 0x06 (invalid_0x04_invalid_utf8 is the Data field's).",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 00 02 fffe", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_filter_bad_datetime", "FILTER dateTime operand (0x03) with month 13.",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 03 323032362d31332d30315430303a30303a3030",
+    ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_filter_langstring_datatype", "FILTER literal operand (0x18) of type 0x06 "
+    "whose datatype is rdf:langString.",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 18 06 00 35 {_RDF_HEX} 6c616e67537472696e67 01 78",
+    ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_optional_pattern_empty_first_triple", "INSERT with an OPTIONAL PATTERN graph "
+    "whose first triple has an Empty subject (type byte 0x30).",
+    f"01 85 0100 | 01 33 00 00 {URN_C} | 01 33 00 00 {URN_C} | 01 04 01 01 30 00 {URN_C}",
+    ST.INVALID_OPTION_FORMAT)
+# Several faults (3.2)
+bad("invalid_0x05_option_fault_before_data_prefix_index",
+    "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0a: a "
+    "prefix index is checked once the options are read (3.2), so the option's 0x05 wins.",
+    f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0a 00", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_option_repeated_and_not_applicable",
+    "SOLUTION MODIFIER twice on INSERT DATA: its first occurrence is already not applicable "
+    "(0x05), found before the repetition (0x06).",
+    f"01 82 0100 | 01 {TRIPLE} | 02 06 00 06 00", ST.INVALID_OPTION_TYPE)
 
 
 # ---------------------------------------------------------------------------------------------

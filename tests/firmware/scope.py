@@ -74,4 +74,8 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x06_prefix_entry_nonzero_index", "invalid_0x06_prefix_index_beyond_list_in_option",
     "invalid_0x06_repeated_option", "invalid_0x06_rpn_two_values", "invalid_0x06_rpn_underflow",
     "invalid_0x06_trailing_bytes", "invalid_0x06_truncated_max_response_size",
+    "invalid_0x05_option_fault_before_data_prefix_index",
+    "invalid_0x05_option_repeated_and_not_applicable", "invalid_0x06_filter_bad_datetime",
+    "invalid_0x06_filter_invalid_utf8", "invalid_0x06_filter_langstring_datatype",
+    "invalid_0x06_optional_pattern_empty_first_triple",
     "invalid_0x06_unknown_token_0x19")})
