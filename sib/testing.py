@@ -106,7 +106,8 @@ class SibProcess:
                 self._lines.put(line)
             self._lines.put(None)
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         self.ports: dict[str, int] = {}
         pattern = re.compile(r"(?:listening on (\w+)://[^:]+|metrics on http://[^:]+):(\d+)")
         self.wait_for("SIB ready", timeout, lambda line: (
@@ -136,7 +137,15 @@ class SibProcess:
         import signal
 
         self.proc.send_signal(signal.SIGTERM if sig is None else sig)
-        return self.proc.wait(timeout)
+        status = self.proc.wait(timeout)
+        self._close_log()
+        return status
+
+    def _close_log(self) -> None:
+        """The log pipe, once the reader has seen its end (no unclosed file left to the GC)."""
+        self._reader.join(10)
+        if not self._reader.is_alive() and self.proc.stderr is not None:
+            self.proc.stderr.close()
 
     def log(self) -> str:
         return "".join(self.lines)
@@ -148,6 +157,7 @@ class SibProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._close_log()
 
 
 def free_port(kind: str = "udp") -> int:

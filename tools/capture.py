@@ -79,8 +79,8 @@ class UdpProxy(asyncio.DatagramProtocol):
 
     def to_client(self, client: Addr, data: bytes) -> None:
         if self.transport is not None:
-            self.transport.sendto(data, client)
             self.pcap.udp(self.local, client, data)
+            self.transport.sendto(data, client)
             self.datagrams += 1
 
     def close(self) -> None:

@@ -112,9 +112,9 @@ class TcpServer(SessionAdapter):
     def transmit(self) -> None:
         for data, conn in self.session.data_to_send():
             if conn.transport is not None and not conn.transport.is_closing():
+                if self.pcap is not None and conn.ends:  # recorded first: what the KP sees
+                    self.pcap.tcp(conn.ends[1], conn.ends[0], data)  # is in the capture
                 conn.transport.write(data)
-                if self.pcap is not None and conn.ends:
-                    self.pcap.tcp(conn.ends[1], conn.ends[0], data)
 
     def abort(self, addr: Hashable) -> None:
         if isinstance(addr, _Connection) and addr.transport is not None:

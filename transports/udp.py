@@ -70,9 +70,9 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
     def transmit(self) -> None:
         transport, pcap = self.transport, self.pcap
         for data, addr in self.session.datagrams_to_send(self.loop.time()):
+            if pcap is not None:  # recorded first: whatever a KP received is in the capture,
+                pcap.udp(self.local, addr[:2], data)  # even if the SIB is killed right after
             transport.sendto(data, addr)
-            if pcap is not None:
-                pcap.udp(self.local, addr[:2], data)
 
     async def close(self) -> None:
         self.shut()

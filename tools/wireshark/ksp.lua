@@ -823,6 +823,14 @@ register()
 ksp_udp:register_heuristic("udp", heur_udp)
 ksp_tcp:register_heuristic("tcp", heur_tcp)
 
--- KSP inside CoAP payloads (Content-Format 65000, docs/coap-binding.md)
+-- KSP inside CoAP payloads (Content-Format 65000, docs/coap-binding.md). Wireshark's CoAP
+-- dissector hands a payload to the media_type table by its content format's name; 65000 is
+-- from the experimental range, which it names "Unknown Type 65000".
+local ksp_coap = Proto("ksp_coap_entry", "KSP in CoAP")
+function ksp_coap.dissector(tvb, pinfo, tree)
+  pinfo.cols.protocol = "CoAP/KSP"
+  message(tvb, pinfo, tree, "udp", from_kp(pinfo, "coap"), 0, tvb:len())
+  return tvb:len()
+end
 local media = DissectorTable.get("media_type")
-if media then media:add("application/x-ksp", ksp_udp) end
+for _, name in ipairs({"application/x-ksp", "Unknown Type 65000"}) do media:add(name, ksp_coap) end
