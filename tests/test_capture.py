@@ -151,10 +151,22 @@ def test_tcp_reassembly_survives_any_segmentation_reordering_and_duplicates(bodi
 
 def test_sib_capture_is_decoded_with_each_answer_read_by_its_request(tmp_path):
     out = tmp_path / "sib.pcapng"
-    with SibProcess(*NO_SIB, "--udp-port", "0", "--tcp-port", "0", "--pcap", str(out)) as sib:
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "0", "--coap-port", "0",
+                    "--pcap", str(out)) as sib:
         asyncio.run(traffic(sib.ports))
+
+        async def over_coap():
+            async with connect(f"coap://127.0.0.1:{sib.ports['coap']}") as kp:
+                await kp.update(f"INSERT DATA {{ <{EX}coap> <{EX}p> 2 }}")
+                await kp.query(f"SELECT ?o WHERE {{ <{EX}coap> <{EX}p> ?o }}")
+
+        asyncio.run(over_coap())
         assert sib.stop() == 0
-    items = annotate(messages(str(out)))
+    items = annotate(messages(str(out), sib_ports=set(sib.ports.values())))
+    coap = [(i.from_sib, type(i.message).__name__, i.answers) for i in items
+            if i.transport == "coap"]
+    assert coap == [(False, "Request", None), (True, "Response", Tx.INSERT_DATA),
+                    (False, "Request", None), (True, "Response", Tx.SELECT)]
     kinds = [(i.transport, i.from_sib, type(i.message).__name__) for i in items]
     assert ("udp", False, "Request") in kinds and ("tcp", True, "Response") in kinds
     assert all(i.error is None for i in items), [i.error for i in items if i.error]

@@ -220,6 +220,24 @@ class CoapServer:
     def channel(self, kp: KPIdentity, tid: int) -> Channel:
         return CoapChannel(self, kp, tid)
 
+    def tap(self, pcap, host: str) -> None:
+        """Write every CoAP datagram in and out (KSP in their payloads) to `pcap`, a
+        `transports.pcap.PcapWriter`: aiocoap owns the socket, so its message interface's
+        receive and send are wrapped (written before sending, as the UDP adapter does)."""
+        mi = self.context.request_interfaces[0].token_interface.message_interface
+        local = (host, self.port)
+        received, send = mi.datagram_msg_received, mi.send
+
+        def tapped_received(data, ancdata, flags, address):
+            pcap.udp(address[:2], local, data)
+            received(data, ancdata, flags, address)
+
+        def tapped_send(message):
+            pcap.udp(local, message.remote.sockaddr[:2], message.encode())
+            send(message)
+
+        mi.datagram_msg_received, mi.send = tapped_received, tapped_send
+
     async def close(self) -> None:
         for key in list(self._persistent):
             self._remove(*key)

@@ -45,8 +45,7 @@ class Server:
         """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
         their tables, at least the number of persistent operations the SIB will hold;
         `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache. `pcap`: a
-        `transports.pcap.PcapWriter` for every UDP datagram and TCP byte in and out (CoAP is
-        not captured here: record it with `ksp capture`)."""
+        `transports.pcap.PcapWriter` for every UDP and CoAP datagram and TCP byte in and out."""
         self = cls()
         port = None
         try:
@@ -69,6 +68,8 @@ class Server:
                 from .coap import CoapServer
 
                 self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
+                if pcap is not None:
+                    self.coap.tap(pcap, host)
         except BaseException as exc:
             await self.close()
             if isinstance(exc, OSError) and port is not None:  # say which listener, in words
