@@ -12,15 +12,21 @@ repository):
   `indicate`, the last one with a non-OK status (e.g. TERMINATED) ending it, and `end`.
 - Channels are bound to (transport, KP identity, TID), not to a socket, so a KP that changes
   address keeps its persistent operations (wire-format R12), and the SIB can rebuild one after
-  a restart (`transports.Server.channel(...)`).
-- The adapter owns delivery (sequence numbers, retransmission until ACKed, superseding older
-  INDs); when IND retries run out it calls `Service.kp_unreachable(kp, tid)` and the service
-  decides (the SIB drops the KP's operations).
+  a restart (`transports.Server.channel(...)`, then `channel.restore(state)`).
+- Each persistent operation's delivery has one owner, a `ksp.delivery.Delivery` the channel's
+  side holds: sequence number, endpoint, awaiting-ACK state, digest of the last result. The
+  adapter does the rest of delivery (retransmission until ACKed, superseding older INDs); when
+  IND retries run out it calls `Service.kp_unreachable(kp, tid)` and the service decides (the
+  SIB drops the KP's operations). A journal reads the state with `export()` and a restarted
+  SIB hands it back with `restore(state)`; the SIB never asks a transport anything else.
+- A new kind of subscriber (the SEPA gate's WebSocket subscriptions, a bridge's devices) is a
+  new `Channel` holding a `Delivery`; nothing in the SIB changes (tests/test_delivery.py).
 """
 from __future__ import annotations
 
 from typing import Protocol
 
+from .delivery import DeliveryState
 from .model import Request, Response
 from .session import KPIdentity
 
@@ -45,6 +51,17 @@ class Channel(Protocol):
 
     def end(self) -> None:
         """Forget this persistent op's delivery state (no more retransmissions); idempotent."""
+
+    #: Whether its delivery can outlive the process: a journal keeps it and a restarted SIB
+    #: resumes it (UDP: the KP keeps its IDs); False where the KP re-subscribes anyway (a TCP
+    #: connection, a CoAP observation, a WebSocket).
+    durable: bool
+
+    def export(self) -> DeliveryState | None:
+        """The state of this persistent op's delivery (None: it has none yet), for a journal."""
+
+    def restore(self, state: DeliveryState) -> None:
+        """Take back a delivery `export` gave (after a restart), before any `indicate`."""
 
 
 class Service(Protocol):

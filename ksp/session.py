@@ -45,10 +45,11 @@ from .codec import (
     tcp_frame_length,
 )
 from .codes import Status, Tx
+from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState, encoding_digest
 from .errors import DecodeError, EncodeError, KspError
 from .model import Ack, Credentials, Request, Response
 from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
-from .seqnum import FIRST_SEQ, is_newer, next_seq
+from .seqnum import is_newer
 
 __all__ = [
     "Timing", "KPIdentity", "KPSession", "SIBSession", "SessionError", "MAX_UDP_PAYLOAD",
@@ -57,9 +58,6 @@ __all__ = [
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
     "RequestRefused",
 ]
-
-MAX_UDP_PAYLOAD = 65_507
-"""The largest KSP message in one datagram (§2.3, the IPv4 UDP payload limit)."""
 
 DEFAULT_MAX_TCP_MESSAGE = 1 << 20
 """Default cap on a received TCP message (Length field), so a peer cannot make us buffer 4 GiB."""
@@ -750,21 +748,6 @@ class _Exchange:
         self.response: bytes | None = None
 
 
-class _Delivery:
-    """IND state of one persistent transaction: its numbering and the unacknowledged IND."""
-
-    __slots__ = ("addr", "max_size", "seq", "data", "final", "retries", "timeout")
-
-    def __init__(self, addr: Hashable | None, max_size: int | None) -> None:
-        self.addr = addr  # where its request came from (fallback endpoint)
-        self.max_size = max_size
-        self.seq: int | None = None  # of the newest IND sent
-        self.data: bytes | None = None  # the newest IND while unacknowledged (UDP)
-        self.final = False
-        self.retries = 0
-        self.timeout = 0.0
-
-
 @dataclass(slots=True)
 class SessionStats:
     """What a `SIBSession` did, for metrics (counters only grow)."""
@@ -822,10 +805,12 @@ class SIBSession:
         self._executing: OrderedDict[tuple[KPIdentity, int], _Exchange] = OrderedDict()
         # KP-ID identity -> (serial of the request that set it, endpoint).
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
-        self._deliveries: OrderedDict[tuple[KPIdentity, int], _Delivery] = OrderedDict()
+        #: The owner of each persistent delivery (`ksp.delivery`), by (kp, tid).
+        self._deliveries: OrderedDict[tuple[KPIdentity, int], Delivery] = OrderedDict()
         self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
         # The last IND encoded with a result: (result, (status, version, max_size), bytes).
         self._shared: tuple | None = None
+        self._shared_digest: tuple[bytes, bytes] | None = None  # (encoding, its digest)
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         self._datagrams: list[tuple[bytes, Hashable]] = []
@@ -860,13 +845,18 @@ class SIBSession:
         if kp.kp_id is not None and status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial, now)
         if tx in _STATEFUL:
-            self._settle(kp, tid, tx, status)
+            self._settle(kp, tid, tx, response)
 
-    def _settle(self, kp: KPIdentity, tid: int, tx: Tx, status: Status | int) -> None:
+    def _settle(self, kp: KPIdentity, tid: int, tx: Tx, response: Response) -> None:
         """What answering a persistent request, TERMINATE or RESET does to the IND state."""
+        status = response.status
         if tx in _PERSISTENT:
             d = self._deliveries.get((kp, tid))
-            if status != Status.OK and d is not None and d.seq is None:
+            if d is None:
+                return
+            if status == Status.OK:
+                d.responded(response)
+            elif d.seq is None:
                 self.end_persistent(kp, tid)  # never started
         elif tx is Tx.TERMINATE:
             if status in (Status.OK, Status.UNKNOWN_TRANSACTION):
@@ -875,46 +865,50 @@ class SIBSession:
             for key in [k for k in self._deliveries if k[0] == kp]:
                 self.end_persistent(*key)
 
-    def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
+    def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float,
+                 delivery: Delivery | None = None) -> None:
         """Send a new state (or, with a non-OK status, the end) of persistent transaction `tid`.
 
         Over UDP the IND gets the next sequence number (1, 2, …, 65535, 0, …; `response.seq`,
         if set, restarts the numbering there) and is retransmitted until ACKed; a newer IND
         replaces an unacknowledged older one. It goes to the endpoint of the KP's most recent
-        request.
+        request. `delivery`: the operation's `Delivery` as the caller holds it (a channel): put
+        back if this session's table evicted it, so the numbering never restarts. After a
+        restart, an OK IND of the state the KP had ACKed is not sent again (`Delivery.redundant`).
         """
         if response.tid != tid:
             raise SessionError(f"indicate({tid}) needs an IND with TID {tid}")
         key = (kp, tid)
         d = self._deliveries.get(key)
         if d is None:
-            d = self._new_delivery(key, None, None)
-        elif d.final:
+            d = self._adopt(key, delivery) if delivery is not None else (
+                self._new_delivery(key, None, None))
+        if d.final:
             raise SessionError(f"persistent transaction {tid} of {kp} has ended")
         self._deliveries.move_to_end(key)
         addr = self._endpoint(kp)
         if addr is None:
-            addr = d.addr
+            addr = d.endpoint
         if addr is None:
             raise SessionError(f"no known address for {kp}")
-        final = response.status != _OK
+        if d.restored and d.redundant(response):
+            d.restored = False
+            return
         if self.transport is TCP:
             if addr not in self._readers:  # the KP's connection is gone
                 self.end_persistent(kp, tid)
                 self._events.append(KPUnreachable(kp, tid))
                 return
-            self._send(self._encode_indication(response, None, d.max_size), addr)
+            self._send(self._encode_indication(response, None, d.max_size)[0], addr)
+            d.indicated(response, delivered=True)
             self.stats.inds_sent += 1
-            if final:
+            if d.final:
                 self.end_persistent(kp, tid)
             return
-        if response.seq is not None:
-            seq = response.seq
-        else:
-            seq = FIRST_SEQ if d.seq is None else next_seq(d.seq)
-        self._keep_ind(d, self._encode_indication(response, seq, self._cap(d.max_size)))
-        d.seq = seq
-        d.final = final
+        data, base = self._encode_indication(response, d.next_seq(response),
+                                             self._cap(d.max_size))
+        self._keep_ind(d, data)
+        d.indicated(response, self._digest(base) if d.durable else None)
         self.stats.inds_sent += 1
         self._send_indication(key, d, addr)
         if self._ind_bytes > self.max_ind_bytes:
@@ -924,7 +918,7 @@ class SIBSession:
             # than the timeout must not postpone KPUnreachable forever.
             self._start_backoff(key, d, now)
 
-    def _keep_ind(self, d: _Delivery, data: bytes | None) -> None:
+    def _keep_ind(self, d: Delivery, data: bytes | None) -> None:
         """Set the IND kept for retransmission, counting its bytes."""
         self._ind_bytes += (len(data) if data else 0) - (len(d.data) if d.data else 0)
         d.data = data
@@ -943,7 +937,7 @@ class SIBSession:
                 self.stats.kp_unreachable += 1
                 self._events.append(KPUnreachable(*key))
 
-    def _start_backoff(self, key: tuple[KPIdentity, int], d: _Delivery, now: float) -> None:
+    def _start_backoff(self, key: tuple[KPIdentity, int], d: Delivery, now: float) -> None:
         """A new retransmission schedule for the IND just sent: full retry budget, first
         timeout drawn afresh."""
         d.retries = 0
@@ -970,6 +964,32 @@ class SIBSession:
         if kp.kp_id is None:
             raise SessionError(f"{kp} has no KP ID: its endpoint is its address")
         self._bind(kp, endpoint, 0)  # serial 0: older than any request of this session
+
+    def delivery(self, kp: KPIdentity, tid: int) -> Delivery | None:
+        """The `Delivery` of persistent transaction (kp, tid), if this session holds one."""
+        return self._deliveries.get((kp, tid))
+
+    def export(self, kp: KPIdentity, tid: int, delivery: Delivery | None = None
+               ) -> DeliveryState | None:
+        """The state of (kp, tid)'s delivery for a journal, with the KP's current endpoint."""
+        d = self._deliveries.get((kp, tid), delivery)
+        if d is None:
+            return None
+        state = d.export()
+        endpoint = self._endpoint(kp)
+        if endpoint is not None and endpoint != state.endpoint:
+            d.endpoint = endpoint
+            state = d.export()
+        return state
+
+    def restore(self, kp: KPIdentity, tid: int, state: DeliveryState) -> Delivery:
+        """Take back a delivery as a journal saved it (a SIB after a restart): INDs go to its
+        endpoint until the KP's next request, numbered on from its sequence number."""
+        if kp.kp_id is not None and state.endpoint is not None:
+            self.bind(kp, state.endpoint)
+        udp = self.transport is UDP
+        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=udp,
+                                                       durable=udp))
 
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
         """Whether the newest IND of (kp, tid) is still unacknowledged (UDP) — e.g. for a SIB
@@ -1003,7 +1023,7 @@ class SIBSession:
                 continue
             addr = self._endpoint(key[0])
             if addr is None:
-                addr = d.addr
+                addr = d.endpoint
             if d.retries >= self.timing.max_retransmit or addr is None:
                 self._keep_ind(d, None)  # the numbering stays, in case the SIB indicates again
                 if d.final:
@@ -1090,20 +1110,28 @@ class SIBSession:
         return MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
 
     def _encode_indication(self, response: Response, seq: int | None,
-                           max_size: int | None) -> bytes:
+                           max_size: int | None) -> tuple[bytes, bytes]:
         """Subscribers of one result (the same object, as a SIB hands it to each) share its
-        encoding: only the TID and sequence number differ (`ksp.codec.retag`)."""
+        encoding: only the TID and sequence number differ (`ksp.codec.retag`). Returns the
+        IND and the shared encoding it was made from (for its digest, taken once)."""
         result = response.result
         form = (response.status, response.version, max_size)
         shared = self._shared
         if result is not None and shared is not None and shared[0] is result and (
                 shared[1] == form):
-            return retag(shared[2], response.tid, seq)
+            return retag(shared[2], response.tid, seq), shared[2]
         data = encode(response._replace(indication=True, seq=seq), self.transport,
                       max_size=max_size)
         if result is not None:
             self._shared = (result, form, data)
-        return data
+        return data, data
+
+    def _digest(self, base: bytes) -> bytes:
+        """The digest of a shared IND encoding, taken once for all its subscribers."""
+        cached = self._shared_digest
+        if cached is None or cached[0] is not base:
+            cached = self._shared_digest = (base, encoding_digest(base))
+        return cached[1]
 
     def _send(self, data: bytes, addr: Hashable) -> None:
         if type(addr) is SealedAddr:  # the KP spoke sealed: so is every answer to it
@@ -1116,7 +1144,7 @@ class SIBSession:
         elif addr in self._readers:  # else the connection is gone: nowhere to send
             self._streams.setdefault(addr, bytearray()).extend(data)
 
-    def _send_indication(self, key: tuple[KPIdentity, int], d: _Delivery,
+    def _send_indication(self, key: tuple[KPIdentity, int], d: Delivery,
                          addr: Hashable) -> None:
         self._send(d.data, addr)
         route = (addr, key[1])
@@ -1151,8 +1179,18 @@ class SIBSession:
                 self._start_backoff(key, d, now)
 
     def _new_delivery(self, key: tuple[KPIdentity, int], addr: Hashable | None,
-                      max_size: int | None) -> _Delivery:
-        d = self._deliveries[key] = _Delivery(addr, max_size)
+                      max_size: int | None) -> Delivery:
+        udp = self.transport is UDP
+        return self._adopt(key, Delivery(key[0], key[1], addr, max_size, numbered=udp,
+                                         durable=udp))
+
+    def _adopt(self, key: tuple[KPIdentity, int], d: Delivery) -> Delivery:
+        old = self._deliveries.get(key)
+        if old is not None and old is not d:
+            self._keep_ind(old, None)
+            self._timers.cancel(key)
+        d = self._deliveries[key] = d
+        self._deliveries.move_to_end(key)
         while len(self._deliveries) > self.max_entries:
             old, gone = self._deliveries.popitem(last=False)
             self._keep_ind(gone, None)
@@ -1229,7 +1267,7 @@ class SIBSession:
             if d is None:
                 self._new_delivery(ekey, addr, max_size)
             else:
-                d.addr, d.max_size = addr, max_size
+                d.endpoint, d.max_size = addr, max_size
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable) -> None:
@@ -1263,6 +1301,7 @@ class SIBSession:
         if ack.seq is None or not is_newer(d.seq, ack.seq):
             # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
             self._keep_ind(d, None)
+            d.acknowledged()
             d.retries = 0
             self._timers.cancel(key)
             if d.final:

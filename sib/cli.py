@@ -140,7 +140,6 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         if created:
             shutil.rmtree(config.data_dir, ignore_errors=True)
         raise
-    sib.core.endpoint = server.endpoint
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
     metrics.counters["ksp_sealed_dropped_total"] = (
@@ -164,8 +163,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 journal.remove(saved.kp, saved.tid)
                 continue
             try:
-                sib.core.restore(saved, server.channel(saved.transport, saved.kp, saved.tid,
-                                                       saved.endpoint))
+                sib.core.restore(saved, server.channel(saved.transport, saved.kp, saved.tid))
                 restored += 1
             except Exception:
                 log.exception("%s tid %d: could not be restored; forgotten", saved.kp,
@@ -205,10 +203,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         await stop.wait()
         log.info("shutting down: finishing %d queued requests", sib.queued)
     finally:
-        await sib.close()
+        await sib.close()  # journals what the KPs ACKed by now (`SibCore.terminate_all`)
         log.info("store flushed")
-        if journal is not None:  # what the KPs ACKed need not be sent again after a restart
-            journal.settle(lambda kp, tid, transport: server.awaiting_ack(transport, kp, tid))
         await server.close()
         if metrics_server is not None:
             metrics_server.close()

@@ -39,7 +39,7 @@ from ksp.terms import IRI, Literal
 from .access import AccessPolicy
 from .errors import RequestError
 from .index import PatternIndex
-from .journal import Journal, Saved, TrackedChannel, result_digest
+from .journal import Journal, Saved, TrackedChannel
 from .metrics import Metrics
 from .oxterms import to_ox
 from .pattern import Pattern
@@ -58,14 +58,11 @@ class SibCore:
     def __init__(self, store: QuadStore, *, smart: bool = True, rule_firing_limit: int = 16,
                  cascade_limit: int = 1024, fresh: Fresh | None = None,
                  access: AccessPolicy | None = None, max_persistent_per_kp: int | None = None,
-                 journal: Journal | None = None, endpoint=None,
-                 metrics: Metrics | None = None) -> None:
+                 journal: Journal | None = None, metrics: Metrics | None = None) -> None:
         self.store = store
         self.access = access or AccessPolicy.open()
         self.max_persistent_per_kp = max_persistent_per_kp
         self.journal = journal
-        #: (transport, kp) -> the KP's current endpoint, for the journal (default: kp.addr).
-        self.endpoint = endpoint or (lambda transport, kp: kp.addr)
         self.metrics = metrics or Metrics()
         self._per_kp: Counter[KPIdentity] = Counter()
         self.smart = smart
@@ -125,7 +122,7 @@ class SibCore:
         if request.tx.persistent and response.status == Status.OK:
             op = self._ops.get((kp, request.tid))
             if op is not None:
-                op.channel.responded(delivered=True)  # journaled: the KP has its first result
+                op.channel.save()  # journaled: the KP has its first result
         is_update = not (request.tx.is_query or request.tx in (Tx.TERMINATE, Tx.RESET))
         if is_update:
             metrics.update_latency.observe(time.perf_counter() - since)
@@ -145,9 +142,11 @@ class SibCore:
 
     def terminate_all(self) -> None:
         """The SIB shuts down: end every persistent operation with a TERMINATED IND, except
-        those the journal keeps (they resume after the restart)."""
+        those the journal keeps (they resume after the restart): their state is journaled once
+        more, so that what the KPs ACKed by now is not sent again after the restart."""
         for key, op in list(self._ops.items()):
             if self.journal is not None and op.channel.journal is not None:
+                op.channel.save()
                 continue
             self._terminate(key)
 
@@ -160,8 +159,8 @@ class SibCore:
         It is checked first against the access policy in force, by its KP ID (the saved copy
         has no password): one the policy no longer allows ends with an ACCESS_DENIED IND."""
         req, kp = saved.request, saved.kp
-        tracked = TrackedChannel(channel, self.journal, saved.seq, saved.digest,
-                                 self.metrics.indicated, self.endpoint)
+        channel.restore(saved.state)  # numbering, endpoint and what the KP has, as they were
+        tracked = TrackedChannel(channel, self.journal, self.metrics.indicated)
         try:
             self.access.check_by_id(kp.kp_id, req)
         except RequestError as exc:
@@ -175,9 +174,9 @@ class SibCore:
         pattern = Pattern(req)
         if req.tx.is_query:
             response = self._subscribe(req, tracked, kp, pattern, restored=True)
-            probe = Response(req.tid, Status.OK, response.result, indication=True)
-            if not saved.delivered or result_digest(probe) != saved.digest:
-                tracked.indicate(probe)  # changed while down, or maybe never received
+            # Sent if it changed while down or may never have arrived; the delivery drops it
+            # if the KP ACKed this very result (`ksp.delivery.Delivery.redundant`).
+            tracked.indicate(Response(req.tid, Status.OK, response.result, indication=True))
         else:
             rule = self._add_rule(req, tracked, kp, pattern, restored=True)
             rule.last = frozenset(pattern.solutions(self.store))
@@ -255,8 +254,7 @@ class SibCore:
         self._replace(key)
         if restored:
             return channel
-        channel = TrackedChannel(channel, self.journal, on_indicate=self.metrics.indicated,
-                                 endpoint=self.endpoint)
+        channel = TrackedChannel(channel, self.journal, on_indicate=self.metrics.indicated)
         if channel.journal is not None:
             channel.journal.add(kp, req.tid, channel.transport, req)
         return channel
@@ -294,10 +292,7 @@ class SibCore:
         sub = Subscription(kp, req.tid, channel, group)
         group.members[(kp, req.tid)] = sub
         self._registered((kp, req.tid), sub)
-        response = Response(req.tid, Status.OK, group.result)
-        if not restored and channel.journal is not None:  # journaled with the RES
-            channel.digest = result_digest(response)
-        return response
+        return Response(req.tid, Status.OK, group.result)
 
     def _replace(self, key: OpKey) -> None:
         """A KP reusing the TID of its active persistent transaction replaces it (R12)."""

@@ -1,40 +1,36 @@
 """Persistent operations that survive a restart: one sqlite table in the data directory.
 
-Each UDP persistent operation is a row: KP identity, TID, transport, the KP's endpoint, the
-request bytes (as the KP sent them, CREDENTIALS removed), and the sequence number and result
-digest of the last IND sent, and whether the KP is known to have that state (its RES, or an
-IND the transport saw ACKed when the SIB stopped). Rows are written in sqlite transactions
-(atomic), when an operation starts, ends, and after each IND. On start the SIB reloads them and resumes sending INDs to the
-KP's last endpoint (`Server.channel`), numbering on from the saved sequence number so that the
-KP — a sleeping device that kept its IDs — takes the next IND as new.
+Each durable persistent operation (`Channel.durable`: UDP) is a row: KP identity, TID,
+transport, the request bytes (as the KP sent them, CREDENTIALS removed), and its delivery's
+state as the channel exports it (`ksp.delivery.DeliveryState`): the KP's endpoint, the sequence
+number and result digest of the last IND sent, and whether the KP is known to have that state
+(its RES, or an ACKed IND). Rows are written in sqlite transactions (atomic), when an operation
+starts, ends, after each answer, and once more at a clean stop (what was ACKed by then). On
+start the SIB reloads them and hands each state back to a new channel (`channel.restore`), so
+INDs resume to the KP's last endpoint, numbered on from the saved sequence number: the KP — a
+sleeping device that kept its IDs — takes the next IND as new.
 
-Only UDP operations are kept: a TCP connection and a CoAP observation do not outlive the SIB
-process, so their KPs re-subscribe anyway.
+A TCP connection and a CoAP observation do not outlive the SIB process (their channels are not
+durable), so their KPs re-subscribe anyway.
 
 It also keeps each sealed KP's replay window and counter block (`ksp.secure.SealState`), so a
 restart lets no recorded message in again (docs/wire-format.md 13.5).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
 from ksp.codec import UDP, decode_kp_message, encode
+from ksp.delivery import DeliveryState
 from ksp.model import Request, Response
 from ksp.secure import SealedAddr
-from ksp.seqnum import FIRST_SEQ, next_seq
+from ksp.service import Channel
 from ksp.session import KPIdentity
 
 FILE = "persistent.sqlite3"
-JOURNALED = frozenset({"udp"})
-
-
-def result_digest(response: Response) -> bytes:
-    """A digest of a result, to tell after a restart whether the KP has seen it."""
-    return hashlib.sha256(repr(response.result).encode()).digest()
 
 
 def _endpoint_json(endpoint: Hashable | None) -> str:
@@ -76,6 +72,12 @@ class Saved:
     digest: bytes | None
     delivered: bool = False  # the KP has the state of `digest` (else: send it again)
 
+    @property
+    def state(self) -> DeliveryState:
+        """What `Channel.restore` takes back (the request's MAX RESPONSE SIZE included)."""
+        return DeliveryState(self.seq, self.endpoint, self.digest, self.delivered,
+                             self.request.options.max_response_size)
+
 
 class Journal:
     def __init__(self, path: str) -> None:
@@ -110,6 +112,10 @@ class Journal:
                          "WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
                          (seq, digest, _endpoint_json(endpoint), int(delivered), *_kp_key(kp),
                           tid))
+
+    def save(self, kp: KPIdentity, tid: int, state: DeliveryState) -> None:
+        """A channel's `export()`: what the KP was sent, and where it is."""
+        self.sent(kp, tid, state.seq, state.digest, state.endpoint, state.delivered)
 
     def settle(self, awaiting_ack: Callable[[KPIdentity, int, str], bool]) -> None:
         """On a clean stop: mark delivered every operation whose last IND the transport saw
@@ -147,48 +153,39 @@ class Journal:
 
 
 class TrackedChannel:
-    """Wraps a `Channel`: numbers UDP INDs (1, 2, …, explicit `seq`) and records each in the
-    journal. The SIB owns the numbering, not the transport session: the numbers go on across a
-    restart, and after the session evicted the operation's delivery state (it keeps
-    `max_entries` of them), where it would start again at 1 and the KP would drop the IND as
-    stale."""
+    """Wraps the `Channel` of a persistent operation: counts its INDs and, when it is durable
+    and there is a journal, journals its delivery's state after each answer. It neither numbers
+    nor digests: the channel's delivery does (`ksp.delivery`)."""
 
-    __slots__ = ("inner", "transport", "kp", "tid", "journal", "seq", "digest", "on_indicate",
-                 "endpoint")
+    __slots__ = ("inner", "transport", "kp", "tid", "durable", "journal", "on_indicate")
 
-    def __init__(self, inner, journal: Journal | None, seq: int | None = None,
-                 digest: bytes | None = None, on_indicate=None, endpoint=None) -> None:
+    def __init__(self, inner: Channel, journal: Journal | None, on_indicate=None) -> None:
         self.inner = inner
         self.transport, self.kp, self.tid = inner.transport, inner.kp, inner.tid
-        self.journal = journal if inner.transport in JOURNALED else None
-        self.seq = seq
-        self.digest = digest
+        self.durable = inner.durable
+        self.journal = journal if inner.durable else None
         self.on_indicate = on_indicate
-        self.endpoint = endpoint  # (transport, kp) -> the KP's endpoint now
 
     def respond(self, response: Response) -> None:
         self.inner.respond(response)
-        self.responded(delivered=True)
+        self.save()
 
     def indicate(self, response: Response) -> None:
-        if self.transport == "udp":
-            if response.seq is not None:
-                self.seq = response.seq
-            else:
-                self.seq = FIRST_SEQ if self.seq is None else next_seq(self.seq)
-                response = response._replace(seq=self.seq)
-        if self.journal is not None:
-            self.digest = result_digest(response)
         self.inner.indicate(response)
-        self.responded(delivered=False)
+        self.save()
         if self.on_indicate is not None:
             self.on_indicate()
 
     def end(self) -> None:
         self.inner.end()
 
-    def responded(self, delivered: bool) -> None:
+    def export(self) -> DeliveryState | None:
+        return self.inner.export()
+
+    def restore(self, state: DeliveryState) -> None:
+        self.inner.restore(state)
+
+    def save(self) -> None:
         """Journal what the KP was sent, and where it is."""
-        if self.journal is not None:
-            endpoint = self.endpoint(self.transport, self.kp) if self.endpoint else self.kp.addr
-            self.journal.sent(self.kp, self.tid, self.seq, self.digest, endpoint, delivered)
+        if self.journal is not None and (state := self.inner.export()) is not None:
+            self.journal.save(self.kp, self.tid, state)

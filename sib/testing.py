@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ksp.codec import UDP, decode_kp_message, encode
+from ksp.delivery import Delivery, DeliveryState
 from ksp.errors import EncodeError
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
@@ -17,20 +18,45 @@ from .service import Sib
 
 @dataclass(eq=False)
 class RecordingChannel:
+    """A subscriber of its own kind: it owns its `Delivery` as any channel does, numbers INDs
+    as the transport it plays would ("udp", "coap": numbered; "tcp": not), and is durable as a
+    UDP one (the journal keeps it). An IND is never ACKed: it stays awaited."""
+
     kp: KPIdentity
     tid: int
     log: list
     transport: str = "udp"
     ended: bool = False
 
+    def __post_init__(self) -> None:
+        self.durable = self.transport == "udp"
+        self.delivery = Delivery(self.kp, self.tid, self.kp.addr,
+                                 numbered=self.transport != "tcp", durable=self.durable)
+
     def respond(self, response: Response) -> None:
         self.log.append(("res", self.kp, self.tid, response))
+        if response.status == 0:  # for a persistent request: the KP has its first result
+            self.delivery.responded(response)
 
     def indicate(self, response: Response) -> None:
+        d = self.delivery
+        if d.redundant(response):
+            return
+        seq = d.next_seq(response)
+        if seq is not None:
+            response = response._replace(seq=seq)
+        d.indicated(response)
         self.log.append(("ind", self.kp, self.tid, response))
 
     def end(self) -> None:
         self.ended = True
+
+    def export(self) -> DeliveryState:
+        return self.delivery.export()
+
+    def restore(self, state: DeliveryState) -> None:
+        self.delivery = Delivery.restore(self.kp, self.tid, state,
+                                         numbered=self.transport != "tcp", durable=self.durable)
 
 
 @dataclass

@@ -14,6 +14,8 @@ from ksp import (
     CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
     RequestRefused, Response, SIBSession, UDP,
 )
+from ksp.codes import Tx
+from ksp.delivery import Delivery, DeliveryState
 
 from ._timer import SessionTimer
 from .service import Channel, Service
@@ -21,17 +23,27 @@ from .service import Channel, Service
 log = logging.getLogger("transports.server")
 
 
+_PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
+
+
 class SessionChannel:
     """A `Channel` over a `SIBSession`: bound to (transport, KP identity, TID), never to a socket,
-    so the session routes each answer to the KP's current endpoint."""
+    so the session routes each answer to the KP's current endpoint. A persistent operation's
+    channel holds its `Delivery`, which the session may evict from its table and takes back at
+    the next IND, numbering on."""
 
-    __slots__ = ("transport", "kp", "tid", "_adapter")
+    __slots__ = ("transport", "kp", "tid", "durable", "_adapter", "_delivery")
 
-    def __init__(self, adapter: "SessionAdapter", kp: KPIdentity, tid: int) -> None:
+    def __init__(self, adapter: "SessionAdapter", kp: KPIdentity, tid: int,
+                 delivery: Delivery | None = None) -> None:
         self.transport = adapter.transport_name
         self.kp = kp
         self.tid = tid
+        #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
+        #: connection ends with the process.
+        self.durable = adapter.session.transport is UDP
         self._adapter = adapter
+        self._delivery = delivery
 
     def respond(self, response: Response) -> None:
         a = self._adapter
@@ -41,8 +53,17 @@ class SessionChannel:
 
     def indicate(self, response: Response) -> None:
         a = self._adapter
-        a.session.indicate(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time())
+        a.session.indicate(self.kp, self.tid, _with_tid(response, self.tid), a.loop.time(),
+                           self._delivery)
+        if self._delivery is None:
+            self._delivery = a.session.delivery(self.kp, self.tid)
         a.pump_soon()
+
+    def export(self) -> DeliveryState | None:
+        return self._adapter.session.export(self.kp, self.tid, self._delivery)
+
+    def restore(self, state: DeliveryState) -> None:
+        self._delivery = self._adapter.session.restore(self.kp, self.tid, state)
 
     def end(self) -> None:
         a = self._adapter
@@ -101,8 +122,10 @@ class SessionAdapter:
             while (event := session.next_event()) is not None:
                 kind = type(event)
                 if kind is RequestReceived:
-                    request = event.request
-                    service.submit(request, SessionChannel(self, event.kp, request.tid))
+                    request, kp = event.request, event.kp
+                    delivery = (session.delivery(kp, request.tid)
+                                if request.tx in _PERSISTENT else None)
+                    service.submit(request, SessionChannel(self, kp, request.tid, delivery))
                 elif kind is KPUnreachable:
                     service.kp_unreachable(event.kp, event.tid)
                 elif kind is CredentialsPending:

@@ -34,10 +34,10 @@ from aiocoap.numbers.constants import TransportTuning
 
 from ksp import (
     UDP, Ack, DecodeError, KPIdentity, Request, Response, Status, Timing, Tx, decode_kp_message,
-    decode_sib_message, encode, is_newer, next_seq, peek_tid,
+    decode_sib_message, encode, is_newer, peek_tid,
 )
+from ksp.delivery import Delivery, DeliveryState
 from ksp.secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
-from ksp.seqnum import FIRST_SEQ
 from ksp.session import MAX_UDP_PAYLOAD, DuplicateCache
 
 from ._kplink import Link, Sink
@@ -72,6 +72,8 @@ class CoapChannel:
 
     __slots__ = ("transport", "kp", "tid", "_server", "_future", "_resource")
 
+    durable = False  # an observation ends with the process: the KP observes anew
+
     def __init__(self, server: "CoapServer", kp: KPIdentity, tid: int,
                  future: asyncio.Future | None = None) -> None:
         self.transport = "coap"
@@ -93,6 +95,13 @@ class CoapChannel:
     def end(self) -> None:
         self._server._remove(self.kp, self.tid)
 
+    def export(self) -> DeliveryState | None:
+        resource = self._server._persistent.get((self.kp, self.tid))
+        return resource.delivery.export() if resource is not None else None
+
+    def restore(self, state: DeliveryState) -> None:
+        """Nothing to take back: CoAP operations are not durable."""
+
 
 class _PersistentResource(aiocoap.resource.ObservableResource):
     """`/ksp/p/<token>`: the newest IND of one persistent transaction, observable."""
@@ -103,8 +112,8 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.server, self.kp, self.tid, self.token = server, kp, tid, token
         self.sealed = sealed  # the KP spoke sealed: every IND leaves sealed
         self.max_size = MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
+        self.delivery = Delivery(kp, tid, max_size=self.max_size)
         self.latest = b""
-        self.seq: int | None = None
         self.ended = False
         self.observed = False
 
@@ -118,13 +127,10 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
     def publish(self, response: Response) -> None:
         if self.ended:
             return
-        if response.seq is not None:
-            seq = response.seq
-        else:
-            seq = FIRST_SEQ if self.seq is None else next_seq(self.seq)
-        self.seq = seq
+        seq = self.delivery.next_seq(response)
         self.latest = encode(response._replace(indication=True, seq=seq), UDP,
                              max_size=self.max_size)
+        self.delivery.indicated(response)
         final = response.status != Status.OK
         for observation in list(self._observations):
             observation.trigger(_ksp_message(self.server._seal(self.latest, self.sealed)),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ssl as _ssl
-from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from ksp import KPIdentity, Timing
@@ -79,29 +78,10 @@ class Server:
             raise
         return self
 
-    def channel(self, transport: str, kp: KPIdentity, tid: int,
-                endpoint: Hashable | None = None) -> Channel:
-        """Rebuild the channel of (transport, kp, tid), e.g. for a SIB restoring its persistent
-        operations after a restart. `endpoint`: where a KP with a KP ID was last seen (the new
-        session does not know it yet); any later request of that KP rebinds it."""
-        adapter = self._adapter(transport)
-        session = getattr(adapter, "session", None)
-        if endpoint is not None and kp.kp_id is not None and session is not None:
-            session.bind(kp, endpoint)
-        return adapter.channel(kp, tid)
-
-    def endpoint(self, transport: str, kp: KPIdentity) -> Hashable | None:
-        """The KP's current endpoint as the transport's session knows it (for a SIB journaling
-        its persistent operations)."""
-        session = getattr(self._adapter(transport), "session", None)
-        return session.endpoint(kp) if session is not None else kp.addr
-
-    def awaiting_ack(self, transport: str, kp: KPIdentity, tid: int) -> bool:
-        """Whether the newest IND of (kp, tid) over `transport` is unacknowledged (UDP only:
-        TCP delivers or loses the connection; CoAP Observe is not journaled)."""
-        if transport != "udp" or self.udp is None:
-            return False
-        return self.udp.session.awaiting_ack(kp, tid)
+    def channel(self, transport: str, kp: KPIdentity, tid: int) -> Channel:
+        """The channel of (transport, kp, tid), e.g. for a SIB restoring its persistent
+        operations after a restart (then `channel.restore(state)` hands it its delivery)."""
+        return self._adapter(transport).channel(kp, tid)
 
     @property
     def ind_retransmissions(self) -> int:
