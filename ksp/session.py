@@ -41,14 +41,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .codec import (
-    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, retag,
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid,
     tcp_frame_length,
 )
 from .codes import Status, Tx
-from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState, encoding_digest
-from .errors import DecodeError, EncodeError, KspError
+from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
+from .errors import DecodeError, EncodeError
 from .model import Ack, Credentials, Request, Response
 from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
+from .transactions import STATEFUL as _STATEFUL, KpTransactions, SessionError, SibTransactions
+from .transactions import _Persistent  # noqa: F401  (where tests plant a kept TID)
 from .seqnum import is_newer
 
 __all__ = [
@@ -62,17 +64,7 @@ __all__ = [
 DEFAULT_MAX_TCP_MESSAGE = 1 << 20
 """Default cap on a received TCP message (Length field), so a peer cannot make us buffer 4 GiB."""
 
-# `tx in _PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a
-# Python call, on every request and RES. _STATEFUL: transactions whose RES starts or ends
-# persistent transactions; one lookup spares the others `Tx.X` attribute reads, which go
-# through the enum metaclass's __getattr__ hook on Python 3.11 (50 ns each, 7× a global).
-_PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
-_STATEFUL = _PERSISTENT | {Tx.TERMINATE, Tx.RESET}
-_OK = Status.OK  # for the per-message checks, likewise
-
-
-class SessionError(KspError):
-    """A call the session's state does not allow: the caller's fault, never the peer's."""
+_OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,14 +367,6 @@ class _Pending:
         self.deadline = 0.0
 
 
-class _Persistent:
-    __slots__ = ("tx", "last_seq")
-
-    def __init__(self, tx: Tx) -> None:
-        self.tx = tx
-        self.last_seq: int | None = None
-
-
 class KPSession:
     """The KP side of KSP over one transport endpoint (see the module docstring)."""
 
@@ -401,13 +385,15 @@ class KPSession:
         self.max_message_size = max_message_size or (
             MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
         self.max_pending = max_pending
-        self._max_ended = max_ended
         self._rng = rng if rng is not None else random.Random()
-        self._next = self._rng.randrange(0x10000)  # like CoAP's message IDs: start anywhere
-        self._pending: dict[int, _Pending] = {}
-        self._persistent: dict[int, _Persistent] = {}
-        # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
-        self._ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
+        #: The transaction layer (TIDs, pending types, persistent operations, the stale-IND
+        #: rule); this class is the message layer under it (UDP retransmission and ACKs, TCP
+        #: framing).
+        self.transactions = KpTransactions(self._rng, lifetime=self.timing.exchange_lifetime,
+                                           max_ended=max_ended)
+        self._pending: dict[int, _Pending] = self.transactions.pending  # type: ignore[assignment]
+        self._persistent = self.transactions.persistent
+        self._ended = self.transactions.ended
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         self._datagrams: list[bytes] = []
@@ -416,6 +402,15 @@ class KPSession:
         self._closed = False
 
     # -- state ------------------------------------------------------------------------------
+
+    @property
+    def _next(self) -> int:
+        """The next TID `next_tid` tries (tests set it)."""
+        return self.transactions._next
+
+    @_next.setter
+    def _next(self, tid: int) -> None:
+        self.transactions._next = tid
 
     @property
     def pending(self) -> frozenset[int]:
@@ -428,18 +423,9 @@ class KPSession:
         return frozenset(self._persistent)
 
     def next_tid(self) -> int:
-        """A TID no pending request, active or recently ended persistent transaction uses (R12).
-
-        TIDs are handed out in sequence from a random start, so one comes back only after
-        65 536 others (the SIB's duplicate cache must have forgotten it: keep below
-        65 536 requests per EXCHANGE_LIFETIME).
-        """
-        for _ in range(0x10000):
-            tid = self._next
-            self._next = (tid + 1) & 0xFFFF
-            if tid not in self._pending and tid not in self._persistent and tid not in self._ended:
-                return tid
-        raise SessionError("every transaction ID is in use")
+        """A TID no pending request, active or recently ended persistent transaction uses (R12,
+        `KpTransactions.next_tid`)."""
+        return self.transactions.next_tid()
 
     # -- API --------------------------------------------------------------------------------
 
@@ -459,12 +445,7 @@ class KPSession:
             tx = Tx(tx)
         if self._closed:
             raise SessionError("the connection is closed")
-        if not 0 <= tid <= 0xFFFF:
-            raise SessionError(f"transaction ID {tid} outside 0..65535")
-        if tid in self._pending:
-            raise SessionError(f"transaction {tid} is still waiting for its RES")
-        if tid in self._persistent and tx is not Tx.TERMINATE:
-            raise SessionError(f"transaction {tid} is an active persistent transaction (R12)")
+        self.transactions.check(tid, tx)
         if len(self._pending) >= self.max_pending:
             raise SessionError(f"{len(self._pending)} requests pending, the limit")
         if self.credentials is not None and request.options.credentials is None:
@@ -480,11 +461,8 @@ class KPSession:
         else:  # NON: a RES may never come; TCP: no retransmission, but no waiting forever
             p.timeout = self.timing.exchange_lifetime
         p.deadline = now + p.timeout
-        self._pending[tid] = p
+        self.transactions.sent(tid, tx, p)
         self._timers.set(tid, p.deadline)
-        if tx in _PERSISTENT:
-            self._persistent[tid] = _Persistent(tx)
-            self._ended.pop(tid, None)
         if self.transport is UDP:
             self._datagrams.append(data)
         else:
@@ -584,22 +562,11 @@ class KPSession:
                 self._give_up(tid, p, now)
 
     def _give_up(self, tid: int, p: _Pending, now: float) -> None:
-        if p.tx in _PERSISTENT and self._persistent.pop(tid, None) is not None:
-            # Whether the SIB started it is unknown: its INDs go un-ACKed, so the SIB's retries
-            # run out and it ends the orphan; the TID is kept out of use meanwhile.
-            self._tombstone(tid, now, ack=False)
+        self.transactions.gave_up(tid, p.tx, now)
         self._events.append(RequestTimedOut(tid))
 
-    def _tombstone(self, tid: int, now: float, ack: bool) -> None:
-        self._ended[tid] = (now + self.timing.exchange_lifetime, ack)
-        self._ended.move_to_end(tid)
-        while len(self._ended) > self._max_ended:
-            self._ended.popitem(last=False)
-
     def _expire_ended(self, now: float) -> None:
-        ended = self._ended
-        while ended and next(iter(ended.values()))[0] <= now:
-            ended.popitem(last=False)
+        self.transactions.expire(now)
 
     def _on_message(self, data: bytes, now: float) -> None:
         if len(data) < 4:
@@ -625,45 +592,28 @@ class KPSession:
             self._events.append(ProtocolError(exc.status, str(exc), tid))
             return
         if tx in _STATEFUL:
-            self._settle(tid, tx, response.status, now)
+            self.transactions.answered(tid, tx, response.status, now)
         self._events.append(ResponseReceived(tid, response))
-
-    def _settle(self, tid: int, tx: Tx, status: Status | int, now: float) -> None:
-        """What the RES of a persistent request, TERMINATE or RESET does to the persistent
-        transactions."""
-        if tx in _PERSISTENT:
-            if status != Status.OK:
-                self._persistent.pop(tid, None)  # never started
-        elif tx is Tx.TERMINATE:
-            if status in (Status.OK, Status.UNKNOWN_TRANSACTION) and self._persistent.pop(tid, None):
-                self._tombstone(tid, now, ack=True)
-        elif tx is Tx.RESET and status == Status.OK:
-            for other in [t for t in self._persistent if t not in self._pending]:
-                del self._persistent[other]
-                self._tombstone(other, now, ack=True)
 
     def _on_indication(self, tid: int, data: bytes, now: float) -> None:
         udp = self.transport is UDP
-        sub = self._persistent.get(tid)
-        if sub is None:
-            ended = self._ended.get(tid)
-            if udp and ended is not None and ended[1] and len(data) >= 6:
+        tx = self.transactions.active(tid)
+        if tx is None:
+            if udp and self.transactions.acks_late(tid) and len(data) >= 6:
                 # A retransmission of the final IND, or one sent before TERMINATE: stop the SIB.
                 self._datagrams.append(encode(Ack(tid, int.from_bytes(data[4:6], "little"))))
             return  # unknown: not ACKed, so the SIB gives up on it (R13)
         try:
-            response = decode_sib_message(data, self.transport, answers=sub.tx)
+            response = decode_sib_message(data, self.transport, answers=tx)
         except DecodeError as exc:
             self._events.append(ProtocolError(exc.status, str(exc), tid))
             return
         if udp:
             self._datagrams.append(encode(Ack(tid, response.seq)))
-            if not is_newer(response.seq, sub.last_seq):
+            if not self.transactions.fresh(tid, response.seq):
                 return  # a duplicate or older state: ACKed, not delivered (§9)
-            sub.last_seq = response.seq
         if response.status != _OK:
-            del self._persistent[tid]
-            self._tombstone(tid, now, ack=True)
+            self.transactions.ended_by(tid, now)
             self._events.append(PersistentEnded(tid, response.status))
         else:
             self._events.append(IndicationReceived(tid, response))
@@ -731,23 +681,6 @@ class DuplicateCache:
             self.bytes -= len(entry.response)
 
 
-class _Exchange:
-    """One request of one KP identity: executing until `respond`, then its RES (if any)."""
-
-    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "expires", "response")
-
-    def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
-                 max_size: int | None, serial: int, expires: float) -> None:
-        self.key = key
-        self.tx = tx
-        self.addr = addr
-        self.confirmable = confirmable
-        self.max_size = max_size
-        self.serial = serial
-        self.expires = expires
-        self.response: bytes | None = None
-
-
 @dataclass(slots=True)
 class SessionStats:
     """What a `SIBSession` did, for metrics (counters only grow)."""
@@ -800,17 +733,21 @@ class SIBSession:
         self.stats = SessionStats()
         self._rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
+        udp = self.transport is UDP
+        #: The transaction layer (`ksp.transactions`): executing requests, the persistent
+        #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering, one `Delivery` per
+        #: operation. This class is the message layer under it: UDP's duplicate cache,
+        #: retransmission and ACKs, or TCP's framing, and where each KP is.
+        self.transactions = SibTransactions(self.transport, numbered=udp, acked=udp,
+                                            durable=udp, max_entries=max_entries,
+                                            on_forget=self._forget)
         # (kp, tid, tx) -> exchange. UDP only.
         self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
-        self._executing: OrderedDict[tuple[KPIdentity, int], _Exchange] = OrderedDict()
+        self._executing = self.transactions.executing
         # KP-ID identity -> (serial of the request that set it, endpoint).
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
-        #: The owner of each persistent delivery (`ksp.delivery`), by (kp, tid).
-        self._deliveries: OrderedDict[tuple[KPIdentity, int], Delivery] = OrderedDict()
+        self._deliveries = self.transactions.deliveries
         self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
-        # The last IND encoded with a result: (result, (status, version, max_size), bytes).
-        self._shared: tuple | None = None
-        self._shared_digest: tuple[bytes, bytes] | None = None  # (encoding, its digest)
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         self._datagrams: list[tuple[bytes, Hashable]] = []
@@ -828,42 +765,18 @@ class SIBSession:
         EXCHANGE_LIFETIME, and is cut to the request's MAX RESPONSE SIZE (and, over UDP, to
         one datagram). For a NON request an OK RES without a result is not sent (the paper).
         """
-        if response.tid != tid or response.indication:
-            raise SessionError(f"respond({tid}) needs a RES with TID {tid}")
-        ex = self._executing.pop((kp, tid), None)
+        ex, data = self.transactions.answer(kp, tid, response)
         if ex is None:  # evicted, or an unsolicited answer (e.g. to a stray ACK)
             addr = self._endpoint(kp)
             if addr is None:
                 raise SessionError(f"no request {tid} of {kp} and no known address")
-            self._send(encode(response, self.transport, max_size=self._cap(None)), addr)
+            self._send(data, addr)
             return
-        status, tx = response.status, ex.tx
-        if ex.confirmable or status != _OK or response.result is not None:
-            data = encode(response, self.transport, max_size=self._cap(ex.max_size))
+        if data is not None:
             self._cache.answered(ex.key, ex, data)
             self._send(data, ex.addr)
-        if kp.kp_id is not None and status != Status.ACCESS_DENIED:
+        if kp.kp_id is not None and response.status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial, now)
-        if tx in _STATEFUL:
-            self._settle(kp, tid, tx, response)
-
-    def _settle(self, kp: KPIdentity, tid: int, tx: Tx, response: Response) -> None:
-        """What answering a persistent request, TERMINATE or RESET does to the IND state."""
-        status = response.status
-        if tx in _PERSISTENT:
-            d = self._deliveries.get((kp, tid))
-            if d is None:
-                return
-            if status == Status.OK:
-                d.responded(response)
-            elif d.seq is None:
-                self.end_persistent(kp, tid)  # never started
-        elif tx is Tx.TERMINATE:
-            if status in (Status.OK, Status.UNKNOWN_TRANSACTION):
-                self.end_persistent(kp, tid)
-        elif tx is Tx.RESET and status == Status.OK:
-            for key in [k for k in self._deliveries if k[0] == kp]:
-                self.end_persistent(*key)
 
     def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float,
                  delivery: Delivery | None = None) -> None:
@@ -879,37 +792,26 @@ class SIBSession:
         if response.tid != tid:
             raise SessionError(f"indicate({tid}) needs an IND with TID {tid}")
         key = (kp, tid)
-        d = self._deliveries.get(key)
-        if d is None:
-            d = self._adopt(key, delivery) if delivery is not None else (
-                self._new_delivery(key, None, None))
-        if d.final:
-            raise SessionError(f"persistent transaction {tid} of {kp} has ended")
-        self._deliveries.move_to_end(key)
+        d = self.transactions.delivery_for(kp, tid, delivery)
         addr = self._endpoint(kp)
         if addr is None:
             addr = d.endpoint
         if addr is None:
             raise SessionError(f"no known address for {kp}")
-        if d.restored and d.redundant(response):
-            d.restored = False
+        if self.transport is TCP and addr not in self._readers:  # the KP's connection is gone
+            self.end_persistent(kp, tid)
+            self._events.append(KPUnreachable(kp, tid))
             return
+        data = self.transactions.indication(d, response)
+        if data is None:  # after a restart: the KP had ACKed this very state
+            return
+        self.stats.inds_sent += 1
         if self.transport is TCP:
-            if addr not in self._readers:  # the KP's connection is gone
-                self.end_persistent(kp, tid)
-                self._events.append(KPUnreachable(kp, tid))
-                return
-            self._send(self._encode_indication(response, None, d.max_size)[0], addr)
-            d.indicated(response, delivered=True)
-            self.stats.inds_sent += 1
+            self._send(data, addr)
             if d.final:
                 self.end_persistent(kp, tid)
             return
-        data, base = self._encode_indication(response, d.next_seq(response),
-                                             self._cap(d.max_size))
         self._keep_ind(d, data)
-        d.indicated(response, self._digest(base) if d.durable else None)
-        self.stats.inds_sent += 1
         self._send_indication(key, d, addr)
         if self._ind_bytes > self.max_ind_bytes:
             self._shed(key)
@@ -947,10 +849,14 @@ class SIBSession:
     def end_persistent(self, kp: KPIdentity, tid: int) -> None:
         """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
         for an OK TERMINATE or RESET."""
-        d = self._deliveries.pop((kp, tid), None)
-        if d is not None:
-            self._keep_ind(d, None)
+        self.transactions.end(kp, tid)
         self._timers.cancel((kp, tid))
+
+    def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
+        """A delivery ended or was evicted (`SibTransactions.on_forget`): no IND of it is kept
+        for retransmission any more."""
+        self._keep_ind(d, None)
+        self._timers.cancel(key)
 
     def endpoint(self, kp: KPIdentity) -> Hashable | None:
         """Where INDs for `kp` go: its address, or for a KP ID the endpoint of its most recent
@@ -967,7 +873,7 @@ class SIBSession:
 
     def delivery(self, kp: KPIdentity, tid: int) -> Delivery | None:
         """The `Delivery` of persistent transaction (kp, tid), if this session holds one."""
-        return self._deliveries.get((kp, tid))
+        return self.transactions.deliveries.get((kp, tid))
 
     def export(self, kp: KPIdentity, tid: int, delivery: Delivery | None = None
                ) -> DeliveryState | None:
@@ -987,9 +893,7 @@ class SIBSession:
         endpoint until the KP's next request, numbered on from its sequence number."""
         if kp.kp_id is not None and state.endpoint is not None:
             self.bind(kp, state.endpoint)
-        udp = self.transport is UDP
-        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=udp,
-                                                       durable=udp))
+        return self.transactions.restore(kp, tid, state)
 
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
         """Whether the newest IND of (kp, tid) is still unacknowledged (UDP) — e.g. for a SIB
@@ -1105,33 +1009,7 @@ class SIBSession:
             raise SessionError(f"this is a {self.transport.name} session")
 
     def _cap(self, max_size: int | None) -> int | None:
-        if self.transport is TCP:
-            return max_size
-        return MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
-
-    def _encode_indication(self, response: Response, seq: int | None,
-                           max_size: int | None) -> tuple[bytes, bytes]:
-        """Subscribers of one result (the same object, as a SIB hands it to each) share its
-        encoding: only the TID and sequence number differ (`ksp.codec.retag`). Returns the
-        IND and the shared encoding it was made from (for its digest, taken once)."""
-        result = response.result
-        form = (response.status, response.version, max_size)
-        shared = self._shared
-        if result is not None and shared is not None and shared[0] is result and (
-                shared[1] == form):
-            return retag(shared[2], response.tid, seq), shared[2]
-        data = encode(response._replace(indication=True, seq=seq), self.transport,
-                      max_size=max_size)
-        if result is not None:
-            self._shared = (result, form, data)
-        return data, data
-
-    def _digest(self, base: bytes) -> bytes:
-        """The digest of a shared IND encoding, taken once for all its subscribers."""
-        cached = self._shared_digest
-        if cached is None or cached[0] is not base:
-            cached = self._shared_digest = (base, encoding_digest(base))
-        return cached[1]
+        return self.transactions.cap(max_size)
 
     def _send(self, data: bytes, addr: Hashable) -> None:
         if type(addr) is SealedAddr:  # the KP spoke sealed: so is every answer to it
@@ -1177,25 +1055,6 @@ class SIBSession:
             if key[0] == kp and d.data is not None:
                 self._send_indication(key, d, addr)
                 self._start_backoff(key, d, now)
-
-    def _new_delivery(self, key: tuple[KPIdentity, int], addr: Hashable | None,
-                      max_size: int | None) -> Delivery:
-        udp = self.transport is UDP
-        return self._adopt(key, Delivery(key[0], key[1], addr, max_size, numbered=udp,
-                                         durable=udp))
-
-    def _adopt(self, key: tuple[KPIdentity, int], d: Delivery) -> Delivery:
-        old = self._deliveries.get(key)
-        if old is not None and old is not d:
-            self._keep_ind(old, None)
-            self._timers.cancel(key)
-        d = self._deliveries[key] = d
-        self._deliveries.move_to_end(key)
-        while len(self._deliveries) > self.max_entries:
-            old, gone = self._deliveries.popitem(last=False)
-            self._keep_ind(gone, None)
-            self._timers.cancel(old)
-        return d
 
     def _expire(self, now: float) -> None:
         self._cache.expire(now)
@@ -1252,22 +1111,10 @@ class SIBSession:
                 else:
                     self.stats.duplicates_ignored += 1
                 return
-        max_size = options.max_response_size
-        ex = _Exchange(key, tx, addr, request.confirmable, max_size, next(self._serial),
-                       now + self.timing.exchange_lifetime)
+        ex = self.transactions.begin(kp, request, addr, next(self._serial),
+                                     now + self.timing.exchange_lifetime)
         if udp:
             self._cache.add(key, ex, now)
-        executing, ekey = self._executing, (kp, tid)
-        executing[ekey] = ex
-        executing.move_to_end(ekey)
-        while len(executing) > self.max_entries:
-            executing.popitem(last=False)
-        if tx in _PERSISTENT:
-            d = self._deliveries.get(ekey)
-            if d is None:
-                self._new_delivery(ekey, addr, max_size)
-            else:
-                d.endpoint, d.max_size = addr, max_size
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable) -> None:

@@ -168,7 +168,7 @@ async def _open(url: str):
         from transports.tcp import open_tcp_link
         return await open_tcp_link(host, port)
     if scheme == "coap":
-        from transports.coap import open_coap_link
+        from transports.coap_client import open_coap_link
         return await open_coap_link(host, port or 5683)
     raise ValueError(f"{url}: udp://, tcp:// or coap://")
 

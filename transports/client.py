@@ -545,7 +545,7 @@ async def _open_link(url: str, kp_id: Any, password: str, timing: Timing | None,
         link = await open_tcp_link(host, _port(port, url), ssl=ssl, timing=timing,
                                    credentials=credentials, **link_args)
     elif scheme == "coap":
-        from .coap import open_coap_link
+        from .coap_client import open_coap_link
         link = await open_coap_link(host, port or DEFAULT_COAP_PORT, timing=timing,
                                     credentials=credentials,
                                     sealer=sealer if key is not None else None, **link_args)

@@ -20,31 +20,34 @@ notification to that KP.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import random
 import secrets
 from typing import Any
 
 import aiocoap
-import aiocoap.error
 import aiocoap.resource
 from aiocoap.numbers.codes import Code
-from aiocoap.numbers.constants import TransportTuning
 
 from ksp import (
-    UDP, Ack, DecodeError, KPIdentity, Request, Response, Status, Timing, Tx, decode_kp_message,
-    decode_sib_message, encode, is_newer, peek_tid,
+    UDP, Ack, DecodeError, KPIdentity, Request, Response, Status, Timing, decode_kp_message,
+    encode, peek_tid,
 )
 from ksp.delivery import Delivery, DeliveryState
-from ksp.secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
-from ksp.session import MAX_UDP_PAYLOAD, DuplicateCache
+from ksp.secure import MAGIC, SealedAddr, SealError, SealerTable
+from ksp.session import DuplicateCache
+from ksp.transactions import PERSISTENT, SibTransactions
 
-from ._kplink import Link, Sink
-from .errors import ClientError, KspConnectionError, KspTimeout
 from .service import Channel, Service
 
 __all__ = ["CONTENT_FORMAT", "RESOURCE", "CoapServer", "CoapLink", "open_coap_link"]
+
+
+def __getattr__(name: str):
+    """The client (`transports.coap_client`) where it used to be."""
+    if name in ("CoapLink", "open_coap_link"):
+        from . import coap_client
+        return getattr(coap_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 log = logging.getLogger("transports.coap")
 
@@ -70,7 +73,7 @@ class CoapChannel:
     """A `Channel` for one CoAP request: `respond` completes the POST; INDs go to the
     per-transaction resource's observers."""
 
-    __slots__ = ("transport", "kp", "tid", "_server", "_future", "_resource")
+    __slots__ = ("transport", "kp", "tid", "_server", "_future")
 
     durable = False  # an observation ends with the process: the KP observes anew
 
@@ -88,16 +91,14 @@ class CoapChannel:
         self._future.set_result(response._replace(tid=self.tid))
 
     def indicate(self, response: Response) -> None:
-        resource = self._server._persistent.get((self.kp, self.tid))
-        if resource is not None:
-            resource.publish(response._replace(tid=self.tid))
+        self._server._publish(self.kp, self.tid, response._replace(tid=self.tid))
 
     def end(self) -> None:
-        self._server._remove(self.kp, self.tid)
+        self._server._end(self.kp, self.tid)
 
     def export(self) -> DeliveryState | None:
-        resource = self._server._persistent.get((self.kp, self.tid))
-        return resource.delivery.export() if resource is not None else None
+        d = self._server.transactions.deliveries.get((self.kp, self.tid))
+        return d.export() if d is not None else None
 
     def restore(self, state: DeliveryState) -> None:
         """Nothing to take back: CoAP operations are not durable."""
@@ -107,12 +108,12 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
     """`/ksp/p/<token>`: the newest IND of one persistent transaction, observable."""
 
     def __init__(self, server: "CoapServer", kp: KPIdentity, tid: int, token: str,
-                 max_size: int | None, sealed: SealedAddr | None = None) -> None:
+                 sealed: SealedAddr | None = None) -> None:
         super().__init__()
         self.server, self.kp, self.tid, self.token = server, kp, tid, token
         self.sealed = sealed  # the KP spoke sealed: every IND leaves sealed
-        self.max_size = MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
-        self.delivery = Delivery(kp, tid, max_size=self.max_size)
+        self.path = PERSISTENT_PREFIX + (token,)
+        self.delivery: Delivery | None = None  # the operation's, held here too (`_forget`)
         self.latest = b""
         self.ended = False
         self.observed = False
@@ -124,21 +125,11 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         if not self.ended:  # an ended one answers its final IND, unobserved
             await super().add_observation(request, serverobservation)
 
-    def publish(self, response: Response) -> None:
-        if self.ended:
-            return
-        seq = self.delivery.next_seq(response)
-        self.latest = encode(response._replace(indication=True, seq=seq), UDP,
-                             max_size=self.max_size)
-        self.delivery.indicated(response)
-        final = response.status != Status.OK
+    def publish(self, data: bytes, final: bool) -> None:
+        self.latest = data
         for observation in list(self._observations):
-            observation.trigger(_ksp_message(self.server._seal(self.latest, self.sealed)),
+            observation.trigger(_ksp_message(self.server._seal(data, self.sealed)),
                                 is_last=final)
-        if final:
-            # The resource lingers with the final IND, so a KP whose observation was not yet
-            # registered still reads how its operation ended.
-            self.server._remove(self.kp, self.tid, notify=False, linger=True)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
@@ -203,6 +194,11 @@ class CoapServer:
         self.sealed_dropped = 0  # sealed payloads that did not open
         lifetime = (timing or Timing()).exchange_lifetime
         self._exchanges = DuplicateCache(lifetime, max_entries, max_cache_bytes)
+        #: The transaction layer UDP and TCP share (`ksp.transactions`): the persistent
+        #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering; CoAP's own reliability
+        #: (aiocoap: CON, message IDs, Observe) is the message layer under it.
+        self.transactions = SibTransactions(UDP, numbered=True, acked=False,
+                                            max_entries=max_entries, on_forget=self._forget)
         self.duplicates = 0  # requests answered as duplicates (stats)
         self.port = 0
         self.site = aiocoap.resource.Site()
@@ -330,42 +326,58 @@ class CoapServer:
         tid, tx = req.tid, req.tx
         future = asyncio.get_running_loop().create_future()
         resource = None
-        if tx.persistent:
+        if tx in PERSISTENT:
             if (kp, tid) in self._persistent:  # R12: an active TID is not reused
                 return Code.CONTENT, encode(Response(tid, Status.INVALID_DATA_FORMAT), UDP), None
-            resource = self._add(kp, tid, req.options.max_response_size, sealed)
+        self.transactions.begin(kp, req, None)
+        if tx in PERSISTENT:
+            resource = self._add(kp, tid, sealed)
         self.service.submit(req, CoapChannel(self, kp, tid, future))
         try:
             response = await future
         except asyncio.CancelledError:
+            self.transactions.executing.pop((kp, tid), None)
             if resource is not None:
-                self._remove(kp, tid)
+                self._end(kp, tid)
             raise
-        max_size = req.options.max_response_size
-        max_size = MAX_UDP_PAYLOAD if max_size is None else min(max_size, MAX_UDP_PAYLOAD)
-        payload = encode(response._replace(tid=tid), UDP, max_size=max_size)
-        status = response.status
-        if resource is not None:
-            if status == Status.OK:
-                return Code.CREATED, payload, resource.path
-            self._remove(kp, tid)  # it never started
-        elif tx is Tx.TERMINATE and status in (Status.OK, Status.UNKNOWN_TRANSACTION):
-            self._remove(kp, tid)
-        elif tx is Tx.RESET and status == Status.OK:
-            for key in [k for k in self._persistent if k[0] == kp]:
-                self._remove(*key)
-        if not req.confirmable and status == Status.OK and response.result is None:
+        # The RES starts or ends persistent operations (`on_forget` removes their resources).
+        _, payload = self.transactions.answer(kp, tid, response._replace(tid=tid))
+        if resource is not None and response.status == Status.OK:
+            return Code.CREATED, payload, resource.path
+        if payload is None:
             return Code.CHANGED, b"", None  # the paper's "no RES" for NON
         return Code.CONTENT, payload, None
 
-    def _add(self, kp: KPIdentity, tid: int, max_size: int | None,
+    def _add(self, kp: KPIdentity, tid: int,
              sealed: SealedAddr | None = None) -> _PersistentResource:
-        token = secrets.token_urlsafe(9)
-        resource = _PersistentResource(self, kp, tid, token, max_size, sealed)
-        resource.path = PERSISTENT_PREFIX + (token,)
+        resource = _PersistentResource(self, kp, tid, secrets.token_urlsafe(9), sealed)
+        resource.delivery = self.transactions.deliveries[(kp, tid)]
         self._persistent[(kp, tid)] = resource
         self.site.add_resource(resource.path, resource)
         return resource
+
+    def _publish(self, kp: KPIdentity, tid: int, response: Response) -> None:
+        resource = self._persistent.get((kp, tid))
+        if resource is None or resource.ended:
+            return
+        d = self.transactions.delivery_for(kp, tid, resource.delivery)
+        resource.publish(self.transactions.indication(d, response), d.final)
+        if d.final:
+            # The resource lingers with the final IND, so a KP whose observation was not yet
+            # registered still reads how its operation ended.
+            self._remove(kp, tid, notify=False, linger=True)
+            self.transactions.end(kp, tid)
+
+    def _end(self, kp: KPIdentity, tid: int) -> None:
+        self.transactions.end(kp, tid)
+        self._remove(kp, tid)
+
+    def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
+        """A delivery ended (TERMINATE, RESET, a failed start): its resource goes, its
+        observers told 4.04 (`SibTransactions.on_forget`). An evicted one stays with its
+        resource, which hands it back at the next IND."""
+        if not evicted:
+            self._remove(*key)
 
     def _remove(self, kp: KPIdentity, tid: int, notify: bool = True,
                 linger: bool = False) -> None:
@@ -391,187 +403,5 @@ class CoapServer:
 
     def _lost_observers(self, kp: KPIdentity, tid: int) -> None:
         if (kp, tid) in self._persistent:
-            self._remove(kp, tid)
+            self._end(kp, tid)
             self.service.kp_unreachable(kp, tid)
-
-
-# ---------------------------------------------------------------------------------------------
-# Client
-
-
-async def _answer(pending) -> aiocoap.Message:
-    """The response of an aiocoap request, shielded: cancelling the waiter must not cancel
-    aiocoap's own future, which it later completes (InvalidStateError otherwise)."""
-    return await asyncio.shield(pending.response)
-
-
-def _tuning(timing: Timing | None) -> type[TransportTuning] | None:
-    if timing is None:
-        return None
-    return type("KspTuning", (TransportTuning,), {
-        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
-        "MAX_RETRANSMIT": timing.max_retransmit})
-
-
-class CoapLink(Link):
-    """The KP side over CoAP: one POST per request, one observation per persistent
-    transaction."""
-
-    def __init__(self, context: aiocoap.Context, base: str, timing: Timing | None,
-                 credentials, rng: random.Random | None = None,
-                 sealer: Sealer | None = None) -> None:
-        self.context = context
-        #: Set: every request leaves sealed and only answers that open are believed (13).
-        self.sealer = sealer
-        self.base = base
-        self.credentials = credentials
-        tuning = _tuning(timing)
-        self._tuning = tuning() if tuning is not None else None
-        rng = rng or random.Random()
-        self._tids = itertools.count(rng.randrange(0x10000))
-        self._observers: dict[int, asyncio.Task] = {}
-        self._background: set[asyncio.Task] = set()
-        self._closed = False
-
-    def _message(self, code: Code, uri: str, **kwargs: Any) -> aiocoap.Message:
-        if self._tuning is not None:
-            kwargs["transport_tuning"] = self._tuning
-        return aiocoap.Message(code=code, uri=uri, **kwargs)
-
-    def _next_tid(self) -> int:
-        for _ in range(0x10000):
-            tid = next(self._tids) & 0xFFFF
-            if tid not in self._observers:
-                return tid
-        raise ClientError("every transaction ID is in use")
-
-    async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
-        if self._closed:
-            raise KspConnectionError("the client was closed")
-        if request.tx is not Tx.TERMINATE:
-            request = request._replace(tid=self._next_tid())
-        if self.credentials is not None and request.options.credentials is None:
-            request = request._replace(
-                options=request.options._replace(credentials=self.credentials))
-        data = encode(request, UDP)
-        if self.sealer is not None:
-            data = self.sealer.seal(data)
-        if len(data) > MAX_UDP_PAYLOAD:
-            raise ClientError(f"request of {len(data)} bytes exceeds {MAX_UDP_PAYLOAD}")
-        msg = self._message(Code.POST, self.base + "/ksp", payload=data,
-                            content_format=CONTENT_FORMAT)
-        if not request.confirmable:
-            msg.mtype = aiocoap.NON
-        pending = self.context.request(msg)
-        if not request.confirmable:
-            task = asyncio.ensure_future(_answer(pending))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            return None
-        try:
-            answer = await _answer(pending)
-        except (aiocoap.error.ConRetransmitsExceeded, aiocoap.error.RequestTimedOut) as exc:
-            raise KspTimeout(f"no RES for transaction {request.tid}: {exc}") from exc
-        except aiocoap.error.NetworkError as exc:
-            raise KspConnectionError(str(exc)) from exc
-        if not answer.code.is_successful():
-            raise ClientError(f"CoAP {answer.code} for transaction {request.tid}: "
-                              f"{answer.payload[:200]!r}")
-        payload = answer.payload
-        if self.sealer is not None:
-            try:
-                payload = self.sealer.open(payload)
-            except SealError as exc:
-                raise ClientError(f"an answer to transaction {request.tid} that does not "
-                                       f"open: {exc}") from exc
-        response = decode_sib_message(payload, UDP, answers=request.tx)
-        if (sink is not None and request.tx.persistent and response.status == Status.OK):
-            path = answer.opt.location_path
-            if not path:
-                raise ClientError("a persistent RES without Location-Path")
-            self._observers[response.tid] = asyncio.ensure_future(
-                self._observe(response.tid, request.tx, "/".join(path), sink))
-        return response
-
-    async def _observe(self, tid: int, tx: Tx, path: str, sink: Sink) -> None:
-        uri = f"{self.base}/{path}"
-        pending = self.context.request(self._message(Code.GET, uri, observe=0))
-        last: int | None = None
-
-        async def consider(message: aiocoap.Message) -> bool:
-            """Deliver one notification; True when it ended the transaction."""
-            nonlocal last
-            block2 = message.opt.block2
-            if block2 is not None and block2.more:
-                # An IND larger than one block: the notification carries the first block only
-                # (RFC 7959 §2.6); a plain GET (Block2, reassembled by aiocoap) reads the whole
-                # current representation — the newest IND.
-                message = await _answer(self.context.request(self._message(Code.GET, uri)))
-                if not message.code.is_successful():
-                    sink.end(Status.TERMINATED)
-                    return True
-            if not message.payload:
-                return False  # no IND yet: the RES was the state
-            payload = message.payload
-            if self.sealer is not None:
-                try:
-                    payload = self.sealer.open(payload)
-                except SealError:
-                    return False  # forged or replayed: ignored, as over UDP (13.3)
-            ind = decode_sib_message(payload, UDP, answers=tx)
-            if not is_newer(ind.seq, last):
-                return False  # stale (§9)
-            last = ind.seq
-            if ind.status != Status.OK:
-                sink.end(ind.status)
-                return True
-            sink.deliver(ind)
-            return False
-
-        try:
-            first = await _answer(pending)
-            if not first.code.is_successful():
-                sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
-                return
-            if await consider(first):
-                return
-            async for message in pending.observation:
-                if not message.code.is_successful():
-                    sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
-                    return
-                if await consider(message):
-                    return
-            # aiocoap ends the iteration on a non-2.xx notification (4.04: TERMINATE or RESET
-            # removed the resource) or when the server ends the observation.
-            sink.end(Status.TERMINATED)
-        except asyncio.CancelledError:
-            pending.observation.cancel()
-            raise
-        except (aiocoap.error.Error, DecodeError) as exc:
-            sink.fail(KspConnectionError(f"observation of transaction {tid}: {exc}"))
-        finally:
-            if self._observers.get(tid) is asyncio.current_task():
-                del self._observers[tid]
-
-    def forget(self, tid: int) -> None:
-        task = self._observers.pop(tid, None)
-        if task is not None:
-            task.cancel()
-
-    async def close(self) -> None:
-        self._closed = True
-        tasks = list(self._observers.values()) + list(self._background)
-        self._observers.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.context.shutdown()
-
-
-async def open_coap_link(host: str, port: int, *, timing: Timing | None = None,
-                         credentials=None, rng: random.Random | None = None,
-                         sealer: Sealer | None = None) -> CoapLink:
-    context = await aiocoap.Context.create_client_context(transports=["udp6"])
-    hostpart = f"[{host}]" if ":" in host else host
-    return CoapLink(context, f"coap://{hostpart}:{port}", timing, credentials, rng, sealer)

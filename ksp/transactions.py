@@ -1,0 +1,368 @@
+"""The KSP transaction layer, transport-agnostic: what a request, its RES and the INDs of a
+persistent operation mean, whatever carries them (UDP, TCP or CoAP).
+
+Below it sit the message layers, which differ per transport: UDP's (CON retransmission with
+back-off, ACKs, the duplicate cache: `ksp.session`), TCP's framing (`ksp.framing`), CoAP's
+(aiocoap's reliability and Observe: `transports.coap`). They hand this layer decoded requests
+and answers and get back bytes to send; this layer never sees an address, a socket or a clock
+(sans-I/O, like the rest of `ksp/`).
+
+Server side, `SibTransactions`:
+- **matching a RES to its request** by (KP identity, TID): the table of executing requests;
+- **the persistent-operation lifecycle**: one starts with its request and stays with an OK RES;
+  a failed RES, an OK (or 0x0b) TERMINATE, an OK RESET (every operation of that KP) or a final
+  IND ends it; its `ksp.delivery.Delivery` is the one owner of its numbering and state;
+- **the NON rule**: an OK RES without a result to a NON request is not sent (the paper);
+- **MAX RESPONSE SIZE**: every RES and IND is cut to the request's limit and the transport's
+  payload cap (one datagram over UDP and CoAP);
+- **IND numbering** (§9, for transports that number) and one encoding of a result shared by
+  every subscriber of it (`ksp.codec.retag`).
+
+Client side, `KpTransactions`: Transaction IDs (R12), the transaction type each pending TID
+answers, the persistent operations the KP considers active, recently ended ones, and the
+stale-IND rule (§9: only an IND newer than every one delivered is delivered).
+"""
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+from .codec import Transport, UDP, encode, retag
+from .codes import Status, Tx
+from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState, encoding_digest
+from .errors import KspError
+from .model import Request, Response
+from .seqnum import is_newer
+
+__all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "PERSISTENT",
+           "STATEFUL"]
+
+# `tx in PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a Python
+# call, on every request and RES. STATEFUL: transactions whose RES starts or ends persistent
+# transactions; one lookup spares the others `Tx.X` attribute reads, which go through the enum
+# metaclass's __getattr__ hook on Python 3.11 (50 ns each, 7× a global).
+PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
+STATEFUL = PERSISTENT | {Tx.TERMINATE, Tx.RESET}
+_OK = Status.OK
+_ENDS = (Status.OK, Status.UNKNOWN_TRANSACTION)
+
+OpKey = tuple[Hashable, int]
+
+
+class SessionError(KspError):
+    """A call the session's state does not allow: the caller's fault, never the peer's."""
+
+
+class Exchange:
+    """One request of one KP identity: executing until answered. `expires` and `response` are
+    the UDP message layer's (its duplicate cache keeps the exchange with its RES)."""
+
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "expires", "response")
+
+    def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
+                 max_size: int | None, serial: int = 0, expires: float = 0.0) -> None:
+        self.key = key
+        self.tx = tx
+        self.addr = addr
+        self.confirmable = confirmable
+        self.max_size = max_size
+        self.serial = serial
+        self.expires = expires
+        self.response: bytes | None = None
+
+
+class SibTransactions:
+    """The SIB's transaction layer for one message layer (see the module docstring).
+
+    `transport`: the layout of what it encodes; `numbered`: INDs carry sequence numbers (UDP,
+    CoAP); `acked`: each IND is acknowledged at the KSP level (UDP), else it counts as delivered
+    once sent (TCP) or CoAP's own layer confirms it; `durable`: deliveries a journal keeps
+    (their result digests are taken). Tables hold at most `max_entries` each, oldest evicted;
+    `on_forget(key, delivery, evicted)` is called for every delivery that ends or (`evicted`)
+    leaves the full table, so the message layer drops what it holds for it (an IND kept for
+    retransmission, an observation). An evicted delivery lives on where its holder keeps it (a
+    channel, a CoAP resource) and comes back with its next IND (`delivery_for`).
+    """
+
+    def __init__(self, transport: Transport = UDP, *, numbered: bool = True, acked: bool = True,
+                 durable: bool = False, max_entries: int = 65_536,
+                 on_forget: Callable[[OpKey, Delivery, bool], None] | None = None) -> None:
+        self.transport = transport
+        self.payload_cap = MAX_UDP_PAYLOAD if transport is UDP else None
+        self.numbered = numbered
+        self.acked = acked
+        self.durable = durable
+        self.max_entries = max_entries
+        self.on_forget = on_forget
+        self.executing: OrderedDict[OpKey, Exchange] = OrderedDict()
+        self.deliveries: OrderedDict[OpKey, Delivery] = OrderedDict()
+        # The last IND encoded with a result: (result, (status, version, max_size), bytes).
+        self._shared: tuple | None = None
+        self._shared_digest: tuple[bytes, bytes] | None = None  # (encoding, its digest)
+
+    # -- requests and their RES ------------------------------------------------------------
+
+    def begin(self, kp: Hashable, request: Request, addr: Hashable, serial: int = 0,
+              expires: float = 0.0) -> Exchange:
+        """A new request to execute; a persistent one gets (or keeps) its delivery, whose
+        fallback endpoint is where the request came from."""
+        tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
+        key = (kp, tid)
+        ex = Exchange((kp, tid, tx), tx, addr, request.confirmable, max_size, serial, expires)
+        executing = self.executing
+        executing[key] = ex
+        executing.move_to_end(key)
+        while len(executing) > self.max_entries:
+            executing.popitem(last=False)
+        if tx in PERSISTENT:
+            d = self.deliveries.get(key)
+            if d is None:
+                self._adopt(key, self.new_delivery(kp, tid, addr, max_size))
+            else:
+                d.endpoint, d.max_size = addr, max_size
+        return ex
+
+    def answer(self, kp: Hashable, tid: int, response: Response
+               ) -> tuple[Exchange | None, bytes | None]:
+        """The RES of request `tid` of `kp`: the exchange it answers (None if unknown: evicted,
+        or unsolicited) and its encoding, cut to MAX RESPONSE SIZE — None when the NON rule
+        says nothing is sent. Settles the persistent operations the RES starts or ends."""
+        if response.tid != tid or response.indication:
+            raise SessionError(f"respond({tid}) needs a RES with TID {tid}")
+        ex = self.executing.pop((kp, tid), None)
+        if ex is None:
+            return None, encode(response, self.transport, max_size=self.cap(None))
+        status, tx = response.status, ex.tx
+        data = None
+        if ex.confirmable or status != _OK or response.result is not None:
+            data = encode(response, self.transport, max_size=self.cap(ex.max_size))
+        if tx in STATEFUL:
+            self._settle(kp, tid, tx, response)
+        return ex, data
+
+    def _settle(self, kp: Hashable, tid: int, tx: Tx, response: Response) -> None:
+        status = response.status
+        if tx in PERSISTENT:
+            d = self.deliveries.get((kp, tid))
+            if d is None:
+                return
+            if status == _OK:
+                d.responded(response)
+            elif d.seq is None:
+                self.end(kp, tid)  # never started
+        elif tx is Tx.TERMINATE:
+            if status in _ENDS:
+                self.end(kp, tid)
+        elif tx is Tx.RESET and status == _OK:
+            for key in [k for k in self.deliveries if k[0] == kp]:
+                self.end(*key)
+
+    # -- INDs ------------------------------------------------------------------------------
+
+    def delivery_for(self, kp: Hashable, tid: int, held: Delivery | None = None) -> Delivery:
+        """The delivery of (kp, tid) for an IND: the table's, else `held` (the caller's, evicted
+        meanwhile) put back, else a new one. Refuses an operation that has ended."""
+        key = (kp, tid)
+        d = self.deliveries.get(key)
+        if d is None:
+            d = self._adopt(key, held if held is not None else self.new_delivery(kp, tid))
+        else:
+            self.deliveries.move_to_end(key)
+        if d.final:
+            raise SessionError(f"persistent transaction {tid} of {kp} has ended")
+        return d
+
+    def indication(self, d: Delivery, response: Response) -> bytes | None:
+        """Encode the IND `response` of delivery `d`: numbered, cut to its MAX RESPONSE SIZE,
+        recorded in `d`. None: after a restart, the state the KP had ACKed (nothing to send)."""
+        if response.tid != d.tid:
+            raise SessionError(f"indicate({d.tid}) needs an IND with TID {d.tid}")
+        if d.restored and d.redundant(response):
+            return None
+        data, base = self._encode_indication(response, d.next_seq(response),
+                                             self.cap(d.max_size))
+        d.indicated(response, self._digest(base) if d.durable else None,
+                    delivered=not self.acked)
+        return data
+
+    def end(self, kp: Hashable, tid: int) -> Delivery | None:
+        """Forget the delivery of (kp, tid) (no more INDs); idempotent."""
+        d = self.deliveries.pop((kp, tid), None)
+        if d is not None and self.on_forget is not None:
+            self.on_forget((kp, tid), d, False)
+        return d
+
+    # -- the owner's state, for a journal ----------------------------------------------------
+
+    def new_delivery(self, kp: Hashable, tid: int, endpoint: Hashable | None = None,
+                     max_size: int | None = None) -> Delivery:
+        return Delivery(kp, tid, endpoint, max_size, numbered=self.numbered,
+                        durable=self.durable)
+
+    def restore(self, kp: Hashable, tid: int, state: DeliveryState) -> Delivery:
+        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=self.numbered,
+                                                       durable=self.durable))
+
+    def _adopt(self, key: OpKey, d: Delivery) -> Delivery:
+        deliveries = self.deliveries
+        old = deliveries.get(key)
+        if old is not None and old is not d and self.on_forget is not None:
+            self.on_forget(key, old, False)
+        deliveries[key] = d
+        deliveries.move_to_end(key)
+        while len(deliveries) > self.max_entries:
+            gone_key, gone = deliveries.popitem(last=False)
+            if self.on_forget is not None:
+                self.on_forget(gone_key, gone, True)
+        return d
+
+    # -- encoding --------------------------------------------------------------------------
+
+    def cap(self, max_size: int | None) -> int | None:
+        """A request's MAX RESPONSE SIZE within the transport's payload cap."""
+        cap = self.payload_cap
+        if cap is None:
+            return max_size
+        return cap if max_size is None else min(max_size, cap)
+
+    def _encode_indication(self, response: Response, seq: int | None,
+                           max_size: int | None) -> tuple[bytes, bytes]:
+        """Subscribers of one result (the same object, as a SIB hands it to each) share its
+        encoding: only the TID and sequence number differ (`ksp.codec.retag`). Returns the
+        IND and the shared encoding it was made from (for its digest, taken once)."""
+        result = response.result
+        form = (response.status, response.version, max_size)
+        shared = self._shared
+        if result is not None and shared is not None and shared[0] is result and (
+                shared[1] == form):
+            return retag(shared[2], response.tid, seq), shared[2]
+        data = encode(response._replace(indication=True, seq=seq), self.transport,
+                      max_size=max_size)
+        if result is not None:
+            self._shared = (result, form, data)
+        return data, data
+
+    def _digest(self, base: bytes) -> bytes:
+        """The digest of a shared IND encoding, taken once for all its subscribers."""
+        cached = self._shared_digest
+        if cached is None or cached[0] is not base:
+            cached = self._shared_digest = (base, encoding_digest(base))
+        return cached[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Client
+
+
+class _Persistent:
+    __slots__ = ("tx", "last_seq")
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.last_seq: int | None = None
+
+
+class KpTransactions:
+    """The KP's transaction layer (see the module docstring). `pending` maps each TID waiting
+    for its RES to whatever the message layer keeps for it (it must have a `tx`)."""
+
+    def __init__(self, rng: random.Random | None = None, *, lifetime: float = 247.0,
+                 max_ended: int = 256) -> None:
+        self._rng = rng if rng is not None else random.Random()
+        self._next = self._rng.randrange(0x10000)  # like CoAP's message IDs: start anywhere
+        self.lifetime = lifetime
+        self.max_ended = max_ended
+        self.pending: dict[int, object] = {}
+        self.persistent: dict[int, _Persistent] = {}
+        # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
+        self.ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
+
+    def next_tid(self) -> int:
+        """A TID no pending request, active or recently ended persistent transaction uses (R12).
+
+        TIDs are handed out in sequence from a random start, so one comes back only after
+        65 536 others (the SIB's duplicate cache must have forgotten it: keep below
+        65 536 requests per EXCHANGE_LIFETIME).
+        """
+        for _ in range(0x10000):
+            tid = self._next
+            self._next = (tid + 1) & 0xFFFF
+            if tid not in self.pending and tid not in self.persistent and tid not in self.ended:
+                return tid
+        raise SessionError("every transaction ID is in use")
+
+    def check(self, tid: int, tx: Tx) -> None:
+        """Refuse what R12 forbids before a request is sent."""
+        if not 0 <= tid <= 0xFFFF:
+            raise SessionError(f"transaction ID {tid} outside 0..65535")
+        if tid in self.pending:
+            raise SessionError(f"transaction {tid} is still waiting for its RES")
+        if tid in self.persistent and tx is not Tx.TERMINATE:
+            raise SessionError(f"transaction {tid} is an active persistent transaction "
+                                   "(R12)")
+
+    def sent(self, tid: int, tx: Tx, entry: object) -> None:
+        """Request `tid` left: it waits for its RES; a persistent one is active from now."""
+        self.pending[tid] = entry
+        if tx in PERSISTENT:
+            self.persistent[tid] = _Persistent(tx)
+            self.ended.pop(tid, None)
+
+    def answered(self, tid: int, tx: Tx, status: Status | int, now: float) -> None:
+        """What the RES of a persistent request, TERMINATE or RESET does to the persistent
+        transactions (call it for those three; the RES's pending entry is the caller's)."""
+        if tx in PERSISTENT:
+            if status != _OK:
+                self.persistent.pop(tid, None)  # never started
+        elif tx is Tx.TERMINATE:
+            if status in _ENDS and self.persistent.pop(tid, None):
+                self.tombstone(tid, now, ack=True)
+        elif tx is Tx.RESET and status == _OK:
+            for other in [t for t in self.persistent if t not in self.pending]:
+                del self.persistent[other]
+                self.tombstone(other, now, ack=True)
+
+    def gave_up(self, tid: int, tx: Tx, now: float) -> None:
+        """No RES will come for `tid`. Whether the SIB started a persistent one is unknown: its
+        INDs go un-ACKed, so the SIB's retries run out and it ends the orphan; the TID is kept
+        out of use meanwhile."""
+        if tx in PERSISTENT and self.persistent.pop(tid, None) is not None:
+            self.tombstone(tid, now, ack=False)
+
+    def active(self, tid: int) -> Tx | None:
+        """The type of active persistent transaction `tid` (its INDs are decoded by it), None
+        when there is none (its INDs are not ACKed, so the SIB gives up on them, R13)."""
+        sub = self.persistent.get(tid)
+        return None if sub is None else sub.tx
+
+    def fresh(self, tid: int, seq: int) -> bool:
+        """The stale-IND rule (§9): whether an IND of active `tid` numbered `seq` is newer than
+        every one delivered (then it is the newest); False: stale or a duplicate."""
+        sub = self.persistent[tid]
+        if not is_newer(seq, sub.last_seq):
+            return False
+        sub.last_seq = seq
+        return True
+
+    def ended_by(self, tid: int, now: float) -> None:
+        """A non-OK IND ended persistent transaction `tid`."""
+        if self.persistent.pop(tid, None) is not None:
+            self.tombstone(tid, now, ack=True)
+
+    def acks_late(self, tid: int) -> bool:
+        """Whether a late IND of an ended `tid` is ACKed (its final IND sent again, or one sent
+        before our TERMINATE): it stops the SIB retransmitting."""
+        ended = self.ended.get(tid)
+        return ended is not None and ended[1]
+
+    def tombstone(self, tid: int, now: float, ack: bool) -> None:
+        self.ended[tid] = (now + self.lifetime, ack)
+        self.ended.move_to_end(tid)
+        while len(self.ended) > self.max_ended:
+            self.ended.popitem(last=False)
+
+    def expire(self, now: float) -> None:
+        ended = self.ended
+        while ended and next(iter(ended.values()))[0] <= now:
+            ended.popitem(last=False)

@@ -1,0 +1,233 @@
+"""The KP side of KSP over CoAP (aiocoap): the binding of docs/coap-binding.md, as
+`transports.coap` serves it.
+
+One POST per request, one observation (RFC 7641) per persistent transaction. The transaction
+layer is the one the UDP and TCP clients use (`ksp.transactions.KpTransactions`: TIDs, the
+persistent lifecycle, the stale-IND rule); aiocoap's reliability is the message layer.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import aiocoap
+import aiocoap.error
+from aiocoap.numbers.codes import Code
+from aiocoap.numbers.constants import TransportTuning
+
+from ksp import UDP, DecodeError, Request, Response, Status, Timing, Tx, decode_sib_message, encode
+from ksp.delivery import MAX_UDP_PAYLOAD
+from ksp.secure import SealError, Sealer
+from ksp.transactions import PERSISTENT, STATEFUL, KpTransactions, SessionError
+
+from ._kplink import Link, Sink
+from .coap import CONTENT_FORMAT
+from .errors import ClientError, KspConnectionError, KspTimeout
+
+__all__ = ["CoapLink", "open_coap_link"]
+
+
+async def _answer(pending) -> aiocoap.Message:
+    """The response of an aiocoap request, shielded: cancelling the waiter must not cancel
+    aiocoap's own future, which it later completes (InvalidStateError otherwise)."""
+    return await asyncio.shield(pending.response)
+
+
+def _tuning(timing: Timing | None) -> type[TransportTuning] | None:
+    if timing is None:
+        return None
+    return type("KspTuning", (TransportTuning,), {
+        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
+        "MAX_RETRANSMIT": timing.max_retransmit})
+
+
+class CoapLink(Link):
+    """The KP side over CoAP: one POST per request, one observation per persistent
+    transaction."""
+
+    def __init__(self, context: aiocoap.Context, base: str, timing: Timing | None,
+                 credentials, rng: random.Random | None = None,
+                 sealer: Sealer | None = None) -> None:
+        self.context = context
+        #: Set: every request leaves sealed and only answers that open are believed (13).
+        self.sealer = sealer
+        self.base = base
+        self.credentials = credentials
+        tuning = _tuning(timing)
+        self._tuning = tuning() if tuning is not None else None
+        #: The transaction layer UDP and TCP clients share (`ksp.transactions`): TIDs (R12),
+        #: the persistent lifecycle, the stale-IND rule. aiocoap is the message layer.
+        self.transactions = KpTransactions(rng, lifetime=(timing or Timing()).exchange_lifetime)
+        self._observers: dict[int, asyncio.Task] = {}
+        self._background: set[asyncio.Task] = set()
+        self._closed = False
+
+    def _message(self, code: Code, uri: str, **kwargs: Any) -> aiocoap.Message:
+        if self._tuning is not None:
+            kwargs["transport_tuning"] = self._tuning
+        return aiocoap.Message(code=code, uri=uri, **kwargs)
+
+    async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
+        if self._closed:
+            raise KspConnectionError("the client was closed")
+        tx, transactions = request.tx, self.transactions
+        try:
+            if tx is not Tx.TERMINATE:
+                request = request._replace(tid=transactions.next_tid())
+            transactions.check(request.tid, tx)
+        except SessionError as exc:
+            raise ClientError(str(exc)) from exc
+        tid = request.tid
+        if self.credentials is not None and request.options.credentials is None:
+            request = request._replace(
+                options=request.options._replace(credentials=self.credentials))
+        data = encode(request, UDP)
+        if self.sealer is not None:
+            data = self.sealer.seal(data)
+        if len(data) > MAX_UDP_PAYLOAD:
+            raise ClientError(f"request of {len(data)} bytes exceeds {MAX_UDP_PAYLOAD}")
+        msg = self._message(Code.POST, self.base + "/ksp", payload=data,
+                            content_format=CONTENT_FORMAT)
+        if not request.confirmable:
+            msg.mtype = aiocoap.NON
+        pending = self.context.request(msg)
+        transactions.sent(tid, tx, request)
+        if not request.confirmable:
+            task = asyncio.ensure_future(_answer(pending))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            task.add_done_callback(lambda _: self._done(tid, tx, None))
+            return None
+        try:
+            answer = await _answer(pending)
+        except (aiocoap.error.ConRetransmitsExceeded, aiocoap.error.RequestTimedOut) as exc:
+            self._done(tid, tx, None)
+            raise KspTimeout(f"no RES for transaction {tid}: {exc}") from exc
+        except aiocoap.error.NetworkError as exc:
+            self._done(tid, tx, None)
+            raise KspConnectionError(str(exc)) from exc
+        except BaseException:
+            self._done(tid, tx, None)
+            raise
+        if not answer.code.is_successful():
+            self._done(tid, tx, None)
+            raise ClientError(f"CoAP {answer.code} for transaction {request.tid}: "
+                              f"{answer.payload[:200]!r}")
+        payload = answer.payload
+        if self.sealer is not None:
+            try:
+                payload = self.sealer.open(payload)
+            except SealError as exc:
+                self._done(tid, tx, None)
+                raise ClientError(f"an answer to transaction {tid} that does not "
+                                  f"open: {exc}") from exc
+        try:
+            response = decode_sib_message(payload, UDP, answers=tx)
+        except BaseException:
+            self._done(tid, tx, None)
+            raise
+        self._done(tid, tx, response.status)
+        if (sink is not None and tx in PERSISTENT and response.status == Status.OK):
+            path = answer.opt.location_path
+            if not path:
+                raise ClientError("a persistent RES without Location-Path")
+            self._observers[response.tid] = asyncio.ensure_future(
+                self._observe(response.tid, request.tx, "/".join(path), sink))
+        return response
+
+    def _done(self, tid: int, tx: Tx, status: Status | int | None) -> None:
+        """Request `tid` is no longer pending; with the status of its RES, what that does to
+        the persistent operations (None: no RES, whether it started is unknown)."""
+        transactions = self.transactions
+        if transactions.pending.pop(tid, None) is None and status is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if status is None:
+            transactions.gave_up(tid, tx, now)
+        elif tx in STATEFUL:
+            transactions.answered(tid, tx, status, now)
+
+    async def _observe(self, tid: int, tx: Tx, path: str, sink: Sink) -> None:
+        uri = f"{self.base}/{path}"
+        pending = self.context.request(self._message(Code.GET, uri, observe=0))
+        transactions = self.transactions
+
+        async def consider(message: aiocoap.Message) -> bool:
+            """Deliver one notification; True when it ended the transaction."""
+            block2 = message.opt.block2
+            if block2 is not None and block2.more:
+                # An IND larger than one block: the notification carries the first block only
+                # (RFC 7959 §2.6); a plain GET (Block2, reassembled by aiocoap) reads the whole
+                # current representation — the newest IND.
+                message = await _answer(self.context.request(self._message(Code.GET, uri)))
+                if not message.code.is_successful():
+                    sink.end(Status.TERMINATED)
+                    return True
+            if not message.payload:
+                return False  # no IND yet: the RES was the state
+            payload = message.payload
+            if self.sealer is not None:
+                try:
+                    payload = self.sealer.open(payload)
+                except SealError:
+                    return False  # forged or replayed: ignored, as over UDP (13.3)
+            ind = decode_sib_message(payload, UDP, answers=tx)
+            if transactions.active(tid) is None:
+                return True  # ended meanwhile (TERMINATE, RESET)
+            if not transactions.fresh(tid, ind.seq):
+                return False  # stale (§9)
+            if ind.status != Status.OK:
+                transactions.ended_by(tid, asyncio.get_running_loop().time())
+                sink.end(ind.status)
+                return True
+            sink.deliver(ind)
+            return False
+
+        try:
+            first = await _answer(pending)
+            if not first.code.is_successful():
+                sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
+                return
+            if await consider(first):
+                return
+            async for message in pending.observation:
+                if not message.code.is_successful():
+                    sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
+                    return
+                if await consider(message):
+                    return
+            # aiocoap ends the iteration on a non-2.xx notification (4.04: TERMINATE or RESET
+            # removed the resource) or when the server ends the observation.
+            sink.end(Status.TERMINATED)
+        except asyncio.CancelledError:
+            pending.observation.cancel()
+            raise
+        except (aiocoap.error.Error, DecodeError) as exc:
+            sink.fail(KspConnectionError(f"observation of transaction {tid}: {exc}"))
+        finally:
+            if self._observers.get(tid) is asyncio.current_task():
+                del self._observers[tid]
+
+    def forget(self, tid: int) -> None:
+        task = self._observers.pop(tid, None)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._observers.values()) + list(self._background)
+        self._observers.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.context.shutdown()
+
+
+async def open_coap_link(host: str, port: int, *, timing: Timing | None = None,
+                         credentials=None, rng: random.Random | None = None,
+                         sealer: Sealer | None = None) -> CoapLink:
+    context = await aiocoap.Context.create_client_context(transports=["udp6"])
+    hostpart = f"[{host}]" if ":" in host else host
+    return CoapLink(context, f"coap://{hostpart}:{port}", timing, credentials, rng, sealer)
