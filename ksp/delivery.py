@@ -122,7 +122,8 @@ class Delivery:
         """After a restart, an OK IND whose result the KP is known to hold already (the state it
         had ACKed when the SIB stopped). Never true for an ending IND, nor once an IND went out
         since the restart (the SIB sends only changes: no digest is taken on that path)."""
-        return (self.restored and self.delivered and self.digest is not None and response.status == Status.OK
+        return (self.restored and self.delivered and self.digest is not None
+                and response.status == Status.OK
                 and response.result is not None
                 and result_digest(response, self.max_size) == self.digest)
 

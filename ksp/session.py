@@ -15,6 +15,13 @@ monotonic time in seconds. An adapter, after every input::
         sock.sendto(datagram, sib_addr)     # SIBSession: (datagram, addr) pairs
     rearm(session.get_timer())              # when it fires: session.handle_timer(loop.time())
 
+Both sides stand on the transaction layer every transport shares (`ksp.transactions`: RES
+matching, the persistent lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering in one
+`ksp.delivery.Delivery` per operation, TIDs and the stale-IND rule); this module holds the message
+layers under it: `UdpKPSession`/`UdpSIBSession` (CON retransmission with back-off, ACKs, the
+duplicate cache, sealing) and `TcpKPSession`/`TcpSIBSession` (framing, `ksp.framing`).
+`KPSession(transport)` and `SIBSession(transport)` build the one for the transport.
+
 `KPSession` is the client: one per KP and transport endpoint. It allocates Transaction IDs,
 remembers which transaction type each pending TID answers (the RES Data field depends on it),
 retransmits CON requests over UDP with CoAP's exponential back-off (RFC 7252 §4.2), ACKs every
@@ -40,16 +47,16 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .codec import (
-    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid,
-    tcp_frame_length,
-)
+from .codec import TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid
 from .codes import Status, Tx
 from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
 from .errors import DecodeError, EncodeError
+from .framing import DEFAULT_MAX_TCP_MESSAGE, FRAME as _FRAME, OVERSIZE as _OVERSIZE, FrameReader
 from .model import Ack, Credentials, Request, Response
 from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
-from .transactions import STATEFUL as _STATEFUL, KpTransactions, SessionError, SibTransactions
+from .transactions import (
+    STATEFUL as _STATEFUL, Exchange, KpTransactions, SessionError, SibTransactions,
+)
 from .transactions import _Persistent  # noqa: F401  (where tests plant a kept TID)
 from .seqnum import is_newer
 
@@ -58,11 +65,8 @@ __all__ = [
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
-    "RequestRefused",
+    "RequestRefused", "UdpKPSession", "TcpKPSession", "UdpSIBSession", "TcpSIBSession",
 ]
-
-DEFAULT_MAX_TCP_MESSAGE = 1 << 20
-"""Default cap on a received TCP message (Length field), so a peer cannot make us buffer 4 GiB."""
 
 _OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
 
@@ -285,65 +289,6 @@ other status refuses the request with that status. It must be cheap: slow checks
 hash) belong off the request path, answering None until they are done."""
 
 
-# ---------------------------------------------------------------------------------------------
-# TCP stream reassembly
-
-_FRAME, _OVERSIZE, _BROKEN = 0, 1, 2
-
-
-class _FrameReader:
-    """Cuts a TCP byte stream into messages by their Length field (§2.2).
-
-    Yields (_FRAME, message), (_OVERSIZE, header, length) for a message over `max_size`, which
-    is skipped without being buffered, and (_BROKEN, DecodeError) for Length < 8, after which the
-    stream cannot be resynchronised and every further byte is ignored.
-    """
-
-    __slots__ = ("buf", "skip", "max_size", "broken")
-
-    def __init__(self, max_size: int) -> None:
-        self.buf = bytearray()
-        self.skip = 0
-        self.max_size = max_size
-        self.broken = False
-
-    def feed(self, data: bytes) -> list[tuple]:
-        out: list[tuple] = []
-        if self.broken:
-            return out
-        if self.skip:
-            n = min(self.skip, len(data))
-            self.skip -= n
-            data = data[n:]
-        buf = self.buf
-        buf += data
-        pos = 0
-        while len(buf) - pos >= 8:
-            header = bytes(buf[pos:pos + 8])
-            try:
-                length = tcp_frame_length(header)
-            except DecodeError as exc:
-                out.append((_BROKEN, exc))
-                self.broken = True
-                buf.clear()
-                return out
-            if length > self.max_size:
-                out.append((_OVERSIZE, header, length))
-                available = len(buf) - pos
-                if available >= length:
-                    pos += length
-                    continue
-                self.skip = length - available
-                pos = len(buf)
-                break
-            if len(buf) - pos < length:
-                break
-            out.append((_FRAME, bytes(buf[pos:pos + length])))
-            pos += length
-        del buf[:pos]
-        return out
-
-
 def _oversize_error(header: bytes, length: int, limit: int, addr: Hashable | None = None
                     ) -> ProtocolError:
     return ProtocolError(Status.LIMIT_EXCEEDED,
@@ -368,7 +313,19 @@ class _Pending:
 
 
 class KPSession:
-    """The KP side of KSP over one transport endpoint (see the module docstring)."""
+    """The KP side of KSP over one transport endpoint (see the module docstring).
+
+    `KPSession(UDP)` is a `UdpKPSession` and `KPSession(TCP)` a `TcpKPSession`: this class is
+    what both share on top of the transaction layer (`self.transactions`); each subclass is its
+    transport's message layer (UDP: CON retransmission with back-off, ACKs of INDs, sealing;
+    TCP: framing and the end of the stream)."""
+
+    DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
+
+    def __new__(cls, transport: Transport | str = UDP, **kwargs):
+        if cls is KPSession:
+            cls = UdpKPSession if Transport(transport) is UDP else TcpKPSession
+        return super().__new__(cls)
 
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, credentials: Credentials | None = None,
@@ -382,8 +339,7 @@ class KPSession:
         """Set: every datagram leaves sealed (wire format 13) and only sealed, verified
         datagrams are taken in; the others are counted in `sealed_dropped` and ignored."""
         self.sealed_dropped = 0
-        self.max_message_size = max_message_size or (
-            MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
+        self.max_message_size = max_message_size or self.DEFAULT_MAX_MESSAGE
         self.max_pending = max_pending
         self._rng = rng if rng is not None else random.Random()
         #: The transaction layer (TIDs, pending types, persistent operations, the stale-IND
@@ -396,9 +352,6 @@ class KPSession:
         self._ended = self.transactions.ended
         self._timers = _Timers()
         self._events: deque[Event] = deque()
-        self._datagrams: list[bytes] = []
-        self._stream = bytearray()
-        self._reader = _FrameReader(self.max_message_size) if self.transport is TCP else None
         self._closed = False
 
     # -- state ------------------------------------------------------------------------------
@@ -456,17 +409,12 @@ class KPSession:
             raise EncodeError(f"request of {len(data)} bytes exceeds the "
                               f"{self.max_message_size}-byte message limit")
         p = _Pending(tx, bool(request.confirmable), data)
-        if self.transport is UDP and p.confirmable:
-            p.timeout = self.timing.initial_timeout(self._rng)
-        else:  # NON: a RES may never come; TCP: no retransmission, but no waiting forever
-            p.timeout = self.timing.exchange_lifetime
+        # NON: a RES may never come; TCP: no retransmission, but no waiting forever
+        p.timeout = self._first_timeout(p)
         p.deadline = now + p.timeout
         self.transactions.sent(tid, tx, p)
         self._timers.set(tid, p.deadline)
-        if self.transport is UDP:
-            self._datagrams.append(data)
-        else:
-            self._stream += data
+        self._out(data)
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -479,87 +427,17 @@ class KPSession:
         self._expire_ended(now)
         for tid in self._timers.pop_due(now):
             p = self._pending.get(tid)
-            if p is None:
-                continue
-            if (self.transport is UDP and p.confirmable
-                    and p.retransmits < self.timing.max_retransmit):
-                p.retransmits += 1
-                p.timeout *= 2
-                p.deadline = now + p.timeout
-                self._timers.set(tid, p.deadline)
-                self._datagrams.append(p.data)
+            if p is None or self._retransmit(tid, p, now):
                 continue
             del self._pending[tid]
             if p.confirmable:
                 self._give_up(tid, p, now)
-
-    # -- UDP --------------------------------------------------------------------------------
-
-    def datagrams_to_send(self, now: float) -> list[bytes]:
-        self._require(UDP)
-        out, self._datagrams = self._datagrams, []
-        if self.sealer is not None:
-            out = [self.sealer.seal(d) for d in out]
-        return out
-
-    def receive_datagram(self, data: bytes, now: float) -> None:
-        self._require(UDP)
-        if self._ended:
-            self._expire_ended(now)
-        if self.sealer is not None:
-            try:  # an unsealed answer could come from anyone: not even its status is believed
-                data = self.sealer.open(data)
-            except SealError:
-                self.sealed_dropped += 1
-                return
-        self._on_message(bytes(data), now)
-
-    # -- TCP --------------------------------------------------------------------------------
-
-    def data_to_send(self) -> bytes:
-        self._require(TCP)
-        out = bytes(self._stream)
-        self._stream.clear()
-        return out
-
-    def receive_data(self, data: bytes, now: float) -> None:
-        """Bytes from the TCP stream, in any pieces; b"" is the end of the stream."""
-        self._require(TCP)
-        if self._closed:
-            return
-        self._expire_ended(now)
-        if not data:
-            self._close(now)
-            return
-        for item in self._reader.feed(data):
-            if item[0] == _FRAME:
-                self._on_message(item[1], now)
-            elif item[0] == _OVERSIZE:
-                header, length = item[1], item[2]
-                event = _oversize_error(header, length, self.max_message_size)
-                self._events.append(event)
-                if not header[1] & 0x80 and self._pending.pop(event.tid, None) is not None:
-                    self._timers.cancel(event.tid)  # answered, unreadably: don't wait on
-            else:
-                exc = item[1]
-                self._events.append(ProtocolError(exc.status, str(exc), exc.tid, fatal=True))
 
     # -- internals --------------------------------------------------------------------------
 
     def _require(self, transport: Transport) -> None:
         if self.transport is not transport:
             raise SessionError(f"this is a {self.transport.name} session")
-
-    def _close(self, now: float) -> None:
-        self._closed = True
-        if self._reader.buf or self._reader.skip:
-            self._events.append(ProtocolError(Status.INVALID_DATA_FORMAT,
-                                              "the stream ended inside a message", fatal=True))
-        for tid, p in list(self._pending.items()):
-            self._timers.cancel(tid)
-            del self._pending[tid]
-            if p.confirmable:
-                self._give_up(tid, p, now)
 
     def _give_up(self, tid: int, p: _Pending, now: float) -> None:
         self.transactions.gave_up(tid, p.tx, now)
@@ -596,27 +474,164 @@ class KPSession:
         self._events.append(ResponseReceived(tid, response))
 
     def _on_indication(self, tid: int, data: bytes, now: float) -> None:
-        udp = self.transport is UDP
         tx = self.transactions.active(tid)
         if tx is None:
-            if udp and self.transactions.acks_late(tid) and len(data) >= 6:
-                # A retransmission of the final IND, or one sent before TERMINATE: stop the SIB.
-                self._datagrams.append(encode(Ack(tid, int.from_bytes(data[4:6], "little"))))
+            self._unknown_indication(tid, data)
             return  # unknown: not ACKed, so the SIB gives up on it (R13)
         try:
             response = decode_sib_message(data, self.transport, answers=tx)
         except DecodeError as exc:
             self._events.append(ProtocolError(exc.status, str(exc), tid))
             return
-        if udp:
-            self._datagrams.append(encode(Ack(tid, response.seq)))
-            if not self.transactions.fresh(tid, response.seq):
-                return  # a duplicate or older state: ACKed, not delivered (§9)
+        if not self._fresh(tid, response):
+            return
         if response.status != _OK:
             self.transactions.ended_by(tid, now)
             self._events.append(PersistentEnded(tid, response.status))
         else:
             self._events.append(IndicationReceived(tid, response))
+
+    # -- the message layer's part (`UdpKPSession`, `TcpKPSession`) ---------------------------
+
+    def datagrams_to_send(self, now: float) -> list[bytes]:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def data_to_send(self) -> bytes:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def _first_timeout(self, p: _Pending) -> float:
+        return self.timing.exchange_lifetime
+
+    def _retransmit(self, tid: int, p: _Pending, now: float) -> bool:
+        """Whether request `tid`'s timer fired for a retransmission (else it is over)."""
+        return False
+
+    def _out(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _unknown_indication(self, tid: int, data: bytes) -> None:
+        """An IND of no active persistent transaction."""
+
+    def _fresh(self, tid: int, response: Response) -> bool:
+        """Whether the IND is delivered (after what the message layer does with it)."""
+        return True
+
+
+class UdpKPSession(KPSession):
+    """The KP's UDP message layer: CON requests retransmitted with back-off, every IND ACKed
+    and only newer ones delivered (§9), datagrams sealed when a `sealer` is set."""
+
+    def __init__(self, transport: Transport | str = UDP, **kwargs) -> None:
+        if Transport(transport) is not UDP:
+            raise ValueError("a UdpKPSession is a UDP session")
+        self._datagrams: list[bytes] = []
+        super().__init__(UDP, **kwargs)
+
+    def datagrams_to_send(self, now: float) -> list[bytes]:
+        out, self._datagrams = self._datagrams, []
+        if self.sealer is not None:
+            out = [self.sealer.seal(d) for d in out]
+        return out
+
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        if self._ended:
+            self._expire_ended(now)
+        if self.sealer is not None:
+            try:  # an unsealed answer could come from anyone: not even its status is believed
+                data = self.sealer.open(data)
+            except SealError:
+                self.sealed_dropped += 1
+                return
+        self._on_message(bytes(data), now)
+
+    def _first_timeout(self, p: _Pending) -> float:
+        if p.confirmable:
+            return self.timing.initial_timeout(self._rng)
+        return self.timing.exchange_lifetime
+
+    def _retransmit(self, tid: int, p: _Pending, now: float) -> bool:
+        if not p.confirmable or p.retransmits >= self.timing.max_retransmit:
+            return False
+        p.retransmits += 1
+        p.timeout *= 2
+        p.deadline = now + p.timeout
+        self._timers.set(tid, p.deadline)
+        self._datagrams.append(p.data)
+        return True
+
+    def _out(self, data: bytes) -> None:
+        self._datagrams.append(data)
+
+    def _unknown_indication(self, tid: int, data: bytes) -> None:
+        if self.transactions.acks_late(tid) and len(data) >= 6:
+            # A retransmission of the final IND, or one sent before TERMINATE: stop the SIB.
+            self._datagrams.append(encode(Ack(tid, int.from_bytes(data[4:6], "little"))))
+
+    def _fresh(self, tid: int, response: Response) -> bool:
+        self._datagrams.append(encode(Ack(tid, response.seq)))
+        # a duplicate or older state: ACKed, not delivered (§9)
+        return self.transactions.fresh(tid, response.seq)
+
+
+class TcpKPSession(KPSession):
+    """The KP's TCP message layer: requests framed on one stream, RESs and INDs cut from it by
+    their Length field (`ksp.framing`); no retransmission, no ACKs; the end of the stream fails
+    every pending request."""
+
+    DEFAULT_MAX_MESSAGE = DEFAULT_MAX_TCP_MESSAGE
+
+    def __init__(self, transport: Transport | str = TCP, **kwargs) -> None:
+        if Transport(transport) is not TCP:
+            raise ValueError("a TcpKPSession is a TCP session")
+        self._stream = bytearray()
+        super().__init__(TCP, **kwargs)
+        self._reader = FrameReader(self.max_message_size)
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._stream)
+        self._stream.clear()
+        return out
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Bytes from the TCP stream, in any pieces; b"" is the end of the stream."""
+        if self._closed:
+            return
+        self._expire_ended(now)
+        if not data:
+            self._close(now)
+            return
+        for item in self._reader.feed(data):
+            if item[0] == _FRAME:
+                self._on_message(item[1], now)
+            elif item[0] == _OVERSIZE:
+                header, length = item[1], item[2]
+                event = _oversize_error(header, length, self.max_message_size)
+                self._events.append(event)
+                if not header[1] & 0x80 and self._pending.pop(event.tid, None) is not None:
+                    self._timers.cancel(event.tid)  # answered, unreadably: don't wait on
+            else:
+                exc = item[1]
+                self._events.append(ProtocolError(exc.status, str(exc), exc.tid, fatal=True))
+
+    def _out(self, data: bytes) -> None:
+        self._stream += data
+
+    def _close(self, now: float) -> None:
+        self._closed = True
+        if self._reader.buf or self._reader.skip:
+            self._events.append(ProtocolError(Status.INVALID_DATA_FORMAT,
+                                              "the stream ended inside a message", fatal=True))
+        for tid, p in list(self._pending.items()):
+            self._timers.cancel(tid)
+            del self._pending[tid]
+            if p.confirmable:
+                self._give_up(tid, p, now)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,7 +719,23 @@ class SessionStats:
 
 
 class SIBSession:
-    """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener."""
+    """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener.
+
+    `SIBSession(UDP)` is a `UdpSIBSession` and `SIBSession(TCP)` a `TcpSIBSession`: this class
+    is what both share on top of the transaction layer (`self.transactions`): credentials before
+    anything else, where each KP is, events and timers; each subclass is its transport's message
+    layer (UDP: the duplicate cache, IND retransmission until ACKed, sealing; TCP: framing and
+    the connections)."""
+
+    DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
+    #: How this message layer delivers INDs (`SibTransactions`): numbered and ACKed over UDP,
+    #: where a restarted SIB resumes them (durable); neither over TCP.
+    IND_DELIVERY = {"numbered": False, "acked": False, "durable": False}
+
+    def __new__(cls, transport: Transport | str = UDP, **kwargs):
+        if cls is SIBSession:
+            cls = UdpSIBSession if Transport(transport) is UDP else TcpSIBSession
+        return super().__new__(cls)
 
     def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
                  rng: random.Random | None = None, max_message_size: int | None = None,
@@ -726,22 +757,19 @@ class SIBSession:
         self.sealers: SealerTable | None = None
         self.max_held = max_held
         self.timing = timing if timing is not None else Timing()
-        self.max_message_size = max_message_size or (
-            MAX_UDP_PAYLOAD if self.transport is UDP else DEFAULT_MAX_TCP_MESSAGE)
+        self.max_message_size = max_message_size or self.DEFAULT_MAX_MESSAGE
         self.max_entries = max_entries
         self.max_cache_bytes = max_cache_bytes
         self.stats = SessionStats()
         self._rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
-        udp = self.transport is UDP
         #: The transaction layer (`ksp.transactions`): executing requests, the persistent
         #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering, one `Delivery` per
         #: operation. This class is the message layer under it: UDP's duplicate cache,
         #: retransmission and ACKs, or TCP's framing, and where each KP is.
-        self.transactions = SibTransactions(self.transport, numbered=udp, acked=udp,
-                                            durable=udp, max_entries=max_entries,
-                                            on_forget=self._forget)
-        # (kp, tid, tx) -> exchange. UDP only.
+        self.transactions = SibTransactions(self.transport, max_entries=max_entries,
+                                            on_forget=self._forget, **self.IND_DELIVERY)
+        # (kp, tid, tx) -> exchange. Only UDP's message layer adds to it.
         self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
         self._executing = self.transactions.executing
         # KP-ID identity -> (serial of the request that set it, endpoint).
@@ -750,9 +778,6 @@ class SIBSession:
         self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
         self._timers = _Timers()
         self._events: deque[Event] = deque()
-        self._datagrams: list[tuple[bytes, Hashable]] = []
-        self._streams: dict[Hashable, bytearray] = {}
-        self._readers: dict[Hashable, _FrameReader] = {}
         # Requests waiting for a verdict on their credentials, in arrival order.
         self._held: deque[tuple[Request, Hashable]] = deque()
 
@@ -798,7 +823,7 @@ class SIBSession:
             addr = d.endpoint
         if addr is None:
             raise SessionError(f"no known address for {kp}")
-        if self.transport is TCP and addr not in self._readers:  # the KP's connection is gone
+        if not self._reachable(addr):  # TCP: the KP's connection is gone
             self.end_persistent(kp, tid)
             self._events.append(KPUnreachable(kp, tid))
             return
@@ -806,45 +831,7 @@ class SIBSession:
         if data is None:  # after a restart: the KP had ACKed this very state
             return
         self.stats.inds_sent += 1
-        if self.transport is TCP:
-            self._send(data, addr)
-            if d.final:
-                self.end_persistent(kp, tid)
-            return
-        self._keep_ind(d, data)
-        self._send_indication(key, d, addr)
-        if self._ind_bytes > self.max_ind_bytes:
-            self._shed(key)
-        if key not in self._timers:
-            # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
-            # than the timeout must not postpone KPUnreachable forever.
-            self._start_backoff(key, d, now)
-
-    def _keep_ind(self, d: Delivery, data: bytes | None) -> None:
-        """Set the IND kept for retransmission, counting its bytes."""
-        self._ind_bytes += (len(data) if data else 0) - (len(d.data) if d.data else 0)
-        d.data = data
-
-    def _shed(self, keep: tuple[KPIdentity, int]) -> None:
-        """Over `max_ind_bytes`: give up on the oldest unacknowledged INDs (their KPs are
-        reported unreachable, as if their retries had run out), never the one just sent."""
-        for key, d in list(self._deliveries.items()):
-            if self._ind_bytes <= self.max_ind_bytes:
-                return
-            if key != keep and d.data is not None:
-                self._keep_ind(d, None)
-                self._timers.cancel(key)
-                if d.final:
-                    self.end_persistent(*key)
-                self.stats.kp_unreachable += 1
-                self._events.append(KPUnreachable(*key))
-
-    def _start_backoff(self, key: tuple[KPIdentity, int], d: Delivery, now: float) -> None:
-        """A new retransmission schedule for the IND just sent: full retry budget, first
-        timeout drawn afresh."""
-        d.retries = 0
-        d.timeout = self.timing.initial_timeout(self._rng)
-        self._timers.set(key, now + d.timeout)
+        self._deliver(key, d, addr, data, now)
 
     def end_persistent(self, kp: KPIdentity, tid: int) -> None:
         """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
@@ -855,7 +842,6 @@ class SIBSession:
     def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
         """A delivery ended or was evicted (`SibTransactions.on_forget`): no IND of it is kept
         for retransmission any more."""
-        self._keep_ind(d, None)
         self._timers.cancel(key)
 
     def endpoint(self, kp: KPIdentity) -> Hashable | None:
@@ -922,94 +908,9 @@ class SIBSession:
     def handle_timer(self, now: float) -> None:
         self._expire(now)
         for key in self._timers.pop_due(now):
-            d = self._deliveries.get(key)
-            if d is None or d.data is None:
-                continue
-            addr = self._endpoint(key[0])
-            if addr is None:
-                addr = d.endpoint
-            if d.retries >= self.timing.max_retransmit or addr is None:
-                self._keep_ind(d, None)  # the numbering stays, in case the SIB indicates again
-                if d.final:
-                    self.end_persistent(*key)
-                self.stats.kp_unreachable += 1
-                self._events.append(KPUnreachable(*key))
-                continue
-            d.retries += 1
-            d.timeout *= 2
-            self.stats.ind_retransmissions += 1
-            self._send_indication(key, d, addr)
-            self._timers.set(key, now + d.timeout)
-
-    # -- UDP --------------------------------------------------------------------------------
-
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
-        """(datagram, address) pairs."""
-        self._require(UDP)
-        out, self._datagrams = self._datagrams, []
-        return out
-
-    def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
-        self._require(UDP)
-        self._cache.expire(now)
-        if data and data[0] == MAGIC and self.sealers is not None:
-            try:  # verified before anything else sees it: a replay moves no exchange
-                data, addr = self.sealers.open(data, addr)
-            except SealError:
-                self.stats.sealed_dropped += 1
-                return
-        self._on_message(bytes(data), addr, now)
-
-    # -- TCP --------------------------------------------------------------------------------
-
-    def data_to_send(self) -> list[tuple[bytes, Hashable]]:
-        """(bytes, connection) pairs, one per connection with something to send."""
-        self._require(TCP)
-        out = [(bytes(buf), conn) for conn, buf in self._streams.items() if buf]
-        self._streams.clear()
-        return out
-
-    def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
-        """Bytes of connection `conn` (any hashable handle), in any pieces; b"" = closed."""
-        self._require(TCP)
-        if not data:
-            self.connection_lost(conn)
-            return
-        self._expire(now)
-        reader = self._readers.get(conn)
-        if reader is None:
-            reader = self._readers[conn] = _FrameReader(self.max_message_size)
-        for item in reader.feed(data):
-            if item[0] == _FRAME:
-                self._on_message(item[1], conn, now)
-            elif item[0] == _OVERSIZE:
-                event = _oversize_error(item[1], item[2], self.max_message_size, conn)
-                self._reject(event)
-            else:
-                exc = item[1]
-                self._reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
-
-    def buffered(self, conn: Hashable) -> int:
-        """Bytes of an unfinished message held for connection `conn` (for a server's bound
-        on buffered bytes, and its slow-frame timeout)."""
-        reader = self._readers.get(conn)
-        return len(reader.buf) if reader is not None else 0
-
-    def connection_lost(self, conn: Hashable) -> None:
-        """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
-        self._readers.pop(conn, None)
-        self._streams.pop(conn, None)
-        if any(addr == conn for _, addr in self._held):
-            self._held = deque(item for item in self._held if item[1] != conn)
+            self._retry(key, now)
 
     # -- internals --------------------------------------------------------------------------
-
-    def _require(self, transport: Transport) -> None:
-        if self.transport is not transport:
-            raise SessionError(f"this is a {self.transport.name} session")
-
-    def _cap(self, max_size: int | None) -> int | None:
-        return self.transactions.cap(max_size)
 
     def _send(self, data: bytes, addr: Hashable) -> None:
         if type(addr) is SealedAddr:  # the KP spoke sealed: so is every answer to it
@@ -1017,19 +918,7 @@ class SIBSession:
                 data, addr = self.sealers.seal(data, addr), addr.addr
             except SealError:  # its key was removed meanwhile: nothing may reach it
                 return
-        if self.transport is UDP:
-            self._datagrams.append((data, addr))
-        elif addr in self._readers:  # else the connection is gone: nowhere to send
-            self._streams.setdefault(addr, bytearray()).extend(data)
-
-    def _send_indication(self, key: tuple[KPIdentity, int], d: Delivery,
-                         addr: Hashable) -> None:
-        self._send(d.data, addr)
-        route = (addr, key[1])
-        self._ack_routes[route] = key[0]
-        self._ack_routes.move_to_end(route)
-        while len(self._ack_routes) > self.max_entries:
-            self._ack_routes.popitem(last=False)
+        self._out(data, addr)
 
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
@@ -1046,15 +935,6 @@ class SIBSession:
                 self._bindings.popitem(last=False)
             if now is not None and binding is not None and binding[1] != addr:
                 self._resend_to(kp, addr, now)
-
-    def _resend_to(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
-        """A KP ID heard from a new address (a device back from sleep, a new lease): its
-        unacknowledged INDs go there at once, with a fresh retry budget, rather than at the next
-        back-off step — which a device awake for moments would mostly sleep through."""
-        for key, d in self._deliveries.items():
-            if key[0] == kp and d.data is not None:
-                self._send_indication(key, d, addr)
-                self._start_backoff(key, d, now)
 
     def _expire(self, now: float) -> None:
         self._cache.expire(now)
@@ -1080,7 +960,7 @@ class SIBSession:
     def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
         options = request.options
         creds = options.credentials
-        if self._held and self.transport is TCP and any(a == addr for _, a in self._held):
+        if self._held and self._behind_held(addr):
             self._hold(request, addr)  # a stream keeps its order behind a request still held
             return
         sealed = type(addr) is SealedAddr
@@ -1100,21 +980,11 @@ class SIBSession:
         kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
         key = (kp, tid, tx)
-        udp = self.transport is UDP
-        if udp:
-            ex = self._cache.get(key)
-            if ex is not None:  # a retransmission (or a duplicated datagram)
-                ex.addr = addr
-                if ex.response is not None:
-                    self.stats.res_retransmissions_answered += 1
-                    self._send(ex.response, addr)
-                else:
-                    self.stats.duplicates_ignored += 1
-                return
+        if self._duplicate(key, addr):
+            return
         ex = self.transactions.begin(kp, request, addr, next(self._serial),
                                      now + self.timing.exchange_lifetime)
-        if udp:
-            self._cache.add(key, ex, now)
+        self._remember(key, ex, now)
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable) -> None:
@@ -1134,6 +1004,178 @@ class SIBSession:
         self._events.append(RequestRefused(bytes(creds.kp_id) if creds else b"", addr,
                                            request.tid, status))
         self._send(encode(Response(request.tid, status), self.transport), addr)
+
+    def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
+        """An ACK (only UDP has them: the TCP codec refuses one)."""
+
+    # -- the message layer's part (`UdpSIBSession`, `TcpSIBSession`) --------------------------
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def data_to_send(self) -> list[tuple[bytes, Hashable]]:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
+        raise SessionError(f"this is a {self.transport.name} session")
+
+    def _out(self, data: bytes, addr: Hashable) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
+                 now: float) -> None:
+        """Send the IND `data` of delivery `d` to `addr`."""
+        raise NotImplementedError
+
+    def _reachable(self, addr: Hashable) -> bool:
+        return True
+
+    def _retry(self, key: tuple[KPIdentity, int], now: float) -> None:
+        """The timer of delivery `key` fired."""
+
+    def _resend_to(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        """A KP ID heard from a new address."""
+
+    def _behind_held(self, addr: Hashable) -> bool:
+        """Whether a request from `addr` must wait behind one held for a verdict."""
+        return False
+
+    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
+        """Whether request `key` is a copy of one seen (then answered here)."""
+        return False
+
+    def _remember(self, key: tuple, ex: Exchange, now: float) -> None:
+        """Request `key` is new: remember it for its copies."""
+
+
+class UdpSIBSession(SIBSession):
+    """The SIB's UDP message layer: a duplicate cache answering copies of a request within
+    EXCHANGE_LIFETIME, each IND retransmitted with back-off until an ACK covers it (R10), a
+    newer one superseding it, bounded in bytes (`max_ind_bytes`); sealed datagrams opened
+    before anything else sees them."""
+
+    IND_DELIVERY = {"numbered": True, "acked": True, "durable": True}
+
+    def __init__(self, transport: Transport | str = UDP, **kwargs) -> None:
+        if Transport(transport) is not UDP:
+            raise ValueError("a UdpSIBSession is a UDP session")
+        self._datagrams: list[tuple[bytes, Hashable]] = []
+        super().__init__(UDP, **kwargs)
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
+        """(datagram, address) pairs."""
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
+        self._cache.expire(now)
+        if data and data[0] == MAGIC and self.sealers is not None:
+            try:  # verified before anything else sees it: a replay moves no exchange
+                data, addr = self.sealers.open(data, addr)
+            except SealError:
+                self.stats.sealed_dropped += 1
+                return
+        self._on_message(bytes(data), addr, now)
+
+    def _out(self, data: bytes, addr: Hashable) -> None:
+        self._datagrams.append((data, addr))
+
+    def _deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
+                 now: float) -> None:
+        self._keep_ind(d, data)
+        self._send_indication(key, d, addr)
+        if self._ind_bytes > self.max_ind_bytes:
+            self._shed(key)
+        if key not in self._timers:
+            # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
+            # than the timeout must not postpone KPUnreachable forever.
+            self._start_backoff(key, d, now)
+
+    def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
+        self._keep_ind(d, None)
+        super()._forget(key, d, evicted)
+
+    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
+        ex = self._cache.get(key)
+        if ex is None:
+            return False
+        ex.addr = addr  # a retransmission (or a duplicated datagram)
+        if ex.response is not None:
+            self.stats.res_retransmissions_answered += 1
+            self._send(ex.response, addr)
+        else:
+            self.stats.duplicates_ignored += 1
+        return True
+
+    def _remember(self, key: tuple, ex: Exchange, now: float) -> None:
+        self._cache.add(key, ex, now)
+
+    def _keep_ind(self, d: Delivery, data: bytes | None) -> None:
+        """Set the IND kept for retransmission, counting its bytes."""
+        self._ind_bytes += (len(data) if data else 0) - (len(d.data) if d.data else 0)
+        d.data = data
+
+    def _shed(self, keep: tuple[KPIdentity, int]) -> None:
+        """Over `max_ind_bytes`: give up on the oldest unacknowledged INDs (their KPs are
+        reported unreachable, as if their retries had run out), never the one just sent."""
+        for key, d in list(self._deliveries.items()):
+            if self._ind_bytes <= self.max_ind_bytes:
+                return
+            if key != keep and d.data is not None:
+                self._keep_ind(d, None)
+                self._timers.cancel(key)
+                if d.final:
+                    self.end_persistent(*key)
+                self.stats.kp_unreachable += 1
+                self._events.append(KPUnreachable(*key))
+
+    def _start_backoff(self, key: tuple[KPIdentity, int], d: Delivery, now: float) -> None:
+        """A new retransmission schedule for the IND just sent: full retry budget, first
+        timeout drawn afresh."""
+        d.retries = 0
+        d.timeout = self.timing.initial_timeout(self._rng)
+        self._timers.set(key, now + d.timeout)
+
+    def _retry(self, key: tuple[KPIdentity, int], now: float) -> None:
+        d = self._deliveries.get(key)
+        if d is None or d.data is None:
+            return
+        addr = self._endpoint(key[0])
+        if addr is None:
+            addr = d.endpoint
+        if d.retries >= self.timing.max_retransmit or addr is None:
+            self._keep_ind(d, None)  # the numbering stays, in case the SIB indicates again
+            if d.final:
+                self.end_persistent(*key)
+            self.stats.kp_unreachable += 1
+            self._events.append(KPUnreachable(*key))
+            return
+        d.retries += 1
+        d.timeout *= 2
+        self.stats.ind_retransmissions += 1
+        self._send_indication(key, d, addr)
+        self._timers.set(key, now + d.timeout)
+
+    def _send_indication(self, key: tuple[KPIdentity, int], d: Delivery,
+                         addr: Hashable) -> None:
+        self._send(d.data, addr)
+        route = (addr, key[1])
+        self._ack_routes[route] = key[0]
+        self._ack_routes.move_to_end(route)
+        while len(self._ack_routes) > self.max_entries:
+            self._ack_routes.popitem(last=False)
+
+    def _resend_to(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        """A KP ID heard from a new address (a device back from sleep, a new lease): its
+        unacknowledged INDs go there at once, with a fresh retry budget, rather than at the next
+        back-off step — which a device awake for moments would mostly sleep through."""
+        for key, d in self._deliveries.items():
+            if key[0] == kp and d.data is not None:
+                self._send_indication(key, d, addr)
+                self._start_backoff(key, d, now)
 
     def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
         kp = self._ack_routes.get((addr, ack.tid))
@@ -1158,3 +1200,73 @@ class SIBSession:
             # (an ACK must not postpone a retransmission) but restart the retry budget.
             d.retries = 0
             d.timeout = self.timing.initial_timeout(self._rng)
+
+
+class TcpSIBSession(SIBSession):
+    """The SIB's TCP message layer: one stream per connection (each its own endpoint handle),
+    cut into messages by their Length field (`ksp.framing`); no duplicates, no ACKs, an IND
+    delivered or its connection gone (then `KPUnreachable`); a request waits behind one of its
+    stream held for a verdict, so the stream keeps its order."""
+
+    DEFAULT_MAX_MESSAGE = DEFAULT_MAX_TCP_MESSAGE
+
+    def __init__(self, transport: Transport | str = TCP, **kwargs) -> None:
+        if Transport(transport) is not TCP:
+            raise ValueError("a TcpSIBSession is a TCP session")
+        self._streams: dict[Hashable, bytearray] = {}
+        self._readers: dict[Hashable, FrameReader] = {}
+        super().__init__(TCP, **kwargs)
+
+    def data_to_send(self) -> list[tuple[bytes, Hashable]]:
+        """(bytes, connection) pairs, one per connection with something to send."""
+        out = [(bytes(buf), conn) for conn, buf in self._streams.items() if buf]
+        self._streams.clear()
+        return out
+
+    def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
+        """Bytes of connection `conn` (any hashable handle), in any pieces; b"" = closed."""
+        if not data:
+            self.connection_lost(conn)
+            return
+        self._expire(now)
+        reader = self._readers.get(conn)
+        if reader is None:
+            reader = self._readers[conn] = FrameReader(self.max_message_size)
+        for item in reader.feed(data):
+            if item[0] == _FRAME:
+                self._on_message(item[1], conn, now)
+            elif item[0] == _OVERSIZE:
+                event = _oversize_error(item[1], item[2], self.max_message_size, conn)
+                self._reject(event)
+            else:
+                exc = item[1]
+                self._reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
+
+    def buffered(self, conn: Hashable) -> int:
+        """Bytes of an unfinished message held for connection `conn` (for a server's bound
+        on buffered bytes, and its slow-frame timeout)."""
+        reader = self._readers.get(conn)
+        return len(reader.buf) if reader is not None else 0
+
+    def connection_lost(self, conn: Hashable) -> None:
+        """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
+        self._readers.pop(conn, None)
+        self._streams.pop(conn, None)
+        if any(addr == conn for _, addr in self._held):
+            self._held = deque(item for item in self._held if item[1] != conn)
+
+    def _out(self, data: bytes, addr: Hashable) -> None:
+        if addr in self._readers:  # else the connection is gone: nowhere to send
+            self._streams.setdefault(addr, bytearray()).extend(data)
+
+    def _deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
+                 now: float) -> None:
+        self._send(data, addr)
+        if d.final:
+            self.end_persistent(*key)
+
+    def _reachable(self, addr: Hashable) -> bool:
+        return addr in self._readers
+
+    def _behind_held(self, addr: Hashable) -> bool:
+        return any(a == addr for _, a in self._held)

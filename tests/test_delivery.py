@@ -130,7 +130,7 @@ def test_an_evicted_delivery_is_taken_back_from_its_holder_and_numbers_on():
     assert int.from_bytes(data[4:6], "little") == 2 and sib.delivery(kp, 5) is held
 
 
-# -- a new kind of subscriber, with nothing of sib/ changed ----------------------------------------
+# -- a new kind of subscriber, with nothing of sib/ changed ------------------------------------
 
 
 class QueueSubscriber:

@@ -12,8 +12,9 @@ from collections.abc import Hashable
 
 from ksp import (
     CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
-    RequestRefused, Response, SIBSession, UDP,
+    RequestRefused, Response, SIBSession,
 )
+from ksp.session import UdpSIBSession
 from ksp.codes import Tx
 from ksp.delivery import Delivery, DeliveryState
 
@@ -41,7 +42,7 @@ class SessionChannel:
         self.tid = tid
         #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
         #: connection ends with the process.
-        self.durable = adapter.session.transport is UDP
+        self.durable = adapter.session.transactions.durable
         self._adapter = adapter
         self._delivery = delivery
 
@@ -94,7 +95,7 @@ class SessionAdapter:
         self.authenticator = getattr(service, "authenticator", None)
         if self.authenticator is not None and session.authenticate is None:
             session.authenticate = self.authenticator.verdict
-        if session.sealers is None and session.transport is UDP:
+        if session.sealers is None and isinstance(session, UdpSIBSession):
             # One table per service, shared with CoAP: one replay window per KP, whatever the
             # transport a recorded message is replayed on.
             session.sealers = getattr(service, "sealers", None)
