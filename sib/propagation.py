@@ -1,0 +1,189 @@
+"""Propagation: what a write sets off, after every change (an update, a graph operation, a new
+rule) — the rules' cascade, then the INDs of the query groups whose result changed. Both steps
+and the smart/naive choice are described in `sib.core`'s docstring; this module holds them so
+that the request runner (`sib.core`) and the registry (`sib.registry`) stay small."""
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import Counter
+
+from ksp.codes import Status
+from ksp.model import Response
+
+from .persistent import QueryGroup, Rule
+from .query import evaluate
+from .registry import Registry
+from .screen import could_use
+from .shapes import evaluate_together
+from .store import Delta, QuadStore
+from .updates import Fresh, template_delta
+
+log = logging.getLogger("ksp.sib")
+
+
+class Propagation:
+    """Screens every write against the registry's indices and runs what it can affect."""
+
+    def __init__(self, store: QuadStore, registry: Registry, fresh: Fresh, *,
+                 smart: bool = True, rule_firing_limit: int = 16,
+                 cascade_limit: int = 1024) -> None:
+        self.store = store
+        self.registry = registry
+        self.fresh = fresh
+        self.smart = smart
+        self.rule_firing_limit = rule_firing_limit
+        self.cascade_limit = cascade_limit
+        # What the writes of the current request (and its cascade) changed and can affect.
+        self._changed = False
+        self._dirty_groups: set[int] = set()
+        self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
+        self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
+
+    def begin(self) -> None:
+        """A new request: nothing written yet."""
+        self._changed = False
+        self._dirty_groups.clear()
+
+    def write(self, delta: Delta, create=(), drop=()) -> set[int]:
+        """Write `delta`; note the query groups it can affect; return the rules it can affect.
+        Removed quads are screened against the state before the write, added ones after."""
+        r = self.registry
+        if not (delta or create or drop):
+            return set()
+        rules: set[int] = set()
+        if self.smart:
+            self._screen(delta.removed, rules)
+        self.store.apply(delta, create, drop)
+        if not delta:
+            return rules
+        self._changed = True
+        if self.smart:
+            self._screen(delta.added, rules)
+        else:
+            rules.update(r.rules)
+        return rules
+
+    def _screen(self, quads, rules: set[int]) -> None:
+        r = self.registry
+        if not quads:
+            return
+        for index, owners, found in ((r.group_index, r.group_by_id, self._dirty_groups),
+                                     (r.rule_index, r.rules, rules)):
+            for owner, position, quad in index.hits(quads):
+                if owner not in found:
+                    pattern = owners[owner].pattern
+                    tp, others = pattern.probes[position]
+                    if could_use(self.store, pattern.graphs, tp, others, quad):
+                        found.add(owner)
+
+    def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
+        if new_rule is not None:
+            rules = rules | {new_rule.id}
+        if rules:
+            self._cascade(sorted(rules))
+        if self._changed:
+            self._notify()
+
+    def _cascade(self, current: list[int]) -> None:
+        r = self.registry
+        fired: Counter[int] = Counter()
+        total = 0
+        queued = set(current)
+        heapq.heapify(current)
+        while current:
+            following: set[int] = set()
+            while current:
+                rid = heapq.heappop(current)
+                queued.discard(rid)
+                rule = r.rules.get(rid)
+                if rule is None:
+                    continue
+                try:
+                    solutions = rule.pattern.solutions(self.store)
+                except Exception:
+                    log.exception("rule %d of %s failed", rule.tid, r.who(rule.kp))
+                    r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
+                    continue
+                self.evaluations += 1
+                now = frozenset(solutions)
+                if now == rule.last:
+                    continue
+                rule.last = now
+                if not now:
+                    continue
+                if fired[rid] >= self.rule_firing_limit or total >= self.cascade_limit:
+                    log.warning("rule %d of %s ended: cascade limit", rule.tid,
+                                r.who(rule.kp))
+                    r.terminate((rule.kp, rule.tid))
+                    continue
+                fired[rid] += 1
+                total += 1
+                try:
+                    d = template_delta(self.store, rule.request, solutions, self.fresh)
+                    affected = self.write(d)
+                except Exception:
+                    log.exception("rule %d of %s failed", rule.tid, r.who(rule.kp))
+                    r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
+                    continue
+                for other in affected:
+                    if other > rid:
+                        if other not in queued:
+                            queued.add(other)
+                            heapq.heappush(current, other)
+                    else:
+                        following.add(other)
+            current = sorted(following)
+            queued = set(current)
+
+    def _notify(self) -> None:
+        r = self.registry
+        if self.smart:
+            ids = sorted(self._dirty_groups)
+        else:
+            ids = sorted(r.group_by_id)
+        groups = [g for gid in ids if (g := r.group_by_id.get(gid)) is not None]
+        results = self._evaluate_groups(groups) if self.smart else {}
+        shared: dict = {}  # equal results as one object: the sessions encode it once
+        last = None  # the latest result made shared (same-shape groups often repeat it)
+        for group in groups:
+            result = results.get(group.id)
+            if result is None:
+                self.evaluations += 1
+                try:
+                    result = evaluate(self.store, group.request, group.pattern)
+                except Exception:
+                    log.exception("persistent query group %d failed", group.id)
+                    for key in list(group.members):
+                        r.terminate(key, Status.INTERNAL_ERROR)
+                    continue
+            if result == group.result:
+                continue
+            if result is not last:
+                result = last = shared.setdefault(result, result)
+            group.result = result
+            for sub in list(group.members.values()):
+                sub.channel.indicate(Response(sub.tid, Status.OK, result, indication=True))
+
+    def _evaluate_groups(self, groups: list[QueryGroup]) -> dict[int, object]:
+        """Results of the groups that share a shape with another, one store query per shape
+        (`sib.shapes`); the others (and any shape the store refuses) are left out."""
+        by_shape: dict = {}
+        for group in groups:
+            if group.shape is not None:
+                by_shape.setdefault(group.shape[0], []).append(group)
+        results: dict[int, object] = {}
+        for same in by_shape.values():
+            if len(same) < 2:
+                continue
+            try:
+                found = evaluate_together(
+                    self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
+            except Exception:  # evaluated one by one instead, which reports the failure
+                log.debug("shape of %d groups not evaluable together", len(same),
+                          exc_info=True)
+                continue
+            self.evaluations += 1
+            self.evaluated_together += len(same)
+            results.update(zip((g.id for g in same), found))
+        return results

@@ -1,0 +1,180 @@
+"""The registry of persistent operations: query groups (identical persistent queries share one
+evaluation), rules, the pattern indices that find which ones a change can affect, the cap per
+KP and the journal. It registers, ends and looks up; it neither executes requests
+(`sib.core`) nor decides what a change sets off (`sib.propagation`)."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+
+from ksp.codes import Status
+from ksp.model import Request, Response
+from ksp.session import KPIdentity
+
+from .access import AccessPolicy
+from .errors import RequestError
+from .index import PatternIndex
+from .journal import Journal, TrackedChannel
+from .metrics import Metrics
+from .pattern import Pattern
+from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
+from .query import evaluate
+from .shapes import shape_of
+from .store import QuadStore
+
+log = logging.getLogger("ksp.sib")
+
+
+class Registry:
+    """Every persistent operation, by (KP identity, TID) (`ops`), grouped (`groups`, `rules`)
+    and indexed (`group_index`, `rule_index`). `access`: the policy in force, which names KPs
+    in the log."""
+
+    def __init__(self, store: QuadStore, *, access: AccessPolicy,
+                 journal: Journal | None = None, metrics: Metrics | None = None,
+                 max_persistent_per_kp: int | None = None) -> None:
+        self.store = store
+        self.access = access
+        self.journal = journal
+        self.metrics = metrics or Metrics()
+        self.max_persistent_per_kp = max_persistent_per_kp
+        self.ops: dict[OpKey, Subscription | Rule] = {}
+        self.groups: dict[object, QueryGroup] = {}
+        self.group_by_id: dict[int, QueryGroup] = {}
+        self.rules: dict[int, Rule] = {}
+        self.group_index = PatternIndex()
+        self.rule_index = PatternIndex()
+        self._per_kp: Counter[KPIdentity] = Counter()
+        self._next_id = 0
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def who(self, kp: KPIdentity) -> str:
+        return self.access.who(kp)
+
+    def get(self, key: OpKey) -> Subscription | Rule | None:
+        return self.ops.get(key)
+
+    # -- registering ----------------------------------------------------------------------
+
+    def add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
+                 restored: bool = False) -> Rule:
+        channel = self._admit(req, channel, kp, restored)
+        rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
+        self.rules[rule.id] = rule
+        self._registered((kp, req.tid), rule)
+        self.rule_index.add(rule.id, pattern.triples, pattern.graphs)
+        return rule
+
+    def subscribe(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
+                  restored: bool = False) -> Response:
+        """Join (or found) the query group of `req`; the RES carries the group's result."""
+        key = group_key(req, pattern)
+        group = self.groups.get(key)
+        result = evaluate(self.store, req, pattern) if group is None else None
+        channel = self._admit(req, channel, kp, restored)  # after what can fail
+        group = self.groups.get(key)  # `_admit` may have ended the last member of a group
+        if group is None:
+            if result is None:
+                result = evaluate(self.store, req, pattern)
+            group = QueryGroup(self._new_id(), req, pattern, result,
+                               shape=shape_of(req, pattern))
+            self.groups[key] = group
+            self.group_by_id[group.id] = group
+            self.group_index.add(group.id, pattern.triples, pattern.graphs)
+        sub = Subscription(kp, req.tid, channel, group)
+        group.members[(kp, req.tid)] = sub
+        self._registered((kp, req.tid), sub)
+        return Response(req.tid, Status.OK, group.result)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
+               restored: bool) -> Channel:
+        """The cap on persistent operations per KP; the channel, tracked and journaled."""
+        key = (kp, req.tid)
+        cap = self.max_persistent_per_kp
+        if cap is not None and key not in self.ops and self._per_kp[kp] >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED,
+                               f"{cap} persistent operations per KP")
+        self.replace(key)
+        if restored:
+            return channel
+        channel = TrackedChannel(channel, self.journal, on_indicate=self.metrics.indicated)
+        if channel.journal is not None:
+            channel.journal.add(kp, req.tid, channel.transport, req)
+        return channel
+
+    def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
+        self.ops[key] = op
+        self._per_kp[key[0]] += 1
+        log.info("%s tid %d: persistent %s started", self.who(key[0]), key[1],
+                 request_of(op).tx.name)
+
+    # -- ending ---------------------------------------------------------------------------
+
+    def replace(self, key: OpKey) -> None:
+        """A KP reusing the TID of its active persistent transaction replaces it (R12)."""
+        if key in self.ops:
+            self.remove(key).channel.end()
+
+    def remove(self, key: OpKey) -> Subscription | Rule:
+        op = self.ops.pop(key)
+        self._per_kp[key[0]] -= 1
+        if not self._per_kp[key[0]]:
+            del self._per_kp[key[0]]
+        if self.journal is not None:
+            self.journal.remove(*key)
+        log.info("%s tid %d: persistent operation ended", self.who(key[0]), key[1])
+        if isinstance(op, Rule):
+            op.ended = True
+            del self.rules[op.id]
+            self.rule_index.remove(op.id)
+        else:
+            group = op.group
+            del group.members[key]
+            if not group.members:
+                del self.groups[group_key(group.request, group.pattern)]
+                del self.group_by_id[group.id]
+                self.group_index.remove(group.id)
+        return op
+
+    def terminate(self, key: OpKey, status: Status = Status.TERMINATED) -> None:
+        """End the operation with a final IND of `status`."""
+        op = self.remove(key)
+        op.channel.indicate(Response(op.tid, status, indication=True))
+
+    def drop_kp(self, kp: KPIdentity) -> None:
+        """Forget every persistent operation of `kp` (RESET, or the KP became unreachable)."""
+        for key in [k for k in self.ops if k[0] == kp]:
+            self.remove(key).channel.end()
+
+    def end_ops_on_graphs(self, dropped: Iterable) -> None:
+        """End (TERMINATED) every operation that names a graph just dropped."""
+        dropped = set(dropped)
+        if not dropped:
+            return
+        for key, op in list(self.ops.items()):
+            opts = request_of(op).options
+            named = set(opts.query_graphs or ()) | set(opts.insert_graphs or ()) | set(
+                opts.delete_graphs or ())
+            if named & dropped:
+                self.terminate(key)
+
+    def terminate_all(self) -> None:
+        """The SIB shuts down: end every persistent operation with a TERMINATED IND, except
+        those the journal keeps (they resume after the restart): their state is journaled once
+        more, so that what the KPs ACKed by now is not sent again after the restart."""
+        for key, op in list(self.ops.items()):
+            if self.journal is not None and op.channel.journal is not None:
+                op.channel.save()
+                continue
+            self.terminate(key)
+
+
+def request_of(op: Subscription | Rule) -> Request:
+    return op.request if isinstance(op, Rule) else op.group.request
