@@ -162,8 +162,9 @@ class TrackedChannel:
     def __init__(self, inner: Channel, journal: Journal | None, on_indicate=None) -> None:
         self.inner = inner
         self.transport, self.kp, self.tid = inner.transport, inner.kp, inner.tid
-        self.durable = inner.durable
-        self.journal = journal if inner.durable else None
+        # A channel that does not say (one written before `durable` existed) is not durable.
+        self.durable = getattr(inner, "durable", False)
+        self.journal = journal if self.durable else None
         self.on_indicate = on_indicate
 
     def respond(self, response: Response) -> None:

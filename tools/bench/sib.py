@@ -76,6 +76,8 @@ class _Channel:
 
     __slots__ = ("kp", "tid", "transport", "stats")
 
+    durable = False  # nothing to journal: the benchmark has no data directory
+
     def __init__(self, kp: KPIdentity, tid: int, stats: dict) -> None:
         self.kp, self.tid, self.transport, self.stats = kp, tid, "udp", stats
 
@@ -87,6 +89,12 @@ class _Channel:
         self.stats["last_ind"] = time.perf_counter()
 
     def end(self) -> None:
+        pass
+
+    def export(self) -> None:
+        return None
+
+    def restore(self, state) -> None:
         pass
 
 
