@@ -27,6 +27,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 BENCH_SUITES = {
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
+    "indicate": "tools.bench.indicate",
     "secure": "tools.bench.secure",
     "sib": "tools.bench.sib",
     "soak": "tools.bench.soak",
