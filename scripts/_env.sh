@@ -82,9 +82,27 @@ install_board_stubs() {
     done
 }
 
+# The W3C SPARQL test suites (tests/test_w3c_sparql.py): rdflib's source distribution carries
+# them (test/data/suites/w3c: sparql11 and dawg-data-r2, W3C licence), from the package index
+# the project already installs from and at the rdflib version it pins. Unpacked into
+# tests/w3c/ (not committed); fetched again only when that version changes.
+W3C_SUITES_FROM="rdflib==7.6.0"
+install_w3c_suites() {
+    local dest="$REPO_ROOT/tests/w3c" stamp="$REPO_ROOT/tests/w3c/.ksp-suites" tmp
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$W3C_SUITES_FROM" ]; then return 0; fi
+    tmp="$(mktemp -d)"
+    .venv/bin/pip download -q --no-deps --no-binary :all: -d "$tmp" "$W3C_SUITES_FROM"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    tar -xzf "$tmp"/rdflib-*.tar.gz -C "$tmp"
+    cp -r "$tmp"/rdflib-*/test/data/suites/w3c/sparql11 "$tmp"/rdflib-*/test/data/suites/w3c/dawg-data-r2 "$dest/"
+    rm -rf "$tmp"
+    echo "$W3C_SUITES_FROM" > "$stamp"
+}
+
 bootstrap() {
     install_system_packages
     install_node_packages
     ensure_venv "${1:-}"
-    case "${1:-}" in *test*) install_board_stubs ;; esac  # only the tests type-check firmware
+    case "${1:-}" in *test*) install_board_stubs; install_w3c_suites ;; esac
 }

@@ -263,6 +263,9 @@ UNSUPPORTED = {
         "INSERT DATA { " + " ".join(f"ex:a ex:b {i} ." for i in range(256)) + " }"],
     "persistent INSERT_DATA": ["INSERT DATA { ex:a ex:b 1 }"],
     "relative IRIs": ["SELECT ?s { ?s <p> ?o }", "PREFIX e: <> SELECT ?s { ?s e:p ?o }"],
+    # Valid SPARQL (an update of a prologue and no operation, W3C syntax-update-38/40), which
+    # no KSP request says; issue 15 had compile take it for a syntax error.
+    "updates with no operation": ["", "# nothing else"],
     "more than 255 projected variables": [
         "SELECT " + " ".join(f"?x{i}" for i in range(256)) + " { }"],
 }
@@ -289,7 +292,6 @@ def test_unsupported_feature_is_named(feature, text):
     ("SELECT ?s { ?s ?p ?o FILTER(?a = ?b = ?c) }", None),
     ("SELECT ?s { ?s ?p ?o FILTER(!!?o) }", None),
     ("SELECT ?s { ?s ?p ?o } ยง", None),
-    ("", (1, 1)),
 ])
 def test_syntax_errors_are_typed_with_position(text, where):
     src = text if text.startswith("SELECT ?s\n") or not text.startswith(("INSERT", "DELETE")) \

@@ -50,6 +50,35 @@ class _Tok:
     spaced: bool  # whitespace (or the start) before it
 
 
+# What codepoint escapes are not processed in: string literals, which unescape their own
+# (`_string_value`), and comments. Outside them an escape may stand for any character of
+# the query (SPARQL 1.1 Query §19.2: they are processed before parsing). IRIs are matched
+# whole, so that a '#' in one does not start a comment.
+_ESCAPE_SCAN = re.compile(
+    r"""(?P<str>'''(?:(?:'|'')?(?:[^'\\]|\\.))*'''|\"\"\"(?:(?:"|"")?(?:[^"\\]|\\.))*\"\"\"
+        |'(?:[^'\\\n\r]|\\.)*'|"(?:[^"\\\n\r]|\\.)*")
+    |(?P<iri><[^<>"{}|^`\x00-\x20]*>)
+    |(?P<comment>\#[^\n\r]*)
+    |(?P<esc>\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})""", re.VERBOSE)
+
+
+def unescape_codepoints(text: str) -> str:
+    """`\\uXXXX` and `\\UXXXXXXXX` outside string literals and comments replaced by their
+    characters (IRIs included), as SPARQL processes them before parsing."""
+    if "\\u" not in text and "\\U" not in text:
+        return text
+
+    def one(m: re.Match) -> str:
+        if m.lastgroup in ("str", "comment"):
+            return m.group()
+        try:
+            return _unescape_uchar(m.group())
+        except ValueError as e:
+            raise _syntax(text, m.start(), str(e)) from None
+
+    return _ESCAPE_SCAN.sub(one, text)
+
+
 def _tokens(text: str) -> list[_Tok]:
     out: list[_Tok] = []
     pos, spaced = 0, True

@@ -17,7 +17,9 @@ from ..terms import (
     Literal, Triple,
 )
 from .render import BNODE_VAR_PREFIX, label_from_name
-from .lexer import _IRI_BAD, _SCHEME, _Tok, _string_value, _syntax, _tokens, _unescape_uchar
+from .lexer import (
+    _IRI_BAD, _SCHEME, _Tok, _string_value, _syntax, _tokens, _unescape_uchar, unescape_codepoints,
+)
 
 
 # -- the parse result before variables get their indexes ----------------------------------
@@ -68,13 +70,14 @@ _MAX_U16 = 0xFFFF
 
 class _Parser:
     def __init__(self, text: str, prefixes: dict[str, str] | None):
-        self.text = text
+        self.text = text = unescape_codepoints(text)
         self.toks = _tokens(text)
         self.i = 0
         self.prefixes: dict[str, str] = dict(prefixes or {})
         self.declared: list[str] = []
         self.declared_names: set[str] = set()
         self.anon = 0
+        self.labels: list[str] = []  # blank node labels written as `_:x`, in order
         self.used_default_prefixes: list[str] = []
         self.p = _Parsed()
         self.seen_vars: dict[str, None] = {}
@@ -118,13 +121,30 @@ class _Parser:
         if not self.accept_op(op):
             raise self.error(f"expected {op!r}")
 
+    # SPARQL's '.' rule inside braces: a '.' ends a triple pattern (at most one each) or may
+    # follow an OPTIONAL, FILTER, BIND or GRAPH block; two triple patterns need one between
+    # them. `after` is what came last: "start", "triples", "dot" or "block".
+
+    def dot(self, after: str) -> bool:
+        """Consume a '.' where one may stand; False when there is none."""
+        if not self.is_op("."):
+            return False
+        if after not in ("triples", "block"):
+            raise self.error("expected a triple pattern or '}'")
+        self.i += 1
+        return True
+
+    def triples_may_start(self, after: str) -> None:
+        if after == "triples":
+            raise self.error("expected '.' between triple patterns, or '}'")
+
     # -- prologue and terms ----------------------------------------------------------------
 
     def prologue(self) -> None:
         while True:
             if self.accept_kw("PREFIX"):
                 tok = self.tok
-                if tok.kind != "pname" or not tok.text.endswith(":"):
+                if tok.kind != "pname" or tok.text.count(":") != 1 or not tok.text.endswith(":"):
                     raise self.error("expected a prefix name such as 'ex:'")
                 self.i += 1
                 ns = self.iri_ref()
@@ -228,7 +248,9 @@ class _Parser:
             return self.iri()
         if tok.kind == "bnode":
             self.i += 1
-            return self.bnode(label_from_name(tok.text[2:]), ctx, tok)
+            node = self.bnode(label_from_name(tok.text[2:]), ctx, tok)
+            self.labels.append(node.label)  # written `_:x`: scoped to one basic graph pattern
+            return node
         if self.is_op("["):
             self.i += 1
             self.anon += 1
@@ -285,14 +307,18 @@ class _Parser:
                 return
             while self.accept_op(";"):
                 pass
-            if self.is_op(".", "]", "}") or self.tok.kind == "eof":
-                return
+            tok = self.tok
+            if not (tok.kind in ("iri", "pname", "var") or (tok.kind == "name" and tok.text == "a")
+                    or self.is_op("^", "!", "(")):
+                return  # a trailing ';' (before '.', ']', '}', OPTIONAL, FILTER, …)
 
     def triples_same_subject(self, triples: list, ctx: "_Ctx") -> None:
         start = self.tok
         nested: list = []
         subject = self.term("subject", nested, ctx)
         if start.kind == "op" and start.text == "[" and (self.is_op(".", "}")):
+            if not nested:  # `[]` is a blank node like `_:b`: it needs a predicate
+                raise self.error("expected a predicate (IRI, variable or 'a')")
             triples.extend(nested)  # `[ p o ] .` alone
             return
         own: list = []
@@ -415,18 +441,25 @@ class _Parser:
         if self.is_kw("SELECT"):
             raise UnsupportedSparql("subqueries", "subqueries are not supported")
         p = self.p
+        opening = self.toks[self.i - 1]
+        bgps: list[set[str]] = [set()]  # the `_:x` labels of each basic graph pattern
         stage = 0  # 0: triples, 1: OPTIONAL groups, 2: BINDs
+        after = "start"
         while not self.accept_op("}"):
             tok = self.tok
-            if self.accept_op("."):
+            if self.dot(after):
+                after = "dot"
                 continue
+            previous, after = after, "block"
             if self.accept_kw("OPTIONAL"):
                 if stage > 1:
                     raise UnsupportedSparql("OPTIONAL after BIND",
                                             "an OPTIONAL group after a BIND is not supported: "
                                             "KSP binds after all optional groups")
                 stage = 1
+                mark = len(self.labels)
                 p.optional.append(self.optional_group(ctx))
+                bgps.append(set(self.labels[mark:]))
             elif self.accept_kw("FILTER"):
                 p.filters.append(self.constraint())
             elif self.accept_kw("BIND"):
@@ -434,8 +467,14 @@ class _Parser:
                 self.expect_op("(")
                 expr = self.expression()
                 self.expect_kw("AS")
+                at = self.tok
                 v = self.var()
                 self.expect_op(")")
+                if v.name in _vars_in(p.where, *p.optional) or any(
+                        v.name == name for name, _ in p.binds):
+                    # SPARQL 1.1 Query §18.2.1: BIND may not bind a variable already in scope
+                    raise _syntax(self.text, at.pos, f"BIND to ?{v.name}, which the group "
+                                                     "already binds before it")
                 p.binds.append((v.name, expr))
             elif self.is_op("{"):
                 raise self.nested_group_error()
@@ -449,7 +488,12 @@ class _Parser:
                         "triple patterns after OPTIONAL or BIND",
                         "triple patterns after OPTIONAL or BIND are not supported: KSP "
                         "applies its optional groups and binds after the whole pattern")
+                self.triples_may_start(previous)
+                mark = len(self.labels)
                 self.triples_same_subject(p.where, ctx)
+                bgps[0].update(self.labels[mark:])
+                after = "triples"
+        _one_bgp_per_label(self.text, opening, bgps)
 
     def nested_group_error(self) -> UnsupportedSparql:
         depth, j = 0, self.i
@@ -473,9 +517,11 @@ class _Parser:
     def optional_group(self, ctx: "_Ctx") -> list:
         self.expect_op("{")
         triples: list = []
+        after = "start"
         while not self.accept_op("}"):
             tok = self.tok
-            if self.accept_op("."):
+            if self.dot(after):
+                after = "dot"
                 continue
             if tok.kind == "name" and tok.text.upper() in ("OPTIONAL", "FILTER", "BIND"):
                 word = tok.text.upper()
@@ -488,7 +534,9 @@ class _Parser:
                 raise _GROUP_FEATURES[tok.text.upper()]()
             if tok.kind == "eof":
                 raise self.error("expected '}'")
+            self.triples_may_start(after)
             self.triples_same_subject(triples, ctx)
+            after = "triples"
         return triples
 
     def constraint(self) -> list:
@@ -497,29 +545,37 @@ class _Parser:
             out = self.expression()
             self.expect_op(")")
             return out
+        if self.tok.kind not in ("name", "iri", "pname"):  # a variable or a literal
+            raise self.error("expected '(', a built-in call or a function call after FILTER")
         return self.primary()  # a built-in or function call
 
     def triples_block(self, ctx: "_Ctx", closing: str = "}") -> list:
         """Triples up to `closing` (CONSTRUCT templates)."""
         triples: list = []
         self.expect_op("{")
+        after = "start"
         while not self.accept_op(closing):
-            if self.accept_op("."):
+            if self.dot(after):
+                after = "dot"
                 continue
             if self.tok.kind == "eof":
                 raise self.error("expected '}'")
             if self.is_kw("GRAPH"):
                 raise UnsupportedSparql("GRAPH in a CONSTRUCT template",
                                         "GRAPH in a CONSTRUCT template is not supported")
+            self.triples_may_start(after)
             self.triples_same_subject(triples, ctx)
+            after = "triples"
         return triples
 
     def quads(self, ctx: "_Ctx") -> tuple[list, tuple | None]:
         """`{ triples GRAPH <g> { triples } … }`: the one graph and the graphs it goes to."""
         self.expect_op("{")
         chunks: list[tuple[IRI, list]] = []
+        after = "start"
         while not self.accept_op("}"):
-            if self.accept_op("."):
+            if self.dot(after):
+                after = "dot"
                 continue
             if self.tok.kind == "eof":
                 raise self.error("expected '}'")
@@ -530,17 +586,24 @@ class _Parser:
                 name = self.iri()
                 inner: list = []
                 self.expect_op("{")
+                inner_after = "start"
                 while not self.accept_op("}"):
-                    if self.accept_op("."):
+                    if self.dot(inner_after):
+                        inner_after = "dot"
                         continue
                     if self.tok.kind == "eof":
                         raise self.error("expected '}'")
+                    self.triples_may_start(inner_after)
                     self.triples_same_subject(inner, ctx)
+                    inner_after = "triples"
                 chunks.append((name, inner))
+                after = "block"
                 continue
             if not chunks or chunks[-1][0] != DEFAULT_GRAPH:  # bare triples after a GRAPH block
                 chunks.append((DEFAULT_GRAPH, []))
+            self.triples_may_start(after)
             self.triples_same_subject(chunks[-1][1], ctx)
+            after = "triples"
         if not chunks:
             return [], None
         graph = chunks[0][1]
@@ -707,8 +770,10 @@ class _Parser:
         while True:
             self.prologue()
             if self.tok.kind == "eof":
-                if not ops:
-                    raise self.error("expected an update operation")
+                if not ops:  # valid SPARQL (a prologue at most), but no KSP request says it
+                    raise UnsupportedSparql("updates with no operation",
+                                            "updates with no operation are not supported: "
+                                            "KSP has no empty request")
                 break
             ops.append((self.operation(), self.tok))
             if not self.accept_op(";"):
@@ -838,6 +903,25 @@ def _number(text: str) -> Literal:
     if "." in body:
         return Literal(text, XSD_DECIMAL)
     return Literal(text, XSD_INTEGER)
+
+
+def _vars_in(*triple_lists: list) -> set[str]:
+    return {t.name for triples in triple_lists for triple in triples for t in triple
+            if type(t) is _V}
+
+
+def _one_bgp_per_label(text: str, where: _Tok, bgps: list[set[str]]) -> None:
+    """SPARQL 1.1 Query §4.1.4: a blank node label is scoped to one basic graph pattern, so
+    the WHERE's triples and an OPTIONAL group's (two patterns) may not share one. `bgps`: the
+    labels written `_:x` in each (`render` spells a KSP blank node that spans both as a
+    variable, which is not a label)."""
+    seen: set[str] = set()
+    for labels in bgps:
+        shared = seen & labels
+        if shared:
+            raise _syntax(text, where.pos, f"the blank node label _:{min(shared)} is used in "
+                                           "two basic graph patterns")
+        seen |= labels
 
 
 def _path_error() -> UnsupportedSparql:
