@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     for t in TRANSPORTS:
         p.add_argument(f"--{t}-port", type=int, metavar="N",
                        help=f"{t.upper()} port (0 = any free port, negative = off)")
+    p.add_argument("--sepa-http-port", type=int, metavar="N",
+                   help="SEPA gate: SPARQL 1.1 Protocol, /query and /update (default 8000; "
+                        "negative = off)")
+    p.add_argument("--sepa-ws-port", type=int, metavar="N",
+                   help="SEPA gate: SE Protocol subscriptions, ws://HOST:N/subscribe "
+                        "(default 9000; negative = off)")
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="Prometheus metrics over HTTP on this port (negative = off)")
     p.add_argument("--metrics-host", metavar="ADDR",
@@ -176,6 +182,20 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         if adapter is not None:
             scheme = "tcps" if t == "tcp" and tls is not None else t
             log.info("listening on %s://%s:%d", scheme, config.host, adapter.port)
+    gate = None
+    if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0:
+        from .sepa import SepaGate
+
+        gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
+                              ws_port=config.sepa_ws_port,
+                              max_subscriptions=config.sepa_max_subscriptions,
+                              max_socket_subscriptions=config.sepa_max_socket_subscriptions
+                              ).start()
+        if gate.http_port is not None:
+            log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
+                     gate.http_port)
+        if gate.ws_port is not None:
+            log.info("listening on ws://%s:%d (SEPA: /subscribe)", config.host, gate.ws_port)
     metrics_server = None
     if config.metrics_port >= 0:
         metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
@@ -203,6 +223,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         await stop.wait()
         log.info("shutting down: finishing %d queued requests", sib.queued)
     finally:
+        if gate is not None:
+            await gate.close()  # its sockets' subscriptions end while the scheduler runs
         await sib.close()  # journals what the KPs ACKed by now (`SibCore.terminate_all`)
         log.info("store flushed")
         await server.close()

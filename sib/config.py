@@ -57,6 +57,11 @@ class Config:
     capture_file: str = ""
     capture_max_bytes: int = 0
     capture_max_files: int = 10
+    # [sepa] (attributes sepa_<key>): the SEPA gate (docs/sepa.md)
+    sepa_http_port: int = 8000
+    sepa_ws_port: int = 9000
+    sepa_max_subscriptions: int = 10_000
+    sepa_max_socket_subscriptions: int = 1_000
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -68,9 +73,11 @@ class Config:
                            "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
                 "tls": ("cert", "key", "client_ca"),
-                "capture": ("file", "max_bytes", "max_files")}
+                "capture": ("file", "max_bytes", "max_files"),
+                "sepa": ("http_port", "ws_port", "max_subscriptions",
+                         "max_socket_subscriptions")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
-    PREFIXED = {"tls": "tls_", "capture": "capture_"}
+    PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
     @property
     def timing(self) -> Timing:
@@ -136,13 +143,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
 _POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
              "max_session_entries", "ack_timeout", "max_tcp_connections",
-             "max_tcp_connections_per_address", "max_tcp_buffered_bytes")
+             "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
+             "sepa_max_subscriptions", "sepa_max_socket_subscriptions")
 
 
 def _check_values(config: Config) -> None:
     """Values of the right type that still cannot work: said now, in one line, rather than as a
     traceback from deep inside the start-up."""
-    for name in ("udp_port", "tcp_port", "coap_port", "metrics_port"):
+    for name in ("udp_port", "tcp_port", "coap_port", "metrics_port", "sepa_http_port",
+                 "sepa_ws_port"):
         if getattr(config, name) > 65535:
             raise ConfigError(f"{name} = {getattr(config, name)}: a port is 0..65535 "
                               "(0: any free port; negative: off)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from ksp.codes import Status
 from ksp.model import Response
@@ -39,6 +40,9 @@ class Propagation:
         self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
         self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
+        #: Called after the INDs of every change: other kinds of persistent operation (the
+        #: SEPA gate's subscriptions, `sib.sepa.broker`) look at the same final state.
+        self.observers: list[Callable[[], None]] = []
 
     def begin(self) -> None:
         """A new request: nothing written yet."""
@@ -84,6 +88,11 @@ class Propagation:
             self._cascade(sorted(rules))
         if self._changed:
             self._notify()
+            for observer in self.observers:
+                try:
+                    observer()
+                except Exception:
+                    log.exception("after a change: %r failed", observer)
 
     def _cascade(self, current: list[int]) -> None:
         r = self.registry

@@ -101,6 +101,29 @@ class Sib:
         self._queue.put_nowait((request, channel, time.perf_counter()))
         self._seen(channel)
 
+    async def call(self, work):
+        """Run `work()` on the scheduler, in arrival order with the KSP requests, and return
+        what it returns (or raise what it raises): the SEPA gate's queries, updates and
+        subscriptions. Past `max_queued` it raises `QueueFull` without queueing."""
+        self._ensure_started()
+        if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
+            self.core.metrics.limited += 1
+            raise asyncio.QueueFull(f"{self.max_queued} requests queued")
+        future = asyncio.get_running_loop().create_future()
+
+        def job(_):
+            try:
+                result = work()
+            except BaseException as exc:  # handed to the caller, never to the scheduler
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            if not future.done():  # the caller may have gone (a closed HTTP connection)
+                future.set_result(result)
+
+        self._queue.put_nowait((job, None, None))
+        return await future
+
     def _seen(self, channel: Channel) -> None:
         """Log a KP's first request (the transports have no notion of a connected KP)."""
         key = (channel.transport, channel.kp)

@@ -123,7 +123,10 @@ class SibProcess:
         self.lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sib.cli", "--log-level", "info", *args],
+            # The SEPA gate off unless asked for: its default ports are fixed (8000, 9000), and
+            # tests run several SIBs at once.
+            [sys.executable, "-m", "sib.cli", "--log-level", "info", "--sepa-http-port", "-1",
+             "--sepa-ws-port", "-1", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
         def read() -> None:

@@ -1,0 +1,330 @@
+"""The SEPA broker's work inside the SIB: queries, updates and subscriptions in full SPARQL 1.1,
+run by the SIB's scheduler (one at a time, in arrival order, between KSP requests) against the
+same store, so an update from either side reaches the persistent operations of both.
+
+- A SEPA update is cut into operations (`sib.sepa.update`); each one's exact delta is written
+  through `Propagation.write`, as a KSP update's is, so the rules' cascade, the KSP INDs and
+  the SEPA notifications follow from the same deltas. If an operation fails, the ones before
+  it are written back (their deltas are exact, so the inverse is too) and nothing is notified.
+- A subscription keeps its last result as a multiset; after every change its query is
+  evaluated again and the notification carries the exact multiset difference (SELECT: rows
+  added and removed; ASK: the boolean before and after; CONSTRUCT: triples added and removed).
+  Nothing is sent when nothing changed. Equal subscriptions (same text and dataset) share one
+  evaluation.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyoxigraph as ox
+
+from ksp.errors import SparqlSyntaxError
+from ksp.terms import DEFAULT_GRAPH
+
+from ..access import ALL, Grant
+from ..store import Delta
+from .update import Dataset, Operation, UpdateRefused, parse_update
+
+log = logging.getLogger("ksp.sib.sepa")
+
+__all__ = ["SepaBroker", "SepaError", "Subscription", "term_json", "graph_names"]
+
+XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
+
+Notify = Callable[[dict], None]
+
+
+class SepaError(Exception):
+    """Answered as `{"error", "status_code", "error_description"}` (HTTP: that status)."""
+
+    def __init__(self, status: int, error: str, description: str) -> None:
+        super().__init__(description)
+        self.status, self.error, self.description = status, error, description
+
+    def json(self, alias: str | None = None) -> dict:
+        out = {"error": self.error, "status_code": self.status,
+               "error_description": self.description}
+        if alias is not None:
+            out["alias"] = alias
+        return out
+
+
+def term_json(term) -> dict:
+    """A pyoxigraph term in the SPARQL 1.1 Query Results JSON form."""
+    if isinstance(term, ox.NamedNode):
+        return {"type": "uri", "value": term.value}
+    if isinstance(term, ox.BlankNode):
+        return {"type": "bnode", "value": term.value}
+    if isinstance(term, ox.Literal):
+        out = {"type": "literal", "value": term.value}
+        if term.language:
+            out["xml:lang"] = term.language
+        elif term.datatype.value != XSD_STRING:
+            out["datatype"] = term.datatype.value
+        return out
+    return {"type": "triple", "value": {"subject": term_json(term.subject),
+                                        "predicate": term_json(term.predicate),
+                                        "object": term_json(term.object)}}
+
+
+def graph_names(graphs) -> set[str]:
+    """Graph IRIs as the access policy names them."""
+    return {"default" if g == DEFAULT_GRAPH else str(g) for g in graphs}
+
+
+def _key(row: dict) -> tuple:
+    return tuple(sorted((k, tuple(sorted(v.items()))) for k, v in row.items()))
+
+
+@dataclass
+class _Evaluation:
+    """One query and dataset, with the subscriptions that share it."""
+
+    text: str
+    dataset: Dataset
+    form: str = "select"  # select | ask | construct
+    vars: list[str] = field(default_factory=list)
+    rows: Counter = field(default_factory=Counter)  # key -> count
+    row_of: dict = field(default_factory=dict)  # key -> the row's JSON
+    boolean: bool | None = None
+    members: dict[str, "Subscription"] = field(default_factory=dict)
+
+
+@dataclass
+class Subscription:
+    spuid: str
+    alias: str | None
+    evaluation: _Evaluation
+    notify: Notify
+    owner: object  # what ends it with its socket
+    sequence: int = 0
+
+
+class SepaBroker:
+    """Queries, updates and subscriptions on a `SibCore` (call every method from the
+    scheduler: `Sib.call`)."""
+
+    def __init__(self, core, *, max_subscriptions: int = 10_000) -> None:
+        self.core = core
+        self.store = core.store
+        self.max_subscriptions = max_subscriptions
+        self.subscriptions: dict[str, Subscription] = {}
+        self._evaluations: dict[tuple, _Evaluation] = {}
+        self.notifications = 0  # sent (stats)
+        self.evaluations = 0
+        core.propagation.observers.append(self._changed)
+
+    # -- access -----------------------------------------------------------------------------
+
+    def _grant(self, grant: Grant | None) -> Grant | None:
+        """None: everything is allowed (an open policy)."""
+        if self.core.access.is_open:
+            return None
+        return grant if grant is not None else self.core.access.anonymous_grant()
+
+    def _check_read(self, grant: Grant | None, dataset: Dataset) -> None:
+        grant = self._grant(grant)
+        if grant is None:
+            return
+        if dataset.default is None or dataset.named is None:
+            reads = {ALL}  # the store's own dataset: every graph (GRAPH ?g reads them all)
+        else:
+            reads = graph_names((*dataset.default, *dataset.named))
+        if not grant.allows("read", reads):
+            raise SepaError(403, "forbidden", f"no read permission on {sorted(reads)}")
+
+    def _check_write(self, grant: Grant | None, graphs) -> None:
+        grant = self._grant(grant)
+        names = graph_names(graphs)
+        if grant is not None and names and not grant.allows("write", names):
+            raise SepaError(403, "forbidden", f"no write permission on {sorted(names)}")
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def query(self, text: str, dataset: Dataset, grant: Grant | None = None):
+        """The pyoxigraph result of a query (solutions, boolean or triples)."""
+        self._check_read(grant, dataset)
+        try:
+            return self.store.oxigraph.query(text, **dataset.for_store())
+        except SyntaxError as exc:
+            raise SepaError(400, "invalid_query", str(exc)) from None
+        except (ValueError, OSError) as exc:
+            raise SepaError(400, "query_failed", str(exc)) from None
+
+    # -- updates ----------------------------------------------------------------------------
+
+    def update(self, text: str, using: Dataset | None = None,
+               grant: Grant | None = None) -> Delta:
+        """Apply an update, all of it or nothing; returns the net quads it changed."""
+        try:
+            ops = parse_update(text, using)
+        except SparqlSyntaxError as exc:
+            raise SepaError(400, "invalid_update", str(exc)) from None
+        except UpdateRefused as exc:
+            raise SepaError(exc.status, exc.error, str(exc)) from None
+        prop = self.core.propagation
+        prop.begin()
+        written: list[tuple[Delta, list, list]] = []
+        rules: set[int] = set()
+        try:
+            for op in ops:
+                if op.reads:
+                    self._check_read(grant, _reads(op))
+                try:
+                    delta, created, dropped = op.delta(self.store)
+                except UpdateRefused as exc:
+                    raise SepaError(exc.status, exc.error, str(exc)) from None
+                self._check_write(grant, {q[3] for q in delta.quads} | set(created)
+                                  | set(dropped))
+                rules |= prop.write(delta, created, dropped)
+                written.append((delta, created, dropped))
+        except BaseException:
+            for delta, created, dropped in reversed(written):
+                prop.write(Delta(delta.removed, delta.added), dropped, created)
+            prop.begin()  # nothing changed in the end: nothing to notify
+            raise
+        dropped_all = [g for _, _, dropped in written for g in dropped]
+        if dropped_all:
+            self.core.registry.end_ops_on_graphs(dropped_all)
+        prop.propagate(rules, None)
+        return _net(written)
+
+    # -- subscriptions ----------------------------------------------------------------------
+
+    def subscribe(self, text: str, dataset: Dataset, alias: str | None, notify: Notify,
+                  owner: object, grant: Grant | None = None) -> Subscription:
+        """Register a subscription and send its first notification (sequence 0, the whole
+        result as added)."""
+        self._check_read(grant, dataset)
+        if len(self.subscriptions) >= self.max_subscriptions:
+            raise SepaError(429, "too_many_subscriptions",
+                            f"the SIB holds {self.max_subscriptions} subscriptions, its limit")
+        key = (text, dataset)
+        ev = self._evaluations.get(key)
+        if ev is None:
+            ev = _Evaluation(text, dataset)
+            self._evaluate(ev)  # raises SepaError for a bad query: nothing registered
+            self._evaluations[key] = ev
+        sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner)
+        ev.members[sub.spuid] = sub
+        self.subscriptions[sub.spuid] = sub
+        first = {"spuid": sub.spuid, "sequence": 0}
+        if alias is not None:
+            first["alias"] = alias
+        first["addedResults"] = self._whole(ev)
+        first["removedResults"] = self._empty(ev)
+        self._send(sub, first)
+        return sub
+
+    def unsubscribe(self, spuid: str, owner: object | None = None) -> bool:
+        sub = self.subscriptions.get(spuid)
+        if sub is None or (owner is not None and sub.owner is not owner):
+            return False
+        del self.subscriptions[spuid]
+        ev = sub.evaluation
+        ev.members.pop(spuid, None)
+        if not ev.members:
+            self._evaluations.pop((ev.text, ev.dataset), None)
+        return True
+
+    def drop_owner(self, owner: object) -> int:
+        """End every subscription of `owner` (its socket closed)."""
+        spuids = [s.spuid for s in self.subscriptions.values() if s.owner is owner]
+        for spuid in spuids:
+            self.unsubscribe(spuid)
+        return len(spuids)
+
+    def _send(self, sub: Subscription, body: dict) -> None:
+        self.notifications += 1
+        sub.notify({"notification": body})
+
+    def _changed(self) -> None:
+        """After every write (`Propagation.observers`): each evaluation once, its members
+        notified of the exact difference."""
+        for ev in list(self._evaluations.values()):
+            try:
+                diff = self._evaluate(ev)
+            except SepaError as exc:
+                log.warning("subscription query failed, ended: %s", exc.description)
+                for sub in list(ev.members.values()):
+                    sub.notify(exc.json(sub.alias))
+                    self.unsubscribe(sub.spuid)
+                continue
+            if diff is None:
+                continue
+            added, removed = diff
+            for sub in list(ev.members.values()):
+                sub.sequence += 1
+                self._send(sub, {"spuid": sub.spuid, "sequence": sub.sequence,
+                                 "addedResults": added, "removedResults": removed})
+
+    def _evaluate(self, ev: _Evaluation):
+        """Evaluate again; (added, removed) in results JSON, or None if nothing changed."""
+        self.evaluations += 1
+        result = self.query(ev.text, ev.dataset)
+        if isinstance(result, ox.QueryBoolean):
+            value = bool(result)
+            before, ev.form, ev.boolean = ev.boolean, "ask", value
+            if before is None or before == value:
+                return None
+            return {"head": {}, "boolean": value}, {"head": {}, "boolean": before}
+        if isinstance(result, ox.QuerySolutions):
+            ev.form = "select"
+            ev.vars = [v.value for v in result.variables]
+            rows = [{name: term_json(t) for name in ev.vars
+                     if (t := solution[name]) is not None} for solution in result]
+        else:
+            ev.form, ev.vars = "construct", ["subject", "predicate", "object"]
+            rows = [{"subject": term_json(t.subject), "predicate": term_json(t.predicate),
+                     "object": term_json(t.object)} for t in result]
+        now: Counter = Counter()
+        row_of = {}
+        for row in rows:
+            k = _key(row)
+            now[k] += 1
+            row_of[k] = row
+        before, ev.rows = ev.rows, now
+        old_rows, ev.row_of = ev.row_of, row_of
+        added = now - before
+        removed = before - now
+        if not added and not removed:
+            return None
+        return (self._results(ev, added, row_of), self._results(ev, removed, old_rows))
+
+    def _results(self, ev: _Evaluation, counts: Counter, row_of: dict) -> dict:
+        rows = [row_of[k] for k, n in counts.items() for _ in range(n)]
+        return {"head": {"vars": list(ev.vars)}, "results": {"bindings": rows}}
+
+    def _whole(self, ev: _Evaluation) -> dict:
+        if ev.form == "ask":
+            return {"head": {}, "boolean": bool(ev.boolean)}
+        return self._results(ev, ev.rows, ev.row_of)
+
+    def _empty(self, ev: _Evaluation) -> dict:
+        if ev.form == "ask":
+            return {"head": {}}
+        return {"head": {"vars": list(ev.vars)}, "results": {"bindings": []}}
+
+
+def _reads(op: Operation) -> Dataset:
+    if op.where is None:  # ADD / MOVE / COPY read their source
+        return Dataset((op.source,), ())
+    return op.dataset
+
+
+def _net(written: list[tuple[Delta, list, list]]) -> Delta:
+    added: dict = {}
+    removed: dict = {}
+    for delta, _, _ in written:
+        for q in delta.removed:
+            if added.pop(q, 1) == 1:
+                removed[q] = None
+        for q in delta.added:
+            if removed.pop(q, 1) == 1:
+                added[q] = None
+    return Delta(tuple(added), tuple(removed))
+

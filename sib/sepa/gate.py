@@ -1,0 +1,341 @@
+"""The SEPA gate: the SPARQL 1.1 Protocol over HTTP (`/query`, `/update`, port 8000) and the
+SPARQL 1.1 SE Protocol over WebSocket (`/subscribe`, port 9000), served by aiohttp in the SIB's
+event loop. Every query, update and subscription runs on the SIB's scheduler (`Sib.call`), in
+arrival order with the KSP requests (docs/sepa.md).
+
+What the clients in the field send differs, so the gate is liberal in what it accepts: unknown
+keys are ignored, graph URIs may be a string or a list, a Content-Type may carry parameters.
+What it sends follows the reference broker (vaimee/SEPA): the first notification has sequence
+0, the alias and the whole result as `addedResults` beside an empty `removedResults` that still
+has `head.vars`; later ones count up from 1 and go only when something was added or removed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+import pyoxigraph as ox
+from aiohttp import WSMsgType, web
+
+from ksp.terms import IRI
+
+from .broker import SepaBroker, SepaError
+from .update import Dataset
+
+log = logging.getLogger("ksp.sib.sepa")
+
+__all__ = ["SepaGate"]
+
+SPARQL_JSON = "application/sparql-results+json"
+#: Result formats by media type: solutions and booleans, then graphs (CONSTRUCT, DESCRIBE).
+SOLUTION_FORMATS = {
+    SPARQL_JSON: ox.QueryResultsFormat.JSON,
+    "application/json": ox.QueryResultsFormat.JSON,
+    "application/sparql-results+xml": ox.QueryResultsFormat.XML,
+    "application/xml": ox.QueryResultsFormat.XML,
+    "text/csv": ox.QueryResultsFormat.CSV,
+    "text/tab-separated-values": ox.QueryResultsFormat.TSV,
+}
+GRAPH_FORMATS = {
+    "text/turtle": ox.RdfFormat.TURTLE,
+    "application/n-triples": ox.RdfFormat.N_TRIPLES,
+    "application/rdf+xml": ox.RdfFormat.RDF_XML,
+}
+
+
+def _accepted(header: str, offers: Iterable[str]) -> str | None:
+    """The offer the Accept header likes best (the first offer on a tie); None if none."""
+    offers = list(offers)
+    if not header.strip():
+        return offers[0]
+    best, best_q = None, 0.0
+    for rank, part in enumerate(header.split(",")):
+        fields = [f.strip() for f in part.split(";")]
+        media, q = fields[0].lower(), 1.0
+        for f in fields[1:]:
+            if f.startswith("q="):
+                try:
+                    q = float(f[2:])
+                except ValueError:
+                    q = 0.0
+        if q <= best_q:
+            continue
+        if media in ("*/*", ""):
+            match = offers[0]
+        elif media.endswith("/*"):
+            match = next((o for o in offers if o.startswith(media[:-1])), None)
+        else:
+            match = media if media in offers else None
+        if match is not None:
+            best, best_q = match, q
+    return best
+
+
+def _graphs(values: Iterable[str] | str | None) -> tuple[IRI, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise SepaError(400, "invalid_request", "graph URIs must be a string or a list of them")
+    return tuple(IRI(v) for v in values)
+
+
+def _dataset(default, named) -> Dataset:
+    """A protocol request's dataset: when either list is given, the dataset is exactly the
+    two (SPARQL 1.1 Protocol §2.1.4); else the store's own."""
+    default, named = _graphs(default), _graphs(named)
+    if default is None and named is None:
+        return Dataset()
+    return Dataset(default or (), named or ())
+
+
+def _error(exc: SepaError) -> web.Response:
+    return web.json_response(exc.json(), status=exc.status)
+
+
+class _Socket:
+    """One subscriber WebSocket: what the broker sends goes through a bounded queue to a
+    writer task, so a client that never reads costs at most `max_queued` frames, then its
+    socket is closed (1008) and its subscriptions end."""
+
+    def __init__(self, ws: web.WebSocketResponse, max_queued: int) -> None:
+        self.ws = ws
+        self.max_queued = max_queued
+        self.queue: deque[str] = deque()
+        self.ready = asyncio.Event()
+        self.closed = False
+        self.overflowed = False
+        self.subscriptions = 0
+
+    def send(self, message: dict) -> None:
+        if self.closed:
+            return
+        if len(self.queue) >= self.max_queued:
+            self.overflowed = self.closed = True
+            self.queue.clear()
+        else:
+            self.queue.append(json.dumps(message, ensure_ascii=False))
+        self.ready.set()
+
+    async def pump(self) -> None:
+        ws = self.ws
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            if self.overflowed:
+                log.warning("subscriber socket not reading: closed after %d queued frames",
+                            self.max_queued)
+                await ws.close(code=1008, message=b"notifications not read")
+                return
+            while self.queue:
+                await ws.send_str(self.queue.popleft())
+
+
+class SepaGate:
+    """Start with `await SepaGate(sib, ...).start()`; `http_port`/`ws_port` are the bound
+    ports afterwards (0 asks for free ones)."""
+
+    def __init__(self, sib, *, host: str = "127.0.0.1", http_port: int = 8000,
+                 ws_port: int = 9000, max_body_bytes: int = 1 << 20,
+                 max_frame_bytes: int = 64 << 10, max_subscriptions: int = 10_000,
+                 max_socket_subscriptions: int = 1_000, max_socket_queue: int = 1_024,
+                 heartbeat: float = 30.0) -> None:
+        self.sib = sib
+        self.host = host
+        self.http_port, self.ws_port = http_port, ws_port
+        self.max_body_bytes = max_body_bytes
+        self.max_frame_bytes = max_frame_bytes
+        self.max_socket_subscriptions = max_socket_subscriptions
+        self.max_socket_queue = max_socket_queue
+        self.heartbeat = heartbeat
+        self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions)
+        self.sockets: set[_Socket] = set()
+        self._runners: list[web.AppRunner] = []
+
+    async def start(self) -> "SepaGate":
+        http = web.Application(client_max_size=self.max_body_bytes)
+        http.router.add_route("GET", "/query", self._query)
+        http.router.add_route("POST", "/query", self._query)
+        http.router.add_route("POST", "/update", self._update)
+        ws = web.Application()
+        ws.router.add_get("/subscribe", self._subscribe)
+        ports = []
+        for app, port in ((http, self.http_port), (ws, self.ws_port)):
+            if port is None or port < 0:
+                ports.append(None)
+                continue
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, self.host, port)
+            await site.start()
+            self._runners.append(runner)
+            ports.append(runner.addresses[0][1])
+        self.http_port, self.ws_port = ports
+        return self
+
+    async def close(self) -> None:
+        for s in list(self.sockets):
+            await s.ws.close(code=1001, message=b"SIB shutting down")
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    async def _params(self, request: web.Request, field: str, direct: str):
+        """(text, params) of a protocol request: from the query string (GET), an urlencoded
+        body, or a body of type `direct` with the parameters in the query string."""
+        if request.method == "GET":
+            params = request.query
+            return self._given(params.get(field), field), params
+        try:
+            return await self._read(request, field, direct)
+        except web.HTTPRequestEntityTooLarge:
+            raise SepaError(413, "request_too_large",
+                            f"bodies are limited to {self.max_body_bytes} bytes") from None
+
+    async def _read(self, request: web.Request, field: str, direct: str):
+        kind = request.content_type
+        if kind == "application/x-www-form-urlencoded":
+            params = await request.post()
+            return self._given(params.get(field), field), params
+        if kind == direct:
+            return self._given(await request.text(), field), request.query
+        raise SepaError(415, "unsupported_media_type",
+                        f"POST {request.path} takes application/x-www-form-urlencoded or "
+                        f"{direct}, not {kind or 'no Content-Type'}")
+
+    @staticmethod
+    def _given(text, field: str) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise SepaError(400, "invalid_request", f"no {field} given")
+        return text
+
+    async def _query(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._run_query)
+
+    async def _update(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._run_update)
+
+    async def _answer(self, request: web.Request, handler) -> web.Response:
+        """A protocol request's answer; every failure as a JSON error with its status."""
+        try:
+            return await handler(request)
+        except SepaError as exc:
+            return _error(exc)
+        except asyncio.QueueFull:
+            return _error(SepaError(503, "busy", "the SIB's queue is full"))
+        except Exception:  # a bug: said as one, the request changed nothing it reports
+            log.exception("%s %s failed", request.method, request.path)
+            return _error(SepaError(500, "internal_error", "the SIB failed on this request"))
+
+    async def _run_query(self, request: web.Request) -> web.Response:
+        text, params = await self._params(request, "query", "application/sparql-query")
+        dataset = _dataset(params.getall("default-graph-uri", None),
+                           params.getall("named-graph-uri", None))
+        accept = request.headers.get("Accept", "")
+
+        def run():  # serialized on the scheduler too: the result reads the store lazily
+            result = self.broker.query(text, dataset)
+            formats = GRAPH_FORMATS if isinstance(result, ox.QueryTriples) else SOLUTION_FORMATS
+            media = _accepted(accept, formats)
+            if media is None:
+                raise SepaError(406, "not_acceptable",
+                                f"no result format for Accept: {accept}; this result comes "
+                                f"as {', '.join(formats)}")
+            return media, result.serialize(format=formats[media])
+
+        media, body = await self.sib.call(run)
+        return web.Response(body=body, content_type=media, charset="utf-8")
+
+    async def _run_update(self, request: web.Request) -> web.Response:
+        text, params = await self._params(request, "update", "application/sparql-update")
+        default = params.getall("using-graph-uri", None)
+        named = params.getall("using-named-graph-uri", None)
+        using = None if default is None and named is None else _dataset(default, named)
+        delta = await self.sib.call(lambda: self.broker.update(text, using))
+        return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
+
+    # -- WebSocket ------------------------------------------------------------------------
+
+    async def _subscribe(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=self.max_frame_bytes)
+        await ws.prepare(request)
+        sock = _Socket(ws, self.max_socket_queue)
+        self.sockets.add(sock)
+        writer = asyncio.create_task(sock.pump())
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    await self._frame(sock, msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    sock.send(SepaError(400, "invalid_request",
+                                        "frames are JSON text, not binary").json())
+                if sock.closed:
+                    break
+        finally:
+            sock.closed = True
+            self.sockets.discard(sock)
+            try:
+                await self.sib.call(lambda: self.broker.drop_owner(sock))
+            except asyncio.QueueFull:
+                self.broker.drop_owner(sock)  # between two awaits: the scheduler is not in it
+            if sock.overflowed:
+                await writer
+            else:
+                writer.cancel()
+        return ws
+
+    async def _frame(self, sock: _Socket, data: str) -> None:
+        alias = None
+        try:
+            try:
+                message = json.loads(data)
+            except ValueError as exc:
+                raise SepaError(400, "invalid_request", f"not JSON: {exc}") from None
+            if not isinstance(message, dict):
+                raise SepaError(400, "invalid_request", "a frame is a JSON object")
+            if "subscribe" in message:
+                body = message["subscribe"]
+                if not isinstance(body, dict):
+                    raise SepaError(400, "invalid_request", "subscribe takes an object")
+                alias = body.get("alias")
+                alias = alias if isinstance(alias, str) else None
+                await self._on_subscribe(sock, body, alias)
+            elif "unsubscribe" in message:
+                body = message["unsubscribe"]
+                spuid = body.get("spuid") if isinstance(body, dict) else None
+                if not isinstance(spuid, str):
+                    raise SepaError(400, "invalid_request", "unsubscribe needs a spuid")
+                if not await self.sib.call(lambda: self.broker.unsubscribe(spuid, sock)):
+                    raise SepaError(404, "not_found", f"no subscription {spuid} on this socket")
+                sock.subscriptions -= 1
+                sock.send({"unsubscribed": {"spuid": spuid}})
+            else:
+                raise SepaError(400, "invalid_request",
+                                "unknown primitive: a frame is subscribe or unsubscribe")
+        except SepaError as exc:
+            sock.send(exc.json(alias))
+        except asyncio.QueueFull:
+            sock.send(SepaError(503, "busy", "the SIB's queue is full").json(alias))
+
+    async def _on_subscribe(self, sock: _Socket, body: dict, alias: str | None) -> None:
+        sparql = body.get("sparql")
+        if not isinstance(sparql, str) or not sparql.strip():
+            raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
+        if sock.subscriptions >= self.max_socket_subscriptions:
+            raise SepaError(429, "too_many_subscriptions",
+                            f"{self.max_socket_subscriptions} subscriptions on one socket, "
+                            "its limit")
+        dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
+        sock.subscriptions += 1
+        try:
+            await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
+                                                              sock))
+        except BaseException:
+            sock.subscriptions -= 1
+            raise
