@@ -488,3 +488,30 @@ def test_the_gate_ports_are_checked_at_startup(tmp_path):
                           "70000"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "sepa_ws_port = 70000" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_sepa_js_runs_unchanged_against_ksp_sib():
+    """npm @arces-wot/sepa-js 0.13.2 (package.json), a SEPA client in the field: update, query,
+    subscribe, the notification of a change, an error frame matched by its alias, unsubscribe."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from sib.testing import SibProcess
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("node") is None or not (root / "node_modules/@arces-wot/sepa-js").is_dir():
+        pytest.fail("node and npm's @arces-wot/sepa-js are installed by scripts/_env.sh")
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as sib:
+        out = subprocess.run(["node", str(root / "tests/sepajs/run.js"), "127.0.0.1",
+                              str(sib.ports["http"]), str(sib.ports["ws"])],
+                             capture_output=True, text=True, timeout=120)
+    steps = {s.pop("step"): s for s in map(json.loads, out.stdout.splitlines())}
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert steps["update"] == {"status": 200}
+    assert steps["query"] == {"values": ["20"]}
+    assert steps["subscribed"] == {"sequence": 0, "alias": "temps", "added": ["20"]}
+    assert steps["notification"] == {"added": ["21"], "removed": ["20"]}
+    assert steps["error"] == {"status_code": 400, "alias": "broken"}
+    assert steps["unsubscribed"]["spuid"].startswith("sepa://subscription/")
