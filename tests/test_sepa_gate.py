@@ -275,6 +275,9 @@ def test_error_frames_and_liberal_input():
             await ws.send_bytes(b"\x00")
             assert (await receive(ws))["status_code"] == 400
             assert len(lab.gate.broker.subscriptions) == 2
+            await ws.send_str(json.dumps({"subscribe": {"sparql": "#" * (70 << 10)}}))
+            closed = await ws.receive(10)  # over the 64 KiB frame limit: closed, 1009
+            assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1009
         # the socket closed: its subscriptions ended
         for _ in range(100):
             if not lab.gate.broker.subscriptions:
