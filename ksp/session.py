@@ -435,10 +435,6 @@ class KPSession:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _require(self, transport: Transport) -> None:
-        if self.transport is not transport:
-            raise SessionError(f"this is a {self.transport.name} session")
-
     def _give_up(self, tid: int, p: _Pending, now: float) -> None:
         self.transactions.gave_up(tid, p.tx, now)
         self._events.append(RequestTimedOut(tid))

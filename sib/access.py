@@ -257,7 +257,9 @@ class _Named:
         return f"{self.kp} ({entry.name})" if entry is not None and entry.name else str(self.kp)
 
 
-def _names(graphs: Iterable[IRI] | None, none: str) -> set[str]:
+def graph_names(graphs: Iterable[IRI] | None, none: str = ALL) -> set[str]:
+    """Graphs as a grant names them (`default` for the default graph); `none` stands for a
+    list that is not given."""
     if graphs is None:
         return {none}
     return {DEFAULT if g == DEFAULT_GRAPH else str(g) for g in graphs}
@@ -269,17 +271,17 @@ def needs(request: Request) -> tuple[set[str], set[str]]:
     reads: set[str] = set()
     writes: set[str] = set()
     if tx.is_query or request.where is not None:
-        reads |= _names(opts.query_graphs, ALL)
+        reads |= graph_names(opts.query_graphs, ALL)
     if tx in (Tx.CREATE, Tx.DROP):
-        writes |= _names(request.graphs, ALL)
+        writes |= graph_names(request.graphs, ALL)
     elif tx in (Tx.COPY, Tx.MOVE, Tx.ADD):
-        reads |= _names((request.source,), ALL)
-        writes |= _names((request.target,), ALL)
+        reads |= graph_names((request.source,), ALL)
+        writes |= graph_names((request.target,), ALL)
         if tx is Tx.MOVE:
-            writes |= _names((request.source,), ALL)
+            writes |= graph_names((request.source,), ALL)
     else:
         if request.insert is not None:
-            writes |= _names(opts.insert_graphs, DEFAULT)
+            writes |= graph_names(opts.insert_graphs, DEFAULT)
         if request.delete is not None:
-            writes |= _names(opts.delete_graphs, ALL)
+            writes |= graph_names(opts.delete_graphs, ALL)
     return reads, writes

@@ -89,10 +89,16 @@ class Sib:
 
     # -- Service --------------------------------------------------------------------------
 
-    def submit(self, request: Request, channel: Channel) -> None:
+    def _full(self) -> bool:
+        """Whether the queue is at `max_queued` (counted as a refusal when it is)."""
         self._ensure_started()
         if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
             self.core.metrics.limited += 1
+            return True
+        return False
+
+    def submit(self, request: Request, channel: Channel) -> None:
+        if self._full():
             log.warning("%s %s tid %d refused: %d requests queued",
                         self.core.access.who(channel.kp), request.tx.name, request.tid,
                         self.max_queued)
@@ -105,9 +111,7 @@ class Sib:
         """Run `work()` on the scheduler, in arrival order with the KSP requests, and return
         what it returns (or raise what it raises): the SEPA gate's queries, updates and
         subscriptions. Past `max_queued` it raises `QueueFull` without queueing."""
-        self._ensure_started()
-        if self.max_queued is not None and self._queue.qsize() >= self.max_queued:
-            self.core.metrics.limited += 1
+        if self._full():
             raise asyncio.QueueFull(f"{self.max_queued} requests queued")
         future = asyncio.get_running_loop().create_future()
 

@@ -142,11 +142,23 @@ def management(store: QuadStore, req: Request) -> GraphChange:
         for g in names:
             if not store.graph_exists(g):
                 raise RequestError(Status.NO_SUCH_GRAPH, f"DROP of {g!s}: no such graph")
-        removed = tuple(q for g in names for q in store.match(g=g))
-        return GraphChange(Delta((), removed), drop=[g for g in names if g != DEFAULT_GRAPH])
-    src, dst = req.source, req.target
-    if not store.graph_exists(src):
-        raise RequestError(Status.NO_SUCH_GRAPH, f"{tx.name} from {src!s}: no such graph")
+        return emptied(store, names, drop=True)
+    if not store.graph_exists(req.source):
+        raise RequestError(Status.NO_SUCH_GRAPH, f"{tx.name} from {req.source!s}: no such graph")
+    return transfer(store, tx.name, req.source, req.target)
+
+
+def emptied(store: QuadStore, graphs: list[IRI], *, drop: bool) -> GraphChange:
+    """CLEAR (`drop=False`) or DROP of existing graphs: their quads go, and DROP forgets the
+    named ones too (the default graph always exists)."""
+    removed = tuple(q for g in graphs for q in store.match(g=g))
+    return GraphChange(Delta((), removed),
+                       drop=[g for g in graphs if g != DEFAULT_GRAPH] if drop else ())
+
+
+def transfer(store: QuadStore, kind: str, src: IRI, dst: IRI) -> GraphChange:
+    """ADD, COPY or MOVE (`kind`) of an existing graph `src` to `dst` (SPARQL 1.1 Update
+    §3.2.3-3.2.5): KSP's graph management and the SEPA gate's updates alike."""
     if src == dst:
         return GraphChange(Delta())
     source, target = _triples(store, src), _triples(store, dst)
@@ -154,9 +166,9 @@ def management(store: QuadStore, req: Request) -> GraphChange:
     added = tuple((*t, dst) for t in source - target)
     removed: tuple[Quad, ...] = ()
     drop: list[IRI] = []
-    if tx in (Tx.COPY, Tx.MOVE):
+    if kind in ("COPY", "MOVE"):
         removed = tuple((*t, dst) for t in target - source)
-    if tx is Tx.MOVE:
+    if kind == "MOVE":
         removed += tuple((*t, src) for t in source)
         if src != DEFAULT_GRAPH:
             drop.append(src)

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 import pyoxigraph as ox
 
 from ksp.errors import SparqlSyntaxError
-from ksp.terms import DEFAULT_GRAPH
 
-from ..access import ALL, Grant
+from ..access import ALL, Grant, graph_names
 from ..store import Delta
+from ..updates import GraphChange
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
 
-__all__ = ["SepaBroker", "SepaError", "Subscription", "term_json", "graph_names"]
+__all__ = ["SepaBroker", "SepaError", "Subscription", "term_json"]
 
 XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 
@@ -71,11 +71,6 @@ def term_json(term) -> dict:
                                         "object": term_json(term.object)}}
 
 
-def graph_names(graphs) -> set[str]:
-    """Graph IRIs as the access policy names them."""
-    return {"default" if g == DEFAULT_GRAPH else str(g) for g in graphs}
-
-
 def _key(row: dict) -> tuple:
     return tuple(sorted((k, tuple(sorted(v.items()))) for k, v in row.items()))
 
@@ -108,11 +103,14 @@ class SepaBroker:
     """Queries, updates and subscriptions on a `SibCore` (call every method from the
     scheduler: `Sib.call`)."""
 
-    def __init__(self, core, *, max_subscriptions: int = 10_000) -> None:
+    def __init__(self, core, *, max_subscriptions: int = 10_000,
+                 max_per_owner: int = 1_000) -> None:
         self.core = core
         self.store = core.store
         self.max_subscriptions = max_subscriptions
+        self.max_per_owner = max_per_owner
         self.subscriptions: dict[str, Subscription] = {}
+        self._owned: dict[object, set[str]] = {}  # owner (a socket) -> its spuids
         self._evaluations: dict[tuple, _Evaluation] = {}
         self.notifications = 0  # sent (stats)
         self.evaluations = 0
@@ -168,28 +166,29 @@ class SepaBroker:
             raise SepaError(exc.status, exc.error, str(exc)) from None
         prop = self.core.propagation
         prop.begin()
-        written: list[tuple[Delta, list, list]] = []
+        written: list[GraphChange] = []
         rules: set[int] = set()
         try:
             for op in ops:
                 if op.reads:
                     self._check_read(grant, _reads(op))
                 try:
-                    delta, created, dropped = op.delta(self.store)
+                    change = op.change(self.store)
                 except UpdateRefused as exc:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
-                self._check_write(grant, {q[3] for q in delta.quads} | set(created)
-                                  | set(dropped))
-                rules |= prop.write(delta, created, dropped)
-                written.append((delta, created, dropped))
+                self._check_write(grant, {q[3] for q in change.delta.quads}
+                                  | set(change.create) | set(change.drop))
+                rules |= prop.write(change.delta, change.create, change.drop)
+                written.append(change)
         except BaseException:
-            for delta, created, dropped in reversed(written):
-                prop.write(Delta(delta.removed, delta.added), dropped, created)
+            for change in reversed(written):  # exact deltas: their inverses undo them
+                prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
+                           change.create)
             prop.begin()  # nothing changed in the end: nothing to notify
             raise
-        dropped_all = [g for _, _, dropped in written for g in dropped]
-        if dropped_all:
-            self.core.registry.end_ops_on_graphs(dropped_all)
+        dropped = [g for change in written for g in change.drop]
+        if dropped:
+            self.core.registry.end_ops_on_graphs(dropped)
         prop.propagate(rules, None)
         return _net(written)
 
@@ -203,6 +202,10 @@ class SepaBroker:
         if len(self.subscriptions) >= self.max_subscriptions:
             raise SepaError(429, "too_many_subscriptions",
                             f"the SIB holds {self.max_subscriptions} subscriptions, its limit")
+        owned = self._owned.get(owner, ())
+        if len(owned) >= self.max_per_owner:
+            raise SepaError(429, "too_many_subscriptions",
+                            f"{self.max_per_owner} subscriptions on one socket, its limit")
         key = (text, dataset)
         ev = self._evaluations.get(key)
         if ev is None:
@@ -212,6 +215,7 @@ class SepaBroker:
         sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner)
         ev.members[sub.spuid] = sub
         self.subscriptions[sub.spuid] = sub
+        self._owned.setdefault(owner, set()).add(sub.spuid)
         first = {"spuid": sub.spuid, "sequence": 0}
         if alias is not None:
             first["alias"] = alias
@@ -225,6 +229,10 @@ class SepaBroker:
         if sub is None or (owner is not None and sub.owner is not owner):
             return False
         del self.subscriptions[spuid]
+        owned = self._owned[sub.owner]
+        owned.discard(spuid)
+        if not owned:
+            del self._owned[sub.owner]
         ev = sub.evaluation
         ev.members.pop(spuid, None)
         if not ev.members:
@@ -233,7 +241,7 @@ class SepaBroker:
 
     def drop_owner(self, owner: object) -> int:
         """End every subscription of `owner` (its socket closed)."""
-        spuids = [s.spuid for s in self.subscriptions.values() if s.owner is owner]
+        spuids = list(self._owned.get(owner, ()))
         for spuid in spuids:
             self.unsubscribe(spuid)
         return len(spuids)
@@ -316,15 +324,20 @@ def _reads(op: Operation) -> Dataset:
     return op.dataset
 
 
-def _net(written: list[tuple[Delta, list, list]]) -> Delta:
+def _net(changes: list[GraphChange]) -> Delta:
+    """What a sequence of exact deltas changed in all (a quad removed, then added back, did
+    not change)."""
     added: dict = {}
     removed: dict = {}
-    for delta, _, _ in written:
-        for q in delta.removed:
-            if added.pop(q, 1) == 1:
+    for change in changes:
+        for q in change.delta.removed:
+            if q in added:
+                del added[q]
+            else:
                 removed[q] = None
-        for q in delta.added:
-            if removed.pop(q, 1) == 1:
+        for q in change.delta.added:
+            if q in removed:
+                del removed[q]
+            else:
                 added[q] = None
     return Delta(tuple(added), tuple(removed))
-

@@ -52,7 +52,7 @@ def _accepted(header: str, offers: Iterable[str]) -> str | None:
     if not header.strip():
         return offers[0]
     best, best_q = None, 0.0
-    for rank, part in enumerate(header.split(",")):
+    for part in header.split(","):
         fields = [f.strip() for f in part.split(";")]
         media, q = fields[0].lower(), 1.0
         for f in fields[1:]:
@@ -109,7 +109,6 @@ class _Socket:
         self.ready = asyncio.Event()
         self.closed = False
         self.overflowed = False
-        self.subscriptions = 0
 
     def send(self, message: dict) -> None:
         if self.closed:
@@ -149,10 +148,10 @@ class SepaGate:
         self.http_port, self.ws_port = http_port, ws_port
         self.max_body_bytes = max_body_bytes
         self.max_frame_bytes = max_frame_bytes
-        self.max_socket_subscriptions = max_socket_subscriptions
         self.max_socket_queue = max_socket_queue
         self.heartbeat = heartbeat
-        self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions)
+        self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
+                                 max_per_owner=max_socket_subscriptions)
         self.sockets: set[_Socket] = set()
         self._runners: list[web.AppRunner] = []
 
@@ -313,7 +312,6 @@ class SepaGate:
                     raise SepaError(400, "invalid_request", "unsubscribe needs a spuid")
                 if not await self.sib.call(lambda: self.broker.unsubscribe(spuid, sock)):
                     raise SepaError(404, "not_found", f"no subscription {spuid} on this socket")
-                sock.subscriptions -= 1
                 sock.send({"unsubscribed": {"spuid": spuid}})
             else:
                 raise SepaError(400, "invalid_request",
@@ -327,15 +325,6 @@ class SepaGate:
         sparql = body.get("sparql")
         if not isinstance(sparql, str) or not sparql.strip():
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
-        if sock.subscriptions >= self.max_socket_subscriptions:
-            raise SepaError(429, "too_many_subscriptions",
-                            f"{self.max_socket_subscriptions} subscriptions on one socket, "
-                            "its limit")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
-        sock.subscriptions += 1
-        try:
-            await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
-                                                              sock))
-        except BaseException:
-            sock.subscriptions -= 1
-            raise
+        await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
+                                                          sock))

@@ -24,12 +24,12 @@ from urllib.parse import urljoin
 import pyoxigraph as ox
 
 from ksp.errors import SparqlSyntaxError
-from ksp.sparql.lexer import _Tok, _tokens, unescape_codepoints
+from ksp.sparql.lexer import _syntax, _Tok, _tokens, unescape_codepoints
 from ksp.terms import DEFAULT_GRAPH, IRI
 
 from ..oxterms import Quad, canonical, quad_from_ox
 from ..store import Delta, QuadStore
-from ..updates import net_delta
+from ..updates import GraphChange, emptied, net_delta, transfer
 
 __all__ = ["UpdateRefused", "Operation", "parse_update", "Dataset"]
 
@@ -79,20 +79,21 @@ class Operation:
     def reads(self) -> bool:
         return self.where is not None or self.kind in ("ADD", "MOVE", "COPY")
 
-    def delta(self, store: QuadStore) -> tuple[Delta, list[IRI], list[IRI]]:
-        """(delta, graphs created, graphs dropped) of this operation on the store as it is."""
+    def change(self, store: QuadStore) -> GraphChange:
+        """The quads this operation adds and removes on the store as it is, and the graphs it
+        creates and drops."""
         if self.kind in ("INSERT DATA", "DELETE DATA", "MODIFY"):
             per_solution = self.where is not None  # template blank nodes: fresh per solution
             solutions = _solutions(store, self.where, self.dataset) if per_solution else [{}]
             removing = {q for q in _instances(self.delete or (), solutions, False)
                         if store.contains(q)}
             adding = list(_instances(self.insert or (), solutions, per_solution))
-            return net_delta(store, removing, adding), [], []
+            return GraphChange(net_delta(store, removing, adding))
         try:
             return _management(store, self)
         except UpdateRefused:
             if self.silent:
-                return Delta(), [], []
+                return GraphChange(Delta())
             raise
 
 
@@ -127,13 +128,13 @@ def _instances(template: list, solutions: list[dict], fresh_bnodes: bool) -> Ite
                 yield (canonical(s), p, canonical(o), g)
 
 
-def _management(store: QuadStore, op: Operation) -> tuple[Delta, list[IRI], list[IRI]]:
+def _management(store: QuadStore, op: Operation) -> GraphChange:
     kind = op.kind
     if kind == "CREATE":
         g = op.graphs[0]
         if store.graph_exists(g):
             raise UpdateRefused(f"CREATE GRAPH <{g}>: the graph exists")
-        return Delta(), [g], []
+        return GraphChange(Delta(), create=[g])
     if kind in ("CLEAR", "DROP"):
         (which,) = op.graphs
         if which == "DEFAULT":
@@ -146,27 +147,10 @@ def _management(store: QuadStore, op: Operation) -> tuple[Delta, list[IRI], list
             if not store.graph_exists(which):
                 raise UpdateRefused(f"{kind} GRAPH <{which}>: no such graph")
             graphs = [which]
-        removed = tuple(q for g in graphs for q in store.match(g=g))
-        dropped = [g for g in graphs if g != DEFAULT_GRAPH] if kind == "DROP" else []
-        return Delta((), removed), [], dropped
-    src, dst = op.source, op.target
-    if src != DEFAULT_GRAPH and not store.graph_exists(src):
-        raise UpdateRefused(f"{kind} from <{src}>: no such graph")
-    if src == dst:
-        return Delta(), [], []
-    source = {q[:3] for q in store.match(g=src)}
-    target = {q[:3] for q in store.match(g=dst)}
-    created = [dst] if dst != DEFAULT_GRAPH and not store.graph_exists(dst) else []
-    added = tuple((*t, dst) for t in source - target)
-    removed: tuple = ()
-    dropped: list[IRI] = []
-    if kind in ("COPY", "MOVE"):
-        removed = tuple((*t, dst) for t in target - source)
-    if kind == "MOVE":
-        removed += tuple((*t, src) for t in source)
-        if src != DEFAULT_GRAPH:
-            dropped.append(src)
-    return Delta(added, removed), created, dropped
+        return emptied(store, graphs, drop=kind == "DROP")
+    if not store.graph_exists(op.source):
+        raise UpdateRefused(f"{kind} from <{op.source}>: no such graph")
+    return transfer(store, kind, op.source, op.target)
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -190,9 +174,7 @@ class _Scan:
         return t.text.upper() if t.kind == "name" else ""
 
     def error(self, message: str) -> SparqlSyntaxError:
-        pos = self.tok.pos
-        line = self.text.count("\n", 0, pos) + 1
-        return SparqlSyntaxError(message, line, pos - (self.text.rfind("\n", 0, pos) + 1) + 1)
+        return _syntax(self.text, self.tok.pos, message)
 
     def accept(self, *words: str) -> bool:
         if self.word() in words:
