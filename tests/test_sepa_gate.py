@@ -518,3 +518,23 @@ def test_sepa_js_runs_unchanged_against_ksp_sib():
     assert steps["notification"] == {"added": ["21"], "removed": ["20"]}
     assert steps["error"] == {"status_code": 400, "alias": "broken"}
     assert steps["unsubscribed"]["spuid"].startswith("sepa://subscription/")
+
+
+def test_the_total_subscription_cap_and_the_full_queue():
+    async def main():
+        async with Lab(max_subscriptions=1) as lab, lab.http.ws_connect(lab.ws_url) as ws:
+            await lab.subscribe(ws, "ASK { ?s ?p ?o }", "one")
+            async with lab.http.ws_connect(lab.ws_url) as other:
+                err = await lab.subscribe(other, "ASK { ?s ?p ?o }", "two")
+                assert err["status_code"] == 429 and err["alias"] == "two"
+            assert len(lab.gate.broker.subscriptions) == 1
+        # a full scheduler queue: the SEPA work is refused at once, not queued
+        sib = await Sib(max_queued=1).start()
+        try:
+            first, second = await asyncio.gather(sib.call(lambda: "done"), sib.call(lambda: 1),
+                                                 return_exceptions=True)
+            assert first == "done" and isinstance(second, asyncio.QueueFull)
+            assert sib.core.metrics.limited == 1
+        finally:
+            await sib.close()
+    run(main())
