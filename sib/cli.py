@@ -61,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sepa-ws-port", type=int, metavar="N",
                    help="SEPA gate: SE Protocol subscriptions, ws://HOST:N/subscribe "
                         "(default 9000; negative = off)")
+    p.add_argument("--sepa-https-port", type=int, metavar="N",
+                   help="SEPA secure mode: /oauth/register, /oauth/token, /secure/query, "
+                        "/secure/update over HTTPS (default 8443; needs --sepa-certificate)")
+    p.add_argument("--sepa-wss-port", type=int, metavar="N",
+                   help="SEPA secure mode: wss://HOST:N/secure/subscribe (default 9443)")
+    p.add_argument("--sepa-certificate", metavar="PEM",
+                   help="certificate chain of the SEPA secure mode (with --sepa-key)")
+    p.add_argument("--sepa-key", metavar="PEM", help="its private key")
     p.add_argument("--metrics-port", type=int, metavar="N",
                    help="Prometheus metrics over HTTP on this port (negative = off)")
     p.add_argument("--metrics-host", metavar="ADDR",
@@ -94,6 +102,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     from transports.server import Server
 
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
+    sepa_tls = config.sepa_ssl_context()
     journal = lock = None
     created = False
     if config.memory:
@@ -183,19 +192,32 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             scheme = "tcps" if t == "tcp" and tls is not None else t
             log.info("listening on %s://%s:%d", scheme, config.host, adapter.port)
     gate = None
-    if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0:
+    if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
         from .sepa import SepaGate
 
+        from .sepa.secure import Clients, Tokens
+
+        data_dir = None if config.memory else Path(config.data_dir)
         gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
                               ws_port=config.sepa_ws_port,
                               max_subscriptions=config.sepa_max_subscriptions,
-                              max_socket_subscriptions=config.sepa_max_socket_subscriptions
-                              ).start()
+                              max_socket_subscriptions=config.sepa_max_socket_subscriptions,
+                              ssl_context=sepa_tls, https_port=config.sepa_https_port,
+                              wss_port=config.sepa_wss_port,
+                              clients=Clients(data_dir, config.sepa_identities),
+                              tokens=Tokens(data_dir, config.sepa_token_lifetime,
+                                            config.sepa_token_reply)).start()
         if gate.http_port is not None:
             log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
                      gate.http_port)
         if gate.ws_port is not None:
             log.info("listening on ws://%s:%d (SEPA: /subscribe)", config.host, gate.ws_port)
+        if gate.https_port is not None:
+            log.info("listening on https://%s:%d (SEPA: /oauth/register, /oauth/token, "
+                     "/secure/query, /secure/update)", config.host, gate.https_port)
+        if gate.wss_port is not None:
+            log.info("listening on wss://%s:%d (SEPA: /secure/subscribe)", config.host,
+                     gate.wss_port)
     metrics_server = None
     if config.metrics_port >= 0:
         metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
@@ -318,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load(args.config, overrides)
         config.ssl_context()  # a bad certificate or key: said now, before anything starts
+        config.sepa_ssl_context()
     except ConfigError as exc:
         print(f"ksp-sib: {exc}", file=sys.stderr)
         return 2

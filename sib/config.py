@@ -62,6 +62,14 @@ class Config:
     sepa_ws_port: int = 9000
     sepa_max_subscriptions: int = 10_000
     sepa_max_socket_subscriptions: int = 1_000
+    #: The secure mode (on with a certificate): HTTPS and WSS ports, who may register, tokens.
+    sepa_certificate: str = ""
+    sepa_key: str = ""
+    sepa_https_port: int = 8443
+    sepa_wss_port: int = 9443
+    sepa_identities: list = field(default_factory=list)
+    sepa_token_lifetime: float = 3600.0
+    sepa_token_reply: str = "both"
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -75,7 +83,8 @@ class Config:
                 "tls": ("cert", "key", "client_ca"),
                 "capture": ("file", "max_bytes", "max_files"),
                 "sepa": ("http_port", "ws_port", "max_subscriptions",
-                         "max_socket_subscriptions")}
+                         "max_socket_subscriptions", "certificate", "key", "https_port",
+                         "wss_port", "identities", "token_lifetime", "token_reply")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
@@ -93,21 +102,34 @@ class Config:
             return None
         if not (self.tls_cert and self.tls_key):
             raise ConfigError("[tls] needs both cert and key")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.tls_cert, self.tls_key)
-            if self.tls_client_ca:
-                context.load_verify_locations(self.tls_client_ca)
-                context.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"[tls]: {exc}") from exc
-        return context
+        return _server_context(self.tls_cert, self.tls_key, self.tls_client_ca, "[tls]:")
+
+    def sepa_ssl_context(self) -> ssl.SSLContext | None:
+        """The SEPA gate's secure mode ([sepa] certificate and key; None: off)."""
+        if not (self.sepa_certificate or self.sepa_key):
+            return None
+        if not (self.sepa_certificate and self.sepa_key):
+            raise ConfigError("[sepa] the secure mode needs both certificate and key")
+        return _server_context(self.sepa_certificate, self.sepa_key, "",
+                               "[sepa] certificate:")
 
     def port(self, name: str) -> int | None:
         """A transport's port; None = disabled (a negative port in the configuration)."""
         value = getattr(self, f"{name}_port")
         return None if value < 0 else value
+
+
+def _server_context(cert: str, key: str, client_ca: str, where: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+        if client_ca:
+            context.load_verify_locations(client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{where} {exc}") from exc
+    return context
 
 
 def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -144,17 +166,25 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 _POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
              "max_session_entries", "ack_timeout", "max_tcp_connections",
              "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
-             "sepa_max_subscriptions", "sepa_max_socket_subscriptions")
+             "sepa_max_subscriptions", "sepa_max_socket_subscriptions",
+             "sepa_token_lifetime")
 
 
 def _check_values(config: Config) -> None:
     """Values of the right type that still cannot work: said now, in one line, rather than as a
     traceback from deep inside the start-up."""
     for name in ("udp_port", "tcp_port", "coap_port", "metrics_port", "sepa_http_port",
-                 "sepa_ws_port"):
+                 "sepa_ws_port", "sepa_https_port", "sepa_wss_port"):
         if getattr(config, name) > 65535:
             raise ConfigError(f"{name} = {getattr(config, name)}: a port is 0..65535 "
                               "(0: any free port; negative: off)")
+    if not all(isinstance(i, str) and i for i in config.sepa_identities):
+        raise ConfigError("[sepa] identities: a list of client identities (strings)")
+    from .sepa.secure import TOKEN_REPLIES
+
+    if config.sepa_token_reply not in TOKEN_REPLIES:
+        raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
+                          f"{', '.join(TOKEN_REPLIES)}")
     if config.log_level not in LOG_LEVELS:
         raise ConfigError(f"log_level = {config.log_level!r}: one of {', '.join(LOG_LEVELS)}")
     for name in _POSITIVE:
@@ -166,7 +196,7 @@ def _check_values(config: Config) -> None:
 
 
 def _typed(key: str, value: Any, kind: str) -> Any:
-    want = {"str": str, "bool": bool, "int": int, "float": (int, float)}[kind]
+    want = {"str": str, "bool": bool, "int": int, "float": (int, float), "list": list}[kind]
     if not isinstance(value, want) or (kind == "int" and isinstance(value, bool)):
         raise ConfigError(f"{key}: expected {kind}, got {value!r}")
     return float(value) if kind == "float" else value

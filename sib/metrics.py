@@ -61,6 +61,10 @@ class Metrics:
         self.notification_latency = Histogram()
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
         self.counters: dict[str, tuple[str, Callable[[], float]]] = {}
+        #: Counters with one label: name -> (help, label name, read -> {label value: count}).
+        self.labelled: dict[str, tuple[str, str, Callable[[], dict]]] = {}
+        #: Other parts' histograms (the SEPA gate's): name -> (help, Histogram).
+        self.histograms: dict[str, tuple[str, Histogram]] = {}
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))
         ProcessCollector(registry=self.registry)
@@ -125,6 +129,13 @@ class _Collector:
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=read())
         for name, (help_, read) in m.gauges.items():
             yield GaugeMetricFamily(name, help_, value=read())
+        for name, (help_, label, read) in m.labelled.items():
+            family = CounterMetricFamily(name.removesuffix("_total"), help_, labels=[label])
+            for value, n in sorted(read().items()):
+                family.add_metric([str(value)], n)
+            yield family
+        for name, (help_, histogram) in m.histograms.items():
+            yield histogram.family(name, help_)
         yield m.update_latency.family(
             "ksp_update_latency_seconds",
             "From dequeuing an update to its RES (store write included).")

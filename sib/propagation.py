@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import Counter
-from collections.abc import Callable
+from typing import Protocol
 
 from ksp.codes import Status
 from ksp.model import Response
@@ -21,6 +21,20 @@ from .store import Delta, QuadStore
 from .updates import Fresh, template_delta
 
 log = logging.getLogger("ksp.sib")
+
+
+class Observer(Protocol):
+    """Another kind of persistent operation (the SEPA gate's subscriptions, `sib.sepa.broker`)
+    told of every write and, after the INDs, of the final state of each change."""
+
+    def begin(self) -> None:
+        """A new request: nothing written yet (also after a write taken back)."""
+
+    def written(self, delta: Delta, create, drop) -> None:
+        """`delta` (and graphs created, dropped) was just written."""
+
+    def changed(self) -> None:
+        """The change is complete (rules run, INDs sent): look at the store."""
 
 
 class Propagation:
@@ -40,14 +54,16 @@ class Propagation:
         self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
         self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
-        #: Called after the INDs of every change: other kinds of persistent operation (the
-        #: SEPA gate's subscriptions, `sib.sepa.broker`) look at the same final state.
-        self.observers: list[Callable[[], None]] = []
+        #: Told of every write and change (`Observer`), after the INDs: they see the same
+        #: final state.
+        self.observers: list[Observer] = []
 
     def begin(self) -> None:
         """A new request: nothing written yet."""
         self._changed = False
         self._dirty_groups.clear()
+        for observer in self.observers:
+            observer.begin()
 
     def write(self, delta: Delta, create=(), drop=()) -> set[int]:
         """Write `delta`; note the query groups it can affect; return the rules it can affect.
@@ -59,9 +75,11 @@ class Propagation:
         if self.smart:
             self._screen(delta.removed, rules)
         self.store.apply(delta, create, drop)
+        self._changed = True  # graph names change what observers' queries may read
+        for observer in self.observers:
+            observer.written(delta, create, drop)
         if not delta:
             return rules
-        self._changed = True
         if self.smart:
             self._screen(delta.added, rules)
         else:
@@ -90,7 +108,7 @@ class Propagation:
             self._notify()
             for observer in self.observers:
                 try:
-                    observer()
+                    observer.changed()
                 except Exception:
                     log.exception("after a change: %r failed", observer)
 

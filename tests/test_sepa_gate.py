@@ -29,11 +29,11 @@ def run(coro):
 class Lab:
     """A SIB with its SEPA gate (free ports) and, if asked, its KSP UDP listener."""
 
-    def __init__(self, ksp: bool = False, **gate_args) -> None:
-        self.ksp, self.gate_args = ksp, gate_args
+    def __init__(self, ksp: bool = False, smart: bool = True, **gate_args) -> None:
+        self.ksp, self.smart, self.gate_args = ksp, smart, gate_args
 
     async def __aenter__(self) -> "Lab":
-        self.sib = await Sib(access=self.gate_args.pop("access", None)).start()
+        self.sib = await Sib(access=self.gate_args.pop("access", None), smart=self.smart).start()
         self.gate = await SepaGate(self.sib, http_port=0, ws_port=0, **self.gate_args).start()
         self.http = aiohttp.ClientSession()
         self.base = f"http://127.0.0.1:{self.gate.http_port}"
@@ -308,6 +308,7 @@ def test_a_socket_whose_queue_overflows_is_closed_and_its_subscriptions_end():
                     break
                 await asyncio.sleep(0.05)
             assert len(lab.gate.broker.subscriptions) == 1  # the other socket's stays
+            assert lab.gate.overflowed == 1  # ksp_sepa_sockets_overflowed_total
             await lab.update(PRE + "INSERT DATA { ex:a ex:v 3 }")
             assert (await receive(other))["notification"]["sequence"] == 1
             await other.close()
@@ -459,6 +460,103 @@ def test_notifications_add_up_to_the_result(ops):
     run(main())
 
 
+# Shapes the screening handles in different ways: constant predicates, paths (`+` screened,
+# `*` and negated sets not), NOT EXISTS and MINUS, GRAPH ?g {} (reads graph names), variable
+# predicates, subqueries and aggregates.
+_DIFF_QUERIES = [
+    PRE + "SELECT ?s ?t WHERE { ?s ex:link+ ?t }",
+    PRE + "SELECT ?s WHERE { ?s ex:link* ex:c }",
+    PRE + "SELECT ?s ?v WHERE { ?s ex:v ?v FILTER NOT EXISTS { ?s ex:link ?t } }",
+    PRE + "SELECT ?s WHERE { ?s ex:v ?v MINUS { ?s ex:w ?w } }",
+    PRE + "SELECT ?g WHERE { GRAPH ?g { } }",
+    PRE + "SELECT ?g (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ex:v ?v } } GROUP BY ?g",
+    PRE + "SELECT ?s ?v ?w WHERE { ?s ex:v ?v OPTIONAL { ?s ex:w ?w } }",
+    PRE + "ASK { ex:a ex:link ex:b }",
+    PRE + "SELECT (MAX(?v) AS ?m) WHERE { { SELECT ?v WHERE { ?s ex:v ?v } } }",
+    PRE + "CONSTRUCT { ?s ex:seen ?t } WHERE { ?s ex:link|^ex:link ?t }",
+    PRE + "SELECT ?s WHERE { ?s !ex:v ?o }",
+    PRE + "SELECT ?p ?o WHERE { ex:a ?p ?o }",
+    PRE + "SELECT ?s WHERE { ?s ex:other 2 }",
+]
+_DIFF_OPS = st.lists(st.tuples(
+    st.sampled_from(["insert", "w", "link", "unlink", "delete", "graph", "drop", "other",
+                     "modify"]),
+    st.sampled_from(_SUBJECTS), st.sampled_from(_SUBJECTS), st.integers(0, 3)),
+    min_size=1, max_size=10)
+
+
+def _diff_text(op: str, s: str, t: str, v: int) -> str:
+    return PRE + {
+        "insert": f"INSERT DATA {{ ex:{s} ex:v {v} }}",
+        "w": f"INSERT DATA {{ ex:{s} ex:w {v} }}",
+        "link": f"INSERT DATA {{ ex:{s} ex:link ex:{t} }}",
+        "unlink": f"DELETE WHERE {{ ex:{s} ex:link ?t }}",
+        "delete": f"DELETE WHERE {{ ex:{s} ex:v ?v }}",
+        "graph": f"INSERT DATA {{ GRAPH ex:g{v} {{ ex:{s} ex:v {v} }} }}",
+        "drop": f"DROP SILENT GRAPH ex:g{v}",
+        "other": f"INSERT DATA {{ ex:{s} ex:other {v} }}",
+        "modify": f"DELETE {{ ?s ex:w ?w }} INSERT {{ ?s ex:v {v} }} WHERE {{ ?s ex:w ?w }}",
+    }[op]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=_DIFF_OPS)
+def test_smart_subscriptions_notify_exactly_what_naive_ones_do(ops):
+    """The naive broker (every subscription evaluated after every change) is the oracle: the
+    smart one, screening by the queries' triple patterns, sends the same notifications."""
+    async def trace(lab: Lab) -> list:
+        seen = []
+        async with lab.http.ws_connect(lab.ws_url) as ws:
+            spuids = {}
+            for i, q in enumerate(_DIFF_QUERIES + [PRE + "SELECT ?n { ex:sentinel ex:n ?n }"]):
+                spuids[(await lab.subscribe(ws, q, str(i)))["notification"]["spuid"]] = i
+            for n, op in enumerate(ops):
+                await lab.update(_diff_text(*op))
+                # every notification of the update comes before the sentinel's
+                await lab.update(PRE + f"DELETE WHERE {{ ex:sentinel ex:n ?n }}; "
+                                       f"INSERT DATA {{ ex:sentinel ex:n {n} }}")
+                while True:
+                    body = (await receive(ws))["notification"]
+                    i = spuids[body["spuid"]]
+                    if i == len(_DIFF_QUERIES):
+                        break
+                    added, removed = body["addedResults"], body["removedResults"]
+                    seen.append((n, i, body["sequence"],
+                                 added.get("boolean", rows(added) if "results" in added else 0),
+                                 removed.get("boolean",
+                                             rows(removed) if "results" in removed else 0)))
+        return sorted(seen, key=repr)
+
+    async def main():
+        async with Lab(smart=False) as naive:
+            want = await trace(naive)
+            naive_evaluations = naive.gate.broker.evaluations
+        async with Lab() as smart:
+            assert await trace(smart) == want
+            assert smart.gate.broker.evaluations <= naive_evaluations
+    run(main())
+
+
+def test_a_change_no_subscription_reads_evaluates_nothing():
+    async def main():
+        async with Lab() as lab, lab.http.ws_connect(lab.ws_url) as ws:
+            for i in range(50):
+                await lab.subscribe(ws, PRE + f"SELECT ?v WHERE {{ ex:s{i} ex:value ?v }}", str(i))
+            await lab.subscribe(ws, PRE + "SELECT ?s WHERE { ?s ex:link* ex:c }", "unscreened")
+            broker = lab.gate.broker
+            before = broker.evaluations
+            await lab.update(PRE + "INSERT DATA { ex:s7 ex:value 1 . ex:s9 ex:other 2 }")
+            assert broker.evaluations - before == 2  # ex:s7's and the unscreenable one
+            n = (await receive(ws))["notification"]
+            assert n["sequence"] == 1 and values(n["addedResults"]["results"]["bindings"],
+                                                 "v") == ["1"]
+            # creating a graph may change what any query reads (GRAPH ?g {}): all evaluated
+            before = broker.evaluations
+            await lab.update(PRE + "CREATE GRAPH ex:new")
+            assert broker.evaluations - before == 51
+    run(main())
+
+
 def test_ksp_sib_serves_the_gate_and_closes_it_cleanly():
     from sib.testing import SibProcess
 
@@ -537,4 +635,37 @@ def test_the_total_subscription_cap_and_the_full_queue():
             assert sib.core.metrics.limited == 1
         finally:
             await sib.close()
+    run(main())
+
+
+def test_gate_metrics_beside_the_ksp_ones():
+    """Requests by kind, errors by status, open sockets, subscriptions, notifications and the
+    latencies, on the SIB's Prometheus endpoint (its text format as scraped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def main():
+        async with Lab() as lab, lab.http.ws_connect(lab.ws_url) as ws:
+            q = PRE + "SELECT ?v WHERE { ex:t ex:v ?v }"
+            await lab.subscribe(ws, q, "a")
+            await lab.subscribe(ws, q, "b")  # shares the first one's evaluation
+            await lab.update(PRE + "INSERT DATA { ex:t ex:v 1 }")
+            await lab.select(q)
+            await lab.update("INSERT DATA {", status=400)
+            await ws.send_json({"nonsense": 1})
+            for _ in range(3):
+                await receive(ws)
+            metrics = {s.name + str(sorted(s.labels.items())): s.value
+                       for f in text_string_to_metric_families(lab.sib.core.metrics.render())
+                       for s in f.samples}
+        kinds = {k: metrics[f"ksp_sepa_requests_total[('kind', '{k}')]"]
+                 for k in ("query", "update", "subscribe")}
+        assert kinds == {"query": 1, "update": 2, "subscribe": 2}
+        assert metrics["ksp_sepa_errors_total[('status', '400')]"] == 2  # HTTP and a frame
+        assert metrics["ksp_sepa_sockets[]"] == 1
+        assert metrics["ksp_sepa_subscriptions[]"] == 2
+        assert metrics["ksp_sepa_evaluations_shared[]"] == 1
+        assert metrics["ksp_sepa_notifications_total[]"] == 4  # 2 first ones, 2 of the insert
+        assert metrics["ksp_sepa_notification_latency_seconds_count[]"] == 1
+        assert metrics["ksp_sepa_request_latency_seconds_count[]"] == 2  # the good ones
+        assert "ksp_indications_total[]" in metrics  # the KSP ones on the same endpoint
     run(main())

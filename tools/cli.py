@@ -29,6 +29,7 @@ BENCH_SUITES = {
     "firmware": "tools.bench.firmware",
     "indicate": "tools.bench.indicate",
     "secure": "tools.bench.secure",
+    "sepa": "tools.bench.sepa",
     "sib": "tools.bench.sib",
     "soak": "tools.bench.soak",
     "sparql": "tools.bench.sparql",

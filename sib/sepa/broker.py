@@ -6,15 +6,22 @@ same store, so an update from either side reaches the persistent operations of b
   through `Propagation.write`, as a KSP update's is, so the rules' cascade, the KSP INDs and
   the SEPA notifications follow from the same deltas. If an operation fails, the ones before
   it are written back (their deltas are exact, so the inverse is too) and nothing is notified.
-- A subscription keeps its last result as a multiset; after every change its query is
-  evaluated again and the notification carries the exact multiset difference (SELECT: rows
-  added and removed; ASK: the boolean before and after; CONSTRUCT: triples added and removed).
-  Nothing is sent when nothing changed. Equal subscriptions (same text and dataset) share one
-  evaluation.
+- A subscription keeps its last result as a multiset; after a change that can affect it, its
+  query is evaluated again and the notification carries the exact multiset difference (SELECT:
+  rows added and removed; ASK: the boolean before and after; CONSTRUCT: triples added and
+  removed). Nothing is sent when nothing changed. Equal subscriptions (same text and dataset)
+  share one evaluation.
+- Which changes can affect one: its query's triple patterns are filed in the SIB's pattern
+  index (`sib.index`, as the KSP persistent queries'; `sib.sepa.screen` says why that is
+  sound), and a written quad that matches none of them is not looked at again. Queries that
+  cannot be screened, and every query when a graph is created or dropped, are evaluated after
+  every change; so is everything in naive mode (`Propagation.smart` false), the oracle.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -25,8 +32,11 @@ import pyoxigraph as ox
 from ksp.errors import SparqlSyntaxError
 
 from ..access import ALL, Grant, graph_names
+from ..index import PatternIndex
+from ..metrics import Histogram
 from ..store import Delta
 from ..updates import GraphChange
+from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
@@ -112,9 +122,17 @@ class SepaBroker:
         self.subscriptions: dict[str, Subscription] = {}
         self._owned: dict[object, set[str]] = {}  # owner (a socket) -> its spuids
         self._evaluations: dict[tuple, _Evaluation] = {}
+        self._index = PatternIndex()  # evaluation key -> its triple patterns
+        self._order: dict[tuple, int] = {}  # evaluation key -> when it was made
+        self._made = itertools.count()
+        self._unscreened: set[tuple] = set()  # keys of evaluations run after every change
+        self._dirty: set[tuple] | None = set()  # None: every evaluation
         self.notifications = 0  # sent (stats)
         self.evaluations = 0
-        core.propagation.observers.append(self._changed)
+        #: From the start of a change (`begin`) to its last notification queued.
+        self.latency = Histogram()
+        self._began = 0.0
+        core.propagation.observers.append(self)
 
     # -- access -----------------------------------------------------------------------------
 
@@ -136,6 +154,7 @@ class SepaBroker:
             raise SepaError(403, "forbidden", f"no read permission on {sorted(reads)}")
 
     def _check_write(self, grant: Grant | None, graphs) -> None:
+        """`graphs`: IRIs, or None for every graph."""
         grant = self._grant(grant)
         names = graph_names(graphs)
         if grant is not None and names and not grant.allows("write", names):
@@ -146,6 +165,9 @@ class SepaBroker:
     def query(self, text: str, dataset: Dataset, grant: Grant | None = None):
         """The pyoxigraph result of a query (solutions, boolean or triples)."""
         self._check_read(grant, dataset)
+        return self._execute(text, dataset)
+
+    def _execute(self, text: str, dataset: Dataset):
         try:
             return self.store.oxigraph.query(text, **dataset.for_store())
         except SyntaxError as exc:
@@ -172,6 +194,7 @@ class SepaBroker:
             for op in ops:
                 if op.reads:
                     self._check_read(grant, _reads(op))
+                self._check_write(grant, op.writes())
                 try:
                     change = op.change(self.store)
                 except UpdateRefused as exc:
@@ -212,6 +235,12 @@ class SepaBroker:
             ev = _Evaluation(text, dataset)
             self._evaluate(ev)  # raises SepaError for a bad query: nothing registered
             self._evaluations[key] = ev
+            self._order[key] = next(self._made)
+            patterns = triple_patterns(text)
+            if patterns is None:
+                self._unscreened.add(key)
+            else:
+                self._index.add(key, patterns, None)
         sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner)
         ev.members[sub.spuid] = sub
         self.subscriptions[sub.spuid] = sub
@@ -236,7 +265,11 @@ class SepaBroker:
         ev = sub.evaluation
         ev.members.pop(spuid, None)
         if not ev.members:
-            self._evaluations.pop((ev.text, ev.dataset), None)
+            key = (ev.text, ev.dataset)
+            self._evaluations.pop(key, None)
+            self._order.pop(key, None)
+            self._index.remove(key)
+            self._unscreened.discard(key)
         return True
 
     def drop_owner(self, owner: object) -> int:
@@ -250,10 +283,35 @@ class SepaBroker:
         self.notifications += 1
         sub.notify({"notification": body})
 
-    def _changed(self) -> None:
-        """After every write (`Propagation.observers`): each evaluation once, its members
-        notified of the exact difference."""
-        for ev in list(self._evaluations.values()):
+    # -- `sib.propagation.Observer` ----------------------------------------------------------
+
+    def begin(self) -> None:
+        self._dirty = set()
+        self._began = time.perf_counter()
+
+    def written(self, delta: Delta, create, drop) -> None:
+        if self._dirty is None:
+            return
+        if create or drop or not self.core.propagation.smart:
+            self._dirty = None
+        else:
+            self._dirty |= self._index.candidates(delta.quads)
+
+    def changed(self) -> None:
+        """After a change: each evaluation it can affect once, its members notified of the
+        exact difference."""
+        dirty, self._dirty = self._dirty, set()
+        sent = self.notifications
+        if dirty is None:
+            keys = list(self._evaluations)
+        else:
+            # in the order they were made, as the naive mode goes (sockets see it)
+            order = self._order
+            keys = sorted(dirty | self._unscreened, key=order.__getitem__)
+        for key in keys:
+            ev = self._evaluations.get(key)
+            if ev is None:
+                continue
             try:
                 diff = self._evaluate(ev)
             except SepaError as exc:
@@ -269,11 +327,13 @@ class SepaBroker:
                 sub.sequence += 1
                 self._send(sub, {"spuid": sub.spuid, "sequence": sub.sequence,
                                  "addedResults": added, "removedResults": removed})
+        if self.notifications != sent:
+            self.latency.observe(time.perf_counter() - self._began)
 
     def _evaluate(self, ev: _Evaluation):
         """Evaluate again; (added, removed) in results JSON, or None if nothing changed."""
         self.evaluations += 1
-        result = self.query(ev.text, ev.dataset)
+        result = self._execute(ev.text, ev.dataset)  # its grant was checked at subscribe
         if isinstance(result, ox.QueryBoolean):
             value = bool(result)
             before, ev.form, ev.boolean = ev.boolean, "ask", value

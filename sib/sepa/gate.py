@@ -14,15 +14,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import deque
+import time
+from collections import Counter, deque
 from collections.abc import Iterable
 
 import pyoxigraph as ox
 from aiohttp import WSMsgType, web
 
+from ksp.kpid import kp_id_bytes
 from ksp.terms import IRI
 
+from ..access import Grant
+from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
+from .secure import Clients, Tokens
 from .update import Dataset
 
 log = logging.getLogger("ksp.sib.sepa")
@@ -142,10 +147,20 @@ class SepaGate:
                  ws_port: int = 9000, max_body_bytes: int = 1 << 20,
                  max_frame_bytes: int = 64 << 10, max_subscriptions: int = 10_000,
                  max_socket_subscriptions: int = 1_000, max_socket_queue: int = 1_024,
-                 heartbeat: float = 30.0) -> None:
+                 heartbeat: float = 30.0, ssl_context=None, https_port: int = 8443,
+                 wss_port: int = 9443, clients: Clients | None = None,
+                 tokens: Tokens | None = None) -> None:
+        """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
+        `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
+        (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
+        (`sib.sepa.secure`)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
+        self.ssl_context = ssl_context
+        self.https_port, self.wss_port = (https_port, wss_port) if ssl_context else (None, None)
+        self.clients = clients if clients is not None else Clients(None, ())
+        self.tokens = tokens if tokens is not None else Tokens(None)
         self.max_body_bytes = max_body_bytes
         self.max_frame_bytes = max_frame_bytes
         self.max_socket_queue = max_socket_queue
@@ -154,6 +169,41 @@ class SepaGate:
                                  max_per_owner=max_socket_subscriptions)
         self.sockets: set[_Socket] = set()
         self._runners: list[web.AppRunner] = []
+        self.requests: Counter[str] = Counter()  # by kind (stats)
+        self.errors: Counter[int] = Counter()  # error answers and frames, by status code
+        self.overflowed = 0  # sockets closed for not reading
+        self.request_latency = Histogram()
+        self._register_metrics(sib.core.metrics)
+
+    def _register_metrics(self, metrics) -> None:
+        """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
+        b = self.broker
+        metrics.labelled["ksp_sepa_requests_total"] = (
+            "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token).",
+            "kind", lambda: self.requests)
+        metrics.labelled["ksp_sepa_errors_total"] = (
+            "SEPA error answers and frames, by HTTP status code.", "status",
+            lambda: self.errors)
+        metrics.gauges["ksp_sepa_sockets"] = ("Open SEPA WebSockets.", lambda: len(self.sockets))
+        metrics.gauges["ksp_sepa_subscriptions"] = (
+            "SEPA subscriptions.", lambda: len(b.subscriptions))
+        metrics.gauges["ksp_sepa_evaluations_shared"] = (
+            "Distinct subscription queries (equal subscriptions share one).",
+            lambda: len(b._evaluations))
+        metrics.counters["ksp_sepa_notifications_total"] = (
+            "SEPA notifications sent.", lambda: b.notifications)
+        metrics.counters["ksp_sepa_evaluations_total"] = (
+            "Subscription queries evaluated (first results and re-evaluations).",
+            lambda: b.evaluations)
+        metrics.counters["ksp_sepa_sockets_overflowed_total"] = (
+            "SEPA WebSockets closed for not reading their notifications (1008).",
+            lambda: self.overflowed)
+        metrics.histograms["ksp_sepa_request_latency_seconds"] = (
+            "SEPA HTTP query and update, from the request read to the answer.",
+            self.request_latency)
+        metrics.histograms["ksp_sepa_notification_latency_seconds"] = (
+            "From the start of a change (KSP or SEPA) to its last SEPA notification queued.",
+            b.latency)
 
     async def start(self) -> "SepaGate":
         http = web.Application(client_max_size=self.max_body_bytes)
@@ -162,18 +212,30 @@ class SepaGate:
         http.router.add_route("POST", "/update", self._update)
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
+        https = web.Application(client_max_size=self.max_body_bytes)
+        for path in ("/oauth/register", "/register"):
+            https.router.add_route("POST", path, self._register)
+        for path in ("/oauth/token", "/token"):
+            https.router.add_route("POST", path, self._token)
+        https.router.add_route("GET", "/secure/query", self._secure_query)
+        https.router.add_route("POST", "/secure/query", self._secure_query)
+        https.router.add_route("POST", "/secure/update", self._secure_update)
+        wss = web.Application()
+        wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
-        for app, port in ((http, self.http_port), (ws, self.ws_port)):
+        for app, port, tls in ((http, self.http_port, None), (ws, self.ws_port, None),
+                               (https, self.https_port, self.ssl_context),
+                               (wss, self.wss_port, self.ssl_context)):
             if port is None or port < 0:
                 ports.append(None)
                 continue
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
-            site = web.TCPSite(runner, self.host, port)
+            site = web.TCPSite(runner, self.host, port, ssl_context=tls)
             await site.start()
             self._runners.append(runner)
             ports.append(runner.addresses[0][1])
-        self.http_port, self.ws_port = ports
+        self.http_port, self.ws_port, self.https_port, self.wss_port = ports
         return self
 
     async def close(self) -> None:
@@ -220,26 +282,78 @@ class SepaGate:
     async def _update(self, request: web.Request) -> web.Response:
         return await self._answer(request, self._run_update)
 
-    async def _answer(self, request: web.Request, handler) -> web.Response:
-        """A protocol request's answer; every failure as a JSON error with its status."""
+    async def _secure_query(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._run_query, secure=True)
+
+    async def _secure_update(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._run_update, secure=True)
+
+    def _grant(self, authorization: object) -> Grant:
+        """What the client a token speaks for may do: the access policy's grant of the KP
+        entry named by its identity, else the anonymous grant (401 without a valid token)."""
+        identity = self.clients.identity(self.tokens.client_of(authorization))
+        if identity is None:
+            raise SepaError(401, "invalid_token", "the token's client is no longer registered")
+        policy = self.sib.core.access
+        entry = policy.kps.get(kp_id_bytes(identity))
+        return entry.grant if entry is not None else policy.anonymous_grant()
+
+    async def _register(self, request: web.Request) -> web.Response:
+        async def register(request, grant):
+            try:
+                body = json.loads(await request.text())
+            except ValueError:
+                body = None
+            register = body.get("register") if isinstance(body, dict) else None
+            if not isinstance(register, dict):
+                raise SepaError(400, "invalid_request",
+                                'register takes {"register": {"client_identity", '
+                                '"grant_types"}}')
+            client_id, secret = self.clients.register(register.get("client_identity"),
+                                                      register.get("grant_types"))
+            log.info("SEPA client %r registered", register["client_identity"])
+            return web.json_response({"credentials": {"client_id": client_id,
+                                                      "client_secret": secret}}, status=201)
+        return await self._answer(request, register)
+
+    async def _token(self, request: web.Request) -> web.Response:
+        async def token(request, grant):
+            client_id, _ = self.clients.authenticate(request.headers.get("Authorization"))
+            return web.json_response(self.tokens.issue(client_id), status=201)
+        return await self._answer(request, token)
+
+    async def _answer(self, request: web.Request, handler, secure: bool = False
+                      ) -> web.Response:
+        """A protocol request's answer; every failure as a JSON error with its status. On a
+        secure path the token is checked before anything of the request is read."""
+        self.requests[request.path.rsplit("/", 1)[-1]] += 1
+        start = time.perf_counter()
         try:
-            return await handler(request)
+            grant = self._grant(request.headers.get("Authorization")) if secure else None
+            response = await handler(request, grant)
+            if handler in (self._run_query, self._run_update):
+                self.request_latency.observe(time.perf_counter() - start)
+            return response
         except SepaError as exc:
-            return _error(exc)
+            return self._error(exc)
         except asyncio.QueueFull:
-            return _error(SepaError(503, "busy", "the SIB's queue is full"))
+            return self._error(SepaError(503, "busy", "the SIB's queue is full"))
         except Exception:  # a bug: said as one, the request changed nothing it reports
             log.exception("%s %s failed", request.method, request.path)
-            return _error(SepaError(500, "internal_error", "the SIB failed on this request"))
+            return self._error(SepaError(500, "internal_error", "the SIB failed on this request"))
 
-    async def _run_query(self, request: web.Request) -> web.Response:
+    def _error(self, exc: SepaError) -> web.Response:
+        self.errors[exc.status] += 1
+        return _error(exc)
+
+    async def _run_query(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "query", "application/sparql-query")
         dataset = _dataset(params.getall("default-graph-uri", None),
                            params.getall("named-graph-uri", None))
         accept = request.headers.get("Accept", "")
 
         def run():  # serialized on the scheduler too: the result reads the store lazily
-            result = self.broker.query(text, dataset)
+            result = self.broker.query(text, dataset, grant)
             formats = GRAPH_FORMATS if isinstance(result, ox.QueryTriples) else SOLUTION_FORMATS
             media = _accepted(accept, formats)
             if media is None:
@@ -251,17 +365,21 @@ class SepaGate:
         media, body = await self.sib.call(run)
         return web.Response(body=body, content_type=media, charset="utf-8")
 
-    async def _run_update(self, request: web.Request) -> web.Response:
+    async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "update", "application/sparql-update")
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
-        delta = await self.sib.call(lambda: self.broker.update(text, using))
+        delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
 
     # -- WebSocket ------------------------------------------------------------------------
 
-    async def _subscribe(self, request: web.Request) -> web.WebSocketResponse:
+    async def _secure_subscribe(self, request: web.Request) -> web.WebSocketResponse:
+        return await self._subscribe(request, secure=True)
+
+    async def _subscribe(self, request: web.Request, secure: bool = False
+                         ) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=self.max_frame_bytes)
         await ws.prepare(request)
         sock = _Socket(ws, self.max_socket_queue)
@@ -270,7 +388,7 @@ class SepaGate:
         try:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
-                    await self._frame(sock, msg.data)
+                    await self._frame(sock, msg.data, secure)
                 elif msg.type == WSMsgType.BINARY:
                     sock.send(SepaError(400, "invalid_request",
                                         "frames are JSON text, not binary").json())
@@ -279,6 +397,7 @@ class SepaGate:
         finally:
             sock.closed = True
             self.sockets.discard(sock)
+            self.overflowed += sock.overflowed
             try:
                 await self.sib.call(lambda: self.broker.drop_owner(sock))
             except asyncio.QueueFull:
@@ -289,7 +408,7 @@ class SepaGate:
                 writer.cancel()
         return ws
 
-    async def _frame(self, sock: _Socket, data: str) -> None:
+    async def _frame(self, sock: _Socket, data: str, secure: bool = False) -> None:
         alias = None
         try:
             try:
@@ -299,13 +418,19 @@ class SepaGate:
             if not isinstance(message, dict):
                 raise SepaError(400, "invalid_request", "a frame is a JSON object")
             if "subscribe" in message:
+                self.requests["subscribe"] += 1
                 body = message["subscribe"]
                 if not isinstance(body, dict):
                     raise SepaError(400, "invalid_request", "subscribe takes an object")
                 alias = body.get("alias")
                 alias = alias if isinstance(alias, str) else None
-                await self._on_subscribe(sock, body, alias)
+                grant = None
+                if secure:  # in the subscribe or beside it, as clients differ
+                    grant = self._grant(body.get("authorization",
+                                                 message.get("authorization")))
+                await self._on_subscribe(sock, body, alias, grant)
             elif "unsubscribe" in message:
+                self.requests["unsubscribe"] += 1
                 body = message["unsubscribe"]
                 spuid = body.get("spuid") if isinstance(body, dict) else None
                 if not isinstance(spuid, str):
@@ -317,14 +442,17 @@ class SepaGate:
                 raise SepaError(400, "invalid_request",
                                 "unknown primitive: a frame is subscribe or unsubscribe")
         except SepaError as exc:
+            self.errors[exc.status] += 1
             sock.send(exc.json(alias))
         except asyncio.QueueFull:
+            self.errors[503] += 1
             sock.send(SepaError(503, "busy", "the SIB's queue is full").json(alias))
 
-    async def _on_subscribe(self, sock: _Socket, body: dict, alias: str | None) -> None:
+    async def _on_subscribe(self, sock: _Socket, body: dict, alias: str | None,
+                            grant: Grant | None = None) -> None:
         sparql = body.get("sparql")
         if not isinstance(sparql, str) or not sparql.strip():
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
         await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
-                                                          sock))
+                                                          sock, grant))

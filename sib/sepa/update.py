@@ -79,6 +79,29 @@ class Operation:
     def reads(self) -> bool:
         return self.where is not None or self.kind in ("ADD", "MOVE", "COPY")
 
+    def writes(self) -> tuple[IRI, ...] | None:
+        """The graphs this operation may write, from its text alone (None: any graph), so that
+        the access check says nothing about what the store holds: a refused INSERT DATA of a
+        triple that is already there, or a CLEAR of a graph that does not exist, is refused
+        all the same."""
+        if self.kind in ("INSERT DATA", "DELETE DATA", "MODIFY"):
+            graphs = set()
+            for q in (*(self.delete or ()), *(self.insert or ())):
+                g = q.graph_name
+                if isinstance(g, ox.DefaultGraph):
+                    graphs.add(DEFAULT_GRAPH)
+                elif g.value.startswith(_VAR):
+                    return None  # GRAPH ?g in a template
+                else:
+                    graphs.add(IRI(g.value))
+            return tuple(graphs)
+        if self.kind in ("ADD", "MOVE", "COPY"):
+            return (self.target, self.source) if self.kind == "MOVE" else (self.target,)
+        (which,) = self.graphs
+        if which == "DEFAULT":
+            return (DEFAULT_GRAPH,)
+        return None if which in ("NAMED", "ALL") else (IRI(which),)
+
     def change(self, store: QuadStore) -> GraphChange:
         """The quads this operation adds and removes on the store as it is, and the graphs it
         creates and drops."""

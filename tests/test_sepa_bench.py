@@ -1,0 +1,24 @@
+"""Smoke test of the SEPA gate benchmark (tools/bench/sepa.py) — no timing assertions: it
+runs through real sockets with both writers, both modes get every notification of every
+update, and the smart mode evaluates less."""
+from __future__ import annotations
+
+import asyncio
+
+from tools.bench import sepa as bench
+
+
+def test_both_modes_notify_every_affected_subscription_for_both_writers():
+    rows = asyncio.run(asyncio.wait_for(bench.run(2_000, [10, 200], updates=12,
+                                                  naive_updates=12), 300))
+    assert [(r["n"], r["writer"]) for r in rows] == [
+        (10, "http"), (10, "ksp"), (200, "http"), (200, "ksp")]
+    for r in rows:
+        smart, naive = r["smart"], r["naive"]
+        assert smart["updates"] == naive["updates"] == 12
+        per_update = max(1, r["n"] // bench.WATCHED)
+        assert smart["notifications"] == naive["notifications"] == 12 * per_update
+        assert smart["evaluations"] < naive["evaluations"]
+        assert 0 < smart["p50"] <= smart["p99"]
+    headers, body = bench.table(rows)
+    assert len(body) == 4 and body[2][:2] == ["200", "http"]

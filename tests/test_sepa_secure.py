@@ -1,0 +1,305 @@
+"""The SEPA gate's secure mode (`sib/sepa/secure.py`) through real sockets: HTTPS and WSS with
+a certificate, registration, tokens, one access policy for KPs and SEPA clients; and npm
+@arces-wot/sepa-js 0.13.2's secure path, unchanged."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import ssl
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from sib import Sib
+from sib.access import AccessPolicy, Grant, KPEntry, hash_password
+from sib.sepa import SepaGate
+from sib.sepa.secure import Clients, Tokens
+from ksp.kpid import kp_id_bytes
+
+EX = "http://example.org/"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost and 127.0.0.1 (openssl, scripts/apt-packages)."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def _policy() -> AccessPolicy:
+    """Anonymous: nothing. `writer` may read and write everything; `reader` read only."""
+    kps = {}
+    for name, grant in (("writer", Grant.of(["*"], ["*"])), ("reader", Grant.of(["*"], []))):
+        kps[kp_id_bytes(name)] = KPEntry(kp_id_bytes(name), hash_password("pw"), grant, name)
+    return AccessPolicy(kps, "none")
+
+
+class SecureLab:
+    def __init__(self, certificate, data_dir: Path | None = None, **tokens) -> None:
+        self.cert, self.key = certificate
+        self.data_dir, self.token_args = data_dir, tokens
+
+    async def __aenter__(self) -> "SecureLab":
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(self.cert, self.key)
+        self.sib = await Sib(access=_policy()).start()
+        self.gate = await SepaGate(
+            self.sib, http_port=-1, ws_port=-1, ssl_context=tls, https_port=0, wss_port=0,
+            clients=Clients(self.data_dir, ["writer", "reader", "guest"]),
+            tokens=Tokens(self.data_dir, **self.token_args)).start()
+        trust = ssl.create_default_context(cafile=str(self.cert))
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust))
+        self.base = f"https://127.0.0.1:{self.gate.https_port}"
+        self.wss = f"wss://127.0.0.1:{self.gate.wss_port}/secure/subscribe"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.http.close()
+        await self.gate.close()
+        await self.sib.close()
+
+    async def post(self, path: str, **kw) -> tuple[int, dict]:
+        async with self.http.post(self.base + path, **kw) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def register(self, identity: str) -> tuple[int, dict]:
+        return await self.post("/oauth/register", json={"register": {
+            "client_identity": identity, "grant_types": ["client_credentials"]}})
+
+    async def token(self, identity: str) -> str:
+        status, body = await self.register(identity)
+        assert status == 201, body
+        creds = body["credentials"]
+        basic = base64.b64encode(f"{creds['client_id']}:{creds['client_secret']}".encode())
+        status, body = await self.post("/oauth/token", headers={
+            "Authorization": "Basic " + basic.decode(), "Content-Type": "application/json"})
+        assert status == 201, body
+        return body["access_token"]
+
+    async def update(self, token: str | None, text: str) -> tuple[int, dict]:
+        headers = {"Content-Type": "application/sparql-update"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return await self.post("/secure/update", data=text, headers=headers)
+
+    async def select(self, token: str | None, text: str) -> tuple[int, dict]:
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        async with self.http.get(self.base + "/secure/query", params={"query": text},
+                                 headers=headers) as r:
+            return r.status, await r.json(content_type=None)
+
+
+def test_register_and_token_as_the_reference_broker(certificate):
+    async def main():
+        async with SecureLab(certificate) as lab:
+            status, body = await lab.register("writer")
+            assert status == 201 and set(body["credentials"]) == {"client_id", "client_secret"}
+            creds = body["credentials"]
+            # an identity registers once: whoever knows the name cannot take it over
+            status, body = await lab.register("writer")
+            assert status == 401 and body["error"] == "unauthorized_client"
+            status, body = await lab.register("stranger")  # not listed
+            assert status == 401 and body["error"] == "unauthorized_client"
+            status, body = await lab.post("/oauth/register", data=b"{nope")
+            assert status == 400
+            status, body = await lab.post("/register", json={"register": {
+                "client_identity": "reader", "grant_types": ["password"]}})
+            assert status == 400 and body["error"] == "unsupported_grant_type"
+            basic = base64.b64encode(f"{creds['client_id']}:{creds['client_secret']}".encode())
+            for path in ("/oauth/token", "/token"):
+                status, body = await lab.post(path, headers={
+                    "Authorization": "Basic " + basic.decode()})
+                assert status == 201, body
+                # both shapes: today's flat reply and the {"token": {...}} older clients read
+                assert body["token_type"] == "bearer" and body["expires_in"] == 3600
+                assert body["token"] == {k: body[k] for k in
+                                         ("access_token", "token_type", "expires_in")}
+            wrong = base64.b64encode(f"{creds['client_id']}:guess".encode()).decode()
+            for headers in ({"Authorization": "Basic " + wrong}, {},
+                            {"Authorization": "Basic !!!"}):
+                status, body = await lab.post("/oauth/token", headers=headers)
+                assert status == 401 and body["error"] == "invalid_client", body
+    run(main())
+
+
+def test_token_reply_shapes_are_configurable():
+    flat = Tokens(None, reply="flat").issue("c")
+    wrapped = Tokens(None, reply="wrapped").issue("c")
+    assert set(flat) == {"access_token", "token_type", "expires_in"}
+    assert set(wrapped) == {"token"} and set(wrapped["token"]) == set(flat)
+    with pytest.raises(ValueError):
+        Tokens(None, reply="xml")
+
+
+def test_every_secure_request_checks_the_token_and_the_policy(certificate):
+    async def main():
+        async with SecureLab(certificate) as lab:
+            writer, reader, guest = [await lab.token(i) for i in ("writer", "reader", "guest")]
+            insert = f"INSERT DATA {{ <{EX}t> <{EX}temp> 20 }}"
+            query = f"SELECT ?v WHERE {{ <{EX}t> <{EX}temp> ?v }}"
+            for token in (None, "", "not-a-jwt", writer[:-4] + "AAAA"):
+                status, body = await lab.update(token, insert)
+                assert status == 401, (token, body)
+                status, body = await lab.select(token, query)
+                assert status == 401
+            assert len(lab.sib.store) == 0  # nothing applied
+            status, _ = await lab.update(writer, insert)
+            assert status == 200
+            # one policy: the KP entry named by the identity, else the anonymous grant
+            assert (await lab.update(reader, insert))[0] == 403
+            status, body = await lab.select(reader, query)
+            assert status == 200 and body["results"]["bindings"][0]["v"]["value"] == "20"
+            assert (await lab.select(guest, query))[0] == 403
+            # "Bearer" is optional; an expired token is refused
+            async with lab.http.get(lab.base + "/secure/query", params={"query": query},
+                                    headers={"Authorization": writer}) as r:
+                assert r.status == 200
+            lab.gate.clients.forget("writer")  # a forgotten client's tokens stop working
+            status, body = await lab.update(writer, insert)
+            assert status == 401 and body["error"] == "invalid_token"
+    run(main())
+
+
+def test_expired_tokens_are_refused(certificate):
+    async def main():
+        async with SecureLab(certificate, lifetime=-5) as lab:
+            token = await lab.token("writer")
+            status, body = await lab.select(token, "ASK {}")
+            assert status == 401 and body["error"] == "token_expired"
+            async with lab.http.ws_connect(lab.wss) as ws:
+                await ws.send_json({"subscribe": {"sparql": "ASK {}", "alias": "late",
+                                                  "authorization": f"Bearer {token}"}})
+                err = await ws.receive_json(timeout=10)
+                assert err["status_code"] == 401 and err["alias"] == "late"
+    run(main())
+
+
+def test_secure_subscribe_needs_a_token_in_or_beside_the_subscribe(certificate):
+    """The reference broker once accepted secure subscribes without a token (vaimee/SEPA
+    #45): here each needs a valid one, inside `subscribe` or at the top level."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            writer, guest = await lab.token("writer"), await lab.token("guest")
+            query = f"SELECT ?v WHERE {{ <{EX}t> <{EX}temp> ?v }}"
+            async with lab.http.ws_connect(lab.wss) as ws:
+                for extra in ({}, {"authorization": "Bearer nonsense"}):
+                    await ws.send_json({"subscribe": {"sparql": query, "alias": "x", **extra}})
+                    err = await ws.receive_json(timeout=10)
+                    assert err["status_code"] == 401 and err["alias"] == "x", err
+                await ws.send_json({"subscribe": {"sparql": query, "alias": "g",
+                                                  "authorization": guest}})
+                err = await ws.receive_json(timeout=10)
+                assert err["status_code"] == 403 and err["alias"] == "g"
+                assert not lab.gate.broker.subscriptions
+                await ws.send_json({"subscribe": {"sparql": query, "alias": "in",
+                                                  "authorization": f"Bearer {writer}"}})
+                got = await ws.receive_json(timeout=10)
+                assert "notification" in got and got["notification"]["alias"] == "in", got
+                await ws.send_json({"authorization": writer,
+                                    "subscribe": {"sparql": query, "alias": "beside"}})
+                assert (await ws.receive_json(timeout=10))["notification"]["alias"] == "beside"
+                assert (await lab.update(writer, f"INSERT DATA {{ <{EX}t> <{EX}temp> 5 }}"))[0] \
+                    == 200
+                got = [await ws.receive_json(timeout=10) for _ in range(2)]
+                assert all(n["notification"]["sequence"] == 1 for n in got)
+    run(main())
+
+
+def test_clients_and_key_kept_in_the_data_directory_without_secrets_in_clear(tmp_path):
+    clients = Clients(tmp_path, ["app"])
+    client_id, secret = clients.register("app", ["client_credentials"])
+    stored = (tmp_path / "sepa-clients.json").read_text()
+    assert secret not in stored and client_id in stored
+    for name in ("sepa-clients.json",):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+    tokens = Tokens(tmp_path)
+    assert stat.S_IMODE((tmp_path / "sepa-token.key").stat().st_mode) == 0o600
+    token = tokens.issue(client_id)["access_token"]
+    # after a restart: the same clients and key, so credentials and tokens still hold
+    again, tokens_again = Clients(tmp_path, ["app"]), Tokens(tmp_path)
+    basic = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+    assert again.authenticate(basic) == (client_id, "app")
+    assert tokens_again.client_of("Bearer " + token) == client_id
+    with pytest.raises(Exception):
+        Clients(tmp_path, ["app"]).register("app", ["client_credentials"])
+
+
+def test_the_number_of_clients_is_bounded(tmp_path):
+    clients = Clients(None, [f"c{i}" for i in range(5)], max_clients=3)
+    for i in range(3):
+        clients.register(f"c{i}", ["client_credentials"])
+    with pytest.raises(Exception) as err:
+        clients.register("c3", ["client_credentials"])
+    assert err.value.status == 429
+
+
+def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_path):
+    """`ksp-sib --sepa-certificate/--sepa-key` with identities from the TOML file; npm
+    @arces-wot/sepa-js 0.13.2's SecureSEPA: register → token → secure update, query and a
+    subscription whose notification arrives."""
+    from sib.testing import SibProcess
+
+    if shutil.which("node") is None or not (ROOT / "node_modules/@arces-wot/sepa-js").is_dir():
+        pytest.fail("node and npm's @arces-wot/sepa-js are installed by scripts/_env.sh")
+    cert, key = certificate
+    config = tmp_path / "sib.toml"
+    config.write_text('[sepa]\nidentities = ["sepa-js"]\n')
+    with SibProcess("--config", str(config), "--data-dir", str(tmp_path / "data"),
+                    "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-certificate", str(cert), "--sepa-key", str(key),
+                    "--sepa-https-port", "0", "--sepa-wss-port", "0") as sib:
+        out = subprocess.run(["node", str(ROOT / "tests/sepajs/secure.js"), "localhost",
+                              str(sib.ports["https"]), str(sib.ports["wss"]), str(cert),
+                              "sepa-js"], capture_output=True, text=True, timeout=120)
+    steps = {s.pop("step"): s for s in map(json.loads, out.stdout.splitlines())}
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert steps["registered"] == {"client_id": True}
+    assert steps["token"] == {"type": "bearer", "expires_in": 3600}
+    assert steps["update"] == {"status": 200}
+    assert steps["query"] == {"values": ["20"]}
+    assert steps["subscribed"] == {"sequence": 0, "added": ["20"]}
+    assert steps["notification"] == {"added": ["21"]}
+    assert (tmp_path / "data" / "sepa-clients.json").exists()
+
+
+@pytest.mark.parametrize("line, said", [
+    ('token_reply = "xml"', "token_reply"),
+    ('identities = "app"', "identities"),
+    ('identities = [1]', "identities"),
+    ('certificate = "/nonexistent.pem"', "both certificate and key"),
+])
+def test_secure_mode_configuration_errors_are_one_line(tmp_path, line, said):
+    from sib.config import ConfigError, load
+
+    path = tmp_path / "sib.toml"
+    path.write_text(f"[sepa]\n{line}\n")
+    with pytest.raises(ConfigError) as err:
+        load(path).sepa_ssl_context()
+    assert said in str(err.value)
+
+
+def test_a_bad_certificate_stops_ksp_sib_before_anything_starts(tmp_path):
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    out = subprocess.run([sys.executable, "-m", "sib.cli", "--memory", "--sepa-certificate",
+                          str(bad), "--sepa-key", str(bad)], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and out.stderr.startswith("ksp-sib: [sepa] certificate")
+    assert "Traceback" not in out.stderr
