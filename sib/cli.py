@@ -194,7 +194,6 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     gate = None
     if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
         from .sepa import SepaGate
-
         from .sepa.secure import Clients, Tokens
 
         data_dir = None if config.memory else Path(config.data_dir)

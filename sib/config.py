@@ -162,6 +162,10 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: The SEPA token reply's shapes (`sib.sepa.secure.Tokens`): both in one object (the default: no
+#: request header tells the clients apart), today's broker's flat one, or the `{"token": {...}}`
+#: older clients (sepa-js, sepy) read.
+TOKEN_REPLIES = ("both", "flat", "wrapped")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
 _POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
              "max_session_entries", "ack_timeout", "max_tcp_connections",
@@ -180,8 +184,6 @@ def _check_values(config: Config) -> None:
                               "(0: any free port; negative: off)")
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
-    from .sepa.secure import TOKEN_REPLIES
-
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")

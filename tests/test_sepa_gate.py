@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sib import Sib
+from ksp.terms import IRI, Literal
 from sib.access import AccessPolicy
+from sib.store import Delta
 from sib.sepa import SepaGate
 from transports import Server
 from transports.client import connect
@@ -457,6 +459,36 @@ def test_notifications_add_up_to_the_result(ops):
                     ev = lab.gate.broker.subscriptions[spuid].evaluation
                     assert Counter({json.dumps(ev.row_of[k], sort_keys=True): n
                                     for k, n in ev.rows.items()}) == state[spuid]
+    run(main())
+
+
+@pytest.mark.parametrize("text", [
+    "INSERT DATA { ex:a ex:p 1 }",
+    "INSERT DATA { GRAPH ex:closed { ex:a ex:p 1 } }",
+    "INSERT DATA { GRAPH ex:closed { ex:here ex:p 1 } }",  # already there: refused all the same
+    "DELETE WHERE { GRAPH ex:closed { ?s ?p ?o } }",
+    "INSERT { GRAPH ?g { ex:a ex:p 1 } } WHERE { GRAPH ?g { ?s ?p ?o } }",
+    "WITH ex:closed INSERT { ex:a ex:p 1 } WHERE { }",
+    "CLEAR ALL", "CLEAR NAMED", "CLEAR DEFAULT", "DROP GRAPH ex:nowhere", "CREATE GRAPH ex:c2",
+    "COPY ex:open TO ex:closed", "ADD ex:open TO ex:closed", "MOVE ex:open TO ex:closed",
+    "MOVE ex:closed TO ex:open",
+])
+def test_writes_are_checked_from_the_update_text(text):
+    """Every graph an operation may write needs write permission, decided before anything is
+    evaluated: a refusal says nothing about what the store holds, and nothing is applied."""
+    async def main():
+        policy = AccessPolicy(anonymous={"read": ["*"], "write": [EX + "open"]})
+        async with Lab(access=policy) as lab:
+            lab.sib.store.apply(Delta(((IRI(EX + "here"), IRI(EX + "p"), Literal.of(1),
+                                        IRI(EX + "closed")),
+                                       (IRI(EX + "o"), IRI(EX + "p"), Literal.of(2),
+                                        IRI(EX + "open")))))
+            before = len(lab.sib.store)
+            body = await lab.update(PRE + text, status=403)
+            assert body["error"] == "forbidden"
+            assert len(lab.sib.store) == before
+            await lab.update(PRE + "INSERT DATA { GRAPH ex:open { ex:b ex:p 3 } }")
+            assert len(lab.sib.store) == before + 1
     run(main())
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from sib import Sib
 from sib.access import AccessPolicy, Grant, KPEntry, hash_password
-from sib.sepa import SepaGate
+from sib.sepa import SepaError, SepaGate
 from sib.sepa.secure import Clients, Tokens
 from ksp.kpid import kp_id_bytes
 
@@ -227,8 +227,7 @@ def test_clients_and_key_kept_in_the_data_directory_without_secrets_in_clear(tmp
     client_id, secret = clients.register("app", ["client_credentials"])
     stored = (tmp_path / "sepa-clients.json").read_text()
     assert secret not in stored and client_id in stored
-    for name in ("sepa-clients.json",):
-        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "sepa-clients.json").stat().st_mode) == 0o600
     tokens = Tokens(tmp_path)
     assert stat.S_IMODE((tmp_path / "sepa-token.key").stat().st_mode) == 0o600
     token = tokens.issue(client_id)["access_token"]
@@ -237,15 +236,16 @@ def test_clients_and_key_kept_in_the_data_directory_without_secrets_in_clear(tmp
     basic = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
     assert again.authenticate(basic) == (client_id, "app")
     assert tokens_again.client_of("Bearer " + token) == client_id
-    with pytest.raises(Exception):
+    with pytest.raises(SepaError) as err:  # registered once, even across a restart
         Clients(tmp_path, ["app"]).register("app", ["client_credentials"])
+    assert err.value.status == 401
 
 
 def test_the_number_of_clients_is_bounded(tmp_path):
     clients = Clients(None, [f"c{i}" for i in range(5)], max_clients=3)
     for i in range(3):
         clients.register(f"c{i}", ["client_credentials"])
-    with pytest.raises(Exception) as err:
+    with pytest.raises(SepaError) as err:
         clients.register("c3", ["client_credentials"])
     assert err.value.status == 429
 
@@ -274,7 +274,7 @@ def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_p
     assert steps["token"] == {"type": "bearer", "expires_in": 3600}
     assert steps["update"] == {"status": 200}
     assert steps["query"] == {"values": ["20"]}
-    assert steps["subscribed"] == {"sequence": 0, "added": ["20"]}
+    assert steps["subscribed"] == {"sequence": 0, "alias": "temps", "added": ["20"]}
     assert steps["notification"] == {"added": ["21"]}
     assert (tmp_path / "data" / "sepa-clients.json").exists()
 

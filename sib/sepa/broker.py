@@ -97,6 +97,7 @@ class _Evaluation:
     row_of: dict = field(default_factory=dict)  # key -> the row's JSON
     boolean: bool | None = None
     members: dict[str, "Subscription"] = field(default_factory=dict)
+    made: int = 0  # when it was made: changes notify in this order, as the naive mode does
 
 
 @dataclass
@@ -123,7 +124,6 @@ class SepaBroker:
         self._owned: dict[object, set[str]] = {}  # owner (a socket) -> its spuids
         self._evaluations: dict[tuple, _Evaluation] = {}
         self._index = PatternIndex()  # evaluation key -> its triple patterns
-        self._order: dict[tuple, int] = {}  # evaluation key -> when it was made
         self._made = itertools.count()
         self._unscreened: set[tuple] = set()  # keys of evaluations run after every change
         self._dirty: set[tuple] | None = set()  # None: every evaluation
@@ -194,13 +194,11 @@ class SepaBroker:
             for op in ops:
                 if op.reads:
                     self._check_read(grant, _reads(op))
-                self._check_write(grant, op.writes())
+                self._check_write(grant, op.writes())  # covers every graph its change writes
                 try:
                     change = op.change(self.store)
                 except UpdateRefused as exc:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
-                self._check_write(grant, {q[3] for q in change.delta.quads}
-                                  | set(change.create) | set(change.drop))
                 rules |= prop.write(change.delta, change.create, change.drop)
                 written.append(change)
         except BaseException:
@@ -232,10 +230,9 @@ class SepaBroker:
         key = (text, dataset)
         ev = self._evaluations.get(key)
         if ev is None:
-            ev = _Evaluation(text, dataset)
+            ev = _Evaluation(text, dataset, made=next(self._made))
             self._evaluate(ev)  # raises SepaError for a bad query: nothing registered
             self._evaluations[key] = ev
-            self._order[key] = next(self._made)
             patterns = triple_patterns(text)
             if patterns is None:
                 self._unscreened.add(key)
@@ -267,10 +264,14 @@ class SepaBroker:
         if not ev.members:
             key = (ev.text, ev.dataset)
             self._evaluations.pop(key, None)
-            self._order.pop(key, None)
             self._index.remove(key)
             self._unscreened.discard(key)
         return True
+
+    @property
+    def queries(self) -> int:
+        """Distinct subscription queries (equal subscriptions share one evaluation)."""
+        return len(self._evaluations)
 
     def drop_owner(self, owner: object) -> int:
         """End every subscription of `owner` (its socket closed)."""
@@ -303,15 +304,11 @@ class SepaBroker:
         dirty, self._dirty = self._dirty, set()
         sent = self.notifications
         if dirty is None:
-            keys = list(self._evaluations)
-        else:
-            # in the order they were made, as the naive mode goes (sockets see it)
-            order = self._order
-            keys = sorted(dirty | self._unscreened, key=order.__getitem__)
-        for key in keys:
-            ev = self._evaluations.get(key)
-            if ev is None:
-                continue
+            affected = list(self._evaluations.values())
+        else:  # in the order they were made, as the naive mode goes (sockets see it)
+            found = map(self._evaluations.get, dirty | self._unscreened)
+            affected = sorted(filter(None, found), key=lambda ev: ev.made)
+        for ev in affected:  # only an evaluation's own failure ends it in this loop
             try:
                 diff = self._evaluate(ev)
             except SepaError as exc:

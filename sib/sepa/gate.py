@@ -189,7 +189,7 @@ class SepaGate:
             "SEPA subscriptions.", lambda: len(b.subscriptions))
         metrics.gauges["ksp_sepa_evaluations_shared"] = (
             "Distinct subscription queries (equal subscriptions share one).",
-            lambda: len(b._evaluations))
+            lambda: b.queries)
         metrics.counters["ksp_sepa_notifications_total"] = (
             "SEPA notifications sent.", lambda: b.notifications)
         metrics.counters["ksp_sepa_evaluations_total"] = (

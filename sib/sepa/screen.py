@@ -43,7 +43,7 @@ def triple_patterns(text: str) -> list[Triple] | None:
 def _walk_ksp(value, found: list[Triple]) -> None:
     if isinstance(value, Triple):
         found.append(value)
-    elif isinstance(value, tuple) and not isinstance(value, (str, bytes)):
+    elif isinstance(value, tuple):
         for item in value:
             _walk_ksp(item, found)
 

@@ -32,15 +32,12 @@ from pathlib import Path
 
 import jwt
 
+from ..config import TOKEN_REPLIES
 from .broker import SepaError
 
-__all__ = ["Clients", "Tokens", "TOKEN_REPLIES"]
+__all__ = ["Clients", "Tokens"]
 
 ISSUER = "ksp-sib"
-#: How the token reply is shaped: both shapes in one object (the default: no request header
-#: tells the clients apart), today's broker's flat one, or the `{"token": {...}}` older
-#: clients (sepa-js, sepy) read.
-TOKEN_REPLIES = ("both", "flat", "wrapped")
 
 
 def _digest(secret: str) -> str:

@@ -6,14 +6,9 @@
 const fs = require("fs");
 const https = require("https");
 const { secure: SecureSEPA } = require("@arces-wot/sepa-js").client;
+const { CHANGE, say, within, once, values, writeReadSubscribe } = require("./steps");
 const [host, httpsPort, wssPort, caFile, identity] = process.argv.slice(2);
-const EX = "http://example.org/";
 const agent = new https.Agent({ ca: fs.readFileSync(caFile) });
-
-const say = (step, data) => console.log(JSON.stringify({ step, ...data }));
-const within = (ms, what, promise) => Promise.race([promise, new Promise((_, reject) =>
-  setTimeout(() => reject(new Error(`no ${what} within ${ms} ms`)), ms))]);
-const once = (emitter, event) => new Promise((resolve) => emitter.once(event, resolve));
 
 async function main() {
   const client = await SecureSEPA.register(identity, {
@@ -32,20 +27,11 @@ async function main() {
   await client.login();
   say("token", { type: client.webToken.token_type, expires_in: client.webToken.expires_in });
 
-  const up = await client.update(`INSERT DATA { <${EX}t> <${EX}temp> 20 }`);
-  say("update", { status: up.status });
-  const res = await client.query(`SELECT ?v WHERE { <${EX}t> <${EX}temp> ?v }`);
-  say("query", { values: res.results.bindings.map((b) => b.v.value) });
-
-  const sub = client.subscribe(`SELECT ?v WHERE { <${EX}t> <${EX}temp> ?v }`, undefined, "temps");
-  const first = await within(10000, "subscribed", once(sub, "subscribed"));
-  say("subscribed", { sequence: first.sequence,
-                      added: first.addedResults.results.bindings.map((b) => b.v.value) });
+  const sub = await writeReadSubscribe(client);
   const added = once(sub, "added");
-  await client.update(`DELETE { <${EX}t> <${EX}temp> ?v } INSERT { <${EX}t> <${EX}temp> 21 } ` +
-                      `WHERE { <${EX}t> <${EX}temp> ?v }`);
+  await client.update(CHANGE);
   const a = await within(10000, "added", added);
-  say("notification", { added: a.results.bindings.map((b) => b.v.value) });
+  say("notification", { added: values(a) });
   sub.kill();
   process.exit(0);
 }
