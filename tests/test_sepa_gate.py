@@ -701,3 +701,110 @@ def test_gate_metrics_beside_the_ksp_ones():
         assert metrics["ksp_sepa_request_latency_seconds_count[]"] == 2  # the good ones
         assert "ksp_indications_total[]" in metrics  # the KSP ones on the same endpoint
     run(main())
+
+
+class StalledClient:
+    """A WebSocket client on a raw socket that subscribes and then never reads: its small
+    receive buffer fills, the kernel closes the TCP window, and the gate's writes back up."""
+
+    def __init__(self, port: int) -> None:
+        import base64
+        import os
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect
+        self.sock.connect(("127.0.0.1", port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /subscribe HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                           ).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)  # byte by byte: nothing after the handshake is read
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def send_json(self, message: dict) -> None:
+        import os
+        import struct
+
+        data, mask = json.dumps(message).encode(), os.urandom(4)
+        assert len(data) < 65536
+        head = bytes([0x81, 0x80 | 126]) + struct.pack("!H", len(data)) + mask
+        self.sock.sendall(head + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_client_that_never_reads_is_cut_off_through_real_tcp_backpressure():
+    """No simulation: the client's TCP window closes, the gate's writer waits on it, the
+    socket's queue fills, and the gate closes the connection (aborting it: a close frame cannot
+    get through either) and ends its subscription; the SIB's memory for it is bounded, and
+    updates and the other subscribers go on meanwhile."""
+    big = "x" * 60_000
+
+    async def main():
+        async with Lab(max_socket_queue=8) as lab:
+            query = PRE + "SELECT ?v WHERE { ex:a ex:v ?v }"
+            stalled = await asyncio.to_thread(StalledClient, lab.gate.ws_port)
+            stalled.send_json({"subscribe": {"sparql": query, "alias": "stalled"}})
+            for _ in range(200):
+                if lab.gate.broker.subscriptions:
+                    break
+                await asyncio.sleep(0.01)
+            (sock,) = lab.gate.sockets
+            other = await lab.http.ws_connect(lab.ws_url)
+            await lab.subscribe(other, query)
+            sequence = 0
+            for i in range(400):
+                await lab.update(PRE + f'INSERT DATA {{ ex:a ex:v "{i}{big}" }}')
+                n = (await receive(other))["notification"]
+                sequence += 1
+                assert n["sequence"] == sequence
+                assert len(sock.queue) <= 8  # bounded whatever the client does
+                if sock not in lab.gate.sockets:
+                    break
+            else:
+                raise AssertionError("the stalled socket was never cut off")
+            assert sock.overflowed and lab.gate.overflowed == 1
+            for _ in range(200):  # its subscription ends on the scheduler
+                if len(lab.gate.broker.subscriptions) == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(lab.gate.broker.subscriptions) == 1
+            for _ in range(300):  # and the connection is gone, not left draining
+                if sock.transport_gone():
+                    break
+                await asyncio.sleep(0.01)
+            assert sock.transport_gone()
+            assert i > 3  # it took real backpressure, not the first notification
+            await other.close()
+            stalled.close()
+    run(main())
+
+
+def test_shutdown_does_not_wait_on_a_client_that_never_reads():
+    """A stalled client's window is shut, so its 1001 close frame cannot get through: the
+    SIB's shutdown still ends, and leaves no connection behind (one stayed open, holding its
+    buffered frames, before the gate aborted it)."""
+    async def main():
+        lab = Lab(max_socket_queue=1_000)
+        await lab.__aenter__()
+        try:
+            stalled = await asyncio.to_thread(StalledClient, lab.gate.ws_port)
+            stalled.send_json({"subscribe": {"sparql": PRE + "SELECT ?v WHERE { ex:a ex:v ?v }"}})
+            while not lab.gate.sockets or not lab.gate.broker.subscriptions:
+                await asyncio.sleep(0.01)
+            (sock,) = lab.gate.sockets
+            i = 0
+            while sock.transport.get_write_buffer_size() == 0:  # until its window is full
+                await lab.update(PRE + f'INSERT DATA {{ ex:a ex:v "{i}{"x" * 60_000}" }}')
+                i += 1
+                await asyncio.sleep(0.01)
+        finally:
+            await asyncio.wait_for(lab.__aexit__(None, None, None), 30)
+        assert sock.transport_gone()
+        stalled.close()
+    run(main())

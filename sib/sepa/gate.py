@@ -104,39 +104,60 @@ def _error(exc: SepaError) -> web.Response:
 
 class _Socket:
     """One subscriber WebSocket: what the broker sends goes through a bounded queue to a
-    writer task, so a client that never reads costs at most `max_queued` frames, then its
-    socket is closed (1008) and its subscriptions end."""
+    writer task, so a client that never reads costs at most `max_queued` frames (beside what
+    the transport buffers before it pushes back); then its connection is aborted (a close
+    frame would wait behind what the client does not read) and its subscriptions end."""
 
-    def __init__(self, ws: web.WebSocketResponse, max_queued: int) -> None:
+    close_timeout = 1.0
+
+    def __init__(self, ws: web.WebSocketResponse, max_queued: int, transport) -> None:
         self.ws = ws
+        self.transport = transport
         self.max_queued = max_queued
         self.queue: deque[str] = deque()
         self.ready = asyncio.Event()
         self.closed = False
         self.overflowed = False
+        self.writer = asyncio.create_task(self._pump())
 
     def send(self, message: dict) -> None:
         if self.closed:
             return
-        if len(self.queue) >= self.max_queued:
-            self.overflowed = self.closed = True
-            self.queue.clear()
-        else:
+        if len(self.queue) < self.max_queued:
             self.queue.append(json.dumps(message, ensure_ascii=False))
-        self.ready.set()
+            self.ready.set()
+            return
+        # The writer may be waiting on the client's TCP window for good, and a close frame
+        # would wait behind it: the connection is aborted from here, and the handler's read
+        # loop ends with it.
+        log.warning("subscriber socket not reading: aborted after %d queued frames",
+                    self.max_queued)
+        self.overflowed = self.closed = True
+        self.queue.clear()
+        self.writer.cancel()
+        self.transport.abort()
 
-    async def pump(self) -> None:
-        ws = self.ws
+    async def _pump(self) -> None:
         while True:
             await self.ready.wait()
             self.ready.clear()
-            if self.overflowed:
-                log.warning("subscriber socket not reading: closed after %d queued frames",
-                            self.max_queued)
-                await ws.close(code=1008, message=b"notifications not read")
-                return
             while self.queue:
-                await ws.send_str(self.queue.popleft())
+                await self.ws.send_str(self.queue.popleft())
+
+    async def shut(self, code: int, message: bytes) -> None:
+        """Close with `code`, then abort: a client that does not read would otherwise keep the
+        connection open, holding what is buffered for it, after the close."""
+        try:
+            await asyncio.wait_for(self.ws.close(code=code, message=message), self.close_timeout)
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+        if not self.transport_gone():
+            self.transport.abort()
+
+    def transport_gone(self) -> bool:
+        """The connection's socket is closed (not merely closing with bytes still buffered)."""
+        sock = self.transport.get_extra_info("socket")
+        return sock is None or sock.fileno() == -1
 
 
 class SepaGate:
@@ -171,7 +192,7 @@ class SepaGate:
         self._runners: list[web.AppRunner] = []
         self.requests: Counter[str] = Counter()  # by kind (stats)
         self.errors: Counter[int] = Counter()  # error answers and frames, by status code
-        self.overflowed = 0  # sockets closed for not reading
+        self.overflowed = 0  # sockets aborted for not reading
         self.request_latency = Histogram()
         self._register_metrics(sib.core.metrics)
 
@@ -196,7 +217,7 @@ class SepaGate:
             "Subscription queries evaluated (first results and re-evaluations).",
             lambda: b.evaluations)
         metrics.counters["ksp_sepa_sockets_overflowed_total"] = (
-            "SEPA WebSockets closed for not reading their notifications (1008).",
+            "SEPA WebSockets aborted for not reading their notifications.",
             lambda: self.overflowed)
         metrics.histograms["ksp_sepa_request_latency_seconds"] = (
             "SEPA HTTP query and update, from the request read to the answer.",
@@ -239,8 +260,7 @@ class SepaGate:
         return self
 
     async def close(self) -> None:
-        for s in list(self.sockets):
-            await s.ws.close(code=1001, message=b"SIB shutting down")
+        await asyncio.gather(*(s.shut(1001, b"SIB shutting down") for s in list(self.sockets)))
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
@@ -382,9 +402,8 @@ class SepaGate:
                          ) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=self.max_frame_bytes)
         await ws.prepare(request)
-        sock = _Socket(ws, self.max_socket_queue)
+        sock = _Socket(ws, self.max_socket_queue, request.transport)
         self.sockets.add(sock)
-        writer = asyncio.create_task(sock.pump())
         try:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
@@ -402,10 +421,7 @@ class SepaGate:
                 await self.sib.call(lambda: self.broker.drop_owner(sock))
             except asyncio.QueueFull:
                 self.broker.drop_owner(sock)  # between two awaits: the scheduler is not in it
-            if sock.overflowed:
-                await writer
-            else:
-                writer.cancel()
+            sock.writer.cancel()
         return ws
 
     async def _frame(self, sock: _Socket, data: str, secure: bool = False) -> None:
