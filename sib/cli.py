@@ -3,6 +3,7 @@
     ksp-sib [--config sib.toml] [--data-dir DIR | --memory] [--udp-port N] ...
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
     ksp-sib new-key                      # a random key for [[access.kp]] key (sealed messages)
+    ksp-sib jsap [--config sib.toml] [--merge app.jsap]   # the running SIB's JSAP
 
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
@@ -205,7 +206,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                               wss_port=config.sepa_wss_port,
                               clients=Clients(data_dir, config.sepa_identities),
                               tokens=Tokens(data_dir, config.sepa_token_lifetime,
-                                            config.sepa_token_reply)).start()
+                                            config.sepa_token_reply),
+                              ksp=_ksp_ports(server, tls is not None),
+                              namespaces=config.sepa_namespaces).start()
         if gate.http_port is not None:
             log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
                      gate.http_port)
@@ -260,6 +263,16 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             pcap.close()
         store.close()  # a temporary store's directory goes
         log.info("stopped")
+
+
+def _ksp_ports(server, tls: bool) -> dict[str, int]:
+    """The bound KSP ports by URL scheme, for the SIB's JSAP."""
+    ports = {}
+    for t in TRANSPORTS:
+        adapter = getattr(server, t)
+        if adapter is not None:
+            ports["tcps" if t == "tcp" and tls else t] = adapter.port
+    return ports
 
 
 def _reload_access(sib: Sib, reload: Callable[[], Config]) -> None:
@@ -323,10 +336,78 @@ def lock_data_dir(data: Path):
     return handle
 
 
+def jsap_command(argv: list[str]) -> int:
+    """`ksp-sib jsap`: the running SIB's JSAP, asked of its gate (`GET /jsap`), so the ports
+    are the ones it bound; `--merge` points an application's JSAP at it."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from .sepa.jsap import merge
+
+    p = argparse.ArgumentParser(prog="ksp-sib jsap", description=(
+        "Print the JSAP of the running ksp-sib that this configuration (file and flags, as "
+        "given to ksp-sib) describes: host, ports, paths, namespaces, and its KSP listeners "
+        "under extended.ksp. It is asked of the SIB's SEPA gate over HTTP."))
+    p.add_argument("--config", metavar="FILE", help="the SIB's TOML configuration file")
+    p.add_argument("--host", help="the address the SIB listens on (as ksp-sib --host)")
+    p.add_argument("--sepa-http-port", type=int, metavar="N", help="its SEPA HTTP port")
+    p.add_argument("--name", metavar="HOST",
+                   help="the host name to write in the JSAP (default: the address asked)")
+    p.add_argument("--secure", action="store_true",
+                   help="describe the secure mode (HTTPS, WSS, OAuth register and token)")
+    p.add_argument("--merge", metavar="APP.jsap",
+                   help="print this application JSAP (namespaces, queries, updates) pointed "
+                        "at the SIB")
+    args = p.parse_args(argv)
+    try:
+        config = load(args.config, {"host": args.host, "sepa_http_port": args.sepa_http_port})
+        application = None
+        if args.merge:
+            try:
+                application = json.loads(Path(args.merge).read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"--merge {args.merge}: {exc}") from None
+            if not isinstance(application, dict):
+                raise ConfigError(f"--merge {args.merge}: a JSAP is a JSON object")
+    except ConfigError as exc:
+        print(f"ksp-sib jsap: {exc}", file=sys.stderr)
+        return 2
+    if config.sepa_http_port <= 0:
+        print("ksp-sib jsap: the SIB's SEPA HTTP port is off or chosen at start "
+              f"(sepa_http_port = {config.sepa_http_port}); give it with --sepa-http-port",
+              file=sys.stderr)
+        return 2
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(config.host,
+                                                                         config.host)
+    url = f"http://{f'[{address}]' if ':' in address else address}:{config.sepa_http_port}/jsap"
+    request = urllib.request.Request(url + ("?secure" if args.secure else ""))
+    if args.name:
+        request.add_header("Host", f"{args.name}:{config.sepa_http_port}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            jsap = json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        print(f"ksp-sib jsap: no SIB answers at {url} ({reason}); is it running, with "
+              "this configuration?", file=sys.stderr)
+        return 1
+    if application is not None:
+        try:
+            jsap = merge(jsap, application)
+        except ValueError as exc:
+            print(f"ksp-sib jsap: --merge {args.merge}: {exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(jsap, indent=2, ensure_ascii=False))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["hash-password"]:
         return hash_password_command(argv[1:])
+    if argv[:1] == ["jsap"]:
+        return jsap_command(argv[1:])
     if argv[:1] == ["new-key"]:
         if len(argv) > 1:
             print("usage: ksp-sib new-key", file=sys.stderr)

@@ -70,6 +70,8 @@ class Config:
     sepa_identities: list = field(default_factory=list)
     sepa_token_lifetime: float = 3600.0
     sepa_token_reply: str = "both"
+    #: Prefixes the SIB's JSAP offers beside rdf, rdfs, xsd, owl and sosa (`ksp-sib jsap`).
+    sepa_namespaces: dict = field(default_factory=dict)
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -84,7 +86,7 @@ class Config:
                 "capture": ("file", "max_bytes", "max_files"),
                 "sepa": ("http_port", "ws_port", "max_subscriptions",
                          "max_socket_subscriptions", "certificate", "key", "https_port",
-                         "wss_port", "identities", "token_lifetime", "token_reply")}
+                         "wss_port", "identities", "token_lifetime", "token_reply", "namespaces")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
@@ -184,6 +186,9 @@ def _check_values(config: Config) -> None:
                               "(0: any free port; negative: off)")
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
+    if not all(isinstance(k, str) and isinstance(v, str) and v
+               for k, v in config.sepa_namespaces.items()):
+        raise ConfigError("[sepa] namespaces: a table of prefix = \"namespace IRI\"")
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")
@@ -198,7 +203,8 @@ def _check_values(config: Config) -> None:
 
 
 def _typed(key: str, value: Any, kind: str) -> Any:
-    want = {"str": str, "bool": bool, "int": int, "float": (int, float), "list": list}[kind]
+    want = {"str": str, "bool": bool, "int": int, "float": (int, float), "list": list,
+            "dict": dict}[kind]
     if not isinstance(value, want) or (kind == "int" and isinstance(value, bool)):
         raise ConfigError(f"{key}: expected {kind}, got {value!r}")
     return float(value) if kind == "float" else value

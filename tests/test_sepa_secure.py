@@ -106,6 +106,26 @@ class SecureLab:
             return r.status, await r.json(content_type=None)
 
 
+def test_the_jsap_of_the_secure_mode(certificate):
+    """Over HTTPS `GET /jsap` describes the secure mode, as SEPA's secure JSAPs do: OAuth on,
+    the /secure/ paths over HTTPS, subscriptions over WSS."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            async with lab.http.get(lab.base + "/jsap") as r:
+                jsap = await r.json()
+            port, wss = lab.gate.https_port, lab.gate.wss_port
+            assert jsap["oauth"] == {
+                "enable": True, "register": f"https://127.0.0.1:{port}/oauth/register",
+                "tokenRequest": f"https://127.0.0.1:{port}/oauth/token"}
+            assert jsap["sparql11protocol"]["protocol"] == "https"
+            assert jsap["sparql11protocol"]["port"] == port
+            assert jsap["sparql11protocol"]["update"]["path"] == "/secure/update"
+            assert jsap["sparql11seprotocol"] == {
+                "protocol": "wss",
+                "availableProtocols": {"wss": {"port": wss, "path": "/secure/subscribe"}}}
+    run(main())
+
+
 def test_register_and_token_as_the_reference_broker(certificate):
     async def main():
         async with SecureLab(certificate) as lab:
@@ -284,6 +304,8 @@ def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_p
     ('identities = "app"', "identities"),
     ('identities = [1]', "identities"),
     ('certificate = "/nonexistent.pem"', "both certificate and key"),
+    ('namespaces = ["gh"]', "namespaces: expected dict"),
+    ('namespaces = { gh = 1 }', "namespaces: a table of prefix"),
 ])
 def test_secure_mode_configuration_errors_are_one_line(tmp_path, line, said):
     from sib.config import ConfigError, load

@@ -481,7 +481,7 @@ class _Connecting:
         await self._kp.close()
 
 
-def connect(url: str, *, kp_id: Any = None, password: str = "",
+def connect(url: str | None = None, *, kp_id: Any = None, password: str = "",
             timing: Timing | None = None, ssl: _ssl.SSLContext | None = None,
             prefixes: dict[str, str] | None = None, keep_persistent: bool = False,
             jsap: "Jsap | str | None" = None, key: bytes | str | None = None,
@@ -490,13 +490,17 @@ def connect(url: str, *, kp_id: Any = None, password: str = "",
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
     `KP.close`. `jsap`: a JSAP file (or `Jsap`) whose queries and updates can then be used by
-    name, its namespaces as prefixes. With `key` instead of a password (udp:// or coap://) every
+    name, its namespaces as prefixes; without `url`, its SIB (`ksp-sib jsap`). With `key` instead of a password (udp:// or coap://) every
     message is sealed (docs/wire-format.md section 13) from `counter` on
     (`ksp.secure.initial_counter` of the clock if omitted). Use it as `kp = await connect(...)` or
     `async with connect(...) as kp:`. A SIB that cannot be reached raises
     `KspConnectionError` naming the URL."""
     if isinstance(jsap, (str, Path)):
         jsap = Jsap.load(jsap)
+    if url is None:
+        if jsap is None:
+            raise TypeError("connect() needs the SIB's URL, or a JSAP that names it")
+        url = jsap.url()
     return _Connecting(_open(url, kp_id, password, timing, ssl, prefixes, keep_persistent,
                              jsap, dict(link_args, key=key, counter=counter)))
 

@@ -1,6 +1,7 @@
 """JSAP files (SEPA's "JSON SPARQL Application Profile"): namespaces, and named queries and
 updates whose `forcedBindings` a caller fills in — so that `kp.query("ALIAS", bindings={...})`
-works as in SEPA's client APIs.
+works as in SEPA's client APIs. The JSAP that `ksp-sib jsap` prints also names the SIB's KSP
+listeners (`extended.ksp`), so `connect(jsap="app.jsap")` needs no URL.
 
     {"namespaces": {"gh": "http://example.org/greenhouse#"},
      "queries": {"TEMPERATURE": {"sparql": "SELECT ?t WHERE { ?sensor gh:temperature ?t }",
@@ -33,11 +34,24 @@ class Jsap:
         self.namespaces: dict[str, str] = dict(data.get("namespaces") or {})
         self.queries: dict[str, dict] = dict(data.get("queries") or {})
         self.updates: dict[str, dict] = dict(data.get("updates") or {})
+        extended = data.get("extended") or {}
+        ksp = extended.get("ksp") if isinstance(extended, Mapping) else None
+        #: The SIB's KSP listeners by URL scheme, as `ksp-sib jsap` writes them.
+        self.ksp: dict[str, str] = dict(ksp) if isinstance(ksp, Mapping) else {}
         for kind, table in (("queries", self.queries), ("updates", self.updates)):
             for alias, entry in table.items():
                 if not isinstance(entry, Mapping) or not isinstance(entry.get("sparql"), str):
                     raise JsapError(f"{kind}.{alias}: needs a 'sparql' text")
         self.data = data
+
+    def url(self) -> str:
+        """The SIB's KSP URL from the JSAP (`extended.ksp`): UDP, as boards speak, else TCP,
+        TLS or CoAP."""
+        for scheme in ("udp", "tcp", "tcps", "coap"):
+            if isinstance(self.ksp.get(scheme), str):
+                return self.ksp[scheme]
+        raise JsapError("the JSAP names no KSP listener (extended.ksp, as `ksp-sib jsap` "
+                        "writes it): give the SIB's URL")
 
     @classmethod
     def load(cls, path: str | Path) -> "Jsap":

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pyoxigraph as ox
 from aiohttp import WSMsgType, web
@@ -27,6 +27,7 @@ from ksp.terms import IRI
 from ..access import Grant
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
+from .jsap import describe
 from .secure import Clients, Tokens
 from .update import Dataset
 
@@ -170,11 +171,13 @@ class SepaGate:
                  max_socket_subscriptions: int = 1_000, max_socket_queue: int = 1_024,
                  heartbeat: float = 30.0, ssl_context=None, https_port: int = 8443,
                  wss_port: int = 9443, clients: Clients | None = None,
-                 tokens: Tokens | None = None) -> None:
+                 tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
+                 namespaces: Mapping[str, str] | None = None) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
-        (`sib.sepa.secure`)."""
+        (`sib.sepa.secure`). `GET /jsap` describes the SIB (`sib.sepa.jsap`): these ports, the
+        KSP listeners' `ksp` ports by URL scheme, and `namespaces`."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -186,6 +189,8 @@ class SepaGate:
         self.max_frame_bytes = max_frame_bytes
         self.max_socket_queue = max_socket_queue
         self.heartbeat = heartbeat
+        self.ksp = dict(ksp or {})
+        self.namespaces = dict(namespaces or {})
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
                                  max_per_owner=max_socket_subscriptions)
         self.sockets: set[_Socket] = set()
@@ -200,7 +205,8 @@ class SepaGate:
         """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
         b = self.broker
         metrics.labelled["ksp_sepa_requests_total"] = (
-            "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token).",
+            "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token, "
+            "jsap).",
             "kind", lambda: self.requests)
         metrics.labelled["ksp_sepa_errors_total"] = (
             "SEPA error answers and frames, by HTTP status code.", "status",
@@ -231,6 +237,7 @@ class SepaGate:
         http.router.add_route("GET", "/query", self._query)
         http.router.add_route("POST", "/query", self._query)
         http.router.add_route("POST", "/update", self._update)
+        http.router.add_get("/jsap", self._jsap)
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
         https = web.Application(client_max_size=self.max_body_bytes)
@@ -241,6 +248,7 @@ class SepaGate:
         https.router.add_route("GET", "/secure/query", self._secure_query)
         https.router.add_route("POST", "/secure/query", self._secure_query)
         https.router.add_route("POST", "/secure/update", self._secure_update)
+        https.router.add_get("/jsap", self._jsap)
         wss = web.Application()
         wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
@@ -307,6 +315,16 @@ class SepaGate:
 
     async def _secure_update(self, request: web.Request) -> web.Response:
         return await self._answer(request, self._run_update, secure=True)
+
+    async def _jsap(self, request: web.Request) -> web.Response:
+        """The SIB's JSAP, with the host this client reached it by (its Host header). Over
+        HTTPS, or with `?secure`, it describes the secure mode."""
+        self.requests["jsap"] += 1
+        return web.json_response(describe(
+            request.url.host or self.host, http_port=self.http_port, ws_port=self.ws_port,
+            https_port=self.https_port, wss_port=self.wss_port, ksp=self.ksp,
+            namespaces=self.namespaces, secure=request.secure or "secure" in request.query),
+            dumps=lambda data: json.dumps(data, indent=2))
 
     def _grant(self, authorization: object) -> Grant:
         """What the client a token speaks for may do: the access policy's grant of the KP
