@@ -7,7 +7,8 @@
 
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
-IND (a bad file is logged and the old policy kept).
+IND, every SEPA subscription with a 403 error frame (a bad file is logged and the old policy
+kept).
 
 Shutdown (SIGINT/SIGTERM): the queue is finished, TCP/CoAP persistent operations get
 TERMINATED INDs (UDP ones are journaled and resume after a restart; with --memory they are

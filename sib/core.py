@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from ksp.codes import Status, Tx
 from ksp.model import Request, Response
@@ -69,6 +70,10 @@ class SibCore:
         self.propagation = Propagation(store, self.registry, fresh or fresh_labels(),
                                        smart=smart, rule_firing_limit=rule_firing_limit,
                                        cascade_limit=cascade_limit)
+        #: Called with each new policy, after the KSP operations are re-checked: other holders
+        #: of persistent operations (the SEPA gate's subscriptions) end what it no longer
+        #: allows, and return how many.
+        self.access_checks: list[Callable[[AccessPolicy], int]] = []
 
     # -- public ---------------------------------------------------------------------------
 
@@ -200,6 +205,8 @@ class SibCore:
                 self.metrics.denied += 1
                 self.registry.terminate(key, exc.status)
                 ended += 1
+        for check in self.access_checks:
+            ended += check(access)
         return ended
 
     # -- dispatch -------------------------------------------------------------------------

@@ -388,6 +388,26 @@ def test_the_anonymous_policy_holds_for_sepa_clients():
     run(main())
 
 
+def test_an_anonymous_subscription_ends_when_a_new_policy_stops_anonymous_reads():
+    """SIGHUP's path (`Sib.set_access`) on the plain port: the policy in force when a change
+    comes is the one that counts, so a subscriber the new policy does not allow is told (an
+    error frame with its spuid and alias) and hears nothing more."""
+    async def main():
+        policy = AccessPolicy(anonymous={"read": ["*"], "write": ["*"]})
+        async with Lab(access=policy) as lab, lab.http.ws_connect(lab.ws_url) as ws:
+            first = await lab.subscribe(ws, PRE + "SELECT ?v WHERE { ex:a ex:v ?v }", "temps")
+            spuid = first["notification"]["spuid"]
+            lab.sib.set_access(AccessPolicy(anonymous="none"))
+            ended = await receive(ws)
+            assert (ended["status_code"], ended["alias"], ended["spuid"]) == (403, "temps", spuid)
+            assert not lab.gate.broker.subscriptions
+            lab.sib.set_access(policy)  # open again: the ended subscription stays ended
+            await lab.update(PRE + "INSERT DATA { ex:a ex:v 1 }")
+            with pytest.raises(asyncio.TimeoutError):
+                await ws.receive(0.5)
+    run(main())
+
+
 # -- exactness against re-evaluation ----------------------------------------------------------
 
 _SUBJECTS = ["a", "b", "c"]

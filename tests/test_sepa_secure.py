@@ -242,6 +242,38 @@ def test_secure_subscribe_needs_a_token_in_or_beside_the_subscribe(certificate):
     run(main())
 
 
+def test_a_new_policy_ends_the_subscriptions_it_no_longer_allows(certificate):
+    """As SIGHUP does (`Sib.set_access`): the reader loses its read permission, so its
+    subscription gets an error frame naming it and ends; the writer's goes on; nothing of a
+    later change reaches the reader."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            writer, reader = await lab.token("writer"), await lab.token("reader")
+            query = f"SELECT ?v WHERE {{ <{EX}t> <{EX}temp> ?v }}"
+            async with lab.http.ws_connect(lab.wss) as w, lab.http.ws_connect(lab.wss) as r:
+                for ws, token, alias in ((w, writer, "w"), (r, reader, "r")):
+                    await ws.send_json({"subscribe": {"sparql": query, "alias": alias,
+                                                      "authorization": token}})
+                    assert (await ws.receive_json(timeout=10))["notification"]["sequence"] == 0
+                (spuid,) = [s.spuid for s in lab.gate.broker.subscriptions.values()
+                            if s.alias == "r"]
+                reader_id = kp_id_bytes("reader")
+                policy = _policy()
+                policy.kps[reader_id] = KPEntry(reader_id, hash_password("pw"), Grant.of([], []),
+                                                "reader")
+                lab.sib.set_access(policy)
+                ended = await r.receive_json(timeout=10)
+                assert (ended["status_code"], ended["alias"], ended["spuid"]) == (403, "r", spuid)
+                assert "ended by the new access policy" in ended["error_description"]
+                assert [s.alias for s in lab.gate.broker.subscriptions.values()] == ["w"]
+                assert (await lab.update(writer, f"INSERT DATA {{ <{EX}t> <{EX}temp> 7 }}"))[0] \
+                    == 200
+                assert (await w.receive_json(timeout=10))["notification"]["sequence"] == 1
+                with pytest.raises(asyncio.TimeoutError):
+                    await r.receive_json(timeout=0.5)
+    run(main())
+
+
 def test_clients_and_key_kept_in_the_data_directory_without_secrets_in_clear(tmp_path):
     clients = Clients(tmp_path, ["app"])
     client_id, secret = clients.register("app", ["client_credentials"])

@@ -72,6 +72,29 @@ class Greenhouse:
         self.readings: dict[str, float] = {}
         self.observed: dict[URIRef, bool] = {}
         self._changed = asyncio.Event()
+        self.sensors: dict = {}  # quantity -> its Sensor KP's connection, once opened
+
+    async def publish(self, quantity: str, value: float) -> None:
+        """A Sensor KP's reading: UPDATE DATA, the old reading out and the new one in."""
+        kp = self.sensors.get(quantity)
+        if kp is None:
+            kp = self.sensors[quantity] = await connect(self.url,
+                                                        kp_id=f"greenhouse-{quantity}-sensor")
+        old = self.readings.get(quantity)
+        sensor = SENSORS[quantity]
+        new = (sensor, GH[quantity], Literal(value))
+        if old is None:
+            await kp.insert_data([new])
+        else:
+            await kp.update(Request(Tx.UPDATE_DATA, 0, delete=((sensor, GH[quantity],
+                                                                 Literal(old)),), insert=(new,)))
+        self.readings[quantity] = value
+        self.say(f"Sensor KP: {quantity} {value}")
+
+    async def close(self) -> None:
+        for kp in self.sensors.values():
+            await kp.close()
+        self.sensors.clear()
 
     async def setup(self) -> None:
         async with await connect(self.url, kp_id="greenhouse-preferences",
@@ -110,39 +133,28 @@ class Greenhouse:
                 await self._changed.wait()
         await asyncio.wait_for(wait(), timeout)
 
-    async def run(self, readings=READINGS) -> list[tuple[dict, dict]]:
+    async def run(self, readings=READINGS, interval: float = 0.0) -> list[tuple[dict, dict]]:
         """Set up, then publish `readings` one by one; after each, wait until the Actuator KP
         has seen what the rules made of it. Returns, per reading, the states the Actuator KP
         observed and the states a plain SELECT finds in the store (sent after the reading, it
-        is executed after the reading's rule cascade: one request at a time)."""
+        is executed after the reading's rule cascade: one request at a time). `interval`: the
+        pause after each reading (for people watching the dashboard)."""
         await self.setup()
         ready = asyncio.Event()
         actuator = asyncio.create_task(self.actuator(ready))
         history = []
-        sensors = {q: await connect(self.url, kp_id=f"greenhouse-{q}-sensor")
-                   for q in SENSORS}
         checker = await connect(self.url, prefixes=PREFIXES)
         try:
             await asyncio.wait_for(ready.wait(), 60)
             for quantity, value in readings:
-                old = self.readings.get(quantity)
-                sensor = SENSORS[quantity]
-                new = (sensor, GH[quantity], Literal(value))
-                if old is None:
-                    await sensors[quantity].insert_data([new])
-                else:
-                    await sensors[quantity].update(Request(
-                        Tx.UPDATE_DATA, 0, delete=((sensor, GH[quantity], Literal(old)),),
-                        insert=(new,)))
-                self.readings[quantity] = value
-                self.say(f"Sensor KP: {quantity} {value}")
+                await self.publish(quantity, value)
                 stored = states_of(await checker.query(STATES))
                 await self.until_observed(stored)
                 history.append((dict(self.observed), stored))
+                await asyncio.sleep(interval)
         finally:
             await checker.close()
-            for kp in sensors.values():
-                await kp.close()
+            await self.close()
             actuator.cancel()
             try:
                 await actuator
@@ -155,21 +167,70 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running SIB (udp://host:port); default: start "
                                       "`ksp-sib --memory` on a free port")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="start the SIB with its SEPA gate and print the live dashboard's "
+                             "address (http://127.0.0.1:PORT/dashboard)")
+    parser.add_argument("--interval", type=float, metavar="S",
+                        help="seconds between readings (default 0; 2 with --dashboard)")
+    parser.add_argument("--loop", action="store_true",
+                        help="repeat the readings until Ctrl-C (with --dashboard: to watch)")
+    parser.add_argument("--screenshot", metavar="PNG",
+                        help="with --dashboard: after the readings, a headless Chromium's "
+                             "picture of the dashboard (Debian's chromium)")
     args = parser.parse_args(argv)
+    interval = args.interval if args.interval is not None else 2.0 if args.dashboard else 0.0
+    if args.screenshot and not args.dashboard:
+        parser.error("--screenshot needs --dashboard")
     if args.url:
-        asyncio.run(Greenhouse(args.url).run())
+        asyncio.run(_run(args.url, interval, args.loop))
         return 0
     from sib.testing import SibProcess
 
     print("Starting ksp-sib --memory ...")
+    gate = ("--sepa-http-port", "0", "--sepa-ws-port", "0") if args.dashboard else ()
     with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
-                    "--coap-port", "-1") as sib:
+                    "--coap-port", "-1", *gate) as sib:
         url = f"udp://127.0.0.1:{sib.ports['udp']}"
-        print(f"SIB listening on {url}\n")
-        asyncio.run(Greenhouse(url).run())
+        print(f"SIB listening on {url}")
+        dashboard = None
+        if args.dashboard:
+            dashboard = f"http://127.0.0.1:{sib.ports['http']}/dashboard"
+            print(f"Dashboard: {dashboard}")
+        print()
+        try:
+            asyncio.run(_run(url, interval, args.loop, dashboard, args.screenshot))
+        except KeyboardInterrupt:
+            pass
         status = sib.stop()
     print(f"\nSIB stopped (exit status {status}).")
     return 0 if status == 0 else 1
+
+
+async def _run(url: str, interval: float, loop: bool, dashboard: str | None = None,
+               screenshot: str | None = None) -> None:
+    browser = page = None
+    if screenshot:
+        from tools.browser import Browser
+
+        browser = await Browser(height=600).__aenter__()
+        page = await browser.open(dashboard)
+        await page.wait_for("document.getElementById('status').textContent === 'live'")
+    try:
+        greenhouse = Greenhouse(url)
+        await greenhouse.run(interval=interval)
+        while loop:
+            await greenhouse.run(interval=interval)
+        if page is not None:
+            await page.wait_for(DASHBOARD_SHOWS.format(value=READINGS[-1][1]))
+            print(f"screenshot: {await page.screenshot(screenshot)}")
+    finally:
+        if browser is not None:
+            await browser.__aexit__()
+
+
+#: True once the dashboard shows the last temperature (its cards are drawn from notifications).
+DASHBOARD_SHOWS = ("(document.querySelector('[data-sensor=thermometer1] .value') || {{}})"
+                   ".textContent === '{value:g}°C'")
 
 
 if __name__ == "__main__":

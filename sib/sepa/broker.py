@@ -108,6 +108,9 @@ class Subscription:
     notify: Notify
     owner: object  # what ends it with its socket
     sequence: int = 0
+    #: Its subscriber's grant under the policy in force (None: anonymous), asked again when
+    #: the policy is replaced.
+    regrant: Callable[[], Grant | None] | None = None
 
 
 class SepaBroker:
@@ -133,6 +136,7 @@ class SepaBroker:
         self.latency = Histogram()
         self._began = 0.0
         core.propagation.observers.append(self)
+        core.access_checks.append(self.recheck)
 
     # -- access -----------------------------------------------------------------------------
 
@@ -216,9 +220,11 @@ class SepaBroker:
     # -- subscriptions ----------------------------------------------------------------------
 
     def subscribe(self, text: str, dataset: Dataset, alias: str | None, notify: Notify,
-                  owner: object, grant: Grant | None = None) -> Subscription:
+                  owner: object, grant: Grant | None = None,
+                  regrant: Callable[[], Grant | None] | None = None) -> Subscription:
         """Register a subscription and send its first notification (sequence 0, the whole
-        result as added)."""
+        result as added). `grant`: its subscriber's (None: anonymous); `regrant` finds it again
+        under a new policy (`recheck`)."""
         self._check_read(grant, dataset)
         if len(self.subscriptions) >= self.max_subscriptions:
             raise SepaError(429, "too_many_subscriptions",
@@ -238,7 +244,8 @@ class SepaBroker:
                 self._unscreened.add(key)
             else:
                 self._index.add(key, patterns, None)
-        sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner)
+        sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner,
+                           regrant=regrant)
         ev.members[sub.spuid] = sub
         self.subscriptions[sub.spuid] = sub
         self._owned.setdefault(owner, set()).add(sub.spuid)
@@ -249,6 +256,25 @@ class SepaBroker:
         first["removedResults"] = self._empty(ev)
         self._send(sub, first)
         return sub
+
+    def recheck(self, access) -> int:
+        """A new access policy is in force (`SibCore.set_access`, SIGHUP): every subscription it
+        no longer allows to read gets an error frame with its spuid and alias, and ends, as KSP
+        persistent operations end with ACCESS_DENIED. Returns how many ended."""
+        ended = 0
+        for sub in list(self.subscriptions.values()):
+            try:
+                self._check_read(sub.regrant() if sub.regrant else None, sub.evaluation.dataset)
+            except SepaError as exc:
+                log.warning("SEPA subscription %s ended by the new access policy: %s",
+                            sub.spuid, exc.description)
+                frame = SepaError(exc.status, exc.error, "ended by the new access policy: "
+                                  + exc.description).json(sub.alias)
+                frame["spuid"] = sub.spuid
+                sub.notify(frame)
+                self.unsubscribe(sub.spuid)
+                ended += 1
+        return ended
 
     def unsubscribe(self, spuid: str, owner: object | None = None) -> bool:
         sub = self.subscriptions.get(spuid)

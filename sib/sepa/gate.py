@@ -17,6 +17,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import pyoxigraph as ox
 from aiohttp import WSMsgType, web
@@ -35,6 +36,7 @@ log = logging.getLogger("ksp.sib.sepa")
 
 __all__ = ["SepaGate"]
 
+DASHBOARD = Path(__file__).with_name("dashboard.html")
 SPARQL_JSON = "application/sparql-results+json"
 #: Result formats by media type: solutions and booleans, then graphs (CONSTRUCT, DESCRIBE).
 SOLUTION_FORMATS = {
@@ -206,7 +208,7 @@ class SepaGate:
         b = self.broker
         metrics.labelled["ksp_sepa_requests_total"] = (
             "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token, "
-            "jsap).",
+            "jsap, dashboard).",
             "kind", lambda: self.requests)
         metrics.labelled["ksp_sepa_errors_total"] = (
             "SEPA error answers and frames, by HTTP status code.", "status",
@@ -238,6 +240,7 @@ class SepaGate:
         http.router.add_route("POST", "/query", self._query)
         http.router.add_route("POST", "/update", self._update)
         http.router.add_get("/jsap", self._jsap)
+        http.router.add_get("/dashboard", self._dashboard)
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
         https = web.Application(client_max_size=self.max_body_bytes)
@@ -326,15 +329,28 @@ class SepaGate:
             namespaces=self.namespaces, secure=request.secure or "secure" in request.query),
             dumps=lambda data: json.dumps(data, indent=2))
 
-    def _grant(self, authorization: object) -> Grant:
-        """What the client a token speaks for may do: the access policy's grant of the KP
-        entry named by its identity, else the anonymous grant (401 without a valid token)."""
+    async def _dashboard(self, request: web.Request) -> web.Response:
+        """The live Smart Greenhouse page (`dashboard.html`): static, fed by the WebSocket."""
+        self.requests["dashboard"] += 1
+        return web.Response(body=DASHBOARD.read_bytes(), content_type="text/html",
+                            charset="utf-8")
+
+    def _identity(self, authorization: object) -> str:
+        """The registered client a token speaks for (401 without a valid token)."""
         identity = self.clients.identity(self.tokens.client_of(authorization))
         if identity is None:
             raise SepaError(401, "invalid_token", "the token's client is no longer registered")
+        return identity
+
+    def _grant_of(self, identity: str) -> Grant:
+        """What a client may do under the policy in force: the grant of the KP entry named by
+        its identity, else the anonymous grant."""
         policy = self.sib.core.access
         entry = policy.kps.get(kp_id_bytes(identity))
         return entry.grant if entry is not None else policy.anonymous_grant()
+
+    def _grant(self, authorization: object) -> Grant:
+        return self._grant_of(self._identity(authorization))
 
     async def _register(self, request: web.Request) -> web.Response:
         async def register(request, grant):
@@ -458,11 +474,11 @@ class SepaGate:
                     raise SepaError(400, "invalid_request", "subscribe takes an object")
                 alias = body.get("alias")
                 alias = alias if isinstance(alias, str) else None
-                grant = None
+                identity = None
                 if secure:  # in the subscribe or beside it, as clients differ
-                    grant = self._grant(body.get("authorization",
-                                                 message.get("authorization")))
-                await self._on_subscribe(sock, body, alias, grant)
+                    identity = self._identity(body.get("authorization",
+                                                       message.get("authorization")))
+                await self._on_subscribe(sock, body, alias, identity)
             elif "unsubscribe" in message:
                 self.requests["unsubscribe"] += 1
                 body = message["unsubscribe"]
@@ -483,10 +499,12 @@ class SepaGate:
             sock.send(SepaError(503, "busy", "the SIB's queue is full").json(alias))
 
     async def _on_subscribe(self, sock: _Socket, body: dict, alias: str | None,
-                            grant: Grant | None = None) -> None:
+                            identity: str | None = None) -> None:
+        """`identity`: the secure client's (None: anonymous, on the plain port)."""
         sparql = body.get("sparql")
         if not isinstance(sparql, str) or not sparql.strip():
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
-        await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
-                                                          sock, grant))
+        regrant = None if identity is None else (lambda: self._grant_of(identity))
+        await self.sib.call(lambda: self.broker.subscribe(
+            sparql, dataset, alias, sock.send, sock, regrant() if regrant else None, regrant))
