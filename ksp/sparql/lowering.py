@@ -211,9 +211,77 @@ def compile_named(text: str, *, persistent: bool = False,
     parser = _Parser(text, prefixes)
     try:
         parser.parse()
+        return _build(parser, persistent)
     except RecursionError:
         raise SparqlSyntaxError("the text nests too deeply") from None
-    return _build(parser, persistent)
+    except UnsupportedSparql as exc:
+        refusal = _refusal(text, prefixes)
+        if refusal is not None:  # not SPARQL at all: say so, not that KSP lacks a feature
+            raise refusal from exc
+        raise
+
+
+#: Text pyoxigraph may not be shown, as it parses only to execute: LOAD fetches, SERVICE asks
+#: another endpoint. rdflib's parser (parse only) judges it instead.
+_RUNS_REMOTELY = re.compile(r"\b(?:LOAD|SERVICE)\b", re.I)
+#: SPARQL's codepoint escapes, replaced before parsing (SPARQL 1.1 section 19.2), which
+#: pyoxigraph does not do in IRIs and names.
+_CODEPOINT = re.compile(r"\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})")
+
+
+def _refusal(text: str, prefixes: dict[str, str] | None) -> SparqlSyntaxError | None:
+    """What a complete SPARQL 1.1 parser says against `text`, which KSP's subset parser
+    stopped at a feature it lacks; None when it accepts the text or none is installed
+    (pyoxigraph comes with the SIB's extra, rdflib always). Only on that error path: the
+    subset parser decides everything it reads."""
+    text = _CODEPOINT.sub(lambda m: chr(int(m[1] or m[2], 16)), text)
+    if _RUNS_REMOTELY.search(text):
+        return _rdflib_refusal(text, prefixes)
+    try:
+        import pyoxigraph as ox
+    except ImportError:
+        return _rdflib_refusal(text, prefixes)
+    store, args = ox.Store(), {"base_iri": "http://ksp.invalid/", "prefixes": prefixes or {}}
+    try:
+        store.query(text, **args)  # parsed now; evaluated (on an empty store) only if read
+        return None
+    except SyntaxError as exc:
+        as_query = str(exc)
+    except Exception:  # noqa: BLE001 - parsed, then failed at evaluating: it is SPARQL
+        return None
+    try:
+        store.update(text, **args)  # an empty, throwaway store: nothing is written
+        return None
+    except SyntaxError as exc:
+        as_update = str(exc)
+    except Exception:  # noqa: BLE001
+        return None
+    update = re.search(r"\b(?:INSERT|DELETE|CLEAR|DROP|CREATE|ADD|COPY|MOVE|WITH)\b", text,
+                       re.I) and not re.search(r"\b(?:SELECT|ASK|CONSTRUCT|DESCRIBE)\b", text,
+                                               re.I)
+    said = as_update if update else as_query
+    m = re.match(r"error at (\d+):(\d+): (.*)", said, re.S)
+    line, column, said = (int(m[1]), int(m[2]), m[3]) if m else (None, None, said)
+    said = said.split(" [", 1)[0].split("\n", 1)[0].rstrip(", ")  # not its character classes
+    return SparqlSyntaxError(f"not SPARQL 1.1: {said[:200]}", line, column)
+
+
+def _rdflib_refusal(text: str, prefixes: dict[str, str] | None) -> SparqlSyntaxError | None:
+    """rdflib's grammar (it accepts more than SPARQL does, so it refuses less)."""
+    from pyparsing import ParseException
+    from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
+
+    head = "".join(f"PREFIX {name}: <{ns}>\n" for name, ns in (prefixes or {}).items())
+    try:
+        parseQuery(head + text)
+        return None
+    except ParseException:
+        pass
+    try:
+        parseUpdate(head + text)
+        return None
+    except ParseException as exc:
+        return SparqlSyntaxError(f"not SPARQL 1.1: {exc.msg}")
 
 
 def compile(text: str, *, persistent: bool = False,  # noqa: A001 - the task's public name
