@@ -19,6 +19,7 @@ in docs/sparql.md; the points that shape the code:
 """
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Iterable, Sequence
 
@@ -34,6 +35,9 @@ from ..terms import (
 WELL_KNOWN_PREFIXES: dict[str, str] = {RDF: "rdf", RDFS: "rdfs", OWL: "owl", XSD: "xsd"}
 #: The variable a SELECT with VC = 0 projects (never bound: one empty row per solution).
 NO_PROJECTION = "_"
+#: Union mode's own variables: the graph of a pattern's triple (`?_g{i}`), the graph a DELETE
+#: template triple is in (`?_d{i}`), and copies of a template's variables (`?_c{i}_{name}`).
+UNION_GRAPH_VAR = "_g"
 #: The variables of a CONSTRUCT result in the Query Results JSON form (`results_json`).
 CONSTRUCT_VARS = ("subject", "predicate", "object")
 BNODE_VAR_PREFIX = "_b_"
@@ -95,6 +99,9 @@ class _Writer:
                  bare_literals: bool = True):
         self.names = names
         self.bare = bare_literals  # `42`, `true` (N-Triples has no such short forms)
+        #: Patterns read the union of all graphs in the text itself (`render(union=True)`).
+        self.union = False
+        self.graph_vars = itertools.count()
         self.declared: list[tuple[str, str]] = []  # (name, namespace) in list order
         taken: set[str] = set()
         for k, ns in enumerate(prefixes or (), 1):
@@ -175,6 +182,22 @@ class _Writer:
         return [f"{indent}{self.term(s, in_pattern)} {self.term(p, in_pattern)} "
                 f"{self.term(o, in_pattern)} ." for s, p, o in graph or ()]
 
+    def pattern(self, graph: Graph | None, indent: str) -> list[str]:
+        """A WHERE or OPTIONAL pattern's triples; in union mode each one reads every graph:
+        `{ t } UNION { GRAPH ?_g{i} { t } }`, a graph variable of its own per triple. Like the
+        SIB's store in union mode (pyoxigraph's union default graph), a triple held by k graphs
+        matches k times: the union is of the graphs' contents, not a merge into one set (§7.6;
+        docs/sparql.md, "The dataset")."""
+        lines = self.triples(graph, True, indent)
+        if not self.union:
+            return lines
+        out = []
+        for line in lines:
+            body = line.strip()[:-2]  # "s p o"
+            out.append(f"{indent}{{ {body} }} UNION "
+                       f"{{ GRAPH ?{UNION_GRAPH_VAR}{next(self.graph_vars)} {{ {body} }} }}")
+        return out
+
     def graph_name(self, name: IRI) -> str:
         return "DEFAULT" if name == DEFAULT_GRAPH else "GRAPH " + self.iri(name, "graph name")
 
@@ -238,11 +261,14 @@ def render_term(term: Term, prefixes: Iterable[str] | None = None,
 # -- requests ------------------------------------------------------------------------------
 
 def render(request: Request, *, names: Sequence[str] | None = None,
-           dataset_clauses: bool = True) -> str:
+           dataset_clauses: bool = True, union: bool = False) -> str:
     """SPARQL 1.1 text with the meaning of `request` (docs/sparql.md has the mapping).
 
     `names[k]` names variable k (default `v{k}`). `dataset_clauses=False` leaves out FROM /
-    USING for a caller that gives the store the QUERY GRAPH dataset itself. Raises
+    USING for a caller that gives the store the QUERY GRAPH dataset itself. `union=True`
+    writes KSP's reading of a request without graph options (§7.6: match the union of all
+    graphs, DELETE from every graph) into the text, for a store whose default graph is only
+    the default graph (a SEPA broker): see docs/sparql.md, "The dataset". Raises
     `NoSparqlEquivalent` for TERMINATE and RESET, options the transaction does not take, and
     terms SPARQL cannot write.
     """
@@ -255,20 +281,22 @@ def render(request: Request, *, names: Sequence[str] | None = None,
         if value is not None and opt is not Opt.PREFIX and tx not in OPTION_APPLIES[opt]:
             raise NoSparqlEquivalent(opt.name, f"option {opt.name} does not apply to {tx.name}")
     w = _Writer(opts.prefixes, names)
+    w.union = union and reads_union(request)
     base = tx.base
     if tx.is_query:
         body = _query(w, request, base, dataset_clauses)
     elif tx.is_pattern_update:
-        body = _pattern_update(w, request, base, dataset_clauses)
+        body = _pattern_update(w, request, base, dataset_clauses,
+                               every_graph=union and not opts.delete_graphs)
     elif tx.is_data_update:
-        body = _data_update(w, request, tx)
+        body = _data_update(w, request, tx, every_graph=union and not opts.delete_graphs)
     else:
         body = _management(w, request, tx)
     return w.prologue() + body
 
 
 def render_where(request: Request, *, names: Sequence[str] | None = None,
-                 dataset_clauses: bool = True) -> str:
+                 dataset_clauses: bool = True, union: bool = False) -> str:
     """The WHERE part of a pattern update as a SELECT of variables 0 … n−1 (every variable the
     request uses), with its optional groups, FILTERs, BINDs and QUERY GRAPH.
 
@@ -288,15 +316,15 @@ def render_where(request: Request, *, names: Sequence[str] | None = None,
                     projection=max(used, default=-1) + 1,
                     options=Options(prefixes=o.prefixes, query_graphs=o.query_graphs,
                                     filters=o.filters, binds=o.binds))
-    return render(query, names=names, dataset_clauses=dataset_clauses)
+    return render(query, names=names, dataset_clauses=dataset_clauses, union=union)
 
 
 def _group(w: _Writer, request: Request, optional: Sequence[Graph], indent: str = "  "
            ) -> list[str]:
     """The inside of a WHERE group: triples, OPTIONAL groups, BINDs, FILTERs."""
-    lines = w.triples(request.where, True, indent)
+    lines = w.pattern(request.where, indent)
     for g in optional:
-        lines.append(indent + _block("OPTIONAL", w.triples(g, True, indent + "  "), indent))
+        lines.append(indent + _block("OPTIONAL", w.pattern(g, indent + "  "), indent))
     opts = request.options
     if opts.binds:
         in_scope = _pattern_vars(request.where, optional)
@@ -416,16 +444,56 @@ def _delete_insert(w: _Writer, request: Request, base: Tx, suffix: str) -> list[
     return parts
 
 
-def _data_update(w: _Writer, request: Request, tx: Tx) -> str:
+def _data_update(w: _Writer, request: Request, tx: Tx, every_graph: bool = False) -> str:
     # UPDATE DATA is two operations of one request, applied atomically (as KSP's).
-    return " ;\n".join(_delete_insert(w, request, tx, " DATA"))
+    parts = _delete_insert(w, request, tx, " DATA")
+    if every_graph and tx.base is not Tx.INSERT_DATA and request.delete:
+        # DELETE DATA removes from the default graph; each triple leaves the named graphs too.
+        parts[1:1] = [f"DELETE WHERE {{ GRAPH ?{UNION_GRAPH_VAR}0 {{ {line.strip()} }} }}"
+                      for line in w.triples(request.delete, False, "")]
+    return " ;\n".join(parts)
 
 
-def _pattern_update(w: _Writer, request: Request, base: Tx, dataset_clauses: bool) -> str:
+def _pattern_update(w: _Writer, request: Request, base: Tx, dataset_clauses: bool,
+                    every_graph: bool = False) -> str:
     opts = request.options
     using = _dataset(w, opts.query_graphs, "USING", dataset_clauses)
-    return ("\n".join(_delete_insert(w, request, base, "")) + "\n" + using
-            + _where(w, request, opts.optional or ()))
+    parts = _delete_insert(w, request, base, "")
+    group = _group(w, request, opts.optional or ())
+    if every_graph and base is not Tx.INSERT and request.delete:
+        parts[0], found = _every_graph_delete(w, request)
+        group += found
+    return "\n".join(parts) + "\n" + using + _block("WHERE", group)
+
+
+def _every_graph_delete(w: _Writer, request: Request) -> tuple[str, list[str]]:
+    """KSP's DELETE template without DELETE GRAPH removes each instance from every graph that
+    holds it; SPARQL's bare template only from the default graph. So each template triple is
+    also deleted in `GRAPH ?_d{i}`, bound by an OPTIONAL match of the instance: the triple with
+    copies of its variables, each the same term as the solution's (a copy, so the match never
+    binds a variable the solution left unbound; then sameTerm fails, no graph is bound, and
+    the template triple is skipped, as KSP skips it)."""
+    if any(isinstance(m, BNode) for t in request.insert or () for m in t):
+        # The matches multiply the solutions, and each would make its own blank nodes.
+        raise NoSparqlEquivalent("DELETE from every graph", "a DELETE without DELETE GRAPH "
+                                 "and an INSERT template with blank nodes in one request")
+    lines = w.triples(request.delete, False, "  ", bnodes_ok=False)
+    found = []
+    for i, t in enumerate(request.delete):
+        terms, same = [], []
+        for m in t:
+            if isinstance(m, Var):
+                copy = f"?_c{i}_{w.var(m.index)[1:]}"
+                terms.append(copy)
+                same.append(f"sameTerm({copy}, {w.var(m.index)})")
+            else:
+                terms.append(w.term(m, False))
+        graph = f"?_d{i}"
+        lines.append(f"  GRAPH {graph} {{ {w.term(t[0], False)} {w.term(t[1], False)} "
+                     f"{w.term(t[2], False)} }}")
+        check = f" FILTER({' && '.join(dict.fromkeys(same))})" if same else ""
+        found.append(f"  OPTIONAL {{ GRAPH {graph} {{ {' '.join(terms)} }}{check} }}")
+    return _block("DELETE", lines), found
 
 
 def _management(w: _Writer, request: Request, tx: Tx) -> str:
