@@ -1,0 +1,131 @@
+"""The bridge's broker client (`bridge/broker.py`) against a real SEPA gate (a SIB's, on free
+ports) and against servers that fail in the ways a broker can: each failure is the KSP status
+the table in its docstring gives, with the broker's words in the reason."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from bridge.broker import Broker, BrokerError
+from ksp.codes import Status
+from sib import Sib
+from sib.access import AccessPolicy
+from sib.sepa import SepaGate
+from sib.testing import free_port
+
+EX = "http://example.org/"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+class Gate:
+    def __init__(self, **gate_args) -> None:
+        self.gate_args = gate_args
+
+    async def __aenter__(self) -> str:
+        self.sib = await Sib(access=self.gate_args.pop("access", None)).start()
+        self.gate = await SepaGate(self.sib, http_port=0, ws_port=-1, **self.gate_args).start()
+        return f"http://127.0.0.1:{self.gate.http_port}"
+
+    async def __aexit__(self, *exc) -> None:
+        await self.gate.close()
+        await self.sib.close()
+
+
+async def _status(coro) -> tuple[Status, str]:
+    with pytest.raises(BrokerError) as err:
+        await coro
+    return err.value.status, err.value.reason
+
+
+def test_queries_and_updates_through_a_sepa_gate():
+    async def main():
+        async with Gate() as url, Broker(url) as broker:
+            await broker.update(f"INSERT DATA {{ <{EX}a> <{EX}p> 1 }}")
+            results = await broker.query(f"SELECT ?o WHERE {{ <{EX}a> <{EX}p> ?o }}")
+            assert [b["o"]["value"] for b in results["results"]["bindings"]] == ["1"]
+            assert (await broker.query(f"ASK {{ <{EX}a> <{EX}p> 2 }}"))["boolean"] is False
+            status, reason = await _status(broker.query("SELECT WHERE {"))
+            assert status is Status.INVALID_DATA_FORMAT and "HTTP 400" in reason
+    run(main())
+
+
+def test_the_broker_s_refusals_map_to_statuses():
+    async def main():
+        async with Gate(access=AccessPolicy(anonymous={"read": ["*"], "write": []}),
+                        max_body_bytes=2_000) as url, Broker(url) as broker:
+            status, reason = await _status(broker.update(f"INSERT DATA {{ <{EX}a> <{EX}p> 1 }}"))
+            assert status is Status.ACCESS_DENIED and "write permission" in reason
+            big = f'INSERT DATA {{ <{EX}a> <{EX}p> "{"x" * 5_000}" }}'
+            assert (await _status(broker.update(big)))[0] is Status.LIMIT_EXCEEDED
+        async with Gate() as url, Broker(url, query_path="/nowhere") as broker:
+            status, reason = await _status(broker.query("ASK {}"))
+            assert status is Status.INTERNAL_ERROR and "HTTP 404" in reason
+    run(main())
+
+
+def test_a_broker_that_is_down_silent_or_not_sparql_is_an_internal_error():
+    async def main():
+        port = free_port()
+        async with Broker(f"http://127.0.0.1:{port}") as broker:  # nothing listens
+            status, reason = await _status(broker.query("ASK {}"))
+            assert status is Status.INTERNAL_ERROR and f"127.0.0.1:{port}" in reason
+
+        async def silent(reader, writer):
+            await asyncio.sleep(30)
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with Broker(f"http://127.0.0.1:{port}", timeout=0.5) as broker:
+            status, reason = await _status(broker.update("CLEAR ALL"))
+            assert status is Status.INTERNAL_ERROR and "no answer within 0.5 s" in reason
+        server.close()
+
+        async def not_sparql(request):
+            return web.Response(text="hello")
+        app = web.Application()
+        app.router.add_post("/query", not_sparql)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        async with Broker(f"http://127.0.0.1:{runner.addresses[0][1]}") as broker:
+            status, reason = await _status(broker.query("ASK {}"))
+            assert status is Status.INTERNAL_ERROR and "not SPARQL JSON" in reason
+        await runner.cleanup()
+    run(main())
+
+
+def test_requests_in_flight_are_bounded():
+    """`max_concurrent`: the rest wait, so a slow broker holds a bounded number of
+    connections and the bridge's queue, not its sockets, absorbs the load."""
+    async def main():
+        inside, most, release = 0, 0, asyncio.Event()
+
+        async def slow(request):
+            nonlocal inside, most
+            inside += 1
+            most = max(most, inside)
+            await release.wait()
+            inside -= 1
+            return web.json_response({"head": {}, "boolean": True})
+        app = web.Application()
+        app.router.add_post("/query", slow)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        async with Broker(f"http://127.0.0.1:{runner.addresses[0][1]}",
+                          max_concurrent=2) as broker:
+            asks = [asyncio.create_task(broker.query("ASK {}")) for _ in range(6)]
+            while inside < 2:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            assert inside == 2
+            release.set()
+            assert all(r["boolean"] for r in await asyncio.gather(*asks))
+        assert most == 2
+        await runner.cleanup()
+    run(main())
