@@ -9,13 +9,22 @@ variable (the blank nodes a SIB would make), so that a device cannot tell the tw
 
 Requests run one at a time in arrival order, as in the SIB: a device's update is in the broker
 before its next query is sent. The queue is bounded (`max_queued`); past it a request is
-answered LIMIT_EXCEEDED at once. Persistent operations are not bridged yet (issue 12): they are
-answered INVALID_TRANSACTION_TYPE, TERMINATE of an unknown one UNKNOWN_TRANSACTION.
+answered LIMIT_EXCEEDED at once.
+
+A persistent query is one SE Protocol subscription to the solutions it reads (`subscriber`);
+equal ones share it. The bridge keeps each subscription's rows (the broker's added and removed
+rows applied to them) and sends a member an IND with its full current result when that result
+changed, as the SIB does; TERMINATE, RESET and a KP that stopped ACKing end members, and the
+last member's end unsubscribes. Persistent updates (rules) are not bridged yet (issue 12):
+they are answered INVALID_TRANSACTION_TYPE.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections import Counter
+from dataclasses import dataclass, field
 
 from ksp.codes import Status, Tx
 from ksp.errors import NoSparqlEquivalent
@@ -30,16 +39,63 @@ from sib.query import results_of
 from sib.validate import check_request
 
 from .broker import Broker, BrokerError
+from .subscriber import Subscriber
 
 log = logging.getLogger("ksp.bridge")
 
 __all__ = ["Bridge"]
 
 
+@dataclass(eq=False)
+class _Member:
+    request: Request
+    channel: Channel
+    shared: "_Shared"
+    last: object = None  # the result it was last sent
+
+
+@dataclass(eq=False)
+class _Shared:
+    """One broker subscription: its solutions query, its rows, the persistent queries on it."""
+
+    text: str
+    names: list[str]
+    spuid: str = ""
+    rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
+    members: dict = field(default_factory=dict)  # (kp, tid) -> _Member
+
+    def apply(self, added: dict, removed: dict | None = None) -> None:
+        for results, sign in ((removed, -1), (added, 1)):
+            for b in ((results or {}).get("results") or {}).get("bindings") or ():
+                key = json.dumps(b, sort_keys=True)
+                self.rows[key] += sign
+                if self.rows[key] <= 0:
+                    del self.rows[key]
+
+    def result_for(self, request: Request):
+        bindings = [json.loads(k) for k, n in self.rows.items() for _ in range(n)]
+        rows = from_results_json({"head": {"vars": self.names},
+                                  "results": {"bindings": bindings}}, names=self.names).rows
+        return results_of(request, list(rows))
+
+
 class Bridge:
-    def __init__(self, broker: Broker, *, max_queued: int = 10_000) -> None:
+    def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
+                 max_queued: int = 10_000, max_persistent_per_kp: int = 256,
+                 max_subscriptions: int = 10_000) -> None:
+        """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
+        without it persistent queries are answered INVALID_TRANSACTION_TYPE."""
         self.broker = broker
+        self.subscriber = None if subscribe_url is None else Subscriber(
+            subscribe_url, self._changed, self._ended, timeout=broker.timeout,
+            authorization=broker.authorization)
         self.max_queued = max_queued
+        self.max_persistent_per_kp = max_persistent_per_kp
+        self.max_subscriptions = max_subscriptions
+        self.ops: dict[tuple[KPIdentity, int], _Member] = {}
+        self._shared: dict[str, _Shared] = {}  # solutions query text -> its subscription
+        self._by_spuid: dict[str, _Shared] = {}
+        self._per_kp: Counter = Counter()
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self.forwarded = 0  # requests answered through the broker (stats)
@@ -57,7 +113,10 @@ class Bridge:
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
-        """Nothing to free yet: no persistent operations are bridged."""
+        """IND retries ran out: the KP's persistent queries end, as in the SIB."""
+        log.warning("%s unreachable (no ACK for tid %d): dropping its persistent queries", kp,
+                    tid)
+        self._drop_kp(kp)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -67,7 +126,8 @@ class Bridge:
         return self
 
     async def close(self) -> None:
-        """Answer what is queued, then stop."""
+        """Answer what is queued, end every persistent query with a TERMINATED IND (as the SIB
+        does at shutdown), then stop."""
         if self._task is None:
             return
         await self._queue.join()
@@ -77,12 +137,16 @@ class Bridge:
         except asyncio.CancelledError:
             pass
         self._task = None
+        for key in list(self.ops):
+            self._end(key, Status.TERMINATED)
+        if self.subscriber is not None:
+            await self.subscriber.close()
 
     async def _run(self) -> None:
         while True:
             request, channel = await self._queue.get()
             try:
-                channel.respond(await self.answer(request))
+                channel.respond(await self.answer(request, channel))
             except Exception:  # a bug: said as one, and the bridge goes on
                 log.exception("%s tid %d failed", request.tx.name, request.tid)
                 channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
@@ -91,19 +155,28 @@ class Bridge:
 
     # -- forwarding -------------------------------------------------------------------------
 
-    async def answer(self, request: Request) -> Response:
+    async def answer(self, request: Request, channel: Channel) -> Response:
         """The RES a SIB would give `request`, from the broker."""
         tx = request.tx
         try:
             check_request(request)
-            if tx.persistent or tx in (Tx.TERMINATE, Tx.RESET):
-                return self._not_bridged(request)
+            if tx is Tx.TERMINATE:
+                return await self._terminate(channel.kp, request.tid)
+            if tx is Tx.RESET:
+                self._drop_kp(channel.kp)
+                return Response(request.tid)
+            if tx.persistent:
+                if not tx.is_query or self.subscriber is None:
+                    return Response(request.tid, Status.INVALID_TRANSACTION_TYPE)
+                return await self._subscribe(request, channel)
             if tx.is_query:
                 return Response(request.tid, Status.OK, await self._query(request))
             if tx.is_management:
                 await self._check_graphs(request)
             await self.broker.update(render(request, union=True))
             self.forwarded += 1
+            if self._shared:
+                await self._settle()
             return Response(request.tid)
         except RequestError as exc:
             return Response(request.tid, exc.status)
@@ -157,13 +230,83 @@ class Bridge:
         if tx is not Tx.CREATE and missing:
             raise RequestError(Status.NO_SUCH_GRAPH, f"{tx.name} of {missing[0]}: no such graph")
 
-    @staticmethod
-    def _not_bridged(request: Request) -> Response:
-        if request.tx is Tx.TERMINATE:
-            return Response(request.tid, Status.UNKNOWN_TRANSACTION)
-        if request.tx is Tx.RESET:
-            return Response(request.tid)
-        return Response(request.tid, Status.INVALID_TRANSACTION_TYPE)
+    # -- persistent queries -----------------------------------------------------------------
+
+    async def _subscribe(self, request: Request, channel: Channel) -> Response:
+        kp, key = channel.kp, (channel.kp, request.tid)
+        if key in self.ops:  # the TID again: the old operation gives way, as in the SIB
+            self._end(key, None)
+        if self._per_kp[kp] >= self.max_persistent_per_kp:
+            raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
+        asked = _solutions_query(request)
+        text = render(asked, union=True)
+        shared = self._shared.get(text)
+        if shared is None:
+            if len(self._shared) >= self.max_subscriptions:
+                raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
+            shared = _Shared(text, [f"v{k}" for k in range(asked.projection or 0)])
+            shared.spuid, first = await self.subscriber.subscribe(text)
+            shared.apply(first)
+            self._shared[text] = self._by_spuid[shared.spuid] = shared
+        member = _Member(request, channel, shared)
+        member.last = shared.result_for(request)
+        shared.members[key] = self.ops[key] = member
+        self._per_kp[kp] += 1
+        return Response(request.tid, Status.OK, member.last)
+
+    def _changed(self, spuid: str, added: dict, removed: dict) -> None:
+        shared = self._by_spuid.get(spuid)
+        if shared is None:
+            return  # unsubscribed meanwhile
+        shared.apply(added, removed)
+        for member in list(shared.members.values()):
+            result = shared.result_for(member.request)
+            if result != member.last:
+                member.last = result
+                member.channel.indicate(Response(member.request.tid, Status.OK, result,
+                                                 indication=True))
+
+    def _ended(self, spuid: str | None, status: Status) -> None:
+        """The broker ended a subscription (or the socket, all of them): its persistent
+        queries end with an IND of `status`."""
+        for key, member in list(self.ops.items()):
+            if spuid is None or member.shared.spuid == spuid:
+                self._end(key, status)
+
+    async def _settle(self) -> None:
+        """The update's notifications read (and their INDs sent) before the next request."""
+        try:
+            await self.subscriber.flush()
+        except BrokerError as exc:
+            log.warning("after an update: %s", exc)
+
+    async def _terminate(self, kp: KPIdentity, tid: int) -> Response:
+        if (kp, tid) not in self.ops:
+            raise RequestError(Status.UNKNOWN_TRANSACTION, f"no persistent transaction {tid}")
+        self._end((kp, tid), None)
+        return Response(tid)
+
+    def _drop_kp(self, kp: KPIdentity) -> None:
+        for key in [k for k in self.ops if k[0] == kp]:
+            self._end(key, None)
+
+    def _end(self, key: tuple[KPIdentity, int], status: Status | None) -> None:
+        """Forget a persistent query: with a last IND of `status`, or silently (TERMINATE,
+        RESET); the subscription goes with its last member."""
+        member = self.ops.pop(key)
+        self._per_kp[key[0]] -= 1
+        if not self._per_kp[key[0]]:
+            del self._per_kp[key[0]]
+        if status is not None:  # a last IND: the session delivers it, then forgets
+            member.channel.indicate(Response(key[1], status, indication=True))
+        else:
+            member.channel.end()
+        shared = member.shared
+        shared.members.pop(key, None)
+        if not shared.members:
+            self._shared.pop(shared.text, None)
+            self._by_spuid.pop(shared.spuid, None)
+            asyncio.ensure_future(self.subscriber.unsubscribe(shared.spuid))
 
 
 def _solutions_query(request: Request) -> Request:

@@ -20,6 +20,9 @@ from test_sib_sockets import SCRIPT, _normal, _wire  # noqa: I001 - tests/ is on
 FORWARDED = [(name, req) for name, req in SCRIPT
              if isinstance(req, Request) and not req.tx.persistent
              and req.tx not in (Tx.TERMINATE, Tx.RESET)]
+#: The script but for its rules (persistent updates, not bridged yet).
+BRIDGED = [(name, req) for name, req in SCRIPT
+           if isinstance(req, str) or not (req.tx.persistent and not req.tx.is_query)]
 
 
 async def through_the_bridge(http_port: int) -> dict:
@@ -58,3 +61,166 @@ def test_forwarded_requests_answer_as_the_sib_does():
         got = asyncio.run(asyncio.wait_for(through_the_bridge(broker.ports["http"]), 120))
     assert got == expected
     assert expected["create_again"][0] == Status.GRAPH_EXISTS  # the script means something
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.inds: list = []
+
+    def deliver(self, response) -> None:
+        self.inds.append(response)
+
+    def end(self, status) -> None:
+        pass
+
+    def fail(self, exc) -> None:
+        pass
+
+
+def _tidded(script):
+    """The script's requests with TIDs; a TERMINATE names the request it ends."""
+    tids = {}
+    for i, (name, req) in enumerate(script, start=1):
+        if isinstance(req, str):
+            req = Request(Tx.TERMINATE, tids[req])
+        elif req.tx is Tx.TERMINATE:
+            req = req._replace(tid=999)
+        else:
+            req = req._replace(tid=i)
+        tids[name] = req.tid
+        yield name, req
+
+
+async def bridged_in_a_sib() -> tuple[dict, dict]:
+    from ksp import UDP
+
+    sib = Sib()
+    kp = Client(sib)
+    res, reqs = {}, {}
+    for name, req in _tidded(BRIDGED):
+        res[name] = _normal(_wire(await kp.call(req), req, UDP))
+        reqs[name] = req
+    last = {name: _normal(_wire(kp.inds(req.tid)[-1], req, UDP))
+            for name, req in reqs.items() if req.tx.persistent and kp.inds(req.tid)}
+    await sib.close()
+    return res, last
+
+
+async def bridged_through(http_port: int, ws_port: int, expected: dict) -> tuple[dict, dict]:
+    async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+        bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe").start()
+        server = await Server.start(bridge, udp=0)
+        link = await open_udp_link("127.0.0.1", server.udp.port)
+        res, sinks = {}, {}
+        try:
+            tids = {}  # the link assigns TIDs: a TERMINATE names the one its request got
+            for name, req in BRIDGED:
+                if isinstance(req, str):
+                    req = Request(Tx.TERMINATE, tids[req])
+                elif req.tx is Tx.TERMINATE:
+                    req = req._replace(tid=999)
+                sink = _Sink() if req.tx.persistent else None
+                response = await asyncio.wait_for(link.request(req, sink), 30)
+                tids[name] = response.tid
+                res[name] = _normal(response)
+                if sink is not None:
+                    sinks[name] = sink
+            for _ in range(300):  # INDs may still be in flight on loopback after the last RES
+                last = {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds}
+                if last == expected:
+                    break
+                await asyncio.sleep(0.01)
+            subscriptions = len(bridge._shared)
+        finally:
+            await link.close()
+            await server.close()
+            await bridge.close()
+    return res, last, subscriptions
+
+
+def test_persistent_queries_through_the_bridge_as_in_the_sib():
+    """The script with its persistent queries, TERMINATE and RESET (its rules aside): the same
+    RESs, and the same last IND of every persistent query, as in a SIB; the SELECT, ASK and
+    CONSTRUCT subscriptions are SE Protocol subscriptions at the broker, gone after RESET."""
+    expected_res, expected_last = asyncio.run(bridged_in_a_sib())
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        res, last, subscriptions = asyncio.run(asyncio.wait_for(
+            bridged_through(broker.ports["http"], broker.ports["ws"], expected_last), 120))
+    assert res == expected_res
+    assert last == expected_last
+    assert set(expected_last) >= {"sub_select", "sub_construct"}  # INDs that mean something
+    assert subscriptions == 0  # RESET ended the KP's persistent queries at the broker too
+
+
+async def _slow_ws_proxy(upstream: str, delay: float):
+    """A WebSocket relay that holds every frame from the broker for `delay` seconds (in
+    order), as a loaded broker or a long path would: what reaches the bridge late."""
+    import aiohttp
+    from aiohttp import web
+
+    async def relay(request):
+        client = web.WebSocketResponse()
+        await client.prepare(request)
+        async with aiohttp.ClientSession() as http, http.ws_connect(upstream) as broker:
+            queue: asyncio.Queue = asyncio.Queue()
+
+            async def down():
+                async for msg in broker:
+                    queue.put_nowait((asyncio.get_running_loop().time() + delay, msg.data))
+
+            async def later():
+                while True:
+                    due, data = await queue.get()
+                    await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
+                    await client.send_str(data)
+
+            tasks = [asyncio.create_task(down()), asyncio.create_task(later())]
+            async for msg in client:
+                await broker.send_str(msg.data)
+            for t in tasks:
+                t.cancel()
+        return client
+
+    app = web.Application()
+    app.router.add_get("/subscribe", relay)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"ws://127.0.0.1:{runner.addresses[0][1]}/subscribe"
+
+
+def test_an_update_s_inds_go_out_before_its_res_even_when_notifications_are_late():
+    """The broker's notifications reach the bridge 0.3 s late. A device that updates and then
+    ends its persistent query must still get the IND of its update first, as from a SIB: the
+    bridge reads the update's notifications (`Subscriber.flush`) before answering it."""
+    from ksp import Literal, Triple, Var
+
+    from sib.testing import ex
+
+    async def main(http_port: int, ws_port: int):
+        runner, slow = await _slow_ws_proxy(f"ws://127.0.0.1:{ws_port}/subscribe", 0.3)
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, slow).start()
+            server = await Server.start(bridge, udp=0)
+            link = await open_udp_link("127.0.0.1", server.udp.port)
+            try:
+                sink = _Sink()
+                sub = await link.request(Request(Tx.SELECT_PERSISTENT, projection=1,
+                                                 where=(Triple(ex("s"), ex("p"), Var(0)),)), sink)
+                assert sub.result.rows == ()
+                await link.request(Request(Tx.INSERT_DATA, insert=(
+                    Triple(ex("s"), ex("p"), Literal.of(1)),)))
+                seen_at_res = [ind.result.rows for ind in sink.inds]
+                await link.request(Request(Tx.TERMINATE, sub.tid))
+            finally:
+                await link.close()
+                await server.close()
+                await bridge.close()
+                await runner.cleanup()
+        return seen_at_res
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        seen = asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]), 60))
+    assert seen == [((Literal.of(1),),)]
