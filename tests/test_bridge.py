@@ -13,9 +13,9 @@ from sib.testing import SibProcess
 from transports import Server
 from transports.udp import open_udp_link
 
-from sib import Sib
-from sib.testing import Client
-from test_sib_sockets import SCRIPT, _normal, _wire  # noqa: I001 - tests/ is on the path
+from test_sib_sockets import (  # noqa: I001 - tests/ is on the path
+    SCRIPT, _normal, _Sink, _wire, in_process,
+)
 
 FORWARDED = [(name, req) for name, req in SCRIPT
              if isinstance(req, Request) and not req.tx.persistent
@@ -41,69 +41,15 @@ async def through_the_bridge(http_port: int) -> dict:
     return res
 
 
-async def in_a_sib() -> dict:
+def test_forwarded_requests_answer_as_the_sib_does():
     from ksp import UDP
 
-    sib = Sib()
-    kp = Client(sib)
-    res = {}
-    for i, (name, req) in enumerate(FORWARDED, start=1):
-        req = req._replace(tid=i)
-        res[name] = _normal(_wire(await kp.call(req), req, UDP))
-    await sib.close()
-    return res
-
-
-def test_forwarded_requests_answer_as_the_sib_does():
-    expected = asyncio.run(in_a_sib())
+    expected, _ = asyncio.run(in_process(UDP, FORWARDED))
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0") as broker:
         got = asyncio.run(asyncio.wait_for(through_the_bridge(broker.ports["http"]), 120))
     assert got == expected
     assert expected["create_again"][0] == Status.GRAPH_EXISTS  # the script means something
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.inds: list = []
-
-    def deliver(self, response) -> None:
-        self.inds.append(response)
-
-    def end(self, status) -> None:
-        pass
-
-    def fail(self, exc) -> None:
-        pass
-
-
-def _tidded(script):
-    """The script's requests with TIDs; a TERMINATE names the request it ends."""
-    tids = {}
-    for i, (name, req) in enumerate(script, start=1):
-        if isinstance(req, str):
-            req = Request(Tx.TERMINATE, tids[req])
-        elif req.tx is Tx.TERMINATE:
-            req = req._replace(tid=999)
-        else:
-            req = req._replace(tid=i)
-        tids[name] = req.tid
-        yield name, req
-
-
-async def bridged_in_a_sib() -> tuple[dict, dict]:
-    from ksp import UDP
-
-    sib = Sib()
-    kp = Client(sib)
-    res, reqs = {}, {}
-    for name, req in _tidded(BRIDGED):
-        res[name] = _normal(_wire(await kp.call(req), req, UDP))
-        reqs[name] = req
-    last = {name: _normal(_wire(kp.inds(req.tid)[-1], req, UDP))
-            for name, req in reqs.items() if req.tx.persistent and kp.inds(req.tid)}
-    await sib.close()
-    return res, last
 
 
 async def bridged_through(http_port: int, ws_port: int, expected: dict) -> tuple[dict, dict]:
@@ -142,7 +88,9 @@ def test_persistent_queries_through_the_bridge_as_in_the_sib():
     """The script with its persistent queries, TERMINATE and RESET (its rules aside): the same
     RESs, and the same last IND of every persistent query, as in a SIB; the SELECT, ASK and
     CONSTRUCT subscriptions are SE Protocol subscriptions at the broker, gone after RESET."""
-    expected_res, expected_last = asyncio.run(bridged_in_a_sib())
+    from ksp import UDP
+
+    expected_res, expected_last = asyncio.run(in_process(UDP, BRIDGED))
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
         res, last, subscriptions = asyncio.run(asyncio.wait_for(

@@ -84,7 +84,6 @@ SCRIPT: list[tuple[str, Request | str]] = [
     ("everything", Request(Tx.SELECT, 0, projection=3, where=(Triple(X, Y, Z),))),
 ]
 
-PERSISTENT = [name for name, req in SCRIPT if isinstance(req, Request) and req.tx.persistent]
 
 
 def test_the_script_covers_every_transaction_type():
@@ -112,11 +111,11 @@ def _wire(response: Response, request: Request, transport: Transport) -> Respons
     return decode_sib_message(data, transport, answers=request.tx)
 
 
-async def in_process(transport: Transport) -> tuple[dict, dict]:
-    sib = Sib()
-    kp = Client(sib)
-    res, tids, reqs = {}, {}, {}
-    for i, (name, req) in enumerate(SCRIPT, start=1):
+def tidded(script):
+    """The script's requests with TIDs (the step number); a TERMINATE names the TID of the
+    request it ends, the unknown one 999."""
+    tids = {}
+    for i, (name, req) in enumerate(script, start=1):
         if isinstance(req, str):
             req = Request(Tx.TERMINATE, tids[req])
         elif req.tx is Tx.TERMINATE:
@@ -124,10 +123,20 @@ async def in_process(transport: Transport) -> tuple[dict, dict]:
         else:
             req = req._replace(tid=i)
         tids[name] = req.tid
+        yield name, req
+
+
+async def in_process(transport: Transport, script=SCRIPT) -> tuple[dict, dict]:
+    """RESs by name, and the last IND of every persistent request, of `script` in a SIB."""
+    sib = Sib()
+    kp = Client(sib)
+    res, tids, reqs = {}, {}, {}
+    for name, req in tidded(script):
+        tids[name] = req.tid
         res[name] = _normal(_wire(await kp.call(req), req, transport))
         reqs[name] = req
-    last = {name: _normal(_wire(kp.inds(tids[name])[-1], reqs[name], transport))
-            for name in PERSISTENT if kp.inds(tids[name])}
+    last = {name: _normal(_wire(kp.inds(req.tid)[-1], req, transport))
+            for name, req in reqs.items() if req.tx.persistent and kp.inds(req.tid)}
     await sib.close()
     return res, last
 
