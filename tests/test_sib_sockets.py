@@ -85,7 +85,6 @@ SCRIPT: list[tuple[str, Request | str]] = [
 ]
 
 
-
 def test_the_script_covers_every_transaction_type():
     covered = {req.tx for _, req in SCRIPT if isinstance(req, Request)} | {Tx.TERMINATE}
     assert covered == set(Tx)

@@ -1,0 +1,97 @@
+"""`ksp-bridge` as a process, in front of a `ksp-sib` (its gate the broker) in another: pointed
+at the broker by the JSAP that `ksp-sib jsap` prints; a KP over UDP updates, queries and
+subscribes through it; SIGTERM ends the subscription with a TERMINATED IND and exits 0."""
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from rdflib import Literal, URIRef
+
+from ksp import Status
+from sib.testing import SibProcess
+from transports import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
+
+
+class BridgeProcess:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", *args], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.port = None
+        while True:
+            line = self.lines.get(timeout=60)
+            assert line is not None, "".join(self.log)
+            if m := re.search(r"listening on udp://[^:]+:(\d+)", line):
+                self.port = int(m[1])
+            if "bridge ready" in line:
+                break
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.log.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+
+def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        jsap = tmp_path / "broker.jsap"
+        jsap.write_text(subprocess.run(
+            [sys.executable, "-m", "sib.cli", "jsap", "--sepa-http-port",
+             str(broker.ports["http"])], capture_output=True, text=True, check=True,
+            cwd=ROOT).stdout)
+        bridge = BridgeProcess("--jsap", str(jsap), "--udp-port", "0", "--tcp-port", "-1",
+                               "--coap-port", "-1")
+        try:
+            async def kp():
+                async with connect(f"udp://127.0.0.1:{bridge.port}") as device:
+                    await device.insert_data([(S, P, Literal(1))])
+                    async with device.subscribe(f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}") as sub:
+                        first = await asyncio.wait_for(anext(sub), 30)
+                        assert [str(r[0]) for r in first.result.rows] == ["1"]
+                        await device.insert_data([(S, P, Literal(2))])
+                        ind = await asyncio.wait_for(anext(sub), 30)
+                        assert sorted(str(r[0]) for r in ind.result.rows) == ["1", "2"]
+                        stopped = asyncio.get_running_loop().run_in_executor(None, bridge.stop)
+                        with pytest.raises(StopAsyncIteration):  # how a TERMINATED IND ends it
+                            await asyncio.wait_for(anext(sub), 30)
+                        assert sub.status is Status.TERMINATED
+                        return await stopped
+
+            assert asyncio.run(asyncio.wait_for(kp(), 90)) == 0
+        finally:
+            if bridge.proc.poll() is None:
+                bridge.proc.kill()
+        log = "".join(bridge.log)
+        assert f"broker: http://127.0.0.1:{broker.ports['http']}" in log
+        assert f"ws://127.0.0.1:{broker.ports['ws']}/subscribe" in log
+
+
+@pytest.mark.parametrize("args, said", [
+    ((), "--jsap FILE, or --broker URL"),
+    (("--jsap", "/nonexistent.jsap"), "/nonexistent.jsap"),
+    (("--broker", "http://127.0.0.1:8000", "--udp-port", "70000"), "a port is 0..65535"),
+])
+def test_configuration_errors_are_one_line(args, said):
+    out = subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
