@@ -172,3 +172,56 @@ def test_an_update_s_inds_go_out_before_its_res_even_when_notifications_are_late
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
         seen = asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]), 60))
     assert seen == [((Literal.of(1),),)]
+
+
+def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
+    """Past `max_queued` waiting requests a request is answered LIMIT_EXCEEDED at once (the
+    broker is held busy here); past `max_persistent_per_kp`, a KP's next persistent query is
+    refused LIMIT_EXCEEDED and the broker gets no subscription for it."""
+    from aiohttp import web
+
+    from ksp import Triple, Var
+    from ksp.session import KPIdentity
+    from sib.testing import RecordingChannel, ex
+    from test_bridge_broker import serve_query
+
+    async def held(http_port: int, ws_port: int):
+        release, entered = asyncio.Event(), asyncio.Event()
+
+        async def slow(request):
+            entered.set()
+            await release.wait()
+            return web.json_response({"head": {}, "boolean": True})
+        runner, url = await serve_query(slow)
+        log: list = []
+        kp = KPIdentity(None, ("kp", 1))
+        async with Broker(url) as broker:
+            bridge = await Bridge(broker, max_queued=2).start()
+            ask = Request(Tx.ASK, where=(Triple(ex("s"), ex("p"), Var(0)),))
+            bridge.submit(ask._replace(tid=1), RecordingChannel(kp, 1, log))
+            await entered.wait()  # the first is at the broker
+            for tid in (2, 3, 4):  # two wait, one too many
+                bridge.submit(ask._replace(tid=tid), RecordingChannel(kp, tid, log))
+            refused = [(entry[2], entry[3].status) for entry in log]
+            release.set()
+            await bridge.close()
+        await runner.cleanup()
+
+        capped = []
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe",
+                                  max_persistent_per_kp=1).start()
+            for tid, o in ((1, ex("a")), (2, ex("b"))):
+                sub = Request(Tx.SELECT_PERSISTENT, tid, projection=1,
+                              where=(Triple(ex("s"), o, Var(0)),))
+                capped.append((await bridge.answer(sub, RecordingChannel(kp, tid, []))).status)
+            subscriptions = len(bridge._shared)
+            await bridge.close()
+        return refused, capped, subscriptions
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        refused, capped, subscriptions = asyncio.run(asyncio.wait_for(
+            held(broker.ports["http"], broker.ports["ws"]), 60))
+    assert refused == [(4, Status.LIMIT_EXCEEDED)]
+    assert capped == [Status.OK, Status.LIMIT_EXCEEDED] and subscriptions == 1

@@ -36,6 +36,16 @@ class Gate:
         await self.sib.close()
 
 
+async def serve_query(handler) -> tuple[web.AppRunner, str]:
+    """A stand-in broker whose POST /query is `handler`: (its runner, its base URL)."""
+    app = web.Application()
+    app.router.add_post("/query", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 async def _status(coro) -> tuple[Status, str]:
     with pytest.raises(BrokerError) as err:
         await coro
@@ -112,13 +122,8 @@ def test_requests_in_flight_are_bounded():
             await release.wait()
             inside -= 1
             return web.json_response({"head": {}, "boolean": True})
-        app = web.Application()
-        app.router.add_post("/query", slow)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        async with Broker(f"http://127.0.0.1:{runner.addresses[0][1]}",
-                          max_concurrent=2) as broker:
+        runner, url = await serve_query(slow)
+        async with Broker(url, max_concurrent=2) as broker:
             asks = [asyncio.create_task(broker.query("ASK {}")) for _ in range(6)]
             while inside < 2:
                 await asyncio.sleep(0.01)
