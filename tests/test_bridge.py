@@ -13,9 +13,8 @@ from sib.testing import SibProcess
 from transports import Server
 from transports.udp import open_udp_link
 
-from test_sib_sockets import (  # noqa: I001 - tests/ is on the path
-    SCRIPT, _normal, _Sink, _wire, in_process,
-)
+from test_bridge_broker import serve  # noqa: I001 - tests/ is on the path
+from test_sib_sockets import SCRIPT, _Sink, in_process, send_script
 
 FORWARDED = [(name, req) for name, req in SCRIPT
              if isinstance(req, Request) and not req.tx.persistent
@@ -25,20 +24,24 @@ BRIDGED = [(name, req) for name, req in SCRIPT
            if isinstance(req, str) or not (req.tx.persistent and not req.tx.is_query)]
 
 
-async def through_the_bridge(http_port: int) -> dict:
+async def bridged_through(script, http_port: int, ws_port: int | None = None,
+                          expected: dict | None = None) -> tuple[dict, dict, int]:
+    """`script` over UDP through a bridge in front of the broker's ports (no WebSocket port:
+    no persistent queries): its RESs, last INDs (`send_script`) and broker subscriptions
+    left at the end."""
+    subscribe = None if ws_port is None else f"ws://127.0.0.1:{ws_port}/subscribe"
     async with Broker(f"http://127.0.0.1:{http_port}") as broker:
-        bridge = await Bridge(broker).start()
+        bridge = await Bridge(broker, subscribe).start()
         server = await Server.start(bridge, udp=0)
         link = await open_udp_link("127.0.0.1", server.udp.port)
-        res = {}
         try:
-            for name, req in FORWARDED:
-                res[name] = _normal(await asyncio.wait_for(link.request(req), 30))
+            res, last = await send_script(link, script, expected)
+            subscriptions = len(bridge._shared)
         finally:
             await link.close()
             await server.close()
             await bridge.close()
-    return res
+    return res, last, subscriptions
 
 
 def test_forwarded_requests_answer_as_the_sib_does():
@@ -47,41 +50,10 @@ def test_forwarded_requests_answer_as_the_sib_does():
     expected, _ = asyncio.run(in_process(UDP, FORWARDED))
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0") as broker:
-        got = asyncio.run(asyncio.wait_for(through_the_bridge(broker.ports["http"]), 120))
+        got, _, _ = asyncio.run(asyncio.wait_for(
+            bridged_through(FORWARDED, broker.ports["http"]), 120))
     assert got == expected
     assert expected["create_again"][0] == Status.GRAPH_EXISTS  # the script means something
-
-
-async def bridged_through(http_port: int, ws_port: int, expected: dict) -> tuple[dict, dict]:
-    async with Broker(f"http://127.0.0.1:{http_port}") as broker:
-        bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe").start()
-        server = await Server.start(bridge, udp=0)
-        link = await open_udp_link("127.0.0.1", server.udp.port)
-        res, sinks = {}, {}
-        try:
-            tids = {}  # the link assigns TIDs: a TERMINATE names the one its request got
-            for name, req in BRIDGED:
-                if isinstance(req, str):
-                    req = Request(Tx.TERMINATE, tids[req])
-                elif req.tx is Tx.TERMINATE:
-                    req = req._replace(tid=999)
-                sink = _Sink() if req.tx.persistent else None
-                response = await asyncio.wait_for(link.request(req, sink), 30)
-                tids[name] = response.tid
-                res[name] = _normal(response)
-                if sink is not None:
-                    sinks[name] = sink
-            for _ in range(300):  # INDs may still be in flight on loopback after the last RES
-                last = {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds}
-                if last == expected:
-                    break
-                await asyncio.sleep(0.01)
-            subscriptions = len(bridge._shared)
-        finally:
-            await link.close()
-            await server.close()
-            await bridge.close()
-    return res, last, subscriptions
 
 
 def test_persistent_queries_through_the_bridge_as_in_the_sib():
@@ -94,7 +66,8 @@ def test_persistent_queries_through_the_bridge_as_in_the_sib():
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
         res, last, subscriptions = asyncio.run(asyncio.wait_for(
-            bridged_through(broker.ports["http"], broker.ports["ws"], expected_last), 120))
+            bridged_through(BRIDGED, broker.ports["http"], broker.ports["ws"], expected_last),
+            120))
     assert res == expected_res
     assert last == expected_last
     assert set(expected_last) >= {"sub_select", "sub_construct"}  # INDs that mean something
@@ -130,12 +103,8 @@ async def _slow_ws_proxy(upstream: str, delay: float):
                 t.cancel()
         return client
 
-    app = web.Application()
-    app.router.add_get("/subscribe", relay)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"ws://127.0.0.1:{runner.addresses[0][1]}/subscribe"
+    runner, address = await serve("GET", "/subscribe", relay)
+    return runner, f"ws://{address}/subscribe"
 
 
 def test_an_update_s_inds_go_out_before_its_res_even_when_notifications_are_late():
@@ -183,7 +152,6 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
     from ksp import Triple, Var
     from ksp.session import KPIdentity
     from sib.testing import RecordingChannel, ex
-    from test_bridge_broker import serve_query
 
     async def held(http_port: int, ws_port: int):
         release, entered = asyncio.Event(), asyncio.Event()
@@ -192,10 +160,10 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
             entered.set()
             await release.wait()
             return web.json_response({"head": {}, "boolean": True})
-        runner, url = await serve_query(slow)
+        runner, address = await serve("POST", "/query", slow)
         log: list = []
         kp = KPIdentity(None, ("kp", 1))
-        async with Broker(url) as broker:
+        async with Broker(f"http://{address}") as broker:
             bridge = await Bridge(broker, max_queued=2).start()
             ask = Request(Tx.ASK, where=(Triple(ex("s"), ex("p"), Var(0)),))
             bridge.submit(ask._replace(tid=1), RecordingChannel(kp, 1, log))

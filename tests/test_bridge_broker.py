@@ -36,14 +36,15 @@ class Gate:
         await self.sib.close()
 
 
-async def serve_query(handler) -> tuple[web.AppRunner, str]:
-    """A stand-in broker whose POST /query is `handler`: (its runner, its base URL)."""
+async def serve(method: str, path: str, handler) -> tuple[web.AppRunner, str]:
+    """A stand-in for (a part of) a broker: `handler` answers `method path` on a free loopback
+    port. Returns its runner (to clean up) and its address, `127.0.0.1:PORT`."""
     app = web.Application()
-    app.router.add_post("/query", handler)
+    app.router.add_route(method, path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return runner, f"127.0.0.1:{runner.addresses[0][1]}"
 
 
 async def _status(coro) -> tuple[Status, str]:
@@ -96,13 +97,8 @@ def test_a_broker_that_is_down_silent_or_not_sparql_is_an_internal_error():
 
         async def not_sparql(request):
             return web.Response(text="hello")
-        app = web.Application()
-        app.router.add_post("/query", not_sparql)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        async with Broker(f"http://127.0.0.1:{runner.addresses[0][1]}") as broker:
+        runner, address = await serve("POST", "/query", not_sparql)
+        async with Broker(f"http://{address}") as broker:
             status, reason = await _status(broker.query("ASK {}"))
             assert status is Status.INTERNAL_ERROR and "not SPARQL JSON" in reason
         await runner.cleanup()
@@ -122,8 +118,8 @@ def test_requests_in_flight_are_bounded():
             await release.wait()
             inside -= 1
             return web.json_response({"head": {}, "boolean": True})
-        runner, url = await serve_query(slow)
-        async with Broker(url, max_concurrent=2) as broker:
+        runner, address = await serve("POST", "/query", slow)
+        async with Broker(f"http://{address}", max_concurrent=2) as broker:
             asks = [asyncio.create_task(broker.query("ASK {}")) for _ in range(6)]
             while inside < 2:
                 await asyncio.sleep(0.01)

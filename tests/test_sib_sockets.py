@@ -156,42 +156,57 @@ class _Sink:
         self.failed = exc
 
 
+async def send_script(link, script, expected: dict | None = None, between=None
+                      ) -> tuple[dict, dict]:
+    """`script` sent on a KP `link`, each request after the last one's RES (a TERMINATE names
+    the TID the link gave the request it ends). Returns the RESs by name, and the last IND of
+    every persistent request once they equal `expected` (they may still be in flight on
+    loopback when the last RES arrives; after 30 s, as they are: the caller's assertion shows
+    the difference). `between`: awaited after each RES."""
+    res, tids, sinks = {}, {}, {}
+    for name, req in script:
+        if isinstance(req, str):
+            req = Request(Tx.TERMINATE, tids[req])
+        elif req.tx is Tx.TERMINATE:
+            req = req._replace(tid=999)
+        sink = _Sink() if req.tx.persistent else None
+        response = await asyncio.wait_for(link.request(req, sink), 30)
+        tids[name] = response.tid
+        if sink is not None:
+            sinks[name] = sink
+        res[name] = _normal(response)
+        if between is not None:
+            await between()
+
+    def last() -> dict:
+        return {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds}
+
+    async def settled() -> None:
+        while last() != expected:
+            await asyncio.sleep(0.01)
+
+    if expected is not None:
+        try:
+            await asyncio.wait_for(settled(), 30)
+        except TimeoutError:
+            pass
+    return res, last()
+
+
 async def over_sockets(transport: str, expected: dict) -> tuple[dict, dict]:
-    """The script over real sockets; `expected`: the last INDs to wait for (they are in flight
-    on loopback when the last RES arrives)."""
+    """The script over real sockets; `expected`: the last INDs to wait for."""
     sib = Sib()
     server = await Server.start(sib, **{transport: 0})
     port = getattr(server, transport).port
     opener = open_udp_link if transport == "udp" else open_tcp_link
     link = await opener("127.0.0.1", port)
-    res, tids, sinks = {}, {}, {}
     try:
-        for name, req in SCRIPT:
-            if isinstance(req, str):
-                req = Request(Tx.TERMINATE, tids[req])
-            elif req.tx is Tx.TERMINATE:
-                req = req._replace(tid=999)
-            sink = _Sink() if req.tx.persistent else None
-            response = await asyncio.wait_for(link.request(req, sink), 30)
-            tids[name] = response.tid
-            if sink is not None:
-                sinks[name] = sink
-            res[name] = _normal(response)
-            await sib.drain()  # as the in-process client does: the SIB idle before the next
-        async def settled() -> None:
-            while {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds} != expected:
-                await asyncio.sleep(0.01)
-
-        try:
-            await asyncio.wait_for(settled(), 30)
-        except TimeoutError:
-            pass  # the assertion below shows the difference
-        last = {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds}
+        # as the in-process client does: the SIB idle before the next request
+        return await send_script(link, SCRIPT, expected, between=sib.drain)
     finally:
         await link.close()
         await server.close()
         await sib.close()
-    return res, last
 
 
 @pytest.mark.parametrize("transport", ["udp", "tcp"])

@@ -20,46 +20,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from ksp import Request, Tx  # noqa: E402
 from sib.testing import SibProcess  # noqa: E402
 from transports.tcp import open_tcp_link  # noqa: E402
 from transports.udp import open_udp_link  # noqa: E402
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.inds: list = []
-
-    def deliver(self, response) -> None:
-        self.inds.append(response)
-
-    def end(self, status) -> None:
-        self.inds.append(status)
-
-    def fail(self, exc) -> None:
-        pass
-
-
 async def run_script(transport: str, port: int) -> None:
     """The script of tests/test_sib_sockets.py, each request after the INDs of the one before
     have arrived (a pause: the SIB is idle), so that a replay sees the same order."""
-    from test_sib_sockets import SCRIPT
+    from test_sib_sockets import SCRIPT, send_script
 
     opener = open_udp_link if transport == "udp" else open_tcp_link
     link = await opener("127.0.0.1", port)
-    tids, sinks = {}, []
     try:
-        for name, req in SCRIPT:
-            if isinstance(req, str):
-                req = Request(Tx.TERMINATE, tids[req])
-            elif req.tx is Tx.TERMINATE:
-                req = req._replace(tid=999)
-            sink = _Sink() if req.tx.persistent else None
-            response = await asyncio.wait_for(link.request(req, sink), 30)
-            tids[name] = response.tid
-            if sink is not None:
-                sinks.append(sink)
-            await asyncio.sleep(0.2)
+        await send_script(link, SCRIPT, between=lambda: asyncio.sleep(0.2))
     finally:
         await link.close()
 
