@@ -108,9 +108,12 @@ class Subscription:
     notify: Notify
     owner: object  # what ends it with its socket
     sequence: int = 0
-    #: Its subscriber's grant under the policy in force (None: anonymous), asked again when
-    #: the policy is replaced.
-    regrant: Callable[[], Grant | None] | None = None
+    #: Its subscriber's grant under the policy in force (None: anonymous), asked when it is
+    #: made and again when the policy is replaced.
+    grant_of: Callable[[], Grant | None] | None = None
+
+    def grant(self) -> Grant | None:
+        return self.grant_of() if self.grant_of is not None else None
 
 
 class SepaBroker:
@@ -220,12 +223,12 @@ class SepaBroker:
     # -- subscriptions ----------------------------------------------------------------------
 
     def subscribe(self, text: str, dataset: Dataset, alias: str | None, notify: Notify,
-                  owner: object, grant: Grant | None = None,
-                  regrant: Callable[[], Grant | None] | None = None) -> Subscription:
+                  owner: object, grant_of: Callable[[], Grant | None] | None = None
+                  ) -> Subscription:
         """Register a subscription and send its first notification (sequence 0, the whole
-        result as added). `grant`: its subscriber's (None: anonymous); `regrant` finds it again
-        under a new policy (`recheck`)."""
-        self._check_read(grant, dataset)
+        result as added). `grant_of` gives its subscriber's grant under the policy in force
+        (None, or no `grant_of`: anonymous), now and again under a new one (`recheck`)."""
+        self._check_read(grant_of() if grant_of is not None else None, dataset)
         if len(self.subscriptions) >= self.max_subscriptions:
             raise SepaError(429, "too_many_subscriptions",
                             f"the SIB holds {self.max_subscriptions} subscriptions, its limit")
@@ -245,7 +248,7 @@ class SepaBroker:
             else:
                 self._index.add(key, patterns, None)
         sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner,
-                           regrant=regrant)
+                           grant_of=grant_of)
         ev.members[sub.spuid] = sub
         self.subscriptions[sub.spuid] = sub
         self._owned.setdefault(owner, set()).add(sub.spuid)
@@ -264,7 +267,7 @@ class SepaBroker:
         ended = 0
         for sub in list(self.subscriptions.values()):
             try:
-                self._check_read(sub.regrant() if sub.regrant else None, sub.evaluation.dataset)
+                self._check_read(sub.grant(), sub.evaluation.dataset)
             except SepaError as exc:
                 log.warning("SEPA subscription %s ended by the new access policy: %s",
                             sub.spuid, exc.description)

@@ -241,6 +241,7 @@ class SepaGate:
         http.router.add_route("POST", "/update", self._update)
         http.router.add_get("/jsap", self._jsap)
         http.router.add_get("/dashboard", self._dashboard)
+        self._page = DASHBOARD.read_bytes()  # once: a missing file is said at start
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
         https = web.Application(client_max_size=self.max_body_bytes)
@@ -332,8 +333,7 @@ class SepaGate:
     async def _dashboard(self, request: web.Request) -> web.Response:
         """The live Smart Greenhouse page (`dashboard.html`): static, fed by the WebSocket."""
         self.requests["dashboard"] += 1
-        return web.Response(body=DASHBOARD.read_bytes(), content_type="text/html",
-                            charset="utf-8")
+        return web.Response(body=self._page, content_type="text/html", charset="utf-8")
 
     def _identity(self, authorization: object) -> str:
         """The registered client a token speaks for (401 without a valid token)."""
@@ -505,6 +505,6 @@ class SepaGate:
         if not isinstance(sparql, str) or not sparql.strip():
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
-        regrant = None if identity is None else (lambda: self._grant_of(identity))
-        await self.sib.call(lambda: self.broker.subscribe(
-            sparql, dataset, alias, sock.send, sock, regrant() if regrant else None, regrant))
+        grant_of = None if identity is None else (lambda: self._grant_of(identity))
+        await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
+                                                          sock, grant_of))
