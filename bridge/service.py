@@ -32,7 +32,7 @@ from ksp.model import Options, Request, Response
 from ksp.service import Channel
 from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
-from ksp.sparql.render import render, render_term
+from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib.errors import RequestError
 from sib.query import results_of
@@ -62,21 +62,24 @@ class _Shared:
     names: list[str]
     spuid: str = ""
     rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
+    row_of: dict = field(default_factory=dict)  # a binding's JSON -> its row of KSP terms
     members: dict = field(default_factory=dict)  # (kp, tid) -> _Member
 
     def apply(self, added: dict, removed: dict | None = None) -> None:
         for results, sign in ((removed, -1), (added, 1)):
             for b in ((results or {}).get("results") or {}).get("bindings") or ():
                 key = json.dumps(b, sort_keys=True)
+                if key not in self.row_of:  # each distinct row read once
+                    self.row_of[key] = from_results_json(
+                        {"head": {"vars": self.names}, "results": {"bindings": [b]}},
+                        names=self.names).rows[0]
                 self.rows[key] += sign
                 if self.rows[key] <= 0:
-                    del self.rows[key]
+                    del self.rows[key], self.row_of[key]
 
     def result_for(self, request: Request):
-        bindings = [json.loads(k) for k, n in self.rows.items() for _ in range(n)]
-        rows = from_results_json({"head": {"vars": self.names},
-                                  "results": {"bindings": bindings}}, names=self.names).rows
-        return results_of(request, list(rows))
+        rows = [self.row_of[k] for k, n in self.rows.items() for _ in range(n)]
+        return results_of(request, rows)
 
 
 class Bridge:
@@ -259,8 +262,12 @@ class Bridge:
         if shared is None:
             return  # unsubscribed meanwhile
         shared.apply(added, removed)
+        results: dict = {}  # members of one subscription differ at most in form and template
         for member in list(shared.members.values()):
-            result = shared.result_for(member.request)
+            form = (member.request.tx.base, member.request.template)
+            result = results.get(form)
+            if result is None:
+                result = results[form] = shared.result_for(member.request)
             if result != member.last:
                 member.last = result
                 member.channel.indicate(Response(member.request.tid, Status.OK, result,
@@ -310,17 +317,9 @@ class Bridge:
 
 
 def _solutions_query(request: Request) -> Request:
-    """A SELECT of variables 0 … n−1 with the request's pattern, options and modifiers: for a
-    SELECT its projection as it is, for a CONSTRUCT every variable its template may use."""
+    """What the broker is asked for a query: a SELECT as it is (persistent or not); for a
+    CONSTRUCT or ASK, the solutions of every variable (`solutions_query`), which the bridge
+    turns into the result as the SIB does."""
     if request.tx.base is Tx.SELECT:
         return request._replace(tx=Tx.SELECT)
-    used = set()
-    for g in (request.where, *(request.optional or ()), request.template):
-        for t in g or ():
-            used.update(m.index for m in t if isinstance(m, Var))
-    o = request.options
-    return Request(Tx.SELECT, request.tid, where=request.where, optional=request.optional,
-                   projection=max(used, default=-1) + 1,
-                   options=Options(prefixes=o.prefixes, query_graphs=o.query_graphs,
-                                   filters=o.filters, binds=o.binds, modifier=o.modifier,
-                                   optional=o.optional))
+    return solutions_query(request)

@@ -8,8 +8,10 @@ import asyncio
 
 from bridge.broker import Broker
 from bridge.service import Bridge
-from ksp import Request, Status, Tx
-from sib.testing import SibProcess
+from ksp import Literal, Options, Request, Status, Triple, Tx, Var
+from ksp.codes import Op
+from ksp.model import Bind
+from sib.testing import SibProcess, ex
 from transports import Server
 from transports.udp import open_udp_link
 
@@ -18,7 +20,13 @@ from test_sib_sockets import SCRIPT, _Sink, in_process, send_script
 
 FORWARDED = [(name, req) for name, req in SCRIPT
              if isinstance(req, Request) and not req.tx.persistent
-             and req.tx not in (Tx.TERMINATE, Tx.RESET)]
+             and req.tx not in (Tx.TERMINATE, Tx.RESET)] + [
+    # a template variable bound only by a BIND, above every pattern variable
+    ("construct_bind", Request(Tx.CONSTRUCT, 0, template=(Triple(Var(0), ex("twice"), Var(2)),),
+                               where=(Triple(Var(0), ex("p"), Var(1)),),
+                               options=Options(binds=(Bind(2, (Var(1), Literal.of(2),
+                                                               Op.MUL)),)))),
+]
 #: The script but for its rules (persistent updates, not bridged yet).
 BRIDGED = [(name, req) for name, req in SCRIPT
            if isinstance(req, str) or not (req.tx.persistent and not req.tx.is_query)]
@@ -54,6 +62,7 @@ def test_forwarded_requests_answer_as_the_sib_does():
             bridged_through(FORWARDED, broker.ports["http"]), 120))
     assert got == expected
     assert expected["create_again"][0] == Status.GRAPH_EXISTS  # the script means something
+    assert expected["construct_bind"][1][0]  # triples with the BIND's value
 
 
 def test_persistent_queries_through_the_bridge_as_in_the_sib():
@@ -111,10 +120,6 @@ def test_an_update_s_inds_go_out_before_its_res_even_when_notifications_are_late
     """The broker's notifications reach the bridge 0.3 s late. A device that updates and then
     ends its persistent query must still get the IND of its update first, as from a SIB: the
     bridge reads the update's notifications (`Subscriber.flush`) before answering it."""
-    from ksp import Literal, Triple, Var
-
-    from sib.testing import ex
-
     async def main(http_port: int, ws_port: int):
         runner, slow = await _slow_ws_proxy(f"ws://127.0.0.1:{ws_port}/subscribe", 0.3)
         async with Broker(f"http://127.0.0.1:{http_port}") as broker:
@@ -149,9 +154,8 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
     refused LIMIT_EXCEEDED and the broker gets no subscription for it."""
     from aiohttp import web
 
-    from ksp import Triple, Var
     from ksp.session import KPIdentity
-    from sib.testing import RecordingChannel, ex
+    from sib.testing import RecordingChannel
 
     async def held(http_port: int, ws_port: int):
         release, entered = asyncio.Event(), asyncio.Event()

@@ -307,16 +307,27 @@ def render_where(request: Request, *, names: Sequence[str] | None = None,
     tx = Tx(request.tx)
     if not tx.is_pattern_update:
         raise NoSparqlEquivalent(tx.name, f"{tx.name} is not a pattern update")
-    used = _pattern_vars(request.where, request.options.optional or ())
-    for g in (request.delete, request.insert):
-        used |= _pattern_vars(g, ())
-    used.update(b.var for b in request.options.binds or ())
+    return render(solutions_query(request), names=names, dataset_clauses=dataset_clauses,
+                  union=union)
+
+
+def solutions_query(request: Request) -> Request:
+    """The SELECT of variables 0 … n−1 (every variable the request uses: its patterns,
+    templates and BINDs) over the request's pattern, optional groups, QUERY GRAPH, FILTERs,
+    BINDs and solution modifier: the solutions whose rows a SIB instantiates a pattern update's
+    or a CONSTRUCT's templates from (`render_where`; the SEPA bridge)."""
     o = request.options
-    query = Request(Tx.SELECT, request.tid, where=request.where, optional=o.optional,
-                    projection=max(used, default=-1) + 1,
-                    options=Options(prefixes=o.prefixes, query_graphs=o.query_graphs,
-                                    filters=o.filters, binds=o.binds))
-    return render(query, names=names, dataset_clauses=dataset_clauses, union=union)
+    optional = request.optional or o.optional or ()
+    used = _pattern_vars(request.where, optional)
+    for g in (request.delete, request.insert, request.template):
+        used |= _pattern_vars(g, ())
+    used.update(b.var for b in o.binds or ())
+    return Request(Tx.SELECT, request.tid, where=request.where, optional=optional or None,
+                   projection=max(used, default=-1) + 1,
+                   options=Options(prefixes=o.prefixes, query_graphs=o.query_graphs,
+                                   filters=o.filters, binds=o.binds,
+                                   # an update has none: SOLUTION MODIFIER is for queries
+                                   modifier=o.modifier if Tx(request.tx).is_query else None))
 
 
 def _group(w: _Writer, request: Request, optional: Sequence[Graph], indent: str = "  "
