@@ -188,11 +188,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 journal.remove(saved.kp, saved.tid)
     if restored:
         log.info("%d persistent operations restored", restored)
-    for t in TRANSPORTS:
-        adapter = getattr(server, t)
-        if adapter is not None:
-            scheme = "tcps" if t == "tcp" and tls is not None else t
-            log.info("listening on %s://%s:%d", scheme, config.host, adapter.port)
+    ksp_ports = _ksp_ports(server, tls is not None)
+    for scheme, port in ksp_ports.items():
+        log.info("listening on %s://%s:%d", scheme, config.host, port)
     gate = None
     if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
         from .sepa import SepaGate
@@ -208,7 +206,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                               clients=Clients(data_dir, config.sepa_identities),
                               tokens=Tokens(data_dir, config.sepa_token_lifetime,
                                             config.sepa_token_reply),
-                              ksp=_ksp_ports(server, tls is not None),
+                              ksp=ksp_ports,
                               namespaces=config.sepa_namespaces).start()
         if gate.http_port is not None:
             log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
@@ -267,7 +265,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
 
 
 def _ksp_ports(server, tls: bool) -> dict[str, int]:
-    """The bound KSP ports by URL scheme, for the SIB's JSAP."""
+    """The bound KSP ports by URL scheme (TLS: `tcps`), as logged and in the SIB's JSAP."""
     ports = {}
     for t in TRANSPORTS:
         adapter = getattr(server, t)
