@@ -7,23 +7,27 @@ HTTP, and answered as the SIB answers it: results in the SIB's canonical order
 (`sib.query.results_of`), CONSTRUCT templates instantiated here from the solutions of every
 variable (the blank nodes a SIB would make), so that a device cannot tell the two apart.
 
-Requests run one at a time in arrival order, as in the SIB: a device's update is in the broker
-before its next query is sent. The queue is bounded (`max_queued`); past it a request is
+A device's requests run one at a time in arrival order, as in the SIB: its update is in the
+broker before its next query is sent. Different devices' requests run side by side (at most
+`Broker.max_concurrent` at the broker), so that a device waiting on a slow answer does not hold
+up the others. Waiting requests are bounded (`max_queued` in all); past that a request is
 answered LIMIT_EXCEEDED at once.
 
 A persistent query is one SE Protocol subscription to the solutions it reads (`subscriber`);
 equal ones share it. The bridge keeps each subscription's rows (the broker's added and removed
 rows applied to them) and sends a member an IND with its full current result when that result
 changed, as the SIB does; TERMINATE, RESET and a KP that stopped ACKing end members, and the
-last member's end unsubscribes. Persistent updates (rules) are not bridged yet (issue 12):
-they are answered INVALID_TRANSACTION_TYPE.
+last member's end unsubscribes. When the broker's socket drops, the persistent queries stay:
+the subscriber makes their subscriptions again once the broker is back, and a member whose
+result changed meanwhile gets an IND with the new one. Persistent updates (rules) are not
+bridged yet (issue 12): they are answered INVALID_TRANSACTION_TYPE.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ksp.codes import Status, Tx
@@ -39,7 +43,7 @@ from sib.query import results_of
 from sib.validate import check_request
 
 from .broker import Broker, BrokerError
-from .subscriber import Subscriber
+from .subscriber import Subscriber, Subscription
 
 log = logging.getLogger("ksp.bridge")
 
@@ -60,12 +64,16 @@ class _Shared:
 
     text: str
     names: list[str]
-    spuid: str = ""
+    ready: asyncio.Future  # done once the broker has made the subscription
+    sub: Subscription | None = None
     rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
     row_of: dict = field(default_factory=dict)  # a binding's JSON -> its row of KSP terms
     members: dict = field(default_factory=dict)  # (kp, tid) -> _Member
 
-    def apply(self, added: dict, removed: dict | None = None) -> None:
+    def apply(self, added: dict, removed: dict, whole: bool) -> None:
+        if whole:  # a first notification: the whole result, in place of what was kept
+            self.rows.clear()
+            self.row_of.clear()
         for results, sign in ((removed, -1), (added, 1)):
             for b in ((results or {}).get("results") or {}).get("bindings") or ():
                 key = json.dumps(b, sort_keys=True)
@@ -85,35 +93,43 @@ class _Shared:
 class Bridge:
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
-                 max_subscriptions: int = 10_000) -> None:
+                 max_subscriptions: int = 10_000, backoff: float = 0.25,
+                 max_backoff: float = 15.0) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
-        without it persistent queries are answered INVALID_TRANSACTION_TYPE."""
+        without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
+        `max_backoff`: the first and the longest wait between attempts to reach the broker's
+        socket again."""
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
-            subscribe_url, self._changed, self._ended, timeout=broker.timeout,
-            authorization=broker.authorization)
+            subscribe_url, self._ended, timeout=broker.timeout,
+            authorization=broker.authorization, backoff=backoff, max_backoff=max_backoff)
         self.max_queued = max_queued
         self.max_persistent_per_kp = max_persistent_per_kp
         self.max_subscriptions = max_subscriptions
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
         self._shared: dict[str, _Shared] = {}  # solutions query text -> its subscription
-        self._by_spuid: dict[str, _Shared] = {}
         self._per_kp: Counter = Counter()
-        self._queue: asyncio.Queue | None = None
-        self._task: asyncio.Task | None = None
+        self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
+        self._workers: dict[KPIdentity, asyncio.Task] = {}
+        self.queued = 0  # requests waiting for their KP's earlier ones, all KPs
+        self._running = False
         self.forwarded = 0  # requests answered through the broker (stats)
         self.refused = 0  # answered LIMIT_EXCEEDED for a full queue
 
     # -- Service ----------------------------------------------------------------------------
 
     def submit(self, request: Request, channel: Channel) -> None:
-        if self._queue is None:
+        if not self._running:
             raise RuntimeError("start the bridge first: await Bridge(...).start()")
-        try:
-            self._queue.put_nowait((request, channel))
-        except asyncio.QueueFull:
+        if self.queued >= self.max_queued:
             self.refused += 1
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
+            return
+        self.queued += 1
+        kp = channel.kp
+        self._waiting.setdefault(kp, deque()).append((request, channel))
+        if kp not in self._workers:
+            self._workers[kp] = asyncio.create_task(self._work(kp))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """IND retries ran out: the KP's persistent queries end, as in the SIB."""
@@ -124,37 +140,36 @@ class Bridge:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> "Bridge":
-        self._queue = asyncio.Queue(self.max_queued)
-        self._task = asyncio.create_task(self._run())
+        self._running = True
         return self
 
     async def close(self) -> None:
         """Answer what is queued, end every persistent query with a TERMINATED IND (as the SIB
         does at shutdown), then stop."""
-        if self._task is None:
+        if not self._running:
             return
-        await self._queue.join()
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-        self._task = None
+        while self._workers:
+            await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        self._running = False
         for key in list(self.ops):
             self._end(key, Status.TERMINATED)
         if self.subscriber is not None:
             await self.subscriber.close()
 
-    async def _run(self) -> None:
-        while True:
-            request, channel = await self._queue.get()
-            try:
-                channel.respond(await self.answer(request, channel))
-            except Exception:  # a bug: said as one, and the bridge goes on
-                log.exception("%s tid %d failed", request.tx.name, request.tid)
-                channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
-            finally:
-                self._queue.task_done()
+    async def _work(self, kp: KPIdentity) -> None:
+        """One KP's requests, in order; the worker ends when none is left."""
+        waiting = self._waiting[kp]
+        try:
+            while waiting:
+                request, channel = waiting.popleft()
+                self.queued -= 1
+                try:
+                    channel.respond(await self.answer(request, channel))
+                except Exception:  # a bug: said as one, and the bridge goes on
+                    log.exception("%s tid %d failed", request.tx.name, request.tid)
+                    channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
+        finally:
+            del self._waiting[kp], self._workers[kp]
 
     # -- forwarding -------------------------------------------------------------------------
 
@@ -247,21 +262,31 @@ class Bridge:
         if shared is None:
             if len(self._shared) >= self.max_subscriptions:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
-            shared = _Shared(text, [f"v{k}" for k in range(asked.projection or 0)])
-            shared.spuid, first = await self.subscriber.subscribe(text)
-            shared.apply(first)
-            self._shared[text] = self._by_spuid[shared.spuid] = shared
+            shared = self._shared[text] = _Shared(
+                text, [f"v{k}" for k in range(asked.projection or 0)],
+                asyncio.get_running_loop().create_future())
+            try:  # other KPs asking the same meanwhile wait for this one
+                shared.sub = await self.subscriber.subscribe(
+                    text, lambda added, removed, whole: self._changed(shared, added, removed,
+                                                                      whole))
+            except BaseException as exc:
+                del self._shared[text]
+                shared.ready.set_exception(exc)
+                shared.ready.exception()  # said to whoever waits, not to the loop's log
+                raise
+            shared.ready.set_result(None)
+        else:
+            await asyncio.shield(shared.ready)
+        if self._shared.get(text) is not shared:  # its last member ended while it was made
+            return await self._subscribe(request, channel)
         member = _Member(request, channel, shared)
         member.last = shared.result_for(request)
         shared.members[key] = self.ops[key] = member
         self._per_kp[kp] += 1
         return Response(request.tid, Status.OK, member.last)
 
-    def _changed(self, spuid: str, added: dict, removed: dict) -> None:
-        shared = self._by_spuid.get(spuid)
-        if shared is None:
-            return  # unsubscribed meanwhile
-        shared.apply(added, removed)
+    def _changed(self, shared: _Shared, added: dict, removed: dict, whole: bool) -> None:
+        shared.apply(added, removed, whole)
         results: dict = {}  # members of one subscription differ at most in form and template
         for member in list(shared.members.values()):
             form = (member.request.tx.base, member.request.template)
@@ -273,11 +298,11 @@ class Bridge:
                 member.channel.indicate(Response(member.request.tid, Status.OK, result,
                                                  indication=True))
 
-    def _ended(self, spuid: str | None, status: Status) -> None:
-        """The broker ended a subscription (or the socket, all of them): its persistent
-        queries end with an IND of `status`."""
+    def _ended(self, sub: Subscription, status: Status) -> None:
+        """The broker ended a subscription: its persistent queries end with an IND of
+        `status`."""
         for key, member in list(self.ops.items()):
-            if spuid is None or member.shared.spuid == spuid:
+            if member.shared.sub is sub:
                 self._end(key, status)
 
     async def _settle(self) -> None:
@@ -310,10 +335,9 @@ class Bridge:
             member.channel.end()
         shared = member.shared
         shared.members.pop(key, None)
-        if not shared.members:
-            self._shared.pop(shared.text, None)
-            self._by_spuid.pop(shared.spuid, None)
-            asyncio.ensure_future(self.subscriber.unsubscribe(shared.spuid))
+        if not shared.members and self._shared.get(shared.text) is shared:
+            del self._shared[shared.text]
+            asyncio.ensure_future(self.subscriber.unsubscribe(shared.sub))
 
 
 def _solutions_query(request: Request) -> Request:

@@ -6,6 +6,12 @@ notification of a subscription has `sequence` 0, the alias it was asked with and
 result as `addedResults`; later ones carry the spuid and what was added and removed; an error
 frame carries the alias of the subscribe it refuses, or (the SIB's gate, when a new policy ends
 one) the spuid of the subscription it ends.
+
+A subscription outlives its socket. When the socket drops, the subscriber reconnects with
+back-off (`backoff` doubling to `max_backoff`, with jitter, until `close`) and subscribes each
+live subscription again; the new first notification is the whole result, which the owner gets
+as `whole=True` and puts in place of what it had (the reconciliation: what changed while the
+bridge was away shows as a difference). A broker that refuses one again ends only that one.
 """
 from __future__ import annotations
 
@@ -13,7 +19,9 @@ import asyncio
 import itertools
 import json
 import logging
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -23,52 +31,92 @@ from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
 
-__all__ = ["Subscriber"]
+__all__ = ["Subscriber", "Subscription"]
 
-#: (spuid, addedResults, removedResults) of a notification after the first.
-OnChange = Callable[[str, dict, dict], None]
-#: (spuid or None for every subscription, KSP status): the broker ended it, or the socket.
-OnEnd = Callable[[str | None, Status], None]
+#: (addedResults, removedResults, whole): every notification of one subscription, in order.
+#: `whole` is True for a first notification: `added` is then the whole result, to replace
+#: what the owner had.
+OnNotify = Callable[[dict, dict, bool], None]
+
+
+@dataclass(eq=False)
+class Subscription:
+    sparql: str
+    on_notify: OnNotify
+    spuid: str = ""  # the broker's name for it on the current socket
+
+
+#: (subscription, KSP status): the broker ended it.
+OnEnd = Callable[[Subscription, Status], None]
 
 
 class Subscriber:
-    def __init__(self, url: str, on_change: OnChange, on_end: OnEnd, *,
-                 timeout: float = 10.0, authorization: str | None = None) -> None:
+    def __init__(self, url: str, on_end: OnEnd, *, timeout: float = 10.0,
+                 authorization: str | None = None, backoff: float = 0.25,
+                 max_backoff: float = 15.0) -> None:
         self.url = url
-        self.on_change, self.on_end = on_change, on_end
+        self.on_end = on_end
         self.timeout = timeout
         self.authorization = authorization
+        self.backoff, self.max_backoff = backoff, max_backoff
         self._aliases = (f"ksp-bridge-{n}" for n in itertools.count(1))
-        self._pending: dict[str, asyncio.Future] = {}  # alias -> first notification
+        self._pending: dict[str, tuple[asyncio.Future, Subscription]] = {}  # by alias
+        self._live: dict[Subscription, None] = {}  # in the order they were made
+        self._by_spuid: dict[str, Subscription] = {}
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task | None = None
-        self.notifications = 0  # after the first ones (stats)
+        self._reconnecting: asyncio.Task | None = None
         self._closing = False
+        self.notifications = 0  # after the first ones (stats)
+        self.reconnects = 0  # sockets opened again after a drop (stats)
+        self.up = asyncio.Event()  # set while a socket is open and every subscription on it
+
+    @property
+    def live(self) -> int:
+        return len(self._live)
+
+    async def _open(self) -> aiohttp.ClientWebSocketResponse:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        try:
+            ws = await asyncio.wait_for(self._http.ws_connect(self.url, heartbeat=30.0),
+                                        self.timeout)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise BrokerError(Status.INTERNAL_ERROR, f"{self.url}: {exc or type(exc).__name__}"
+                              ) from None
+        self._ws = ws
+        self._reader = asyncio.create_task(self._read(ws))
+        return ws
 
     async def _connected(self) -> aiohttp.ClientWebSocketResponse:
-        if self._ws is None or self._ws.closed:
-            if self._http is None:
-                self._http = aiohttp.ClientSession()
-            try:
-                self._ws = await asyncio.wait_for(
-                    self._http.ws_connect(self.url, heartbeat=30.0), self.timeout)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                raise BrokerError(Status.INTERNAL_ERROR, f"{self.url}: {exc}") from None
-            self._reader = asyncio.create_task(self._read(self._ws))
-        return self._ws
+        if self._ws is not None and not self._ws.closed:
+            return self._ws
+        if self._reconnecting is not None:
+            raise BrokerError(Status.INTERNAL_ERROR, f"{self.url}: reconnecting")
+        ws = await self._open()
+        self.up.set()
+        return ws
 
-    async def subscribe(self, sparql: str) -> tuple[str, dict]:
-        """(spuid, the whole current result as SPARQL JSON) of a new subscription."""
-        ws = await self._connected()
+    async def subscribe(self, sparql: str, on_notify: OnNotify) -> Subscription:
+        """A new subscription: its first notification (the whole result) has reached
+        `on_notify` when this returns, and every later one will, in order."""
+        sub = Subscription(sparql, on_notify)
+        await self._send_subscribe(await self._connected(), sub)
+        self._live[sub] = None
+        return sub
+
+    async def _send_subscribe(self, ws: aiohttp.ClientWebSocketResponse,
+                              sub: Subscription) -> None:
         alias = next(self._aliases)
-        first = self._pending[alias] = asyncio.get_running_loop().create_future()
-        body = {"sparql": sparql, "alias": alias}
+        first = asyncio.get_running_loop().create_future()
+        self._pending[alias] = (first, sub)
+        body = {"sparql": sub.sparql, "alias": alias}
         if self.authorization:
             body["authorization"] = self.authorization
         try:
             await ws.send_json({"subscribe": body})
-            notification = await asyncio.wait_for(first, self.timeout)
+            await asyncio.wait_for(first, self.timeout)
         except asyncio.TimeoutError:
             raise BrokerError(Status.INTERNAL_ERROR, f"{self.url}: no first notification "
                                                      f"within {self.timeout} s") from None
@@ -76,7 +124,6 @@ class Subscriber:
             raise BrokerError(Status.INTERNAL_ERROR, f"{self.url}: {exc}") from None
         finally:
             self._pending.pop(alias, None)
-        return notification["spuid"], notification.get("addedResults") or {}
 
     async def flush(self) -> None:
         """Return once every notification the broker queued on this socket before now has been
@@ -85,11 +132,18 @@ class Subscriber:
         an update causes reach the devices before the next request is forwarded, as in a SIB.
         A broker that notifies after answering the update (the reference broker may) can still
         be later than this."""
-        spuid, _ = await self.subscribe("ASK {}")
-        await self.unsubscribe(spuid)
+        sub = Subscription("ASK {}", lambda added, removed, whole: None)
+        await self._send_subscribe(await self._connected(), sub)
+        await self._unsubscribe_spuid(sub.spuid)
 
-    async def unsubscribe(self, spuid: str) -> None:
-        if self._ws is not None and not self._ws.closed:
+    async def unsubscribe(self, sub: Subscription) -> None:
+        if sub in self._live:
+            del self._live[sub]
+            await self._unsubscribe_spuid(sub.spuid)
+
+    async def _unsubscribe_spuid(self, spuid: str) -> None:
+        self._by_spuid.pop(spuid, None)
+        if spuid and self._ws is not None and not self._ws.closed:
             try:
                 await self._ws.send_json({"unsubscribe": {"spuid": spuid}})
             except (aiohttp.ClientError, ConnectionError):
@@ -97,12 +151,17 @@ class Subscriber:
 
     async def close(self) -> None:
         self._closing = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+            await asyncio.gather(self._reconnecting, return_exceptions=True)
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
         if self._http is not None:
             await self._http.close()
+
+    # -- the socket -------------------------------------------------------------------------
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         try:
@@ -113,31 +172,70 @@ class Subscriber:
                     except (ValueError, KeyError, TypeError) as exc:
                         log.warning("%s: a frame the bridge cannot read: %s", self.url, exc)
         finally:
-            for first in self._pending.values():
+            self.up.clear()
+            for first, _ in self._pending.values():
                 if not first.done():
                     first.set_exception(BrokerError(Status.INTERNAL_ERROR,
                                                     f"{self.url}: the socket closed"))
-            if not self._closing:
-                log.warning("%s: the broker's socket closed", self.url)
-                self.on_end(None, Status.INTERNAL_ERROR)
+            self._by_spuid.clear()
+            if not self._closing and self._reconnecting is None and self._live:
+                log.warning("%s: the broker's socket closed; %d subscriptions to make again",
+                            self.url, len(self._live))
+                self._reconnecting = asyncio.create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Open the socket again and subscribe each live subscription anew, waiting longer
+        after each failure; runs until it has or the subscriber closes."""
+        delay = self.backoff
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, self.max_backoff)
+            try:
+                ws = await self._open()
+                for sub in list(self._live):
+                    try:
+                        await self._send_subscribe(ws, sub)
+                    except BrokerError as exc:
+                        if ws.closed:
+                            raise
+                        log.warning("the broker refused %s again: %s", sub.sparql[:80], exc)
+                        self._live.pop(sub, None)
+                        self.on_end(sub, exc.status)
+            except BrokerError as exc:
+                log.info("%s: not back yet (%s); next try in about %.1f s", self.url,
+                         exc.reason, delay)
+                continue
+            if ws.closed:
+                continue
+            self.reconnects += 1
+            log.info("%s: back; %d subscriptions made again", self.url, len(self._live))
+            self._reconnecting = None
+            self.up.set()
+            return
 
     def _frame(self, frame: dict) -> None:
         if "notification" in frame:
             n = frame["notification"]
             if n.get("sequence") == 0 and n.get("alias") in self._pending:
-                first = self._pending[n["alias"]]
+                first, sub = self._pending[n["alias"]]
                 if not first.done():
-                    first.set_result(n)
+                    sub.spuid = n["spuid"]
+                    self._by_spuid[sub.spuid] = sub
+                    sub.on_notify(n.get("addedResults") or {}, {}, True)
+                    first.set_result(None)
                 return
+            sub = self._by_spuid.get(n["spuid"])
+            if sub is None:
+                return  # unsubscribed meanwhile
             self.notifications += 1
-            self.on_change(n["spuid"], n.get("addedResults") or {},
-                           n.get("removedResults") or {})
+            sub.on_notify(n.get("addedResults") or {}, n.get("removedResults") or {}, False)
         elif "error" in frame:
             status = STATUS_OF_HTTP.get(frame.get("status_code"), Status.INTERNAL_ERROR)
             reason = f"{self.url}: {frame.get('error_description') or frame['error']}"
-            first = self._pending.get(frame.get("alias"))
+            first, _ = self._pending.get(frame.get("alias"), (None, None))
             if first is not None and not first.done():
                 first.set_exception(BrokerError(status, reason))
-            elif isinstance(frame.get("spuid"), str):
-                log.warning("the broker ended %s: %s", frame["spuid"], reason)
-                self.on_end(frame["spuid"], status)
+            elif (sub := self._by_spuid.pop(frame.get("spuid"), None)) is not None:
+                log.warning("the broker ended %s: %s", sub.spuid, reason)
+                self._live.pop(sub, None)
+                self.on_end(sub, status)

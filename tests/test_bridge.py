@@ -151,7 +151,9 @@ def test_an_update_s_inds_go_out_before_its_res_even_when_notifications_are_late
 def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
     """Past `max_queued` waiting requests a request is answered LIMIT_EXCEEDED at once (the
     broker is held busy here); past `max_persistent_per_kp`, a KP's next persistent query is
-    refused LIMIT_EXCEEDED and the broker gets no subscription for it."""
+    refused LIMIT_EXCEEDED and the broker gets no subscription for it; past `max_subscriptions`
+    at the broker, a persistent query that would need a new one is refused, while one equal to
+    an existing one shares it."""
     from aiohttp import web
 
     from ksp.session import KPIdentity
@@ -189,11 +191,24 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
                 capped.append((await bridge.answer(sub, RecordingChannel(kp, tid, []))).status)
             subscriptions = len(bridge._shared)
             await bridge.close()
-        return refused, capped, subscriptions
+
+        shared = []  # past max_subscriptions, a new one is refused; an equal one shares
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe",
+                                  max_subscriptions=1).start()
+            for n, o in ((1, ex("a")), (2, ex("b")), (3, ex("a"))):
+                other = KPIdentity(None, ("kp", 10 + n))
+                sub = Request(Tx.SELECT_PERSISTENT, 1, projection=1,
+                              where=(Triple(ex("s"), o, Var(0)),))
+                shared.append((await bridge.answer(sub, RecordingChannel(other, 1, []))).status)
+            shared.append(len(bridge._shared))
+            await bridge.close()
+        return refused, capped, subscriptions, shared
 
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
-        refused, capped, subscriptions = asyncio.run(asyncio.wait_for(
+        refused, capped, subscriptions, shared = asyncio.run(asyncio.wait_for(
             held(broker.ports["http"], broker.ports["ws"]), 60))
     assert refused == [(4, Status.LIMIT_EXCEEDED)]
     assert capped == [Status.OK, Status.LIMIT_EXCEEDED] and subscriptions == 1
+    assert shared == [Status.OK, Status.LIMIT_EXCEEDED, Status.OK, 1]
