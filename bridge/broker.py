@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import aiohttp
 
 from ksp.codes import Status
+from sib.metrics import Histogram
 
 log = logging.getLogger("ksp.bridge")
 
@@ -54,6 +56,8 @@ class Broker:
         self.authorization = authorization
         self._slots = asyncio.Semaphore(max_concurrent)
         self._http: aiohttp.ClientSession | None = None
+        #: Seconds from sending to the whole answer, of the requests the broker answered 2xx.
+        self.latency = {"query": Histogram(), "update": Histogram()}
 
     async def __aenter__(self) -> "Broker":
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
@@ -66,7 +70,7 @@ class Broker:
     async def query(self, text: str) -> dict:
         """SPARQL 1.1 Query Results JSON of `text` (SELECT, ASK)."""
         body = await self._post(self.query_url, text, "application/sparql-query",
-                                "application/sparql-results+json")
+                                "application/sparql-results+json", self.latency["query"])
         try:
             results = json.loads(body)
         except ValueError:
@@ -77,17 +81,21 @@ class Broker:
         return results
 
     async def update(self, text: str) -> None:
-        await self._post(self.update_url, text, "application/sparql-update", "*/*")
+        await self._post(self.update_url, text, "application/sparql-update", "*/*",
+                         self.latency["update"])
 
-    async def _post(self, url: str, text: str, kind: str, accept: str) -> bytes:
+    async def _post(self, url: str, text: str, kind: str, accept: str,
+                    latency: Histogram) -> bytes:
         headers = {"Content-Type": kind, "Accept": accept}
         if self.authorization:
             headers["Authorization"] = self.authorization
         async with self._slots:
             try:
+                sent = time.perf_counter()
                 async with self._http.post(url, data=text.encode(), headers=headers) as answer:
                     body = await answer.read()
                     if answer.status < 300:
+                        latency.observe(time.perf_counter() - sent)
                         return body
                     status = STATUS_OF_HTTP.get(answer.status, Status.INTERNAL_ERROR)
                     raise BrokerError(status, f"{url}: HTTP {answer.status}{_said(body)}")

@@ -2,6 +2,7 @@
 
     ksp-bridge --jsap broker.jsap [--udp-port N] ...        # the broker as a JSAP describes it
     ksp-bridge --broker http://HOST:8000 --subscribe ws://HOST:9000/subscribe
+    ksp-bridge --config bridge.toml                         # every key: docs/bridge.md
 
 The devices get the SIB's transports and sessions (UDP, TCP, CoAP); requests go to the broker
 over HTTP, persistent queries over its WebSocket (docs/bridge.md). Shutdown ends every bridged
@@ -11,93 +12,86 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import signal
 import sys
-from pathlib import Path
+
+from .config import BridgeConfig, ConfigError
 
 log = logging.getLogger("ksp.bridge")
 
-TRANSPORTS = {"udp": 7000, "tcp": 7001, "coap": 5683}
-
-
-class BridgeConfigError(ValueError):
-    pass
+TRANSPORTS = ("udp", "tcp", "coap")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksp-bridge", description=(
         "Serve KSP devices (UDP, TCP, CoAP) in front of a SEPA broker: their queries and "
         "updates over the SPARQL 1.1 Protocol, their persistent queries as SE Protocol "
-        "subscriptions (docs/bridge.md)."))
-    p.add_argument("--jsap", metavar="FILE",
+        "subscriptions. Flags override the TOML file (--config); docs/bridge.md has every "
+        "key."))
+    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--jsap", dest="broker_jsap", metavar="FILE",
                    help="the broker's JSAP (host, sparql11protocol, sparql11seprotocol), as "
                         "`ksp-sib jsap` prints it")
-    p.add_argument("--broker", metavar="URL",
+    p.add_argument("--broker", dest="broker_url", metavar="URL",
                    help="the broker's SPARQL 1.1 Protocol base, http://HOST:8000 (its /query "
                         "and /update)")
-    p.add_argument("--subscribe", metavar="URL",
-                   help="its SE Protocol endpoint, ws://HOST:9000/subscribe (without it, "
-                        "persistent queries are refused)")
-    p.add_argument("--host", default="127.0.0.1", help="address the devices reach")
-    for t, port in TRANSPORTS.items():
-        p.add_argument(f"--{t}-port", type=int, default=port, metavar="N",
+    p.add_argument("--subscribe", dest="broker_subscribe", metavar="URL",
+                   help="its SE Protocol endpoint, ws://HOST:9000/subscribe (without it or a "
+                        "JSAP that names one, persistent queries are refused)")
+    p.add_argument("--host", help="address the devices reach (default 127.0.0.1)")
+    for t, port in zip(TRANSPORTS, (7000, 7001, 5683)):
+        p.add_argument(f"--{t}-port", type=int, metavar="N",
                        help=f"{t.upper()} port (default {port}; 0 = any free port, "
                             "negative = off)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--timeout", dest="broker_timeout", type=float, metavar="S",
                    help="seconds the broker has to answer (default 10)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--metrics-port", type=int, metavar="N",
+                   help="Prometheus metrics over HTTP on this port (negative = off)")
+    p.add_argument("--metrics-host", metavar="ADDR",
+                   help="address of the metrics endpoint (default 127.0.0.1: this host only)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     return p
 
 
-def broker_urls(args: argparse.Namespace) -> tuple[str, str, str, str | None]:
-    """(base URL, query path, update path, subscribe URL) from --jsap or the URL flags."""
-    if args.jsap:
-        try:
-            jsap = json.loads(Path(args.jsap).read_text())
-            host = jsap["host"]
-            http = jsap["sparql11protocol"]
-            base = f"{http.get('protocol', 'http')}://{host}:{int(http['port'])}"
-            query = http.get("query", {}).get("path", "/query")
-            update = http.get("update", {}).get("path", "/update")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise BridgeConfigError(f"--jsap {args.jsap}: {exc!r} (it needs host and "
-                                    "sparql11protocol.port)") from None
-        se = jsap.get("sparql11seprotocol") or {}
-        ws = (se.get("availableProtocols") or {}).get(se.get("protocol", "ws"))
-        subscribe = args.subscribe or (f"{se.get('protocol', 'ws')}://{host}:{int(ws['port'])}"
-                                       f"{ws.get('path', '/subscribe')}" if ws else None)
-        return args.broker or base, query, update, subscribe
-    if not args.broker:
-        raise BridgeConfigError("say where the broker is: --jsap FILE, or --broker URL "
-                                "(and --subscribe URL)")
-    return args.broker, "/query", "/update", args.subscribe
-
-
-async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None:
+    from sib.metrics import Metrics
     from transports.server import Server
 
     from .broker import Broker
     from .service import Bridge
 
-    base, query, update, subscribe = broker_urls(args)
-    ports = {t: (None if getattr(args, f"{t}_port") < 0 else getattr(args, f"{t}_port"))
-             for t in TRANSPORTS}
-    async with Broker(base, query_path=query, update_path=update,
-                      timeout=args.timeout) as broker:
-        bridge = await Bridge(broker, subscribe).start()
+    where = config.endpoints()
+    metrics = Metrics()
+    async with Broker(where.base, query_path=where.query_path, update_path=where.update_path,
+                      timeout=config.broker_timeout,
+                      max_concurrent=config.broker_max_concurrent) as broker:
+        bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
+                              max_persistent_per_kp=config.max_persistent_per_kp,
+                              max_subscriptions=config.max_subscriptions,
+                              backoff=config.broker_backoff,
+                              max_backoff=config.broker_max_backoff, metrics=metrics).start()
         try:
-            server = await Server.start(bridge, args.host, **ports)
+            server = await Server.start(bridge, config.host, timing=config.timing,
+                                        max_entries=config.max_session_entries,
+                                        **{t: config.port(t) for t in TRANSPORTS})
         except OSError:
             await bridge.close()
             raise
+        metrics.counters["ksp_ind_retransmissions_total"] = (
+            "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
         for t in TRANSPORTS:
             adapter = getattr(server, t)
             if adapter is not None:
-                log.info("listening on %s://%s:%d", t, args.host, adapter.port)
-        log.info("broker: %s (query %s, update %s), subscriptions: %s", base, query, update,
-                 subscribe or "none (persistent queries refused)")
+                log.info("listening on %s://%s:%d", t, config.host, adapter.port)
+        metrics_server = None
+        if config.metrics_port >= 0:
+            metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", config.metrics_host,
+                     metrics_server.sockets[0].getsockname()[1])
+        log.info("broker: %s (query %s, update %s), subscriptions: %s", where.base,
+                 where.query_path, where.update_path,
+                 where.subscribe or "none (persistent queries refused)")
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -111,25 +105,26 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         finally:
             await bridge.close()  # TERMINATED INDs while the sockets are still open
             await server.close()
+            if metrics_server is not None:
+                metrics_server.close()
+                await metrics_server.wait_closed()
             log.info("stopped")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sib.config import load
+
     args = build_parser().parse_args(argv)
-    for t in TRANSPORTS:
-        if getattr(args, f"{t}_port") > 65535:
-            print(f"ksp-bridge: --{t}-port {getattr(args, f'{t}_port')}: a port is 0..65535",
-                  file=sys.stderr)
-            return 2
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
-        broker_urls(args)
-    except BridgeConfigError as exc:
+        config = load(args.config, overrides, kind=BridgeConfig)
+    except ConfigError as exc:
         print(f"ksp-bridge: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(args))
+        asyncio.run(serve(config))
     except OSError as exc:  # a port in use
         log.error("%s", exc)
         return 1

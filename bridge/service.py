@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib.errors import RequestError
+from sib.metrics import Metrics
 from sib.query import results_of
 from sib.validate import check_request
 
@@ -94,11 +96,11 @@ class Bridge:
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
                  max_subscriptions: int = 10_000, backoff: float = 0.25,
-                 max_backoff: float = 15.0) -> None:
+                 max_backoff: float = 15.0, metrics: Metrics | None = None) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
         without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
         `max_backoff`: the first and the longest wait between attempts to reach the broker's
-        socket again."""
+        socket again. `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
             subscribe_url, self._ended, timeout=broker.timeout,
@@ -114,15 +116,51 @@ class Bridge:
         self.queued = 0  # requests waiting for their KP's earlier ones, all KPs
         self._running = False
         self.forwarded = 0  # requests answered through the broker (stats)
-        self.refused = 0  # answered LIMIT_EXCEEDED for a full queue
+        self.broker_errors: Counter = Counter()  # KSP status name -> requests the broker failed
+        self._last_ind: float | None = None
+        self.metrics = metrics or Metrics()
+        self._register(self.metrics)
+
+    def _register(self, m: Metrics) -> None:
+        """The bridge's own figures beside the SIB's names it shares (ksp_requests_total,
+        ksp_limit_exceeded_total, ksp_indications_total, ksp_update_latency_seconds,
+        ksp_notification_latency_seconds)."""
+        sub = self.subscriber
+        m.gauges.update({
+            "ksp_bridge_queued": ("Requests waiting for their device's earlier ones.",
+                                  lambda: self.queued),
+            "ksp_bridge_persistent_queries": ("Persistent queries bridged.",
+                                              lambda: len(self.ops)),
+            "ksp_bridge_broker_subscriptions": ("SE Protocol subscriptions at the broker.",
+                                                lambda: len(self._shared)),
+            "ksp_bridge_broker_socket_up": (
+                "1 while the WebSocket to the broker is open with every subscription on it.",
+                lambda: 1 if sub is not None and sub.up.is_set() else 0)})
+        m.counters.update({
+            "ksp_bridge_forwarded_total": ("Requests answered through the broker.",
+                                           lambda: self.forwarded),
+            "ksp_bridge_broker_notifications_total": (
+                "Notifications read from the broker after the first of each subscription.",
+                lambda: 0 if sub is None else sub.notifications),
+            "ksp_bridge_broker_reconnects_total": (
+                "Times the WebSocket to the broker was made again after it dropped.",
+                lambda: 0 if sub is None else sub.reconnects)})
+        m.labelled["ksp_bridge_broker_errors_total"] = (
+            "Requests the broker did not carry out, by the KSP status the device got.",
+            "status", lambda: self.broker_errors)
+        for kind, histogram in self.broker.latency.items():
+            m.histograms[f"ksp_bridge_broker_{kind}_seconds"] = (
+                f"From sending a {kind} to the broker to its whole answer (2xx only).",
+                histogram)
 
     # -- Service ----------------------------------------------------------------------------
 
     def submit(self, request: Request, channel: Channel) -> None:
         if not self._running:
             raise RuntimeError("start the bridge first: await Bridge(...).start()")
+        self.metrics.requests[request.tx.name] += 1
         if self.queued >= self.max_queued:
-            self.refused += 1
+            self.metrics.limited += 1
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
         self.queued += 1
@@ -191,18 +229,23 @@ class Bridge:
                 return Response(request.tid, Status.OK, await self._query(request))
             if tx.is_management:
                 await self._check_graphs(request)
+            started = time.perf_counter()
             await self.broker.update(render(request, union=True))
             self.forwarded += 1
             if self._shared:
-                await self._settle()
+                await self._settle(started)
+            self.metrics.update_latency.observe(time.perf_counter() - started)
             return Response(request.tid)
         except RequestError as exc:
+            if exc.status is Status.LIMIT_EXCEEDED:
+                self.metrics.limited += 1
             return Response(request.tid, exc.status)
         except NoSparqlEquivalent as exc:  # valid KSP that one SPARQL request cannot say
             log.info("%s tid %d: %s", tx.name, request.tid, exc)
             return Response(request.tid, Status.INVALID_DATA_FORMAT)
         except BrokerError as exc:
             log.warning("%s tid %d: the broker: %s", tx.name, request.tid, exc)
+            self.broker_errors[exc.status.name] += 1
             return Response(request.tid, exc.status)
 
     async def _query(self, request: Request):
@@ -283,6 +326,7 @@ class Bridge:
         member.last = shared.result_for(request)
         shared.members[key] = self.ops[key] = member
         self._per_kp[kp] += 1
+        self.forwarded += 1
         return Response(request.tid, Status.OK, member.last)
 
     def _changed(self, shared: _Shared, added: dict, removed: dict, whole: bool) -> None:
@@ -295,8 +339,8 @@ class Bridge:
                 result = results[form] = shared.result_for(member.request)
             if result != member.last:
                 member.last = result
-                member.channel.indicate(Response(member.request.tid, Status.OK, result,
-                                                 indication=True))
+                self._indicate(member.channel, Response(member.request.tid, Status.OK, result,
+                                                        indication=True))
 
     def _ended(self, sub: Subscription, status: Status) -> None:
         """The broker ended a subscription: its persistent queries end with an IND of
@@ -305,12 +349,20 @@ class Bridge:
             if member.shared.sub is sub:
                 self._end(key, status)
 
-    async def _settle(self) -> None:
+    def _indicate(self, channel: Channel, ind: Response) -> None:
+        self.metrics.indicated()
+        self._last_ind = time.perf_counter()
+        channel.indicate(ind)
+
+    async def _settle(self, started: float) -> None:
         """The update's notifications read (and their INDs sent) before the next request."""
+        self._last_ind = None
         try:
             await self.subscriber.flush()
         except BrokerError as exc:
             log.warning("after an update: %s", exc)
+        if self._last_ind is not None:  # the INDs it caused (another device's, at times)
+            self.metrics.notification_latency.observe(self._last_ind - started)
 
     async def _terminate(self, kp: KPIdentity, tid: int) -> Response:
         if (kp, tid) not in self.ops:
@@ -330,7 +382,7 @@ class Bridge:
         if not self._per_kp[key[0]]:
             del self._per_kp[key[0]]
         if status is not None:  # a last IND: the session delivers it, then forgets
-            member.channel.indicate(Response(key[1], status, indication=True))
+            self._indicate(member.channel, Response(key[1], status, indication=True))
         else:
             member.channel.end()
         shared = member.shared

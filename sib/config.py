@@ -23,10 +23,10 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config:
-    # [sib]
-    data_dir: str = "ksp-data"
-    memory: bool = False
+class ServingConfig:
+    """What `ksp-sib` and `ksp-bridge` serve devices with, alike: the listeners, the metrics
+    endpoint, the log, the session tables and IND retransmission."""
+
     host: str = "127.0.0.1"
     udp_port: int = 7000
     tcp_port: int = 7001
@@ -34,21 +34,36 @@ class Config:
     metrics_port: int = -1
     metrics_host: str = "127.0.0.1"
     log_level: str = "info"
+    max_session_entries: int = 65_536  # [limits]
+    ack_timeout: float = 2.0  # [timing]
+    max_retransmit: int = 4
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(ack_timeout=self.ack_timeout, max_retransmit=self.max_retransmit)
+
+    def port(self, name: str) -> int | None:
+        """A transport's port; None = disabled (a negative port in the configuration)."""
+        value = getattr(self, f"{name}_port")
+        return None if value < 0 else value
+
+
+@dataclass
+class Config(ServingConfig):
+    # [sib] (and ServingConfig's host, ports, metrics, log_level)
+    data_dir: str = "ksp-data"
+    memory: bool = False
     smart: bool = True
     # [limits]
     max_persistent_per_kp: int = 256
     max_queued: int = 10_000
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
-    max_session_entries: int = 65_536
     max_tcp_connections: int = 1024
     max_tcp_connections_per_address: int = 64
     max_tcp_buffered_bytes: int = 64 << 20
     tcp_idle_timeout: float = 0.0
     tcp_frame_timeout: float = 30.0
-    # [timing]
-    ack_timeout: float = 2.0
-    max_retransmit: int = 4
     # [tls] (attributes tls_<key>)
     tls_cert: str = ""
     tls_key: str = ""
@@ -90,10 +105,6 @@ class Config:
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
-    @property
-    def timing(self) -> Timing:
-        return Timing(ack_timeout=self.ack_timeout, max_retransmit=self.max_retransmit)
-
     def access_policy(self) -> AccessPolicy:
         return AccessPolicy.from_config(self.access)
 
@@ -115,10 +126,8 @@ class Config:
         return _server_context(self.sepa_certificate, self.sepa_key, "",
                                "[sepa] certificate:")
 
-    def port(self, name: str) -> int | None:
-        """A transport's port; None = disabled (a negative port in the configuration)."""
-        value = getattr(self, f"{name}_port")
-        return None if value < 0 else value
+    def check(self) -> None:
+        _check_values(self)
 
 
 def _server_context(cert: str, key: str, client_ca: str, where: str) -> ssl.SSLContext:
@@ -134,24 +143,27 @@ def _server_context(cert: str, key: str, client_ca: str, where: str) -> ssl.SSLC
     return context
 
 
-def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Defaults ← TOML file at `path` ← `overrides` (flags given; None values are ignored)."""
-    config = Config()
-    types = {f.name: f.type for f in fields(Config)}
+def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+         kind: type = Config) -> Any:
+    """Defaults ← TOML file at `path` ← `overrides` (flags given; None values are ignored),
+    then `check()`ed. `kind`: a dataclass with `SECTIONS` and `PREFIXED` as `Config`'s (the
+    bridge's `BridgeConfig` is one)."""
+    config = kind()
+    types = {f.name: f.type for f in fields(kind)}
     if path is not None:
         try:
             data = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         for section, table in data.items():
-            if section == "access":
+            if section == "access" and kind is Config:
                 _check_access(table)
                 config.access = table
                 continue
-            keys = Config.SECTIONS.get(section)
+            keys = kind.SECTIONS.get(section)
             if keys is None or not isinstance(table, dict):
                 raise ConfigError(f"{path}: unknown section [{section}]")
-            prefix = Config.PREFIXED.get(section, "")
+            prefix = kind.PREFIXED.get(section, "")
             for key, value in table.items():
                 if key not in keys:
                     raise ConfigError(f"{path}: unknown key {key!r} in [{section}]")
@@ -159,7 +171,7 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
     for key, value in (overrides or {}).items():
         if value is not None:
             setattr(config, key, _typed(key, value, types[key]))
-    _check_values(config)
+    config.check()
     return config
 
 
@@ -179,11 +191,11 @@ _POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascad
 def _check_values(config: Config) -> None:
     """Values of the right type that still cannot work: said now, in one line, rather than as a
     traceback from deep inside the start-up."""
-    for name in ("udp_port", "tcp_port", "coap_port", "metrics_port", "sepa_http_port",
-                 "sepa_ws_port", "sepa_https_port", "sepa_wss_port"):
-        if getattr(config, name) > 65535:
-            raise ConfigError(f"{name} = {getattr(config, name)}: a port is 0..65535 "
-                              "(0: any free port; negative: off)")
+    check_ranges(config, ports=("udp_port", "tcp_port", "coap_port", "metrics_port",
+                                "sepa_http_port", "sepa_ws_port", "sepa_https_port",
+                                "sepa_wss_port"),
+                 positive=_POSITIVE,
+                 non_negative=("max_retransmit", "tcp_idle_timeout", "tcp_frame_timeout"))
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
     if not all(isinstance(k, str) and isinstance(v, str) and v
@@ -192,12 +204,22 @@ def _check_values(config: Config) -> None:
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")
+
+
+def check_ranges(config: Any, ports: tuple[str, ...], positive: tuple[str, ...],
+                 non_negative: tuple[str, ...]) -> None:
+    """The checks every configuration shares: ports, `log_level`, keys that must be above 0 and
+    keys that must be 0 (off) or more."""
+    for name in ports:
+        if getattr(config, name) > 65535:
+            raise ConfigError(f"{name} = {getattr(config, name)}: a port is 0..65535 "
+                              "(0: any free port; negative: off)")
     if config.log_level not in LOG_LEVELS:
         raise ConfigError(f"log_level = {config.log_level!r}: one of {', '.join(LOG_LEVELS)}")
-    for name in _POSITIVE:
+    for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} = {getattr(config, name)}: must be above 0")
-    for name in ("max_retransmit", "tcp_idle_timeout", "tcp_frame_timeout"):
+    for name in non_negative:
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} = {getattr(config, name)}: must be 0 (off) or more")
 

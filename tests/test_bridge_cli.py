@@ -90,8 +90,93 @@ def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
     ((), "--jsap FILE, or --broker URL"),
     (("--jsap", "/nonexistent.jsap"), "/nonexistent.jsap"),
     (("--broker", "http://127.0.0.1:8000", "--udp-port", "70000"), "a port is 0..65535"),
+    (("--config", "{dir}/bad.toml"), "unknown key 'urll' in [broker]"),
+    (("--config", "{dir}/bad.toml", "--broker", "http://127.0.0.1:8000"),
+     "unknown key 'urll' in [broker]"),
+    (("--config", "{dir}/zero.toml"), "max_queued = 0: must be above 0"),
+    (("--config", "{dir}/missing.toml"), "missing.toml"),
 ])
-def test_configuration_errors_are_one_line(args, said):
+def test_configuration_errors_are_one_line(args, said, tmp_path):
+    (tmp_path / "bad.toml").write_text('[broker]\nurll = "http://127.0.0.1:8000"\n')
+    (tmp_path / "zero.toml").write_text('[broker]\nurl = "http://127.0.0.1:8000"\n'
+                                        "[limits]\nmax_queued = 0\n")
+    args = [a.format(dir=tmp_path) for a in args]
     out = subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_ksp_bridge_from_a_toml_file_with_metrics(tmp_path):
+    """The broker and the ports from `--config` (flags still win), and Prometheus metrics: what
+    a device did through the bridge shows in the bridge's own figures."""
+    import urllib.request
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        config = tmp_path / "bridge.toml"
+        config.write_text(f"""
+[bridge]
+udp_port = 0
+tcp_port = -1
+coap_port = -1
+metrics_port = 0
+[broker]
+url = "http://127.0.0.1:{broker.ports['http']}"
+subscribe = "ws://127.0.0.1:{broker.ports['ws']}/subscribe"
+timeout = 5
+[limits]
+max_persistent_per_kp = 1
+""")
+        bridge = BridgeProcess("--config", str(config), "--log-level", "debug")
+        try:
+            metrics_port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(
+                bridge.log))[1])
+
+            async def kp():
+                async with connect(f"udp://127.0.0.1:{bridge.port}") as device:
+                    await device.insert_data([(S, P, Literal(1))])
+                    async with device.subscribe(f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}") as sub:
+                        await asyncio.wait_for(anext(sub), 30)
+                        await device.insert_data([(S, P, Literal(2))])
+                        await asyncio.wait_for(anext(sub), 30)
+                        with pytest.raises(Exception, match="LIMIT_EXCEEDED"):
+                            async with device.subscribe(f"ASK {{ <{S}> <{P}> ?o }}") as other:
+                                await anext(other)
+
+            asyncio.run(asyncio.wait_for(kp(), 90))
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                          timeout=30).read().decode()
+            assert bridge.stop() == 0
+        finally:
+            if bridge.proc.poll() is None:
+                bridge.proc.kill()
+    figures = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert figures['ksp_requests_total{type="INSERT_DATA"}'] == 2
+    assert figures["ksp_bridge_forwarded_total"] >= 3  # two updates, the subscription's query
+    assert figures["ksp_bridge_broker_notifications_total"] >= 1
+    assert figures["ksp_indications_total"] >= 1
+    assert figures["ksp_limit_exceeded_total"] == 1  # the second persistent query
+    assert figures["ksp_bridge_broker_socket_up"] == 1
+    assert figures["ksp_bridge_persistent_queries"] == 0  # the device ended its query
+    assert figures["ksp_bridge_broker_update_seconds_count"] == 2
+    assert figures["ksp_update_latency_seconds_count"] == 2
+
+
+def test_the_example_configuration_loads_and_names_every_key():
+    from dataclasses import fields
+
+    from bridge.config import BridgeConfig
+    from sib.config import load
+
+    config = load(ROOT / "bridge.example.toml", kind=BridgeConfig)
+    assert config == BridgeConfig(broker_url="http://127.0.0.1:8000",
+                                  broker_subscribe="ws://127.0.0.1:9000/subscribe")
+    text = (ROOT / "bridge.example.toml").read_text()
+    docs = (ROOT / "docs" / "bridge.md").read_text()
+    for section, keys in BridgeConfig.SECTIONS.items():
+        assert f"[{section}]" in text
+        for key in keys:
+            assert re.search(rf"^{key} = ", text, re.M), key
+            assert f"`{key}`" in docs, key
+    assert len(fields(BridgeConfig)) == sum(map(len, BridgeConfig.SECTIONS.values()))
