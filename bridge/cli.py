@@ -69,6 +69,8 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
         bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
                               max_persistent_per_kp=config.max_persistent_per_kp,
                               max_subscriptions=config.max_subscriptions,
+                              rule_firing_limit=config.rule_firing_limit,
+                              cascade_limit=config.cascade_limit,
                               backoff=config.broker_backoff,
                               max_backoff=config.broker_max_backoff, metrics=metrics).start()
         try:

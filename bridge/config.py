@@ -39,6 +39,8 @@ class BridgeConfig(ServingConfig):
     max_queued: int = 10_000
     max_persistent_per_kp: int = 256
     max_subscriptions: int = 10_000  # and ServingConfig's max_session_entries
+    rule_firing_limit: int = 16
+    cascade_limit: int = 1024
     # [timing]: ServingConfig's ack_timeout and max_retransmit
 
     SECTIONS = {"bridge": ("host", "udp_port", "tcp_port", "coap_port", "metrics_port",
@@ -46,7 +48,7 @@ class BridgeConfig(ServingConfig):
                 "broker": ("jsap", "url", "subscribe", "timeout", "max_concurrent", "backoff",
                            "max_backoff"),
                 "limits": ("max_queued", "max_persistent_per_kp", "max_subscriptions",
-                           "max_session_entries"),
+                           "max_session_entries", "rule_firing_limit", "cascade_limit"),
                 "timing": ("ack_timeout", "max_retransmit")}
     PREFIXED = {"broker": "broker_"}
 
@@ -54,7 +56,8 @@ class BridgeConfig(ServingConfig):
         check_ranges(self, ports=("udp_port", "tcp_port", "coap_port", "metrics_port"),
                      positive=("broker_timeout", "broker_max_concurrent", "broker_backoff",
                                "broker_max_backoff", "max_queued", "max_persistent_per_kp",
-                               "max_subscriptions", "max_session_entries", "ack_timeout"),
+                               "max_subscriptions", "max_session_entries", "ack_timeout",
+                               "rule_firing_limit", "cascade_limit"),
                      non_negative=("max_retransmit",))
         if not (self.broker_jsap or self.broker_url):
             raise ConfigError("say where the broker is: --jsap FILE, or --broker URL (and "

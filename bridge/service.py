@@ -19,12 +19,17 @@ rows applied to them) and sends a member an IND with its full current result whe
 changed, as the SIB does; TERMINATE, RESET and a KP that stopped ACKing end members, and the
 last member's end unsubscribes. When the broker's socket drops, the persistent queries stay:
 the subscriber makes their subscriptions again once the broker is back, and a member whose
-result changed meanwhile gets an IND with the new one. Persistent updates (rules) are not
-bridged yet (issue 12): they are answered INVALID_TRANSACTION_TYPE.
+result changed meanwhile gets an IND with the new one.
+
+A persistent update (a rule) is SEPA's aggregator pattern: a subscription to the solutions of
+its pattern, and its plain update sent to the broker when they change and are not empty, with
+the SIB's cascade order and protection (`_cascade`).
 """
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import logging
 import time
@@ -57,7 +62,8 @@ class _Member:
     request: Request
     channel: Channel
     shared: "_Shared"
-    last: object = None  # the result it was last sent
+    last: object = None  # the result it was last sent; a rule: the solution set it last saw
+    rule: int | None = None  # a rule's number, in registration order
 
 
 @dataclass(eq=False)
@@ -96,11 +102,13 @@ class Bridge:
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
                  max_subscriptions: int = 10_000, backoff: float = 0.25,
-                 max_backoff: float = 15.0, metrics: Metrics | None = None) -> None:
+                 max_backoff: float = 15.0, rule_firing_limit: int = 16,
+                 cascade_limit: int = 1024, metrics: Metrics | None = None) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
         without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
         `max_backoff`: the first and the longest wait between attempts to reach the broker's
-        socket again. `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
+        socket again. `rule_firing_limit`, `cascade_limit`: the SIB's cascade protection
+        (docs/sib.md). `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
             subscribe_url, self._ended, timeout=broker.timeout,
@@ -108,11 +116,18 @@ class Bridge:
         self.max_queued = max_queued
         self.max_persistent_per_kp = max_persistent_per_kp
         self.max_subscriptions = max_subscriptions
+        self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
         self._shared: dict[str, _Shared] = {}  # solutions query text -> its subscription
         self._per_kp: Counter = Counter()
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
+        self._rules: dict[int, _Member] = {}  # by number, in registration order
+        self._rule_ids = itertools.count(1)
+        self._pending_rules: set[int] = set()  # rules whose solutions may have changed
+        self._cascade_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self.rule_firings = 0  # (stats)
         self.queued = 0  # requests waiting for their KP's earlier ones, all KPs
         self._running = False
         self.forwarded = 0  # requests answered through the broker (stats)
@@ -142,6 +157,8 @@ class Bridge:
             "ksp_bridge_broker_notifications_total": (
                 "Notifications read from the broker after the first of each subscription.",
                 lambda: 0 if sub is None else sub.notifications),
+            "ksp_bridge_rule_firings_total": (
+                "Rules fired: their update sent to the broker.", lambda: self.rule_firings),
             "ksp_bridge_broker_reconnects_total": (
                 "Times the WebSocket to the broker was made again after it dropped.",
                 lambda: 0 if sub is None else sub.reconnects)})
@@ -186,8 +203,9 @@ class Bridge:
         does at shutdown), then stop."""
         if not self._running:
             return
-        while self._workers:
-            await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        while self._workers or self._tasks:
+            await asyncio.gather(*self._workers.values(), *self._tasks,
+                                 return_exceptions=True)
         self._running = False
         for key in list(self.ops):
             self._end(key, Status.TERMINATED)
@@ -202,10 +220,17 @@ class Bridge:
                 request, channel = waiting.popleft()
                 self.queued -= 1
                 try:
-                    channel.respond(await self.answer(request, channel))
+                    response = await self.answer(request, channel)
                 except Exception:  # a bug: said as one, and the bridge goes on
                     log.exception("%s tid %d failed", request.tx.name, request.tid)
-                    channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
+                    response = Response(request.tid, Status.INTERNAL_ERROR)
+                channel.respond(response)
+                if self._pending_rules:  # a new rule's first visit, after its RES
+                    try:
+                        await self._cascade()
+                    except Exception:
+                        log.exception("after %s tid %d: the rules failed", request.tx.name,
+                                      request.tid)
         finally:
             del self._waiting[kp], self._workers[kp]
 
@@ -222,9 +247,9 @@ class Bridge:
                 self._drop_kp(channel.kp)
                 return Response(request.tid)
             if tx.persistent:
-                if not tx.is_query or self.subscriber is None:
+                if self.subscriber is None:
                     return Response(request.tid, Status.INVALID_TRANSACTION_TYPE)
-                return await self._subscribe(request, channel)
+                return await self._persist(request, channel)
             if tx.is_query:
                 return Response(request.tid, Status.OK, await self._query(request))
             if tx.is_management:
@@ -291,15 +316,31 @@ class Bridge:
         if tx is not Tx.CREATE and missing:
             raise RequestError(Status.NO_SUCH_GRAPH, f"{tx.name} of {missing[0]}: no such graph")
 
-    # -- persistent queries -----------------------------------------------------------------
+    # -- persistent queries and rules -------------------------------------------------------
 
-    async def _subscribe(self, request: Request, channel: Channel) -> Response:
+    async def _persist(self, request: Request, channel: Channel) -> Response:
+        """A persistent query (its RES has the current result) or a rule (right after its RES,
+        as in the SIB, it fires if its pattern has solutions)."""
         kp, key = channel.kp, (channel.kp, request.tid)
         if key in self.ops:  # the TID again: the old operation gives way, as in the SIB
             self._end(key, None)
         if self._per_kp[kp] >= self.max_persistent_per_kp:
             raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
-        asked = _solutions_query(request)
+        member = _Member(request, channel, await self._subscription(_solutions_query(request)))
+        member.shared.members[key] = self.ops[key] = member
+        self._per_kp[kp] += 1
+        self.forwarded += 1
+        if request.tx.is_query:
+            member.last = member.shared.result_for(request)
+            return Response(request.tid, Status.OK, member.last)
+        member.rule = next(self._rule_ids)
+        self._rules[member.rule] = member
+        self._pending_rules.add(member.rule)  # its first visit follows its RES (`_work`)
+        return Response(request.tid)
+
+    async def _subscription(self, asked: Request) -> _Shared:
+        """The broker subscription to `asked`'s solutions: the one there is, else a new one
+        (other KPs asking the same meanwhile wait for it)."""
         text = render(asked, union=True)
         shared = self._shared.get(text)
         if shared is None:
@@ -308,7 +349,7 @@ class Bridge:
             shared = self._shared[text] = _Shared(
                 text, [f"v{k}" for k in range(asked.projection or 0)],
                 asyncio.get_running_loop().create_future())
-            try:  # other KPs asking the same meanwhile wait for this one
+            try:
                 shared.sub = await self.subscriber.subscribe(
                     text, lambda added, removed, whole: self._changed(shared, added, removed,
                                                                       whole))
@@ -321,18 +362,16 @@ class Bridge:
         else:
             await asyncio.shield(shared.ready)
         if self._shared.get(text) is not shared:  # its last member ended while it was made
-            return await self._subscribe(request, channel)
-        member = _Member(request, channel, shared)
-        member.last = shared.result_for(request)
-        shared.members[key] = self.ops[key] = member
-        self._per_kp[kp] += 1
-        self.forwarded += 1
-        return Response(request.tid, Status.OK, member.last)
+            return await self._subscription(asked)
+        return shared
 
     def _changed(self, shared: _Shared, added: dict, removed: dict, whole: bool) -> None:
         shared.apply(added, removed, whole)
         results: dict = {}  # members of one subscription differ at most in form and template
         for member in list(shared.members.values()):
+            if member.rule is not None:  # fired, if its solutions changed, by the cascade
+                self._pending_rules.add(member.rule)
+                continue
             form = (member.request.tx.base, member.request.template)
             result = results.get(form)
             if result is None:
@@ -341,6 +380,72 @@ class Bridge:
                 member.last = result
                 self._indicate(member.channel, Response(member.request.tid, Status.OK, result,
                                                         indication=True))
+        if self._pending_rules and not self._cascade_lock.locked():
+            # a change from elsewhere (another client of the broker, a reconnection): the
+            # cascade runs on its own; after a device's update, `_settle` runs it
+            self._background(self._cascade())
+
+    async def _cascade(self) -> None:
+        """Fire the rules whose solutions changed, as the SIB's cascade does (sib/core.py):
+        in passes in registration order, a rule firing when its solution set differs from the
+        one it last saw and is not empty; a firing is the rule's plain update sent to the
+        broker, and the notifications it causes (read by `Subscriber.flush`) mark the rules
+        it reached: later ones in this pass, earlier ones and itself in the next. A rule past
+        `rule_firing_limit` firings in one cascade, or any past `cascade_limit` in all, ends
+        with a TERMINATED IND."""
+        async with self._cascade_lock:
+            fired: Counter = Counter()
+            current = sorted(self._pending_rules)
+            self._pending_rules.clear()
+            while current:
+                following: set[int] = set()
+                heapq.heapify(current)
+                while current:
+                    rid = heapq.heappop(current)
+                    if await self._fire(rid, fired):
+                        for other in self._pending_rules:
+                            if other > rid:
+                                if other not in current:
+                                    heapq.heappush(current, other)
+                            else:
+                                following.add(other)
+                        self._pending_rules.clear()
+                current = sorted(following | self._pending_rules)
+                self._pending_rules.clear()
+
+    async def _fire(self, rid: int, fired: Counter) -> bool:
+        """One visit of a rule in a cascade; True if it fired."""
+        member = self._rules.get(rid)
+        if member is None:
+            return False
+        now, before = frozenset(member.shared.rows), member.last
+        if now == before:
+            return False
+        member.last = now
+        if not now:
+            return False
+        key = (member.channel.kp, member.request.tid)
+        if fired[rid] >= self.rule_firing_limit or sum(fired.values()) >= self.cascade_limit:
+            log.warning("rule %d of %s ended: cascade limit", key[1], key[0])
+            self._end(key, Status.TERMINATED)
+            return False
+        fired[rid] += 1
+        self.rule_firings += 1
+        try:
+            await self.broker.update(render(member.request._replace(tx=member.request.tx.base),
+                                            union=True))
+        except BrokerError as exc:
+            self.broker_errors[exc.status.name] += 1
+            if exc.status is Status.INTERNAL_ERROR:  # unreachable: it fires when it is back
+                log.warning("rule %d of %s not fired: %s", key[1], key[0], exc)
+                member.last = before
+            else:  # refused: as a SIB ends a rule whose write fails
+                log.warning("rule %d of %s ended: the broker refused it: %s", key[1], key[0],
+                            exc)
+                self._end(key, exc.status)
+            return False
+        await self._flush()
+        return True
 
     def _ended(self, sub: Subscription, status: Status) -> None:
         """The broker ended a subscription: its persistent queries end with an IND of
@@ -354,13 +459,18 @@ class Bridge:
         self._last_ind = time.perf_counter()
         channel.indicate(ind)
 
-    async def _settle(self, started: float) -> None:
-        """The update's notifications read (and their INDs sent) before the next request."""
-        self._last_ind = None
+    async def _flush(self) -> None:
         try:
             await self.subscriber.flush()
         except BrokerError as exc:
             log.warning("after an update: %s", exc)
+
+    async def _settle(self, started: float) -> None:
+        """The update's notifications read, the rules they reach fired, and the INDs of both
+        sent, before the update's RES."""
+        self._last_ind = None
+        await self._flush()
+        await self._cascade()
         if self._last_ind is not None:  # the INDs it caused (another device's, at times)
             self.metrics.notification_latency.observe(self._last_ind - started)
 
@@ -385,11 +495,24 @@ class Bridge:
             self._indicate(member.channel, Response(key[1], status, indication=True))
         else:
             member.channel.end()
+        if member.rule is not None:
+            del self._rules[member.rule]
         shared = member.shared
         shared.members.pop(key, None)
         if not shared.members and self._shared.get(shared.text) is shared:
             del self._shared[shared.text]
-            asyncio.ensure_future(self.subscriber.unsubscribe(shared.sub))
+            self._background(self.subscriber.unsubscribe(shared.sub))
+
+    def _background(self, work) -> None:
+        """Work the bridge does on its own, awaited at `close`; a failure is logged."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("bridge work failed", exc_info=task.exception())
 
 
 def _solutions_query(request: Request) -> Request:

@@ -27,9 +27,6 @@ FORWARDED = [(name, req) for name, req in SCRIPT
                                options=Options(binds=(Bind(2, (Var(1), Literal.of(2),
                                                                Op.MUL)),)))),
 ]
-#: The script but for its rules (persistent updates, not bridged yet).
-BRIDGED = [(name, req) for name, req in SCRIPT
-           if isinstance(req, str) or not (req.tx.persistent and not req.tx.is_query)]
 
 
 async def bridged_through(script, http_port: int, ws_port: int | None = None,
@@ -66,21 +63,72 @@ def test_forwarded_requests_answer_as_the_sib_does():
 
 
 def test_persistent_queries_through_the_bridge_as_in_the_sib():
-    """The script with its persistent queries, TERMINATE and RESET (its rules aside): the same
-    RESs, and the same last IND of every persistent query, as in a SIB; the SELECT, ASK and
-    CONSTRUCT subscriptions are SE Protocol subscriptions at the broker, gone after RESET."""
+    """The whole script — persistent queries, rules, TERMINATE and RESET: the same RESs, and
+    the same last IND of every persistent query, as in a SIB; the SELECT, ASK and CONSTRUCT
+    subscriptions and the rules' are SE Protocol subscriptions at the broker, gone after
+    RESET; the rules fired as the SIB's did (the final SELECT of everything holds their
+    work)."""
     from ksp import UDP
 
-    expected_res, expected_last = asyncio.run(in_process(UDP, BRIDGED))
+    expected_res, expected_last = asyncio.run(in_process(UDP, SCRIPT))
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
         res, last, subscriptions = asyncio.run(asyncio.wait_for(
-            bridged_through(BRIDGED, broker.ports["http"], broker.ports["ws"], expected_last),
+            bridged_through(SCRIPT, broker.ports["http"], broker.ports["ws"], expected_last),
             120))
     assert res == expected_res
     assert last == expected_last
     assert set(expected_last) >= {"sub_select", "sub_construct"}  # INDs that mean something
     assert subscriptions == 0  # RESET ended the KP's persistent queries at the broker too
+    everything = " ".join(expected_res["everything"][1][1])
+    assert "'11'" in everything and "'new'" in everything and "'gone'" not in everything
+
+
+def _hop(src, dst) -> Request:
+    """dst := src + 1 whenever src has a value: two of these feed each other for ever."""
+    return Request(Tx.UPDATE_PERSISTENT, 0, delete=(Triple(ex("s"), dst, Var(2)),),
+                   insert=(Triple(ex("s"), dst, Var(1)),),
+                   where=(Triple(ex("s"), src, Var(0)),),
+                   options=Options(optional=((Triple(ex("s"), dst, Var(2)),),),
+                                   binds=(Bind(1, (Var(0), Literal.of(1), Op.ADD)),)))
+
+
+COUNT = ex("count")
+CASCADES = [
+    ("zero", Request(Tx.INSERT_DATA, 0, insert=(Triple(ex("s"), COUNT, Literal.of(0)),))),
+    ("watch", Request(Tx.SELECT_PERSISTENT, 0, projection=1,
+                      where=(Triple(ex("s"), COUNT, Var(0)),))),
+    # count := count + 1 whenever there is a count: each firing changes its own solutions
+    ("counter", Request(Tx.UPDATE_PERSISTENT, 0, delete=(Triple(ex("s"), COUNT, Var(0)),),
+                        insert=(Triple(ex("s"), COUNT, Var(1)),),
+                        where=(Triple(ex("s"), COUNT, Var(0)),),
+                        options=Options(binds=(Bind(1, (Var(0), Literal.of(1), Op.ADD)),)))),
+    ("after_counter", Request(Tx.INSERT_DATA, 0, insert=(Triple(ex("s"), COUNT,
+                                                                 Literal.of(100)),))),
+    ("ping", _hop(ex("p"), ex("q"))),
+    ("pong", _hop(ex("q"), ex("p"))),
+    ("start", Request(Tx.INSERT_DATA, 0, insert=(Triple(ex("s"), ex("p"), Literal.of(0)),))),
+    ("everything", Request(Tx.SELECT, 0, projection=3, where=(Triple(Var(0), Var(1),
+                                                                       Var(2)),))),
+]
+
+
+def test_rules_cascade_and_runaways_end_as_in_the_sib():
+    """A rule that feeds itself (a counter) and two that feed each other: through the bridge
+    they fire in the SIB's order, each is ended with a TERMINATED IND at the SIB's
+    `rule_firing_limit`, and the store and the subscriber's last IND end as in the SIB."""
+    from ksp import UDP
+
+    expected_res, expected_last = asyncio.run(in_process(UDP, CASCADES))
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        res, last, _ = asyncio.run(asyncio.wait_for(
+            bridged_through(CASCADES, broker.ports["http"], broker.ports["ws"],
+                            expected_last), 120))
+    assert res == expected_res
+    assert last == expected_last
+    assert {expected_last[n][0] for n in ("counter", "ping", "pong")} == {Status.TERMINATED}
+    assert "'16'" in str(expected_last["watch"])  # the counter's 16 firings, then its end
 
 
 async def _slow_ws_proxy(upstream: str, delay: float):
@@ -212,3 +260,40 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
     assert refused == [(4, Status.LIMIT_EXCEEDED)]
     assert capped == [Status.OK, Status.LIMIT_EXCEEDED] and subscriptions == 1
     assert shared == [Status.OK, Status.LIMIT_EXCEEDED, Status.OK, 1]
+
+
+def test_a_rule_fires_on_a_change_made_by_another_client_of_the_broker():
+    """The aggregator pattern: a device's rule acts on what any client of the broker writes,
+    not only on what comes through the bridge — here an update sent straight to the broker's
+    SPARQL endpoint. A device watching the rule's output gets the IND."""
+    async def main(http_port: int, ws_port: int):
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe").start()
+            server = await Server.start(bridge, udp=0)
+            link = await open_udp_link("127.0.0.1", server.udp.port)
+            try:
+                sink = _Sink()
+                rule = Request(Tx.INSERT_PERSISTENT, insert=(Triple(Var(0), ex("alarm"),
+                                                                    Literal.of(True)),),
+                               where=(Triple(Var(0), ex("temp"), Var(1)),),
+                               options=Options(filters=((Var(1), Literal.of(30), Op.GT),)))
+                assert (await link.request(rule, _Sink())).status == Status.OK
+                watch = await link.request(Request(Tx.SELECT_PERSISTENT, projection=1, where=(
+                    Triple(Var(0), ex("alarm"), Literal.of(True)),)), sink)
+                assert watch.result.rows == ()
+                await broker.update(f"INSERT DATA {{ <{ex('room')}> <{ex('temp')}> 35 }}")
+                deadline = asyncio.get_running_loop().time() + 20
+                while not sink.inds:
+                    assert asyncio.get_running_loop().time() < deadline, "no IND"
+                    await asyncio.sleep(0.02)
+                return sink.inds[-1].result.rows, bridge.rule_firings
+            finally:
+                await link.close()
+                await server.close()
+                await bridge.close()
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        rows, firings = asyncio.run(asyncio.wait_for(
+            main(broker.ports["http"], broker.ports["ws"]), 60))
+    assert rows == ((ex("room"),),) and firings == 1

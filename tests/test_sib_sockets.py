@@ -178,8 +178,10 @@ async def send_script(link, script, expected: dict | None = None, between=None
         if between is not None:
             await between()
 
-    def last() -> dict:
-        return {n: _normal(s.inds[-1]) for n, s in sinks.items() if s.inds}
+    def last() -> dict:  # a persistent request ended by the SIB: its last IND is the end's
+        return {n: (Status(s.ended), None) if s.ended not in (None, Status.OK)
+                else _normal(s.inds[-1]) for n, s in sinks.items()
+                if s.inds or s.ended not in (None, Status.OK)}
 
     async def settled() -> None:
         while last() != expected:
