@@ -5,16 +5,20 @@
     ksp-bridge --config bridge.toml                         # every key: docs/bridge.md
 
 The devices get the SIB's transports and sessions (UDP, TCP, CoAP); requests go to the broker
-over HTTP, persistent queries over its WebSocket (docs/bridge.md). Shutdown ends every bridged
-persistent query with a TERMINATED IND, unsubscribes, closes the sockets, exit status 0.
+over HTTP, persistent queries over its WebSocket (docs/bridge.md). The persistent operations of
+UDP devices are journaled in --data-dir (default ./ksp-bridge-data) and resume after a restart,
+as the SIB's do; shutdown ends the others with a TERMINATED IND (all of them with --memory),
+unsubscribes, closes the sockets, exit status 0.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import shutil
 import signal
 import sys
+from pathlib import Path
 
 from .config import BridgeConfig, ConfigError
 
@@ -39,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subscribe", dest="broker_subscribe", metavar="URL",
                    help="its SE Protocol endpoint, ws://HOST:9000/subscribe (without it or a "
                         "JSAP that names one, persistent queries are refused)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="directory of the journal of persistent operations (default "
+                        "./ksp-bridge-data)")
+    p.add_argument("--memory", action="store_const", const=True,
+                   help="no journal: persistent operations end when the bridge stops")
     p.add_argument("--host", help="address the devices reach (default 127.0.0.1)")
     for t, port in zip(TRANSPORTS, (7000, 7001, 5683)):
         p.add_argument(f"--{t}-port", type=int, metavar="N",
@@ -55,6 +64,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None:
+    from sib.cli import lock_data_dir
+    from sib.journal import FILE as JOURNAL_FILE, Journal
+
+    journal = lock = None
+    if not config.memory:
+        data = Path(config.data_dir)
+        created = not data.exists()
+        data.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = lock_data_dir(data, "ksp-bridge")
+            journal = Journal(str(data / JOURNAL_FILE))
+        except OSError:
+            if lock is not None:
+                lock.close()
+            if created:
+                shutil.rmtree(data, ignore_errors=True)
+            raise
+    try:
+        await _serve(config, journal, stop)
+    finally:
+        if journal is not None:
+            journal.close()
+        if lock is not None:
+            lock.close()
+
+
+async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> None:
     from sib.metrics import Metrics
     from transports.server import Server
 
@@ -72,7 +108,8 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
                               rule_firing_limit=config.rule_firing_limit,
                               cascade_limit=config.cascade_limit,
                               backoff=config.broker_backoff,
-                              max_backoff=config.broker_max_backoff, metrics=metrics).start()
+                              max_backoff=config.broker_max_backoff, journal=journal,
+                              metrics=metrics).start()
         try:
             server = await Server.start(bridge, config.host, timing=config.timing,
                                         max_entries=config.max_session_entries,
@@ -82,6 +119,9 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
             raise
         metrics.counters["ksp_ind_retransmissions_total"] = (
             "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
+        restored = await bridge.restore(server)
+        if restored:
+            log.info("%d persistent operations restored", restored)
         for t in TRANSPORTS:
             adapter = getattr(server, t)
             if adapter is not None:
@@ -105,7 +145,7 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
         try:
             await stop.wait()
         finally:
-            await bridge.close()  # TERMINATED INDs while the sockets are still open
+            await bridge.close()  # TERMINATED INDs (journaled ones kept) while sockets are open
             await server.close()
             if metrics_server is not None:
                 metrics_server.close()

@@ -26,7 +26,9 @@ class Endpoints:
 
 @dataclass
 class BridgeConfig(ServingConfig):
-    # [bridge]: ServingConfig's host, ports, metrics and log_level
+    # [bridge]: ServingConfig's host, ports, metrics and log_level, and
+    data_dir: str = "ksp-bridge-data"  # the journal of persistent operations
+    memory: bool = False  # no journal: persistent operations end at shutdown
     # [broker] (attributes broker_<key>)
     broker_jsap: str = ""
     broker_url: str = ""
@@ -43,7 +45,7 @@ class BridgeConfig(ServingConfig):
     cascade_limit: int = 1024
     # [timing]: ServingConfig's ack_timeout and max_retransmit
 
-    SECTIONS = {"bridge": ("host", "udp_port", "tcp_port", "coap_port", "metrics_port",
+    SECTIONS = {"bridge": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port", "metrics_port",
                            "metrics_host", "log_level"),
                 "broker": ("jsap", "url", "subscribe", "timeout", "max_concurrent", "backoff",
                            "max_backoff"),

@@ -45,6 +45,7 @@ from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib.errors import RequestError
+from sib.journal import Journal, TrackedChannel
 from sib.metrics import Metrics
 from sib.query import results_of
 from sib.validate import check_request
@@ -103,12 +104,15 @@ class Bridge:
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
                  max_subscriptions: int = 10_000, backoff: float = 0.25,
                  max_backoff: float = 15.0, rule_firing_limit: int = 16,
-                 cascade_limit: int = 1024, metrics: Metrics | None = None) -> None:
+                 cascade_limit: int = 1024, journal: Journal | None = None,
+                 metrics: Metrics | None = None) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
         without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
         `max_backoff`: the first and the longest wait between attempts to reach the broker's
         socket again. `rule_firing_limit`, `cascade_limit`: the SIB's cascade protection
-        (docs/sib.md). `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
+        (docs/sib.md). `journal`: the SIB's, keeping the persistent operations of durable
+        channels (UDP) across a restart of the bridge (`restore`). `metrics`: where the
+        bridge counts (`ksp-bridge --metrics-port`)."""
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
             subscribe_url, self._ended, timeout=broker.timeout,
@@ -117,6 +121,7 @@ class Bridge:
         self.max_persistent_per_kp = max_persistent_per_kp
         self.max_subscriptions = max_subscriptions
         self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
+        self.journal = journal
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
         self._shared: dict[str, _Shared] = {}  # solutions query text -> its subscription
         self._per_kp: Counter = Counter()
@@ -127,6 +132,7 @@ class Bridge:
         self._pending_rules: set[int] = set()  # rules whose solutions may have changed
         self._cascade_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self._restoring: asyncio.Task | None = None
         self.rule_firings = 0  # (stats)
         self.queued = 0  # requests waiting for their KP's earlier ones, all KPs
         self._running = False
@@ -134,9 +140,9 @@ class Bridge:
         self.broker_errors: Counter = Counter()  # KSP status name -> requests the broker failed
         self._last_ind: float | None = None
         self.metrics = metrics or Metrics()
-        self._register(self.metrics)
+        self._register_metrics(self.metrics)
 
-    def _register(self, m: Metrics) -> None:
+    def _register_metrics(self, m: Metrics) -> None:
         """The bridge's own figures beside the SIB's names it shares (ksp_requests_total,
         ksp_limit_exceeded_total, ksp_indications_total, ksp_update_latency_seconds,
         ksp_notification_latency_seconds)."""
@@ -199,16 +205,22 @@ class Bridge:
         return self
 
     async def close(self) -> None:
-        """Answer what is queued, end every persistent query with a TERMINATED IND (as the SIB
-        does at shutdown), then stop."""
+        """Answer what is queued, end every persistent operation with a TERMINATED IND but
+        those the journal keeps (as the SIB does at shutdown), then stop."""
         if not self._running:
             return
+        if self._restoring is not None:  # what is still waiting stays in the journal
+            self._restoring.cancel()
+            await asyncio.gather(self._restoring, return_exceptions=True)
         while self._workers or self._tasks:
             await asyncio.gather(*self._workers.values(), *self._tasks,
                                  return_exceptions=True)
         self._running = False
-        for key in list(self.ops):
-            self._end(key, Status.TERMINATED)
+        for key, member in list(self.ops.items()):
+            if member.channel.journal is not None:  # resumes after the restart
+                member.channel.save()
+            else:
+                self._end(key, Status.TERMINATED)
         if self.subscriber is not None:
             await self.subscriber.close()
 
@@ -225,6 +237,10 @@ class Bridge:
                     log.exception("%s tid %d failed", request.tx.name, request.tid)
                     response = Response(request.tid, Status.INTERNAL_ERROR)
                 channel.respond(response)
+                if request.tx.persistent and response.status == Status.OK:
+                    member = self.ops.get((channel.kp, request.tid))
+                    if member is not None:
+                        member.channel.save()  # journaled: the KP has its first result
                 if self._pending_rules:  # a new rule's first visit, after its RES
                     try:
                         await self._cascade()
@@ -326,17 +342,91 @@ class Bridge:
             self._end(key, None)
         if self._per_kp[kp] >= self.max_persistent_per_kp:
             raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
-        member = _Member(request, channel, await self._subscription(_solutions_query(request)))
-        member.shared.members[key] = self.ops[key] = member
-        self._per_kp[kp] += 1
+        member = await self._register(request, channel)
         self.forwarded += 1
+        if self.journal is not None and member.channel.journal is not None:
+            self.journal.add(kp, request.tid, channel.transport, request)
         if request.tx.is_query:
             member.last = member.shared.result_for(request)
             return Response(request.tid, Status.OK, member.last)
-        member.rule = next(self._rule_ids)
-        self._rules[member.rule] = member
         self._pending_rules.add(member.rule)  # its first visit follows its RES (`_work`)
         return Response(request.tid)
+
+    async def _register(self, request: Request, channel: Channel) -> _Member:
+        shared = await self._subscription(_solutions_query(request))
+        key = (channel.kp, request.tid)
+        member = _Member(request, TrackedChannel(channel, self.journal), shared)
+        shared.members[key] = self.ops[key] = member
+        self._per_kp[key[0]] += 1
+        if not request.tx.is_query:
+            member.rule = next(self._rule_ids)
+            self._rules[member.rule] = member
+        return member
+
+    async def restore(self, server) -> int:
+        """After a restart: each journaled persistent operation on its channel of `server`
+        again, as the SIB restores them (`SibCore.restore`): a query sends an IND with its
+        current result unless the KP had ACKed that very result; a rule takes its current
+        solutions as seen. Those the broker cannot be asked about now are tried again in the
+        background, with back-off. Returns how many were restored now."""
+        if self.journal is None:
+            return 0
+        waiting = []
+        for saved in list(self.journal):
+            if getattr(server, saved.transport, None) is None:
+                log.warning("%s tid %d: its transport %s is off; forgotten", saved.kp,
+                            saved.tid, saved.transport)
+                self.journal.remove(saved.kp, saved.tid)
+                continue
+            waiting.append((saved, server.channel(saved.transport, saved.kp, saved.tid)))
+        restored = await self._restore(waiting)
+        if waiting:
+            log.info("%d persistent operations wait for the broker", len(waiting))
+            self._restoring = asyncio.create_task(self._restore_later(waiting))
+        return restored
+
+    async def _restore(self, waiting: list) -> int:
+        """Restore what it can of `waiting` (removing those), stopping at the first the broker
+        cannot be reached for."""
+        restored = 0
+        while waiting:
+            saved, channel = waiting[0]
+            request = saved.request
+            channel.restore(saved.state)  # numbering, endpoint and what the KP has
+            try:
+                check_request(request)
+                if self.subscriber is None:
+                    raise RequestError(Status.INVALID_TRANSACTION_TYPE,
+                                       "no broker subscribe endpoint now")
+                member = await self._register(request, channel)
+            except BrokerError as exc:
+                if exc.status is Status.INTERNAL_ERROR:
+                    log.info("restoring: the broker: %s; trying again later", exc)
+                    return restored
+                log.warning("%s tid %d: not restored: %s", saved.kp, saved.tid, exc)
+                self.journal.remove(saved.kp, saved.tid)
+                channel.indicate(Response(saved.tid, exc.status, indication=True))
+            except RequestError as exc:
+                self.journal.remove(saved.kp, saved.tid)
+                channel.indicate(Response(saved.tid, exc.status, indication=True))
+            else:
+                restored += 1
+                if member.rule is not None:
+                    member.last = frozenset(member.shared.rows)
+                else:
+                    member.last = member.shared.result_for(request)
+                    self._indicate(member.channel, Response(saved.tid, Status.OK, member.last,
+                                                            indication=True))
+                log.info("%s tid %d: %s restored", saved.kp, saved.tid, request.tx.name)
+            waiting.pop(0)
+        return restored
+
+    async def _restore_later(self, waiting: list) -> None:
+        delay = self.subscriber.backoff
+        while waiting:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.subscriber.max_backoff)
+            await self._restore(waiting)
 
     async def _subscription(self, asked: Request) -> _Shared:
         """The broker subscription to `asked`'s solutions: the one there is, else a new one
@@ -491,6 +581,8 @@ class Bridge:
         self._per_kp[key[0]] -= 1
         if not self._per_kp[key[0]]:
             del self._per_kp[key[0]]
+        if self.journal is not None:
+            self.journal.remove(*key)
         if status is not None:  # a last IND: the session delivers it, then forgets
             self._indicate(member.channel, Response(key[1], status, indication=True))
         else:

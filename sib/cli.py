@@ -313,20 +313,20 @@ class DataDirLocked(OSError):
     pass
 
 
-def lock_data_dir(data: Path):
-    """Hold `data/ksp-sib.lock` (flock) for the life of the process: a second `ksp-sib` on the
-    same directory is told so, in plain words, before it opens anything."""
+def lock_data_dir(data: Path, program: str = "ksp-sib"):
+    """Hold `data/<program>.lock` (flock) for the life of the process: a second `program` on
+    the same directory is told so, in plain words, before it opens anything."""
     import fcntl
     import os
 
-    handle = open(data / "ksp-sib.lock", "a+")
+    handle = open(data / f"{program}.lock", "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "?"
         handle.close()
-        raise DataDirLocked(f"another ksp-sib (pid {holder}) holds the data directory "
+        raise DataDirLocked(f"another {program} (pid {holder}) holds the data directory "
                             f"{data.resolve()}") from None
     handle.seek(0)
     handle.truncate()

@@ -1,9 +1,11 @@
 """`ksp-bridge` as a process, in front of a `ksp-sib` (its gate the broker) in another: pointed
 at the broker by the JSAP that `ksp-sib jsap` prints; a KP over UDP updates, queries and
-subscribes through it; SIGTERM ends the subscription with a TERMINATED IND and exits 0."""
+subscribes through it; SIGTERM ends the subscription with a TERMINATED IND (--memory) and exits
+0; with its journal, a device's persistent operations outlive a restart, clean or SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import re
 import signal
@@ -21,6 +23,7 @@ from transports import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
+Q = URIRef("http://example.org/q")
 
 
 class BridgeProcess:
@@ -59,8 +62,8 @@ def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
             [sys.executable, "-m", "sib.cli", "jsap", "--sepa-http-port",
              str(broker.ports["http"])], capture_output=True, text=True, check=True,
             cwd=ROOT).stdout)
-        bridge = BridgeProcess("--jsap", str(jsap), "--udp-port", "0", "--tcp-port", "-1",
-                               "--coap-port", "-1")
+        bridge = BridgeProcess("--jsap", str(jsap), "--memory", "--udp-port", "0",
+                               "--tcp-port", "-1", "--coap-port", "-1")
         try:
             async def kp():
                 async with connect(f"udp://127.0.0.1:{bridge.port}") as device:
@@ -84,6 +87,84 @@ def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
         log = "".join(bridge.log)
         assert f"broker: http://127.0.0.1:{broker.ports['http']}" in log
         assert f"ws://127.0.0.1:{broker.ports['ws']}/subscribe" in log
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_persistent_operations_outlive_a_restart_of_the_bridge(how, tmp_path):
+    """A UDP device's subscription and rule, journaled in --data-dir: the bridge stopped
+    (SIGTERM: no TERMINATED IND) or killed, then started again on the same port, goes on
+    where it was — the next IND numbered on from the last one, the rule firing on a change
+    another device makes — and the device never subscribed again."""
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        args = ("--broker", f"http://127.0.0.1:{broker.ports['http']}", "--subscribe",
+                f"ws://127.0.0.1:{broker.ports['ws']}/subscribe", "--data-dir",
+                str(tmp_path / "data"), "--tcp-port", "-1", "--coap-port", "-1")
+        bridges = [BridgeProcess(*args, "--udp-port", "0")]
+        url = f"udp://127.0.0.1:{bridges[0].port}"
+
+        def restart() -> int:
+            first = bridges[0]
+            if how is signal.SIGKILL:
+                first.proc.kill()
+                first.proc.wait(30)
+                status = None
+            else:
+                status = first.stop()
+            bridges.append(BridgeProcess(*args, "--udp-port", str(first.port)))
+            return status
+
+        try:
+            async def kp():
+                async with connect(url) as device:
+                    await device.insert_data([(S, P, Literal(1))])
+                    async with device.subscribe(f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}") as sub, \
+                            device.subscribe(f"INSERT {{ <{S}> <{Q}> ?o }} "
+                                             f"WHERE {{ <{S}> <{P}> ?o }}"):
+                        first = await asyncio.wait_for(anext(sub), 30)
+                        assert [str(r[0]) for r in first.result.rows] == ["1"]
+                        await device.insert_data([(S, P, Literal(2))])
+                        before = await asyncio.wait_for(anext(sub), 30)
+                        assert sorted(str(r[0]) for r in before.result.rows) == ["1", "2"]
+                        status = await asyncio.get_running_loop().run_in_executor(None, restart)
+                        assert status in (None, 0) and sub.status is None  # not ended
+                        async with connect(url) as other:
+                            await other.insert_data([(S, P, Literal(3))])
+                            seqs = []
+                            while True:  # after a kill, the last state may come again first
+                                ind = await asyncio.wait_for(anext(sub), 30)
+                                seqs.append(ind.seq)
+                                if len(ind.result.rows) == 3:
+                                    break
+                            assert seqs == sorted(seqs) and seqs[0] == before.seq + 1
+                            if how is signal.SIGTERM:  # the last IND was ACKed and journaled
+                                assert len(seqs) == 1
+                            fired = await other.query(f"SELECT ?o WHERE {{ <{S}> <{Q}> ?o }}")
+                            assert sorted(str(r[0]) for r in fired.rows) == ["1", "2", "3"]
+
+            asyncio.run(asyncio.wait_for(kp(), 120))
+            assert bridges[-1].stop() == 0
+        finally:
+            for bridge in bridges:
+                if bridge.proc.poll() is None:
+                    bridge.proc.kill()
+        log = "".join(bridges[-1].log)
+        assert "2 persistent operations restored" in log, log
+
+
+def test_a_second_bridge_on_the_same_data_directory_is_refused(tmp_path):
+    from sib.cli import lock_data_dir
+
+    held = lock_data_dir(tmp_path, "ksp-bridge")  # as a running ksp-bridge holds it
+    try:
+        out = subprocess.run([sys.executable, "-m", "bridge.cli", "--broker",
+                              "http://127.0.0.1:9", "--data-dir", str(tmp_path), "--udp-port",
+                              "0", "--tcp-port", "-1", "--coap-port", "-1"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    finally:
+        held.close()
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"another ksp-bridge (pid {os.getpid()}) holds the data directory" in out.stderr
 
 
 @pytest.mark.parametrize("args, said", [
@@ -127,7 +208,8 @@ timeout = 5
 [limits]
 max_persistent_per_kp = 1
 """)
-        bridge = BridgeProcess("--config", str(config), "--log-level", "debug")
+        bridge = BridgeProcess("--config", str(config), "--log-level", "debug", "--data-dir",
+                               str(tmp_path / "data"))
         try:
             metrics_port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(
                 bridge.log))[1])
