@@ -39,38 +39,44 @@ STATUS_OF_HTTP = {400: Status.INVALID_DATA_FORMAT, 401: Status.ACCESS_DENIED,
 class BrokerError(Exception):
     """A request the broker did not carry out, with the KSP status it maps to."""
 
-    def __init__(self, status: Status, reason: str) -> None:
+    def __init__(self, status: Status, reason: str, http_status: int | None = None) -> None:
         super().__init__(f"{status.name}: {reason}")
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.http_status = status, reason, http_status
 
 
 class Broker:
-    """`async with Broker("http://host:8000") as broker: await broker.query(text)`."""
+    """`async with Broker("http://host:8000") as broker: await broker.query(text)`.
+    `ssl`: an `ssl.SSLContext` for an https broker (None: the system's trust store)."""
 
     def __init__(self, url: str, *, query_path: str = "/query", update_path: str = "/update",
                  timeout: float = 10.0, max_concurrent: int = 16,
-                 authorization: str | None = None) -> None:
+                 authorization: str | None = None, ssl: object = None) -> None:
         self.url = url.rstrip("/")
         self.query_url, self.update_url = self.url + query_path, self.url + update_path
         self.timeout = timeout
         self.authorization = authorization
+        self.ssl = ssl
         self._slots = asyncio.Semaphore(max_concurrent)
         self._http: aiohttp.ClientSession | None = None
         #: Seconds from sending to the whole answer, of the requests the broker answered 2xx.
         self.latency = {"query": Histogram(), "update": Histogram()}
 
     async def __aenter__(self) -> "Broker":
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            connector=aiohttp.TCPConnector(ssl=self.ssl if self.ssl is not None else True))
         return self
 
     async def __aexit__(self, *exc) -> None:
         if self._http is not None:
             await self._http.close()
 
-    async def query(self, text: str) -> dict:
-        """SPARQL 1.1 Query Results JSON of `text` (SELECT, ASK)."""
+    async def query(self, text: str, authorization: str | None = None) -> dict:
+        """SPARQL 1.1 Query Results JSON of `text` (SELECT, ASK). `authorization`: the
+        `Authorization` header for this request (a device's token), else the broker's."""
         body = await self._post(self.query_url, text, "application/sparql-query",
-                                "application/sparql-results+json", self.latency["query"])
+                                "application/sparql-results+json", self.latency["query"],
+                                authorization)
         try:
             results = json.loads(body)
         except ValueError:
@@ -80,15 +86,15 @@ class Broker:
                                                      "SPARQL JSON results")
         return results
 
-    async def update(self, text: str) -> None:
+    async def update(self, text: str, authorization: str | None = None) -> None:
         await self._post(self.update_url, text, "application/sparql-update", "*/*",
-                         self.latency["update"])
+                         self.latency["update"], authorization)
 
     async def _post(self, url: str, text: str, kind: str, accept: str,
-                    latency: Histogram) -> bytes:
+                    latency: Histogram, authorization: str | None) -> bytes:
         headers = {"Content-Type": kind, "Accept": accept}
-        if self.authorization:
-            headers["Authorization"] = self.authorization
+        if authorization := authorization or self.authorization:
+            headers["Authorization"] = authorization
         async with self._slots:
             try:
                 sent = time.perf_counter()
@@ -98,7 +104,8 @@ class Broker:
                         latency.observe(time.perf_counter() - sent)
                         return body
                     status = STATUS_OF_HTTP.get(answer.status, Status.INTERNAL_ERROR)
-                    raise BrokerError(status, f"{url}: HTTP {answer.status}{_said(body)}")
+                    raise BrokerError(status, f"{url}: HTTP {answer.status}{_said(body)}",
+                                      answer.status)
             except asyncio.TimeoutError:
                 raise BrokerError(Status.INTERNAL_ERROR,
                                   f"{url}: no answer within {self.timeout} s") from None

@@ -95,13 +95,20 @@ async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> N
     from transports.server import Server
 
     from .broker import Broker
+    from .secure import Registrations
     from .service import Bridge
 
     where = config.endpoints()
+    tls = config.ssl_context()
     metrics = Metrics()
+    registrations = None
+    if where.secure:
+        registrations = Registrations(
+            where.register, where.token, ssl=tls, timeout=config.broker_timeout,
+            path=None if config.memory else Path(config.data_dir) / "broker-clients.json")
     async with Broker(where.base, query_path=where.query_path, update_path=where.update_path,
-                      timeout=config.broker_timeout,
-                      max_concurrent=config.broker_max_concurrent) as broker:
+                      timeout=config.broker_timeout, max_concurrent=config.broker_max_concurrent,
+                      ssl=tls) as broker:
         bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
                               max_persistent_per_kp=config.max_persistent_per_kp,
                               max_subscriptions=config.max_subscriptions,
@@ -109,6 +116,8 @@ async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> N
                               cascade_limit=config.cascade_limit,
                               backoff=config.broker_backoff,
                               max_backoff=config.broker_max_backoff, journal=journal,
+                              access=config.access_policy(), registrations=registrations,
+                              anonymous_identity=config.broker_anonymous_identity or None,
                               metrics=metrics).start()
         try:
             server = await Server.start(bridge, config.host, timing=config.timing,
@@ -134,6 +143,11 @@ async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> N
         log.info("broker: %s (query %s, update %s), subscriptions: %s", where.base,
                  where.query_path, where.update_path,
                  where.subscribe or "none (persistent queries refused)")
+        if registrations is not None:
+            log.info("secure broker: each device registered under its [[access.kp]] id (%s), "
+                     "anonymous devices %s", where.register,
+                     f"as {config.broker_anonymous_identity!r}"
+                     if config.broker_anonymous_identity else "refused")
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -5,9 +5,12 @@ way. Every key is in docs/bridge.md and `bridge.example.toml`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from sib.access import AccessPolicy
 from sib.config import ConfigError, ServingConfig, check_ranges
 
 __all__ = ["BridgeConfig", "ConfigError", "Endpoints"]
@@ -16,12 +19,18 @@ __all__ = ["BridgeConfig", "ConfigError", "Endpoints"]
 @dataclass(frozen=True)
 class Endpoints:
     """Where the broker answers: its SPARQL 1.1 Protocol base and paths, its SE Protocol URL
-    (None: persistent queries refused)."""
+    (None: persistent queries refused), and in secure mode its registration and token URLs."""
 
     base: str
     query_path: str
     update_path: str
     subscribe: str | None
+    register: str | None = None
+    token: str | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self.register is not None and self.token is not None
 
 
 @dataclass
@@ -37,6 +46,10 @@ class BridgeConfig(ServingConfig):
     broker_max_concurrent: int = 16
     broker_backoff: float = 0.25
     broker_max_backoff: float = 15.0
+    broker_register: str = ""  # secure mode: /oauth/register (or the JSAP's oauth)
+    broker_token: str = ""  # and /oauth/token
+    broker_anonymous_identity: str = ""  # whom anonymous devices speak as ("": refused)
+    broker_ca_file: str = ""  # PEM certificates to trust for https/wss ("": the system's)
     # [limits]
     max_queued: int = 10_000
     max_persistent_per_kp: int = 256
@@ -44,11 +57,14 @@ class BridgeConfig(ServingConfig):
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
     # [timing]: ServingConfig's ack_timeout and max_retransmit
+    # [access]: the SIB's (anonymous, [[access.kp]]), checked before anything is forwarded
+    access: dict[str, Any] = field(default_factory=dict)
 
     SECTIONS = {"bridge": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port", "metrics_port",
                            "metrics_host", "log_level"),
                 "broker": ("jsap", "url", "subscribe", "timeout", "max_concurrent", "backoff",
-                           "max_backoff"),
+                           "max_backoff", "register", "token", "anonymous_identity",
+                           "ca_file"),
                 "limits": ("max_queued", "max_persistent_per_kp", "max_subscriptions",
                            "max_session_entries", "rule_firing_limit", "cascade_limit"),
                 "timing": ("ack_timeout", "max_retransmit")}
@@ -64,14 +80,38 @@ class BridgeConfig(ServingConfig):
         if not (self.broker_jsap or self.broker_url):
             raise ConfigError("say where the broker is: --jsap FILE, or --broker URL (and "
                               "--subscribe URL); in a file, [broker] jsap or url")
-        self.endpoints()  # a JSAP that cannot be read: said now
+        where = self.endpoints()  # a JSAP that cannot be read: said now
+        if bool(self.broker_register) != bool(self.broker_token):
+            raise ConfigError("[broker] register and token go together (the secure mode)")
+        if self.broker_anonymous_identity and not where.secure:
+            raise ConfigError("[broker] anonymous_identity is for a secure broker (register "
+                              "and token, or a JSAP with oauth.enable)")
+        self.ssl_context()
+        try:
+            self.access_policy()
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"[access]: {exc}") from None
+
+    def access_policy(self) -> AccessPolicy:
+        return AccessPolicy.from_config(self.access)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """What https and wss connections to the broker trust: `ca_file`, else the system's
+        store (None)."""
+        if not self.broker_ca_file:
+            return None
+        try:
+            return ssl.create_default_context(cafile=self.broker_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"[broker] ca_file {self.broker_ca_file}: {exc}") from None
 
     def endpoints(self) -> Endpoints:
         """From the JSAP (host, `sparql11protocol`, `sparql11seprotocol`, as `ksp-sib jsap`
         prints them), with `url` and `subscribe` taking precedence when given."""
         subscribe = self.broker_subscribe or None
+        register, token = self.broker_register or None, self.broker_token or None
         if not self.broker_jsap:
-            return Endpoints(self.broker_url, "/query", "/update", subscribe)
+            return Endpoints(self.broker_url, "/query", "/update", subscribe, register, token)
         try:
             jsap = json.loads(Path(self.broker_jsap).read_text())
             host = jsap["host"]
@@ -84,7 +124,10 @@ class BridgeConfig(ServingConfig):
             if subscribe is None and ws:
                 subscribe = (f"{se.get('protocol', 'ws')}://{host}:{int(ws['port'])}"
                              f"{ws.get('path', '/subscribe')}")
+            oauth = jsap.get("oauth") or {}
+            if oauth.get("enable") and register is None and token is None:
+                register, token = str(oauth["register"]), str(oauth["tokenRequest"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"jsap {self.broker_jsap}: {exc!r} (it needs host and "
                               "sparql11protocol.port)") from None
-        return Endpoints(self.broker_url or base, query, update, subscribe)
+        return Endpoints(self.broker_url or base, query, update, subscribe, register, token)

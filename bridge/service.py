@@ -24,6 +24,13 @@ result changed meanwhile gets an IND with the new one.
 A persistent update (a rule) is SEPA's aggregator pattern: a subscription to the solutions of
 its pattern, and its plain update sent to the broker when they change and are not empty, with
 the SIB's cascade order and protection (`_cascade`).
+
+Devices prove who they are to the bridge as to a SIB (the SIB's `[access]`: CREDENTIALS checked
+by `sib.auth` in the transports, sealed envelopes, the same grants), and a request the policy
+refuses is answered ACCESS_DENIED without reaching the broker. At a secure broker
+(`registrations`) each device then speaks under its own identity, with its own token
+(`bridge.secure`), so the broker's policy applies to it too; equal persistent queries share a
+subscription only within one identity, whose grants decide what it may see.
 """
 from __future__ import annotations
 
@@ -39,11 +46,14 @@ from dataclasses import dataclass, field
 from ksp.codes import Status, Tx
 from ksp.errors import NoSparqlEquivalent
 from ksp.model import Options, Request, Response
+from ksp.secure import SealerTable
 from ksp.service import Channel
 from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
+from sib.access import AccessPolicy
+from sib.auth import Authenticator
 from sib.errors import RequestError
 from sib.journal import Journal, TrackedChannel
 from sib.metrics import Metrics
@@ -51,6 +61,7 @@ from sib.query import results_of
 from sib.validate import check_request
 
 from .broker import Broker, BrokerError
+from .secure import Registrations
 from .subscriber import Subscriber, Subscription
 
 log = logging.getLogger("ksp.bridge")
@@ -74,6 +85,7 @@ class _Shared:
     text: str
     names: list[str]
     ready: asyncio.Future  # done once the broker has made the subscription
+    identity: str | None = None  # whom it was made for at a secure broker
     sub: Subscription | None = None
     rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
     row_of: dict = field(default_factory=dict)  # a binding's JSON -> its row of KSP terms
@@ -105,25 +117,40 @@ class Bridge:
                  max_subscriptions: int = 10_000, backoff: float = 0.25,
                  max_backoff: float = 15.0, rule_firing_limit: int = 16,
                  cascade_limit: int = 1024, journal: Journal | None = None,
+                 access: AccessPolicy | None = None,
+                 registrations: Registrations | None = None,
+                 anonymous_identity: str | None = None, auth_options: dict | None = None,
                  metrics: Metrics | None = None) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
         without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
         `max_backoff`: the first and the longest wait between attempts to reach the broker's
         socket again. `rule_firing_limit`, `cascade_limit`: the SIB's cascade protection
         (docs/sib.md). `journal`: the SIB's, keeping the persistent operations of durable
-        channels (UDP) across a restart of the bridge (`restore`). `metrics`: where the
-        bridge counts (`ksp-bridge --metrics-port`)."""
+        channels (UDP) across a restart of the bridge (`restore`). `access`: the SIB's access
+        policy, applied before anything is forwarded (None: open). `registrations`: a secure
+        broker's registrations and tokens, one identity per configured KP (its `id`);
+        `anonymous_identity` is whom anonymous devices speak as there (None: they are refused).
+        `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
             subscribe_url, self._ended, timeout=broker.timeout,
-            authorization=broker.authorization, backoff=backoff, max_backoff=max_backoff)
+            authorization=broker.authorization, backoff=backoff, max_backoff=max_backoff,
+            ssl=broker.ssl)
+        self.access = access or AccessPolicy.open()
+        #: What the transports ask about CREDENTIALS before their duplicate caches, and the
+        #: sealed mode's state per KP: the SIB's (`sib.auth`, `ksp.secure`).
+        self.authenticator = Authenticator(self.access, **(auth_options or {}))
+        self.sealers = SealerTable(lambda kp_id: self.access.key_of(kp_id), time.time,
+                                   state=journal)
+        self.registrations = registrations
+        self.anonymous_identity = anonymous_identity
         self.max_queued = max_queued
         self.max_persistent_per_kp = max_persistent_per_kp
         self.max_subscriptions = max_subscriptions
         self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
         self.journal = journal
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
-        self._shared: dict[str, _Shared] = {}  # solutions query text -> its subscription
+        self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription
         self._per_kp: Counter = Counter()
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
@@ -167,7 +194,19 @@ class Bridge:
                 "Rules fired: their update sent to the broker.", lambda: self.rule_firings),
             "ksp_bridge_broker_reconnects_total": (
                 "Times the WebSocket to the broker was made again after it dropped.",
-                lambda: 0 if sub is None else sub.reconnects)})
+                lambda: 0 if sub is None else sub.reconnects),
+            "ksp_bridge_broker_registrations_total": (
+                "Client registrations made at a secure broker (one per identity, kept).",
+                lambda: 0 if self.registrations is None else self.registrations.registered),
+            "ksp_bridge_broker_tokens_total": (
+                "Tokens obtained from a secure broker (each renewed before it expires).",
+                lambda: 0 if self.registrations is None else self.registrations.tokens),
+            "ksp_password_verifications_total": (
+                "Passwords checked (scrypt), off the request path.",
+                lambda: self.authenticator.verified),
+            "ksp_credentials_denied_total": (
+                "Requests refused by the transports for their CREDENTIALS (0x08).",
+                lambda: self.authenticator.denied)})
         m.labelled["ksp_bridge_broker_errors_total"] = (
             "Requests the broker did not carry out, by the KSP status the device got.",
             "status", lambda: self.broker_errors)
@@ -223,6 +262,8 @@ class Bridge:
                 self._end(key, Status.TERMINATED)
         if self.subscriber is not None:
             await self.subscriber.close()
+        if self.registrations is not None:
+            await self.registrations.close()
 
     async def _work(self, kp: KPIdentity) -> None:
         """One KP's requests, in order; the worker ends when none is left."""
@@ -257,6 +298,11 @@ class Bridge:
         tx = request.tx
         try:
             check_request(request)
+            kp = channel.kp
+            if kp.kp_id is not None and request.options.credentials is None:
+                self.access.check_sealed(kp.kp_id, request)  # its envelope proved the KP ID
+            else:
+                self.access.check(request)
             if tx is Tx.TERMINATE:
                 return await self._terminate(channel.kp, request.tid)
             if tx is Tx.RESET:
@@ -266,20 +312,25 @@ class Bridge:
                 if self.subscriber is None:
                     return Response(request.tid, Status.INVALID_TRANSACTION_TYPE)
                 return await self._persist(request, channel)
+            identity = self._identity(kp)
             if tx.is_query:
-                return Response(request.tid, Status.OK, await self._query(request))
+                return Response(request.tid, Status.OK, await self._query(request, identity))
             if tx.is_management:
-                await self._check_graphs(request)
+                await self._check_graphs(request, identity)
             started = time.perf_counter()
-            await self.broker.update(render(request, union=True))
+            await self._at_broker(self.broker.update, render(request, union=True), identity)
             self.forwarded += 1
             if self._shared:
-                await self._settle(started)
+                await self._settle(started, identity)
             self.metrics.update_latency.observe(time.perf_counter() - started)
             return Response(request.tid)
         except RequestError as exc:
             if exc.status is Status.LIMIT_EXCEEDED:
                 self.metrics.limited += 1
+            elif exc.status is Status.ACCESS_DENIED:
+                self.metrics.denied += 1
+                log.info("%s %s tid %d: %s", self.access.who(channel.kp), tx.name, request.tid,
+                         exc)
             return Response(request.tid, exc.status)
         except NoSparqlEquivalent as exc:  # valid KSP that one SPARQL request cannot say
             log.info("%s tid %d: %s", tx.name, request.tid, exc)
@@ -289,7 +340,38 @@ class Bridge:
             self.broker_errors[exc.status.name] += 1
             return Response(request.tid, exc.status)
 
-    async def _query(self, request: Request):
+    def _identity(self, kp: KPIdentity) -> str | None:
+        """Whom `kp` speaks as at a secure broker (None: the broker is not secure)."""
+        if self.registrations is None:
+            return None
+        entry = None if kp.kp_id is None else self.access.kps.get(kp.kp_id)
+        if entry is not None:
+            return entry.name
+        if self.anonymous_identity is None:
+            raise RequestError(Status.ACCESS_DENIED, "anonymous devices have no identity at "
+                                                     "the broker")
+        return self.anonymous_identity
+
+    async def _authorization(self, identity: str | None) -> str | None:
+        if identity is None or self.registrations is None:
+            return None
+        return await self.registrations.authorization(identity)
+
+    async def _at_broker(self, send, text: str, identity: str | None):
+        """`send(text, authorization)` as `identity`; a token the broker refuses (401) is
+        replaced once."""
+        authorization = await self._authorization(identity)
+        try:
+            return await send(text, authorization)
+        except BrokerError as exc:
+            if authorization is None or exc.http_status != 401:
+                raise
+            log.info("the broker refused %r's token (%s); asking for a new one", identity,
+                     exc.reason)
+            self.registrations.expire(identity, authorization)
+            return await send(text, await self._authorization(identity))
+
+    async def _query(self, request: Request, identity: str | None = None):
         """SELECT and ASK ask the broker as they are; a CONSTRUCT asks for the solutions of
         every variable and builds its triples here, as the SIB does."""
         base = request.tx.base
@@ -297,14 +379,14 @@ class Bridge:
             asked = request
         else:
             asked = _solutions_query(request)
-        results = await self.broker.query(render(asked, union=True))
+        results = await self._at_broker(self.broker.query, render(asked, union=True), identity)
         self.forwarded += 1
         if base is Tx.ASK:
             return from_results_json(results)
         names = [f"v{k}" for k in range(asked.projection or 0)]  # none: `?_`, empty rows
         return results_of(request, list(from_results_json(results, names=names).rows))
 
-    async def _check_graphs(self, request: Request) -> None:
+    async def _check_graphs(self, request: Request, identity: str | None = None) -> None:
         """The SIB's graph statuses, which SPARQL Update has no words for (a broker answers a
         CREATE of an existing graph with a bare 400): which of the named graphs exist, asked
         first. A graph exists once created or written to, as in the SIB; a broker that forgets
@@ -322,8 +404,8 @@ class Bridge:
         if not names:
             return
         values = " ".join(render_term(g) for g in names)
-        found = await self.broker.query(f"SELECT ?g WHERE {{ VALUES ?g {{ {values} }} "
-                                        "GRAPH ?g { } }")
+        found = await self._at_broker(self.broker.query, f"SELECT ?g WHERE {{ VALUES ?g "
+                                      f"{{ {values} }} GRAPH ?g {{ }} }}", identity)
         existing = {b["g"]["value"] for b in found.get("results", {}).get("bindings", ())
                     if isinstance(b.get("g"), dict)}
         if tx is Tx.CREATE and existing:
@@ -353,7 +435,7 @@ class Bridge:
         return Response(request.tid)
 
     async def _register(self, request: Request, channel: Channel) -> _Member:
-        shared = await self._subscription(_solutions_query(request))
+        shared = await self._subscription(_solutions_query(request), self._identity(channel.kp))
         key = (channel.kp, request.tid)
         member = _Member(request, TrackedChannel(channel, self.journal), shared)
         shared.members[key] = self.ops[key] = member
@@ -395,6 +477,7 @@ class Bridge:
             channel.restore(saved.state)  # numbering, endpoint and what the KP has
             try:
                 check_request(request)
+                self.access.check_by_id(saved.kp.kp_id, request)  # the policy in force now
                 if self.subscriber is None:
                     raise RequestError(Status.INVALID_TRANSACTION_TYPE,
                                        "no broker subscribe endpoint now")
@@ -428,31 +511,33 @@ class Bridge:
             delay = min(delay * 2, self.subscriber.max_backoff)
             await self._restore(waiting)
 
-    async def _subscription(self, asked: Request) -> _Shared:
-        """The broker subscription to `asked`'s solutions: the one there is, else a new one
-        (other KPs asking the same meanwhile wait for it)."""
+    async def _subscription(self, asked: Request, identity: str | None = None) -> _Shared:
+        """The broker subscription to `asked`'s solutions for `identity`: the one there is,
+        else a new one (other KPs asking the same meanwhile wait for it)."""
         text = render(asked, union=True)
-        shared = self._shared.get(text)
+        key = (identity, text)
+        shared = self._shared.get(key)
         if shared is None:
             if len(self._shared) >= self.max_subscriptions:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
-            shared = self._shared[text] = _Shared(
+            shared = self._shared[key] = _Shared(
                 text, [f"v{k}" for k in range(asked.projection or 0)],
-                asyncio.get_running_loop().create_future())
+                asyncio.get_running_loop().create_future(), identity)
             try:
                 shared.sub = await self.subscriber.subscribe(
                     text, lambda added, removed, whole: self._changed(shared, added, removed,
-                                                                      whole))
+                                                                      whole),
+                    None if identity is None else lambda: self._authorization(identity))
             except BaseException as exc:
-                del self._shared[text]
+                del self._shared[key]
                 shared.ready.set_exception(exc)
                 shared.ready.exception()  # said to whoever waits, not to the loop's log
                 raise
             shared.ready.set_result(None)
         else:
             await asyncio.shield(shared.ready)
-        if self._shared.get(text) is not shared:  # its last member ended while it was made
-            return await self._subscription(asked)
+        if self._shared.get(key) is not shared:  # its last member ended while it was made
+            return await self._subscription(asked, identity)
         return shared
 
     def _changed(self, shared: _Shared, added: dict, removed: dict, whole: bool) -> None:
@@ -522,8 +607,9 @@ class Bridge:
         fired[rid] += 1
         self.rule_firings += 1
         try:
-            await self.broker.update(render(member.request._replace(tx=member.request.tx.base),
-                                            union=True))
+            await self._at_broker(self.broker.update, render(
+                member.request._replace(tx=member.request.tx.base), union=True),
+                member.shared.identity)
         except BrokerError as exc:
             self.broker_errors[exc.status.name] += 1
             if exc.status is Status.INTERNAL_ERROR:  # unreachable: it fires when it is back
@@ -534,7 +620,7 @@ class Bridge:
                             exc)
                 self._end(key, exc.status)
             return False
-        await self._flush()
+        await self._flush(member.shared.identity)
         return True
 
     def _ended(self, sub: Subscription, status: Status) -> None:
@@ -549,17 +635,18 @@ class Bridge:
         self._last_ind = time.perf_counter()
         channel.indicate(ind)
 
-    async def _flush(self) -> None:
+    async def _flush(self, identity: str | None = None) -> None:
         try:
-            await self.subscriber.flush()
+            await self.subscriber.flush(
+                None if identity is None else lambda: self._authorization(identity))
         except BrokerError as exc:
             log.warning("after an update: %s", exc)
 
-    async def _settle(self, started: float) -> None:
+    async def _settle(self, started: float, identity: str | None = None) -> None:
         """The update's notifications read, the rules they reach fired, and the INDs of both
         sent, before the update's RES."""
         self._last_ind = None
-        await self._flush()
+        await self._flush(identity)
         await self._cascade()
         if self._last_ind is not None:  # the INDs it caused (another device's, at times)
             self.metrics.notification_latency.observe(self._last_ind - started)
@@ -591,8 +678,8 @@ class Bridge:
             del self._rules[member.rule]
         shared = member.shared
         shared.members.pop(key, None)
-        if not shared.members and self._shared.get(shared.text) is shared:
-            del self._shared[shared.text]
+        if not shared.members and self._shared.get((shared.identity, shared.text)) is shared:
+            del self._shared[shared.identity, shared.text]
             self._background(self.subscriber.unsubscribe(shared.sub))
 
     def _background(self, work) -> None:

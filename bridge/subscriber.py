@@ -20,7 +20,7 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -39,11 +39,17 @@ __all__ = ["Subscriber", "Subscription"]
 OnNotify = Callable[[dict, dict, bool], None]
 
 
+#: What a subscribe carries as `authorization`, asked anew each time it is sent (a token may
+#: have been renewed since): None for none.
+Authorize = Callable[[], Awaitable[str | None]]
+
+
 @dataclass(eq=False)
 class Subscription:
     sparql: str
     on_notify: OnNotify
     spuid: str = ""  # the broker's name for it on the current socket
+    authorize: Authorize | None = None
 
 
 #: (subscription, KSP status): the broker ended it.
@@ -53,8 +59,10 @@ OnEnd = Callable[[Subscription, Status], None]
 class Subscriber:
     def __init__(self, url: str, on_end: OnEnd, *, timeout: float = 10.0,
                  authorization: str | None = None, backoff: float = 0.25,
-                 max_backoff: float = 15.0) -> None:
+                 max_backoff: float = 15.0, ssl: object = None) -> None:
+        """`ssl`: an `ssl.SSLContext` for a wss broker (None: the system's trust store)."""
         self.url = url
+        self.ssl = ssl
         self.on_end = on_end
         self.timeout = timeout
         self.authorization = authorization
@@ -78,7 +86,8 @@ class Subscriber:
 
     async def _open(self) -> aiohttp.ClientWebSocketResponse:
         if self._http is None:
-            self._http = aiohttp.ClientSession()
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                ssl=self.ssl if self.ssl is not None else True))
         try:
             ws = await asyncio.wait_for(self._http.ws_connect(self.url, heartbeat=30.0),
                                         self.timeout)
@@ -98,10 +107,12 @@ class Subscriber:
         self.up.set()
         return ws
 
-    async def subscribe(self, sparql: str, on_notify: OnNotify) -> Subscription:
+    async def subscribe(self, sparql: str, on_notify: OnNotify,
+                        authorize: Authorize | None = None) -> Subscription:
         """A new subscription: its first notification (the whole result) has reached
-        `on_notify` when this returns, and every later one will, in order."""
-        sub = Subscription(sparql, on_notify)
+        `on_notify` when this returns, and every later one will, in order. `authorize`: its
+        token, asked for at each subscribe (None: the subscriber's `authorization`)."""
+        sub = Subscription(sparql, on_notify, authorize=authorize)
         await self._send_subscribe(await self._connected(), sub)
         self._live[sub] = None
         return sub
@@ -112,9 +123,11 @@ class Subscriber:
         first = asyncio.get_running_loop().create_future()
         self._pending[alias] = (first, sub)
         body = {"sparql": sub.sparql, "alias": alias}
-        if self.authorization:
-            body["authorization"] = self.authorization
         try:
+            authorization = (self.authorization if sub.authorize is None
+                             else await sub.authorize())
+            if authorization:
+                body["authorization"] = authorization
             await ws.send_json({"subscribe": body})
             await asyncio.wait_for(first, self.timeout)
         except asyncio.TimeoutError:
@@ -125,14 +138,14 @@ class Subscriber:
         finally:
             self._pending.pop(alias, None)
 
-    async def flush(self) -> None:
+    async def flush(self, authorize: Authorize | None = None) -> None:
         """Return once every notification the broker queued on this socket before now has been
         read: a throwaway `ASK {}` subscription's first notification comes after them (one
         socket is one ordered stream). The bridge calls it after each update, so that the INDs
         an update causes reach the devices before the next request is forwarded, as in a SIB.
         A broker that notifies after answering the update (the reference broker may) can still
         be later than this."""
-        sub = Subscription("ASK {}", lambda added, removed, whole: None)
+        sub = Subscription("ASK {}", lambda added, removed, whole: None, authorize=authorize)
         await self._send_subscribe(await self._connected(), sub)
         await self._unsubscribe_spuid(sub.spuid)
 

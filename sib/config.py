@@ -156,7 +156,7 @@ def load(path: str | Path | None = None, overrides: dict[str, Any] | None = None
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         for section, table in data.items():
-            if section == "access" and kind is Config:
+            if section == "access" and "access" in {f.name for f in fields(kind)}:
                 _check_access(table)
                 config.access = table
                 continue

@@ -176,11 +176,21 @@ def test_a_second_bridge_on_the_same_data_directory_is_refused(tmp_path):
      "unknown key 'urll' in [broker]"),
     (("--config", "{dir}/zero.toml"), "max_queued = 0: must be above 0"),
     (("--config", "{dir}/missing.toml"), "missing.toml"),
+    (("--config", "{dir}/half.toml"), "register and token go together"),
+    (("--config", "{dir}/anon.toml"), "anonymous_identity is for a secure broker"),
+    (("--config", "{dir}/ca.toml"), "ca_file /nonexistent.pem"),
+    (("--config", "{dir}/access.toml"), "[[access.kp]] 'x': password_hash is not"),
 ])
 def test_configuration_errors_are_one_line(args, said, tmp_path):
     (tmp_path / "bad.toml").write_text('[broker]\nurll = "http://127.0.0.1:8000"\n')
     (tmp_path / "zero.toml").write_text('[broker]\nurl = "http://127.0.0.1:8000"\n'
                                         "[limits]\nmax_queued = 0\n")
+    broker = '[broker]\nurl = "https://127.0.0.1:8443/secure"\n'
+    (tmp_path / "half.toml").write_text(broker + 'register = "https://127.0.0.1:8443/r"\n')
+    (tmp_path / "anon.toml").write_text(broker + 'anonymous_identity = "guest"\n')
+    (tmp_path / "ca.toml").write_text(broker + 'ca_file = "/nonexistent.pem"\n')
+    (tmp_path / "access.toml").write_text(broker + '[[access.kp]]\nid = "x"\n'
+                                          'password_hash = "secret"\n')
     args = [a.format(dir=tmp_path) for a in args]
     out = subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
@@ -253,7 +263,8 @@ def test_the_example_configuration_loads_and_names_every_key():
 
     config = load(ROOT / "bridge.example.toml", kind=BridgeConfig)
     assert config == BridgeConfig(broker_url="http://127.0.0.1:8000",
-                                  broker_subscribe="ws://127.0.0.1:9000/subscribe")
+                                  broker_subscribe="ws://127.0.0.1:9000/subscribe",
+                                  access={"anonymous": "read-write"})
     text = (ROOT / "bridge.example.toml").read_text()
     docs = (ROOT / "docs" / "bridge.md").read_text()
     for section, keys in BridgeConfig.SECTIONS.items():
@@ -261,4 +272,5 @@ def test_the_example_configuration_loads_and_names_every_key():
         for key in keys:
             assert re.search(rf"^{key} = ", text, re.M), key
             assert f"`{key}`" in docs, key
-    assert len(fields(BridgeConfig)) == sum(map(len, BridgeConfig.SECTIONS.values()))
+    assert "[access]" in text and "`[access]`" in docs  # the SIB's section, as a whole
+    assert len(fields(BridgeConfig)) == sum(map(len, BridgeConfig.SECTIONS.values())) + 1

@@ -30,19 +30,6 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[Path, Path]:
-    """A self-signed certificate for localhost and 127.0.0.1 (openssl, scripts/apt-packages)."""
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "2", "-subj", "/CN=localhost", "-addext",
-                    "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return cert, key
-
-
 def _policy() -> AccessPolicy:
     """Anonymous: nothing. `writer` may read and write everything; `reader` read only."""
     kps = {}
