@@ -28,6 +28,8 @@ TRANSPORTS = ("udp", "tcp", "coap")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sib.cli import add_capture_flags
+
     p = argparse.ArgumentParser(prog="ksp-bridge", description=(
         "Serve KSP devices (UDP, TCP, CoAP) in front of a SEPA broker: their queries and "
         "updates over the SPARQL 1.1 Protocol, their persistent queries as SE Protocol "
@@ -59,14 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus metrics over HTTP on this port (negative = off)")
     p.add_argument("--metrics-host", metavar="ADDR",
                    help="address of the metrics endpoint (default 127.0.0.1: this host only)")
+    add_capture_flags(p)
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     return p
 
 
 async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None:
-    from sib.cli import lock_data_dir
+    from sib.cli import lock_data_dir, open_capture
     from sib.journal import FILE as JOURNAL_FILE, Journal
 
+    pcap = open_capture(config)  # a file that cannot be written stops the start here
+    if pcap is not None:
+        log.info("capturing to %s", config.capture_file)
     journal = lock = None
     if not config.memory:
         data = Path(config.data_dir)
@@ -80,17 +86,21 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
                 lock.close()
             if created:
                 shutil.rmtree(data, ignore_errors=True)
+            if pcap is not None:
+                pcap.close()
             raise
     try:
-        await _serve(config, journal, stop)
+        await _serve(config, journal, pcap, stop)
     finally:
         if journal is not None:
             journal.close()
         if lock is not None:
             lock.close()
+        if pcap is not None:
+            pcap.close()
 
 
-async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> None:
+async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None) -> None:
     from sib.metrics import Metrics
     from transports.server import Server
 
@@ -120,7 +130,7 @@ async def _serve(config: BridgeConfig, journal, stop: asyncio.Event | None) -> N
                               anonymous_identity=config.broker_anonymous_identity or None,
                               metrics=metrics).start()
         try:
-            server = await Server.start(bridge, config.host, timing=config.timing,
+            server = await Server.start(bridge, config.host, timing=config.timing, pcap=pcap,
                                         max_entries=config.max_session_entries,
                                         **{t: config.port(t) for t in TRANSPORTS})
         except OSError:
@@ -181,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(config))
+    except ConfigError as exc:  # found only when used: a capture file that cannot be written
+        log.error("%s", exc)
+        return 2
     except OSError as exc:  # a port in use
         log.error("%s", exc)
         return 1

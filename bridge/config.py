@@ -56,7 +56,7 @@ class BridgeConfig(ServingConfig):
     max_subscriptions: int = 10_000  # and ServingConfig's max_session_entries
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
-    # [timing]: ServingConfig's ack_timeout and max_retransmit
+    # [timing]: ServingConfig's ack_timeout and max_retransmit; [capture]: its capture_*
     # [access]: the SIB's (anonymous, [[access.kp]]), checked before anything is forwarded
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -67,8 +67,9 @@ class BridgeConfig(ServingConfig):
                            "ca_file"),
                 "limits": ("max_queued", "max_persistent_per_kp", "max_subscriptions",
                            "max_session_entries", "rule_firing_limit", "cascade_limit"),
-                "timing": ("ack_timeout", "max_retransmit")}
-    PREFIXED = {"broker": "broker_"}
+                "timing": ("ack_timeout", "max_retransmit"),
+                "capture": ("file", "max_bytes", "max_files")}
+    PREFIXED = {"broker": "broker_", "capture": "capture_"}
 
     def check(self) -> None:
         check_ranges(self, ports=("udp_port", "tcp_port", "coap_port", "metrics_port"),
@@ -76,7 +77,7 @@ class BridgeConfig(ServingConfig):
                                "broker_max_backoff", "max_queued", "max_persistent_per_kp",
                                "max_subscriptions", "max_session_entries", "ack_timeout",
                                "rule_firing_limit", "cascade_limit"),
-                     non_negative=("max_retransmit",))
+                     non_negative=("max_retransmit", "capture_max_bytes", "capture_max_files"))
         if not (self.broker_jsap or self.broker_url):
             raise ConfigError("say where the broker is: --jsap FILE, or --broker URL (and "
                               "--subscribe URL); in a file, [broker] jsap or url")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .access import hash_password
-from .config import Config, ConfigError, load
+from .config import Config, ConfigError, ServingConfig, load
 from .journal import FILE as JOURNAL_FILE, Journal
 from .metrics import Metrics
 from .service import Sib
@@ -80,12 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     p.add_argument("--tls-client-ca", metavar="PEM",
                    help="require client certificates signed by this CA (mutual TLS)")
-    p.add_argument("--pcap", dest="capture_file", metavar="FILE",
-                   help="write every KSP datagram and TCP byte received and sent to FILE "
-                        "(pcapng, for Wireshark and `ksp decode --pcap`)")
-    p.add_argument("--pcap-max-bytes", dest="capture_max_bytes", type=int, metavar="N",
-                   help="start FILE.1, FILE.2, … past N bytes, keeping the newest "
-                        "[capture] max_files (default 10)")
+    add_capture_flags(p)
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--max-session-entries", type=int, metavar="N",
                    help="size of each UDP/TCP session table (IND deliveries, ACK routes, "
@@ -129,15 +124,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}
-    pcap = None
-    if config.capture_file:
-        from transports.pcap import PcapWriter
-
-        try:
-            pcap = PcapWriter(config.capture_file, max_bytes=config.capture_max_bytes or None,
-                              max_files=config.capture_max_files)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"[capture]: {exc}") from exc
+    pcap = open_capture(config)
+    if pcap is not None:
         log.info("capturing to %s", config.capture_file)
     try:
         server = await Server.start(sib, config.host, timing=config.timing, ssl=tls, pcap=pcap,
@@ -307,6 +295,29 @@ def hash_password_command(args: list[str]) -> int:
         return 1
     print(hash_password(password))
     return 0
+
+
+def add_capture_flags(p: argparse.ArgumentParser) -> None:
+    """`--pcap` and `--pcap-max-bytes`, `[capture]`'s flags (ksp-sib's and ksp-bridge's)."""
+    p.add_argument("--pcap", dest="capture_file", metavar="FILE",
+                   help="write every KSP datagram and TCP byte received and sent to FILE "
+                        "(pcapng, for Wireshark and `ksp decode --pcap`)")
+    p.add_argument("--pcap-max-bytes", dest="capture_max_bytes", type=int, metavar="N",
+                   help="start FILE.1, FILE.2, … past N bytes, keeping the newest "
+                        "[capture] max_files (default 10)")
+
+
+def open_capture(config: ServingConfig):
+    """The `transports.pcap.PcapWriter` that `[capture] file` asks for, else None."""
+    if not config.capture_file:
+        return None
+    from transports.pcap import PcapWriter
+
+    try:
+        return PcapWriter(config.capture_file, max_bytes=config.capture_max_bytes or None,
+                          max_files=config.capture_max_files)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"[capture]: {exc}") from exc
 
 
 class DataDirLocked(OSError):

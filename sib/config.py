@@ -37,6 +37,9 @@ class ServingConfig:
     max_session_entries: int = 65_536  # [limits]
     ack_timeout: float = 2.0  # [timing]
     max_retransmit: int = 4
+    capture_file: str = ""  # [capture] (attributes capture_<key>)
+    capture_max_bytes: int = 0
+    capture_max_files: int = 10
 
     @property
     def timing(self) -> Timing:
@@ -68,10 +71,7 @@ class Config(ServingConfig):
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
-    # [capture] (attributes capture_<key>)
-    capture_file: str = ""
-    capture_max_bytes: int = 0
-    capture_max_files: int = 10
+    # [capture]: ServingConfig's
     # [sepa] (attributes sepa_<key>): the SEPA gate (docs/sepa.md)
     sepa_http_port: int = 8000
     sepa_ws_port: int = 9000

@@ -6,52 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from rdflib import Literal, URIRef
 
 from ksp import Status
+from bridge.testing import BridgeProcess
 from sib.testing import SibProcess
 from transports import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
 Q = URIRef("http://example.org/q")
-
-
-class BridgeProcess:
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", *args], cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
-        self.lines: queue.Queue = queue.Queue()
-        self.log: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.port = None
-        while True:
-            line = self.lines.get(timeout=60)
-            assert line is not None, "".join(self.log)
-            if m := re.search(r"listening on udp://[^:]+:(\d+)", line):
-                self.port = int(m[1])
-            if "bridge ready" in line:
-                break
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.log.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
 
 
 def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
@@ -150,6 +121,29 @@ def test_persistent_operations_outlive_a_restart_of_the_bridge(how, tmp_path):
                     bridge.proc.kill()
         log = "".join(bridges[-1].log)
         assert "2 persistent operations restored" in log, log
+
+
+def test_pcap_captures_what_the_devices_and_the_bridge_said(tmp_path):
+    """`ksp-bridge --pcap FILE`: the device's request and the bridge's RES, as the SIB's
+    capture has them (docs/capture.md), readable by `tools.capture_read`."""
+    from bridge.testing import BridgedSib
+    from ksp import Tx, decode_kp_message, decode_sib_message
+    from tools.capture_read import messages
+
+    out = tmp_path / "bridge.pcapng"
+    with BridgedSib("--pcap", str(out)) as lab:
+        async def kp():
+            async with connect(f"udp://127.0.0.1:{lab.port}") as device:
+                await device.insert_data([(S, P, Literal(1))])
+
+        asyncio.run(asyncio.wait_for(kp(), 60))
+        assert lab.bridge.stop() == 0
+    said = messages(str(out), sib_ports={lab.port})
+    requests = [decode_kp_message(m.data) for m in said if not m.from_sib]
+    answers = [decode_sib_message(m.data) for m in said if m.from_sib]
+    assert [r.tx for r in requests if hasattr(r, "tx")] == [Tx.INSERT_DATA]
+    assert any(getattr(a, "status", None) is Status.OK for a in answers)
+    assert f"capturing to {out}" in "".join(lab.bridge.log)
 
 
 def test_a_second_bridge_on_the_same_data_directory_is_refused(tmp_path):

@@ -19,6 +19,7 @@ from rdflib import Literal, URIRef
 
 from bridge.broker import Broker
 from bridge.secure import Registrations
+from bridge.testing import BridgeProcess
 from bridge.service import Bridge
 from ksp import Status
 from sib.access import AccessPolicy, hash_password
@@ -216,8 +217,6 @@ def test_tls_to_the_broker_is_verified(tmp_path, certificate):
 def test_ksp_bridge_from_the_secure_jsap(tmp_path, certificate):
     """`ksp-sib jsap --secure` → `ksp-bridge --jsap` with `ca_file` and `[access]` in its TOML
     file: a device with credentials updates and subscribes through it."""
-    from tests.test_bridge_cli import BridgeProcess
-
     with secure_broker(tmp_path, certificate) as broker:
         jsap = tmp_path / "broker.jsap"
         jsap.write_text(subprocess.run(

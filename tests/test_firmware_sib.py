@@ -202,14 +202,31 @@ def test_sleeping_sensor_keeps_its_subscription_across_sleep_and_a_sib_restart(t
         lab.close()
 
 
-def test_simulate_board_command_runs_both_agents_against_a_sib(tmp_path):
+def _sib_or_bridge(via: str):
+    """A UDP port that speaks KSP: a `ksp-sib`'s, or a `ksp-bridge`'s in front of one's SEPA
+    gate (`bridge.testing.BridgedSib`)."""
+    if via == "bridge":
+        from bridge.testing import BridgedSib
+
+        lab = BridgedSib()
+        return lab, lab.port
+    sib = SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1")
+    return sib, sib.ports["udp"]
+
+
+@pytest.mark.parametrize("via", ["sib", "bridge"])
+def test_simulate_board_command_runs_both_agents_against_a_sib(tmp_path, via):
     """`ksp simulate-board` (device_firmware/simulate.py) with the two example configs: the
     sensor's readings land in a real `ksp-sib`, a rule switches the fan, the simulated
-    actuator follows; it stops by itself after --readings N, and cleanly on SIGTERM."""
+    actuator follows; it stops by itself after --readings N, and cleanly on SIGTERM. The same,
+    unchanged, through `ksp-bridge` in front of the SIB's SEPA gate: the rule is then the
+    bridge's (SEPA's aggregator pattern), the actuator's persistent ASK a broker
+    subscription."""
     gh = "http://example.org/greenhouse#"
-    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1") as sib:
-        lab_sib = f"127.0.0.1:{sib.ports['udp']}"
-        checker = Checker(sib.ports["udp"])
+    running, port = _sib_or_bridge(via)
+    with running:
+        lab_sib = f"127.0.0.1:{port}"
+        checker = Checker(port)
         checker.update(f"INSERT DATA {{ <{gh}fan1> <{gh}state> false }}")
         checker.update(*fan_rules(gh + "fan1", gh + "state", gh + "temperature"),
                        persistent=True)

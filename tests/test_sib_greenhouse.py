@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from sib.testing import SibProcess, scrape
 from tools import greenhouse as gh
 
@@ -22,18 +24,31 @@ READINGS = gh.READINGS + [("temperature", 25.7), ("temperature", 25.8), ("lumino
                           ("luminosity", 299.9), ("humidity", 40.0), ("humidity", 39.5)]
 
 
-def test_actuators_follow_the_readings(tmp_path):
+@pytest.mark.parametrize("via", ["sib", "bridge"])
+def test_actuators_follow_the_readings(tmp_path, via):
+    """Through a `ksp-sib`, and the same devices unchanged through `ksp-bridge` in front of a
+    SIB's SEPA gate: both must match the oracle at every step, so the devices observe the same
+    states either way (the Autocontrol rules are then the bridge's aggregators)."""
     said: list[str] = []
-    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1",
-                    "--metrics-port", "0") as sib:
-        url = f"udp://127.0.0.1:{sib.ports['udp']}"
+    if via == "bridge":
+        from bridge.testing import BridgedSib
+
+        running = BridgedSib("--metrics-port", "0")
+        port, metrics_port = running.port, running.bridge.metrics_port
+    else:
+        running = SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port",
+                             "-1", "--metrics-port", "0")
+        port, metrics_port = running.ports["udp"], running.ports["metrics"]
+    with running:
+        url = f"udp://127.0.0.1:{port}"
 
         async def scenario():
             history = await gh.Greenhouse(url, said.append).run(READINGS)
-            return history, await scrape(sib.ports["metrics"])
+            return history, await scrape(metrics_port)
 
         history, metrics = asyncio.run(asyncio.wait_for(scenario(), 180))
-        assert sib.stop() == 0
+        stopping = running.bridge if via == "bridge" else running
+        assert stopping.stop() == 0
     readings: dict[str, float] = {}
     switched = 0
     for (quantity, value), (observed, stored) in zip(READINGS, history, strict=True):

@@ -1,0 +1,88 @@
+"""`ksp-bridge` as a real subprocess, for tests and demos, as `sib.testing.SibProcess` is for
+`ksp-sib`: started with the given flags, its log read on a thread, `port` the UDP port it
+bound. `BridgedSib` is the pair the tests put devices in front of: a `ksp-sib` whose SEPA gate
+is the broker, and a bridge whose UDP port the devices use as they would a SIB's."""
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from sib.testing import SibProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["BridgeProcess", "BridgedSib"]
+
+
+class BridgeProcess:
+    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", *args], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.port = self.metrics_port = None
+        while True:
+            line = self.lines.get(timeout=timeout)
+            assert line is not None, "".join(self.log)
+            if m := re.search(r"listening on udp://[^:]+:(\d+)", line):
+                self.port = int(m[1])
+            if m := re.search(r"metrics on http://[^:]+:(\d+)", line):
+                self.metrics_port = int(m[1])
+            if "bridge ready" in line:
+                break
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.log.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> "BridgeProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+
+class BridgedSib:
+    """`with BridgedSib() as lab:` a `ksp-sib` broker (in memory, its KSP listeners off) and a
+    `ksp-bridge` (in memory, UDP only) in front of it; `lab.port` is the bridge's UDP port.
+    `bridge_args` go to the bridge."""
+
+    def __init__(self, *bridge_args: str) -> None:
+        self.broker = SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1",
+                                 "--coap-port", "-1", "--sepa-http-port", "0",
+                                 "--sepa-ws-port", "0")
+        try:
+            self.bridge = BridgeProcess(
+                "--broker", f"http://127.0.0.1:{self.broker.ports['http']}", "--subscribe",
+                f"ws://127.0.0.1:{self.broker.ports['ws']}/subscribe", "--memory",
+                "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1", *bridge_args)
+        except BaseException:
+            self.broker.__exit__()
+            raise
+        self.port = self.bridge.port
+
+    def __enter__(self) -> "BridgedSib":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bridge.kill()
+        self.broker.__exit__()
