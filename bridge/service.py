@@ -57,10 +57,12 @@ from sib.auth import Authenticator
 from sib.errors import RequestError
 from sib.journal import Journal, TrackedChannel
 from sib.metrics import Metrics
+from sib.pattern import Pattern
 from sib.query import results_of
 from sib.validate import check_request
 
 from .broker import Broker, BrokerError
+from .screen import Screen
 from .secure import Registrations
 from .subscriber import Subscriber, Subscription
 
@@ -86,6 +88,7 @@ class _Shared:
     names: list[str]
     ready: asyncio.Future  # done once the broker has made the subscription
     identity: str | None = None  # whom it was made for at a secure broker
+    triples: tuple = ()  # its triple patterns (`bridge.screen`)
     sub: Subscription | None = None
     rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
     row_of: dict = field(default_factory=dict)  # a binding's JSON -> its row of KSP terms
@@ -151,6 +154,8 @@ class Bridge:
         self.journal = journal
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
         self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription
+        self._screen = Screen()  # the triple patterns of `_shared`'s subscriptions
+        self.flushes_skipped = 0  # updates that could not reach a subscription (stats)
         self._per_kp: Counter = Counter()
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
@@ -321,7 +326,10 @@ class Bridge:
             await self._at_broker(self.broker.update, render(request, union=True), identity)
             self.forwarded += 1
             if self._shared:
-                await self._settle(started, identity)
+                if self._may_change(request):
+                    await self._settle(started, identity)
+                else:
+                    self.flushes_skipped += 1
             self.metrics.update_latency.observe(time.perf_counter() - started)
             return Response(request.tid)
         except RequestError as exc:
@@ -339,6 +347,12 @@ class Bridge:
             log.warning("%s tid %d: the broker: %s", tx.name, request.tid, exc)
             self.broker_errors[exc.status.name] += 1
             return Response(request.tid, exc.status)
+
+    def _may_change(self, request: Request) -> bool:
+        """Whether `request` can change a subscription's result (`bridge.screen`): if not,
+        there are no notifications of it to wait for."""
+        written = (*(request.insert or ()), *(request.delete or ()))
+        return request.tx.is_management or not written or self._screen.may_touch(written)
 
     def _identity(self, kp: KPIdentity) -> str | None:
         """Whom `kp` speaks as at a secure broker (None: the broker is not secure)."""
@@ -522,7 +536,8 @@ class Bridge:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
             shared = self._shared[key] = _Shared(
                 text, [f"v{k}" for k in range(asked.projection or 0)],
-                asyncio.get_running_loop().create_future(), identity)
+                asyncio.get_running_loop().create_future(), identity, Pattern(asked).triples)
+            self._screen.add(shared.triples)
             try:
                 shared.sub = await self.subscriber.subscribe(
                     text, lambda added, removed, whole: self._changed(shared, added, removed,
@@ -530,6 +545,7 @@ class Bridge:
                     None if identity is None else lambda: self._authorization(identity))
             except BaseException as exc:
                 del self._shared[key]
+                self._screen.remove(shared.triples)
                 shared.ready.set_exception(exc)
                 shared.ready.exception()  # said to whoever waits, not to the loop's log
                 raise
@@ -680,6 +696,7 @@ class Bridge:
         shared.members.pop(key, None)
         if not shared.members and self._shared.get((shared.identity, shared.text)) is shared:
             del self._shared[shared.identity, shared.text]
+            self._screen.remove(shared.triples)
             self._background(self.subscriber.unsubscribe(shared.sub))
 
     def _background(self, work) -> None:

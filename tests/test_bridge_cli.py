@@ -268,3 +268,55 @@ def test_the_example_configuration_loads_and_names_every_key():
             assert f"`{key}`" in docs, key
     assert "[access]" in text and "`[access]`" in docs  # the SIB's section, as a whole
     assert len(fields(BridgeConfig)) == sum(map(len, BridgeConfig.SECTIONS.values())) + 1
+
+
+def test_the_readme_shows_the_bridge_in_three_commands(tmp_path):
+    """The README's three commands, as written but for the ports (free ones, appended as
+    flags that override its defaults): a broker, the bridge in front of it, a device's update
+    that then is at the broker."""
+    import json
+    import shlex
+    import urllib.parse
+    import urllib.request
+
+    from sib.testing import free_port
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Devices in front of a SEPA broker.*?```sh\n(.*?)```", readme, re.S)[1]
+    broker_cmd, bridge_cmd, device_cmd = [shlex.split(line.split("  #")[0])
+                                          for line in block.strip().splitlines()]
+    http, ws, udp = free_port("tcp"), free_port("tcp"), free_port("udp")
+    bin_dir = Path(sys.executable).parent
+
+    def local(cmd: list[str]) -> list[str]:
+        return [str(bin_dir / Path(cmd[0]).name)] + [
+            a.replace("127.0.0.1:8000", f"127.0.0.1:{http}").replace("127.0.0.1:9000",
+                                                                      f"127.0.0.1:{ws}")
+            for a in cmd[1:]]
+
+    assert [Path(c[0]).name for c in (broker_cmd, bridge_cmd, device_cmd)] == [
+        "ksp-sib", "ksp-bridge", "ksp"]
+    broker = SibProcess(*local(broker_cmd)[1:], "--sepa-http-port", str(http),
+                        "--sepa-ws-port", str(ws))
+    with broker:
+        bridge = subprocess.Popen(local(bridge_cmd) + ["--udp-port", str(udp), "--tcp-port",
+                                                      "-1", "--coap-port", "-1"],
+                                  cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in bridge.stderr:
+                if "bridge ready" in line:
+                    break
+            done = subprocess.run(local(device_cmd) + ["--sib", f"udp://127.0.0.1:{udp}"],
+                                  capture_output=True, text=True, timeout=60, cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            asked = urllib.parse.urlencode({"query": "SELECT ?t WHERE { ?s ?p ?t }"})
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/query?{asked}",
+                                        timeout=30) as answer:
+                rows = json.loads(answer.read())["results"]["bindings"]
+            assert [r["t"]["value"] for r in rows] == ["21.5"]
+            bridge.terminate()
+            assert bridge.wait(30) == 0
+        finally:
+            if bridge.poll() is None:
+                bridge.kill()
+    assert (tmp_path / "ksp-bridge-data").is_dir()  # its journal, where it was started

@@ -27,6 +27,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 BENCH_SUITES = {
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
+    "bridge": "tools.bench.bridge",
     "indicate": "tools.bench.indicate",
     "secure": "tools.bench.secure",
     "sepa": "tools.bench.sepa",

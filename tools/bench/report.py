@@ -7,6 +7,7 @@ import argparse
 import os
 import platform
 import shlex
+import statistics
 import sys
 from importlib.metadata import version
 from typing import Sequence
@@ -60,3 +61,22 @@ def environment(*packages: str) -> dict[str, str]:
         "platform": platform.platform(),
         "libraries": ", ".join(f"{name} {version(name)}" for name in packages),
     }
+
+
+def percentile(values: Sequence[float], p: int) -> float:
+    """The p-th percentile (1..99) of `values`, inclusive method; one value is its own."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def print_report(title: str, headers: Sequence[str], body: Sequence[Sequence[str]], *,
+                 markdown: bool, module: str, prog: str | None, argv: list[str],
+                 libraries: str) -> None:
+    """The title and the table; in markdown, the command that produced it and the libraries
+    under it (docs/benchmarks.md's form)."""
+    if markdown:
+        print(title + "\n\n" + markdown_table(headers, body))
+        print(f"\nCommand: `{command_line(module, prog, argv)}`  \n{libraries}")
+    else:
+        print(title + "\n\n" + text_table(headers, body))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import statistics
 import sys
 import time
 
@@ -35,7 +34,7 @@ from sib.sepa import SepaGate
 from transports import Server
 from transports.client import connect
 
-from .report import bench_parser, command_line, environment, markdown_table, text_table
+from .report import bench_parser, environment, percentile, print_report
 from .sib import EX, WATCHED, seed_store
 
 PER_SOCKET = 1000
@@ -119,11 +118,6 @@ class Side:
         await self.sib.close()
 
 
-def _pct(values: list[float], p: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 \
-        else values[0]
-
-
 async def run(triples: int, sizes: list[int], updates: int, naive_updates: int) -> list[dict]:
     out = []
     for n in sizes:
@@ -143,7 +137,7 @@ async def run(triples: int, sizes: list[int], updates: int, naive_updates: int) 
             for mode, side in sides.items():
                 lat = side.latencies
                 row[mode] = {"rate": len(lat) / (sum(lat) / 1e3),  # updates / time in them
-                             "p50": _pct(lat, 50), "p99": _pct(lat, 99), "updates": len(lat),
+                             "p50": percentile(lat, 50), "p99": percentile(lat, 99), "updates": len(lat),
                              "evaluations": side.gate.broker.evaluations,
                              "notifications": side.received}
                 await side.close()
@@ -187,11 +181,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     title = (f"SEPA gate: HTTP or KSP update → WebSocket notification, {args.triples:,} "
              f"triples, ~1 % of the subscriptions affected per update, clients in the SIB's "
              f"process, {env['python']}")
-    if args.markdown:
-        print(title + "\n\n" + markdown_table(headers, body))
-        print(f"\nCommand: `{command_line('tools.bench.sepa', prog, argv)}`  \n{env['libraries']}")
-    else:
-        print(title + "\n\n" + text_table(headers, body))
+    print_report(title, headers, body, markdown=args.markdown, module="tools.bench.sepa", prog=prog,
+                 argv=argv, libraries=env["libraries"])
 
 
 if __name__ == "__main__":
