@@ -122,8 +122,10 @@ class Registrations:
     async def _ask_token(self, client: dict) -> _Token:
         basic = base64.b64encode(f"{client['client_id']}:{client['client_secret']}".encode())
         asked = time.monotonic()
-        _, reply = await self._post(self.token_url, headers={
-            "Authorization": f"Basic {basic.decode()}", "Accept": "application/json"})
+        # The reference broker refuses a token request whose Content-Type is not JSON.
+        _, reply = await self._post(self.token_url, data=b"", headers={
+            "Authorization": f"Basic {basic.decode()}", "Content-Type": "application/json",
+            "Accept": "application/json"})
         flat = reply.get("token") if isinstance(reply.get("token"), dict) else reply
         try:
             token, lifetime = str(flat["access_token"]), float(flat.get("expires_in", 3600))

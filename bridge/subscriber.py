@@ -246,6 +246,10 @@ class Subscriber:
             status = STATUS_OF_HTTP.get(frame.get("status_code"), Status.INTERNAL_ERROR)
             reason = f"{self.url}: {frame.get('error_description') or frame['error']}"
             first, _ = self._pending.get(frame.get("alias"), (None, None))
+            if first is None and frame.get("spuid") is None:
+                # No alias and no spuid: the answer to the oldest subscribe still waiting (one
+                # socket is answered in order), for a broker that does not echo the alias.
+                first = next((f for f, _ in self._pending.values() if not f.done()), None)
             if first is not None and not first.done():
                 first.set_exception(BrokerError(status, reason))
             elif (sub := self._by_spuid.pop(frame.get("spuid"), None)) is not None:

@@ -130,3 +130,87 @@ def test_requests_in_flight_are_bounded():
         assert most == 2
         await runner.cleanup()
     run(main())
+
+
+def test_the_reference_broker_s_manners():
+    """What vaimee/SEPA does that the SIB's gate does not (../shared/README.md), on stand-ins
+    that do only that: Content-Type compared exactly; register and token answered 201 and
+    refused (415) without a JSON Content-Type, a flat token reply; a subscribe refused by an error frame that carries no
+    alias — the bridge reads each as meant, and the refusal arrives at once, not at the
+    timeout."""
+    from aiohttp import WSMsgType
+
+    from bridge.secure import Registrations
+    from bridge.subscriber import Subscriber
+
+    seen = []
+
+    async def register(request):
+        seen.append(("register", request.content_type))
+        if request.content_type != "application/json":
+            return web.json_response({"error": "unsupported"}, status=415)
+        return web.json_response({"credentials": {"client_id": "c1", "client_secret": "s1"}},
+                                 status=201)
+
+    async def token(request):
+        seen.append(("token", request.content_type, request.headers.get("Authorization")))
+        if request.content_type != "application/json":
+            return web.json_response({"error": "unsupported"}, status=415)
+        return web.json_response({"access_token": "jwt", "token_type": "bearer",
+                                  "expires_in": 3600}, status=201)
+
+    async def sparql(request):  # Content-Type compared exactly, as the reference broker does
+        kind = request.headers.get("Content-Type")
+        seen.append((request.path, kind))
+        if kind not in ("application/sparql-query", "application/sparql-update"):
+            return web.json_response({"error": "unsupported"}, status=415)
+        if request.path == "/update":
+            return web.Response(status=200)
+        return web.json_response({"head": {"vars": []}, "boolean": True})
+
+    async def subscribe(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                await ws.send_json({"error": "unauthorized", "status_code": 401,
+                                    "error_description": "no token"})
+        return ws
+
+    async def main():
+        runners = []
+        try:
+            app = web.Application()
+            app.router.add_post("/oauth/register", register)
+            app.router.add_post("/oauth/token", token)
+            app.router.add_get("/subscribe", subscribe)
+            app.router.add_post("/query", sparql)
+            app.router.add_post("/update", sparql)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            runners.append(runner)
+            where = f"127.0.0.1:{runner.addresses[0][1]}"
+            registrations = Registrations(f"http://{where}/oauth/register",
+                                          f"http://{where}/oauth/token", path=None)
+            assert await registrations.authorization("dev") == "Bearer jwt"
+            await registrations.close()
+            assert seen == [("register", "application/json"),
+                            ("token", "application/json", "Basic YzE6czE=")]
+            async with Broker(f"http://{where}") as broker:
+                assert (await broker.query("ASK {}"))["boolean"] is True
+                await broker.update("INSERT DATA { <urn:a> <urn:b> <urn:c> }")
+            assert seen[2:] == [("/query", "application/sparql-query"),
+                                ("/update", "application/sparql-update")]
+            subscriber = Subscriber(f"ws://{where}/subscribe", lambda sub, status: None,
+                                    timeout=30)
+            started = asyncio.get_running_loop().time()
+            status, reason = await _status(subscriber.subscribe("ASK {}", lambda *a: None))
+            assert status is Status.ACCESS_DENIED and "no token" in reason
+            assert asyncio.get_running_loop().time() - started < 10  # not the timeout
+            await subscriber.close()
+        finally:
+            for runner in runners:
+                await runner.cleanup()
+
+    run(main())
