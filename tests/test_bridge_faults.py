@@ -1,8 +1,10 @@
 """The bridge (issue 12, item 6) when the broker fails: a slow broker answer for one device does
 not hold up another; a dropped WebSocket is made again with back-off and what changed while it
 was away reaches the devices as an IND; a broker killed with SIGKILL mid-stream and started
-again on its data loses nothing that a device had acknowledged. The broker is a `ksp-sib` with
-its gate in another process, the devices real UDP links."""
+again on its data loses nothing that a device had acknowledged; a broker down when the bridge
+starts gives clear statuses and is used once up. And when a device fails: one that stops
+ACKing is dropped and its broker subscription freed. The broker is a `ksp-sib` with its gate
+in another process, the devices real UDP links."""
 from __future__ import annotations
 
 import asyncio
@@ -32,6 +34,15 @@ def _insert(value: int) -> Request:
 
 def _values(rows) -> set[int]:
     return {int(row[0].lexical) for row in rows}
+
+
+def _against_a_gate(main, seconds: float):
+    """`main(http_port, ws_port)` run against a `ksp-sib` (in memory) whose gate is the
+    broker."""
+    with SibProcess("--memory", *GATE_ONLY, "--sepa-http-port", "0",
+                    "--sepa-ws-port", "0") as broker:
+        return asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]),
+                                            seconds))
 
 
 async def _until(predicate, seconds: float = 20.0) -> None:
@@ -155,10 +166,7 @@ def test_a_dropped_socket_is_made_again_and_what_changed_meanwhile_is_indicated(
                 await server.close()
                 await bridge.close()
 
-    with SibProcess("--memory", *GATE_ONLY, "--sepa-http-port", "0",
-                    "--sepa-ws-port", "0") as broker:
-        refused, while_away, after, reconnects = asyncio.run(asyncio.wait_for(
-            main(broker.ports["http"], broker.ports["ws"]), 60))
+    refused, while_away, after, reconnects = _against_a_gate(main, 60)
     assert refused == Status.INTERNAL_ERROR
     assert while_away == []  # no IND of an error: the persistent query stayed
     assert after.status == Status.OK and _values(after.result.rows) == {1, 2}
@@ -212,3 +220,79 @@ def test_a_broker_killed_and_restarted_mid_stream_loses_nothing_acknowledged(tmp
                 p.stop()
     assert acked == set(range(40)) and stored == acked
     assert refusals >= 3 and reconnects >= 1  # the broker was away, and the bridge came back
+
+
+def test_a_broker_down_at_start_gives_clear_statuses_and_is_used_once_up():
+    """The bridge starts before its broker: queries, updates and persistent queries get
+    INTERNAL_ERROR (at once: the connection is refused) and change nothing; once the broker
+    is up, the same device's requests go through, with no restart of the bridge."""
+    http, ws = free_port("tcp"), free_port("tcp")
+
+    async def main():
+        async with Broker(f"http://127.0.0.1:{http}", timeout=5) as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws}/subscribe").start()
+            server = await Server.start(bridge, udp=0)
+            link = await open_udp_link("127.0.0.1", server.udp.port)
+            try:
+                down = [(await link.request(r, _Sink() if r.tx.persistent else None)).status
+                        for r in (_insert(1), WATCH, Request(Tx.SELECT, projection=1,
+                                                             where=WATCH.where))]
+                assert not bridge.ops and not bridge._shared  # nothing half-made
+                broker_process = await asyncio.to_thread(
+                    SibProcess, "--memory", *GATE_ONLY, "--sepa-http-port", str(http),
+                    "--sepa-ws-port", str(ws))
+                with broker_process:
+                    assert (await link.request(_insert(2))).status == Status.OK
+                    sink = _Sink()
+                    sub = await link.request(WATCH, sink)
+                    await link.request(_insert(3))
+                    await _until(lambda: sink.inds)
+                    return down, sub, sink.inds[-1]
+            finally:
+                await link.close()
+                await server.close()
+                await bridge.close()
+
+    down, sub, ind = asyncio.run(asyncio.wait_for(main(), 90))
+    assert down == [Status.INTERNAL_ERROR] * 3
+    assert sub.status == Status.OK and _values(sub.result.rows) == {2}  # 1 was never written
+    assert _values(ind.result.rows) == {2, 3}
+
+
+def test_a_device_that_stops_acking_is_dropped_and_its_subscription_freed():
+    """A device's socket goes away (a board switched off) while it has a persistent query of
+    its own: its IND is sent again until the retries run out, then its operations end and the
+    broker subscription that only it used is unsubscribed; another device's, on a subscription
+    of its own, goes on."""
+    from ksp.session import Timing
+
+    async def main(http_port: int, ws_port: int):
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe").start()
+            server = await Server.start(bridge, udp=0, timing=Timing(
+                ack_timeout=0.05, ack_random_factor=1.0, max_retransmit=2))
+            gone = await open_udp_link("127.0.0.1", server.udp.port)
+            stays = await open_udp_link("127.0.0.1", server.udp.port)
+            try:
+                await gone.request(WATCH, _Sink())
+                other = WATCH._replace(where=(Triple(Var(1), ex("p"), Var(0)),))
+                sink = _Sink()
+                await stays.request(other, sink)
+                before = (len(bridge.ops), len(bridge._shared), bridge.subscriber.live)
+                await gone.close()  # no ACK will come from it again
+                await stays.request(_insert(1))
+                await _until(lambda: len(bridge.ops) == 1)
+                await _until(lambda: bridge.subscriber.live == 1)
+                await stays.request(_insert(2))
+                await _until(lambda: len(sink.inds) >= 2)
+                return before, (len(bridge.ops), len(bridge._shared)), \
+                    server.ind_retransmissions, sink.inds[-1]
+            finally:
+                await stays.close()
+                await server.close()
+                await bridge.close()
+
+    before, after, retransmitted, last = _against_a_gate(main, 60)
+    assert before == (2, 2, 2) and after == (1, 1)
+    assert retransmitted >= 2  # it was asked, twice more, before it was given up
+    assert _values(last.result.rows) == {1, 2}

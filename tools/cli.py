@@ -28,6 +28,7 @@ BENCH_SUITES = {
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
     "bridge": "tools.bench.bridge",
+    "bridge-soak": "tools.bench.bridge_soak",
     "indicate": "tools.bench.indicate",
     "secure": "tools.bench.secure",
     "sepa": "tools.bench.sepa",

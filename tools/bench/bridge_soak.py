@@ -1,0 +1,155 @@
+"""Bridge soak benchmark (`ksp bench bridge-soak`): sensors replacing their readings through
+`ksp-bridge` for a long time, under persistent queries and a rule, with devices coming and going
+— what a bridge does for months — and the cost per update and the bridge's tables watched over
+time.
+
+The broker is a `ksp-sib` process (in memory, its SEPA gate on); the bridge runs in this
+process (so its tables can be read) with the devices, over real UDP. Each cycle is one UPDATE
+DATA by one of 10 sensors (its old reading out, the new one in), timed from sending it to the
+IND of the persistent SELECT that watches that sensor; a rule (persistent DELETE/INSERT) keeps
+a fan's state equal to sensor 0's reading, so a tenth of the updates also fire it. Every
+`--churn` cycles a new device comes, makes a persistent query of its own (a distinct one: a
+new broker subscription), reads its first result, and goes (TERMINATE, then its socket
+closes).
+
+Reported per window of cycles: update → IND p50/p99, the process's resident memory, and the
+bridge's tables — persistent operations, broker subscriptions, the subscriber's spuids, the
+screen's patterns. The target: p99 of the last window within 1.5× of the first, the tables the
+same size in every window, memory flat after warm-up.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+
+from ksp.codes import Tx
+from ksp.model import Request
+from ksp.terms import XSD_INTEGER, IRI, Literal, Triple, Var
+
+from .report import bench_parser, environment, print_report
+from .soak import _rss_mib
+
+EX = "http://example.org/soak#"
+SENSORS = 10
+VALUE, FAN, STATE = IRI(EX + "value"), IRI(EX + "fan"), IRI(EX + "state")
+
+
+def sensor(k: int) -> IRI:
+    return IRI(f"{EX}s{k}")
+
+
+def reading(n: int) -> Literal:
+    return Literal(str(2_000_000 + n), XSD_INTEGER)
+
+
+def watch(k: int) -> Request:
+    return Request(Tx.SELECT_PERSISTENT, projection=1, where=(Triple(sensor(k), VALUE, Var(0)),))
+
+
+def tables(bridge) -> dict[str, int]:
+    sub = bridge.subscriber
+    return {"operations": len(bridge.ops), "subscriptions": len(bridge._shared),
+            "spuids": len(sub._by_spuid), "patterns": sum(bridge._screen._masks.values())}
+
+
+async def soak(cycles: int, window: int, churn: int) -> list[dict]:
+    from bridge.broker import Broker
+    from bridge.service import Bridge
+    from sib.testing import SibProcess
+    from transports import Server, connect
+
+    broker_process = await asyncio.to_thread(
+        SibProcess, "--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+        "--sepa-http-port", "0", "--sepa-ws-port", "0")
+    ports = broker_process.ports
+    rows: list[dict] = []
+    try:
+        async with Broker(f"http://127.0.0.1:{ports['http']}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ports['ws']}/subscribe").start()
+            server = await Server.start(bridge, udp=0)
+            url = f"udp://127.0.0.1:{server.udp.port}"
+            last = {k: reading(0) for k in range(SENSORS)}
+            async with connect(url) as device, connect(url) as watcher:
+                await device.request(Request(Tx.INSERT_DATA, insert=tuple(
+                    Triple(sensor(k), VALUE, last[k]) for k in range(SENSORS))
+                    + (Triple(FAN, STATE, last[0]),)))
+                subs = [watcher.subscribe(watch(k)) for k in range(SENSORS)]
+                for sub in subs:
+                    await sub.__aenter__()
+                    await asyncio.wait_for(anext(sub), 30)
+                await device.request(Request(
+                    Tx.UPDATE_PERSISTENT, delete=(Triple(FAN, STATE, Var(1)),),
+                    insert=(Triple(FAN, STATE, Var(0)),),
+                    where=(Triple(sensor(0), VALUE, Var(0)), Triple(FAN, STATE, Var(1)))),
+                    persistent=True)
+                latencies: list[float] = []
+                for n in range(1, cycles + 1):
+                    k = n % SENSORS
+                    new = reading(n)
+                    started = time.perf_counter()
+                    sent = asyncio.ensure_future(device.request(Request(
+                        Tx.UPDATE_DATA, delete=(Triple(sensor(k), VALUE, last[k]),),
+                        insert=(Triple(sensor(k), VALUE, new),))))
+                    ind = await asyncio.wait_for(anext(subs[k]), 30)
+                    latencies.append(time.perf_counter() - started)
+                    await sent
+                    assert [str(r[0]) for r in ind.result.rows] == [new.lexical], ind
+                    last[k] = new
+                    if n % churn == 0:
+                        async with connect(url) as visitor:
+                            async with visitor.subscribe(
+                                    f"SELECT ?v WHERE {{ <{sensor(k)}> <{VALUE}> ?v "
+                                    f"FILTER(?v > {-n}) }}") as own:
+                                await asyncio.wait_for(anext(own), 30)
+                    if n % window == 0:
+                        latencies.sort()
+                        rows.append({"cycles": n, "p50": statistics.median(latencies),
+                                     "p99": latencies[int(len(latencies) * 0.99)],
+                                     "rss": _rss_mib(), **tables(bridge)})
+                        latencies = []
+                        print(f"{n:,} cycles: p99 {rows[-1]['p99'] * 1e3:.2f} ms, "
+                              f"{rows[-1]['rss']:.0f} MiB", file=sys.stderr)
+                for sub in subs:
+                    await sub.__aexit__(None, None, None)
+            await bridge.close()
+            await server.close()
+    finally:
+        broker_process.__exit__()
+    return rows
+
+
+def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["cycles", "update → IND p50 ms", "p99 ms", "RSS MiB", "operations",
+               "subscriptions", "spuids", "patterns"]
+    return headers, [[f"{r['cycles']:,}", f"{r['p50'] * 1e3:.2f}", f"{r['p99'] * 1e3:.2f}",
+                      f"{r['rss']:.0f}", str(r["operations"]), str(r["subscriptions"]),
+                      str(r["spuids"]), str(r["patterns"])] for r in rows]
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = bench_parser(__name__, __doc__, prog, "2,000 cycles, windows of 500")
+    parser.add_argument("--cycles", type=int, default=50_000)
+    parser.add_argument("--window", type=int, default=5_000, help="cycles per row")
+    parser.add_argument("--churn", type=int, default=50,
+                        help="a device comes, subscribes and goes every N cycles")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.cycles, args.window = 2_000, 500
+    rows = asyncio.run(soak(args.cycles, args.window, args.churn))
+    env = environment("aiohttp", "pyoxigraph")
+    growth = rows[-1]["p99"] / rows[0]["p99"]
+    title = (f"Bridge soak: {SENSORS} sensors' updates through ksp-bridge, {SENSORS} persistent "
+             f"queries and a rule, a device coming and going every {args.churn} cycles, "
+             f"{env['python']}")
+    print_report(title, *table(rows), markdown=args.markdown, module=__name__, prog=prog,
+                 argv=argv, libraries=env["libraries"])
+    print(f"\np99 last window / first = {growth:.2f} (target ≤ 1.5): "
+          f"{'met' if growth <= 1.5 else 'NOT MET'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
