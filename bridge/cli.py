@@ -5,7 +5,9 @@
     ksp-bridge --config bridge.toml                         # every key: docs/bridge.md
 
 The devices get the SIB's transports and sessions (UDP, TCP, CoAP); requests go to the broker
-over HTTP, persistent queries over its WebSocket (docs/bridge.md). The persistent operations of
+over HTTP, persistent queries over its WebSocket (docs/bridge.md). SIGHUP re-reads the
+configuration's `[access]`, as ksp-sib does: persistent operations the new policy does not allow
+end with an ACCESS_DENIED IND. The persistent operations of
 UDP devices are journaled in --data-dir (default ./ksp-bridge-data) and resume after a restart,
 as the SIB's do; shutdown ends the others with a TERMINATED IND (all of them with --memory),
 unsubscribes, closes the sockets, exit status 0.
@@ -66,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None:
+async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
+                reload=None) -> None:
+    """Run the bridge until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
+    the access policy from (the configuration file again)."""
     from sib.cli import lock_data_dir, open_capture
     from sib.journal import FILE as JOURNAL_FILE, Journal
 
@@ -90,7 +95,7 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
                 pcap.close()
             raise
     try:
-        await _serve(config, journal, pcap, stop)
+        await _serve(config, journal, pcap, stop, reload)
     finally:
         if journal is not None:
             journal.close()
@@ -100,7 +105,8 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None) -> None
             pcap.close()
 
 
-async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None) -> None:
+async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None,
+                 reload) -> None:
     from sib.metrics import Metrics
     from transports.server import Server
 
@@ -160,9 +166,14 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
                      if config.broker_anonymous_identity else "refused")
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
+        if reload is not None:
+            from sib.cli import _reload_access
+
+            handlers[signal.SIGHUP] = lambda: _reload_access(bridge, reload)
+        for sig, handler in handlers.items():
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info("bridge ready")
@@ -190,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config))
+        reload = None if args.config is None else (
+            lambda: load(args.config, overrides, kind=BridgeConfig))
+        asyncio.run(serve(config, reload=reload))
     except ConfigError as exc:  # found only when used: a capture file that cannot be written
         log.error("%s", exc)
         return 2

@@ -236,6 +236,23 @@ class Bridge:
         if kp not in self._workers:
             self._workers[kp] = asyncio.create_task(self._work(kp))
 
+    def set_access(self, access: AccessPolicy) -> int:
+        """Put `access` in force (a reloaded configuration, SIGHUP): the transports' verdicts
+        from now on, and every persistent operation it no longer allows ended with an
+        ACCESS_DENIED IND, as the SIB does. Returns how many were ended."""
+        self.access = self.authenticator.policy = access
+        ended = 0
+        for key, member in list(self.ops.items()):
+            try:
+                access.check_by_id(key[0].kp_id, member.request)
+            except RequestError as exc:
+                log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
+                            key[1], exc)
+                self.metrics.denied += 1
+                self._end(key, exc.status)
+                ended += 1
+        return ended
+
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """IND retries ran out: the KP's persistent queries end, as in the SIB."""
         log.warning("%s unreachable (no ACK for tid %d): dropping its persistent queries", kp,

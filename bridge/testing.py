@@ -16,7 +16,17 @@ from sib.testing import SibProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["BridgeProcess", "BridgedSib"]
+__all__ = ["BridgeProcess", "BridgedSib", "UDP_ONLY", "gate_broker"]
+
+#: The `[bridge]` section of a test's configuration file: no journal, UDP on a free port only.
+UDP_ONLY = "[bridge]\nmemory = true\nudp_port = 0\ntcp_port = -1\ncoap_port = -1\n"
+
+
+def gate_broker(*args: str) -> SibProcess:
+    """A `ksp-sib` in memory whose SEPA gate is the broker (HTTP and WebSocket on free
+    ports), its KSP listeners off; `args` go to it."""
+    return SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                      "--sepa-http-port", "0", "--sepa-ws-port", "0", *args)
 
 
 class BridgeProcess:
@@ -67,9 +77,7 @@ class BridgedSib:
     `bridge_args` go to the bridge."""
 
     def __init__(self, *bridge_args: str) -> None:
-        self.broker = SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1",
-                                 "--coap-port", "-1", "--sepa-http-port", "0",
-                                 "--sepa-ws-port", "0")
+        self.broker = gate_broker()
         try:
             self.bridge = BridgeProcess(
                 "--broker", f"http://127.0.0.1:{self.broker.ports['http']}", "--subscribe",

@@ -262,7 +262,9 @@ def _ksp_ports(server, tls: bool) -> dict[str, int]:
     return ports
 
 
-def _reload_access(sib: Sib, reload: Callable[[], Config]) -> None:
+def _reload_access(sib, reload: Callable[[], ServingConfig]) -> None:
+    """SIGHUP: `sib.set_access` with the policy of the configuration read again (the SIB's
+    and the bridge's alike); a file that cannot be read keeps the old one."""
     try:
         policy = reload().access_policy()
     except (ConfigError, OSError, ValueError, KeyError) as exc:

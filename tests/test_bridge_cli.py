@@ -16,7 +16,7 @@ import pytest
 from rdflib import Literal, URIRef
 
 from ksp import Status
-from bridge.testing import BridgeProcess
+from bridge.testing import UDP_ONLY, BridgeProcess, gate_broker
 from sib.testing import SibProcess
 from transports import connect
 
@@ -26,8 +26,7 @@ Q = URIRef("http://example.org/q")
 
 
 def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
-    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
-                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+    with gate_broker() as broker:
         jsap = tmp_path / "broker.jsap"
         jsap.write_text(subprocess.run(
             [sys.executable, "-m", "sib.cli", "jsap", "--sepa-http-port",
@@ -66,8 +65,7 @@ def test_persistent_operations_outlive_a_restart_of_the_bridge(how, tmp_path):
     (SIGTERM: no TERMINATED IND) or killed, then started again on the same port, goes on
     where it was — the next IND numbered on from the last one, the rule firing on a change
     another device makes — and the device never subscribed again."""
-    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
-                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+    with gate_broker() as broker:
         args = ("--broker", f"http://127.0.0.1:{broker.ports['http']}", "--subscribe",
                 f"ws://127.0.0.1:{broker.ports['ws']}/subscribe", "--data-dir",
                 str(tmp_path / "data"), "--tcp-port", "-1", "--coap-port", "-1")
@@ -146,6 +144,53 @@ def test_pcap_captures_what_the_devices_and_the_bridge_said(tmp_path):
     assert f"capturing to {out}" in "".join(lab.bridge.log)
 
 
+def test_sighup_reloads_the_access_policy(tmp_path):
+    """As ksp-sib: SIGHUP re-reads `[access]`; a device's persistent query that the new policy
+    does not allow ends with an ACCESS_DENIED IND and its next request is refused; a file that
+    cannot be read is said in the log and the policy in force stays."""
+    from sib.access import hash_password
+    from transports import KspStatusError
+
+    with gate_broker() as broker:
+        config = tmp_path / "bridge.toml"
+
+        password_hash = hash_password("pw")
+
+        def write(grants: str) -> None:  # the KP as an inline table, TOML's other spelling
+            config.write_text(
+                UDP_ONLY + f'[broker]\nurl = "http://127.0.0.1:{broker.ports["http"]}"\n'
+                f'subscribe = "ws://127.0.0.1:{broker.ports["ws"]}/subscribe"\n'
+                f'[access]\nanonymous = "none"\n'
+                f'kp = [{{ id = "dev", password_hash = "{password_hash}", {grants} }}]\n')
+
+        write('read = ["*"], write = ["*"]')
+        with BridgeProcess("--config", str(config)) as bridge:
+            async def kp():
+                async with connect(f"udp://127.0.0.1:{bridge.port}", kp_id="dev",
+                                   password="pw") as device:
+                    await device.insert_data([(S, P, Literal(1))])
+                    async with device.subscribe(f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}") as sub:
+                        await asyncio.wait_for(anext(sub), 30)
+                        config.write_text("[access\n")  # a broken file: nothing changes
+                        bridge.proc.send_signal(signal.SIGHUP)
+                        await device.insert_data([(S, P, Literal(2))])
+                        await asyncio.wait_for(anext(sub), 30)
+                        write('read = [], write = []')
+                        bridge.proc.send_signal(signal.SIGHUP)
+                        with pytest.raises(KspStatusError) as ended:
+                            await asyncio.wait_for(anext(sub), 30)
+                        assert ended.value.status is Status.ACCESS_DENIED
+                    with pytest.raises(KspStatusError) as refused:
+                        await device.query(f"ASK {{ <{S}> <{P}> ?o }}")
+                    assert refused.value.status is Status.ACCESS_DENIED
+
+            asyncio.run(asyncio.wait_for(kp(), 90))
+            assert bridge.stop() == 0
+        log = "".join(bridge.log)
+    assert "SIGHUP: configuration not reloaded, the access policy stays" in log
+    assert "SIGHUP: access policy reloaded (1 KPs, anonymous none)" in log
+
+
 def test_a_second_bridge_on_the_same_data_directory_is_refused(tmp_path):
     from sib.cli import lock_data_dir
 
@@ -196,8 +241,7 @@ def test_ksp_bridge_from_a_toml_file_with_metrics(tmp_path):
     a device did through the bridge shows in the bridge's own figures."""
     import urllib.request
 
-    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
-                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+    with gate_broker() as broker:
         config = tmp_path / "bridge.toml"
         config.write_text(f"""
 [bridge]

@@ -19,12 +19,13 @@ from rdflib import Literal, URIRef
 
 from bridge.broker import Broker
 from bridge.secure import Registrations
-from bridge.testing import BridgeProcess
+from bridge.testing import UDP_ONLY, BridgeProcess, gate_broker
 from bridge.service import Bridge
 from ksp import Status
 from sib.access import AccessPolicy, hash_password
 from sib.testing import SibProcess
-from transports import KspStatusError, Server, connect
+from ksp.session import Timing
+from transports import KspStatusError, KspTimeout, Server, connect
 
 ROOT = Path(__file__).resolve().parent.parent
 S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
@@ -224,12 +225,7 @@ def test_ksp_bridge_from_the_secure_jsap(tmp_path, certificate):
              str(broker.ports["http"])], capture_output=True, text=True, check=True,
             cwd=ROOT).stdout)
         config = tmp_path / "bridge.toml"
-        config.write_text(f"""
-[bridge]
-memory = true
-udp_port = 0
-tcp_port = -1
-coap_port = -1
+        config.write_text(UDP_ONLY + f"""
 [broker]
 jsap = "{jsap}"
 ca_file = "{certificate[0]}"
@@ -258,3 +254,45 @@ anonymous = "none"
                 bridge.proc.kill()
         log = "".join(bridge.log)
         assert "secure broker" in log and "registered at the broker as 'writer'" in log
+
+
+def test_a_sealed_device_through_the_bridge():
+    """A board with a key (wire format 13: every datagram sealed, replays dropped) talks to
+    the bridge as to a SIB: its update, query and subscription go through; a stranger naming
+    its KP ID with another key gets nothing answered, and nothing of it reaches the broker."""
+    key = bytes(range(32))
+    with gate_broker() as broker:
+        async def main():
+            async with Broker(f"http://127.0.0.1:{broker.ports['http']}") as http:
+                bridge = await Bridge(http, f"ws://127.0.0.1:{broker.ports['ws']}/subscribe",
+                                      access=AccessPolicy.from_config({
+                                          "anonymous": "none", "kp": [
+                                              {"id": "board", "key": key.hex(),
+                                               "read": ["*"], "write": ["*"]}]})).start()
+                server = await Server.start(bridge, udp=0)
+                url = f"udp://127.0.0.1:{server.udp.port}"
+                try:
+                    async with connect(url, kp_id="board", key=key) as board:
+                        async with board.subscribe(ASK) as sub:
+                            await asyncio.wait_for(anext(sub), 30)
+                            await board.insert_data([(S, P, Literal(1))])
+                            ind = await asyncio.wait_for(anext(sub), 30)
+                            assert [str(r[0]) for r in ind.result.rows] == ["1"]
+                        forwarded = bridge.forwarded
+                        stranger = await connect(url, kp_id="board", key=bytes(32),
+                                                 timing=Timing(ack_timeout=0.05,
+                                                               max_retransmit=1))
+                        try:
+                            with pytest.raises(KspTimeout):  # dropped unopened, unanswered
+                                await asyncio.wait_for(
+                                    stranger.insert_data([(S, P, Literal(9))]), 10)
+                        finally:
+                            await stranger.close()
+                        assert bridge.forwarded == forwarded
+                        assert [str(r[0]) for r in (await board.query(ASK)).rows] == ["1"]
+                    assert server.sealed_dropped >= 1
+                finally:
+                    await server.close()
+                    await bridge.close()
+
+        run(main())
