@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from ksp.terms import BNode, Triple, Var
+from ksp.terms import BNode, Literal, Triple, Var
 from sib.oxterms import canonical
 
 __all__ = ["Screen"]
@@ -29,13 +29,22 @@ __all__ = ["Screen"]
 _SUBMASKS = {m: tuple(s for s in range(8) if s & m == s) for m in range(8)}
 
 
-def _fixed(t: Triple) -> tuple[int, tuple]:
-    """(mask of constant positions, their canonical terms by position; None elsewhere)."""
+#: Stands for a written literal where no pattern has a literal constant: it matches no key,
+#: and the literal (a new reading, each time) is not canonicalised for nothing.
+_UNMATCHED = object()
+
+
+def _fixed(t: Triple, literals: Counter | None = None) -> tuple[int, tuple]:
+    """(mask of constant positions, their canonical terms by position; None elsewhere).
+    `literals`: for a written triple, the positions where patterns have literal constants."""
     mask, terms = 0, [None, None, None]
     for i, term in enumerate(t):
         if not isinstance(term, (Var, BNode)):
             mask |= 1 << i
-            terms[i] = canonical(term)
+            if literals is not None and isinstance(term, Literal) and not literals[i]:
+                terms[i] = _UNMATCHED
+            else:
+                terms[i] = canonical(term)
     return mask, tuple(terms)
 
 
@@ -48,10 +57,18 @@ class Screen:
         # (pattern mask, sub-mask) -> the constants at the sub-mask -> patterns counted
         self._counts: dict[tuple[int, int], Counter] = {}
         self._masks: Counter = Counter()  # pattern masks in use
+        self._literals: Counter = Counter()  # position -> patterns with a literal there
+
+    def __len__(self) -> int:
+        """Triple patterns counted."""
+        return sum(self._masks.values())
 
     def add(self, patterns: Iterable[Triple], sign: int = 1) -> None:
         for t in patterns:
             mask, terms = _fixed(t)
+            for i, term in enumerate(t):
+                if isinstance(term, Literal):
+                    self._literals[i] += sign
             self._masks[mask] += sign
             if self._masks[mask] <= 0:
                 del self._masks[mask]
@@ -68,7 +85,7 @@ class Screen:
     def may_touch(self, written: Iterable[Triple]) -> bool:
         """Whether a triple matching one of `written` can match a pattern counted here."""
         for t in written:
-            fixed, terms = _fixed(t)
+            fixed, terms = _fixed(t, self._literals)
             for mask in self._masks:
                 part = mask & fixed
                 if self._counts[mask, part].get(_key(terms, part)):

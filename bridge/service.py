@@ -236,6 +236,13 @@ class Bridge:
         if kp not in self._workers:
             self._workers[kp] = asyncio.create_task(self._work(kp))
 
+    def sizes(self) -> dict[str, int]:
+        """How much the bridge holds (for soak benchmarks): persistent operations, broker
+        subscriptions, the subscriber's spuids, the screen's triple patterns."""
+        return {"operations": len(self.ops), "subscriptions": len(self._shared),
+                "spuids": 0 if self.subscriber is None else self.subscriber.spuids,
+                "patterns": len(self._screen)}
+
     def set_access(self, access: AccessPolicy) -> int:
         """Put `access` in force (a reloaded configuration, SIGHUP): the transports' verdicts
         from now on, and every persistent operation it no longer allows ended with an

@@ -84,6 +84,11 @@ class Subscriber:
     def live(self) -> int:
         return len(self._live)
 
+    @property
+    def spuids(self) -> int:
+        """Subscriptions known by the broker's id on the current socket."""
+        return len(self._by_spuid)
+
     async def _open(self) -> aiohttp.ClientWebSocketResponse:
         if self._http is None:
             self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(

@@ -779,6 +779,12 @@ class SIBSession:
 
     # -- API --------------------------------------------------------------------------------
 
+    @property
+    def recent_requests(self) -> int:
+        """Requests remembered as possible duplicates (UDP: for EXCHANGE_LIFETIME, at most
+        `max_entries`), for soak benchmarks and metrics."""
+        return len(self._cache)
+
     def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
         """Answer request `tid` of `kp` (call it for every RequestReceived, NON included).
 

@@ -28,8 +28,7 @@ from ksp.codes import Tx
 from ksp.model import Request
 from ksp.terms import XSD_INTEGER, IRI, Literal, Triple, Var
 
-from .report import bench_parser, environment, print_report
-from .soak import _rss_mib
+from .report import bench_parser, environment, print_report, rss_mib
 
 EX = "http://example.org/soak#"
 SENSORS = 10
@@ -48,10 +47,8 @@ def watch(k: int) -> Request:
     return Request(Tx.SELECT_PERSISTENT, projection=1, where=(Triple(sensor(k), VALUE, Var(0)),))
 
 
-def tables(bridge) -> dict[str, int]:
-    sub = bridge.subscriber
-    return {"operations": len(bridge.ops), "subscriptions": len(bridge._shared),
-            "spuids": len(sub._by_spuid), "patterns": sum(bridge._screen._masks.values())}
+def tables(bridge, server) -> dict[str, int]:
+    return {**bridge.sizes(), "recent": server.udp.session.recent_requests}
 
 
 async def soak(cycles: int, window: int, churn: int) -> list[dict]:
@@ -107,7 +104,7 @@ async def soak(cycles: int, window: int, churn: int) -> list[dict]:
                         latencies.sort()
                         rows.append({"cycles": n, "p50": statistics.median(latencies),
                                      "p99": latencies[int(len(latencies) * 0.99)],
-                                     "rss": _rss_mib(), **tables(bridge)})
+                                     "rss": rss_mib(), **tables(bridge, server)})
                         latencies = []
                         print(f"{n:,} cycles: p99 {rows[-1]['p99'] * 1e3:.2f} ms, "
                               f"{rows[-1]['rss']:.0f} MiB", file=sys.stderr)
@@ -122,10 +119,10 @@ async def soak(cycles: int, window: int, churn: int) -> list[dict]:
 
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     headers = ["cycles", "update → IND p50 ms", "p99 ms", "RSS MiB", "operations",
-               "subscriptions", "spuids", "patterns"]
+               "subscriptions", "spuids", "patterns", "requests remembered"]
     return headers, [[f"{r['cycles']:,}", f"{r['p50'] * 1e3:.2f}", f"{r['p99'] * 1e3:.2f}",
                       f"{r['rss']:.0f}", str(r["operations"]), str(r["subscriptions"]),
-                      str(r["spuids"]), str(r["patterns"])] for r in rows]
+                      str(r["spuids"]), str(r["patterns"]), f"{r['recent']:,}"] for r in rows]
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -144,7 +141,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     title = (f"Bridge soak: {SENSORS} sensors' updates through ksp-bridge, {SENSORS} persistent "
              f"queries and a rule, a device coming and going every {args.churn} cycles, "
              f"{env['python']}")
-    print_report(title, *table(rows), markdown=args.markdown, module=__name__, prog=prog,
+    print_report(title, *table(rows), markdown=args.markdown, module="tools.bench.bridge_soak", prog=prog,
                  argv=argv, libraries=env["libraries"])
     print(f"\np99 last window / first = {growth:.2f} (target ≤ 1.5): "
           f"{'met' if growth <= 1.5 else 'NOT MET'}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shlex
 import statistics
 import sys
@@ -80,3 +81,12 @@ def print_report(title: str, headers: Sequence[str], body: Sequence[Sequence[str
         print(f"\nCommand: `{command_line(module, prog, argv)}`  \n{libraries}")
     else:
         print(title + "\n\n" + text_table(headers, body))
+
+
+def rss_mib() -> float:
+    """This process's resident memory now (Linux: /proc), MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -14,7 +14,6 @@ store maintenance off (`QuadStore(maintain_after=None)`), the baseline that grow
 from __future__ import annotations
 
 import asyncio
-import resource
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from ksp.terms import Literal, Triple, Var
 from ksp.terms import XSD_INTEGER
 from sib import QuadStore, Sib
 from sib.testing import Client, ex
-from tools.bench.report import bench_parser, command_line
+from tools.bench.report import bench_parser, command_line, rss_mib
 
 SENSORS = 10
 VALUE, FAN, STATE = ex("value"), ex("fan"), ex("state")
@@ -34,15 +33,6 @@ VALUE, FAN, STATE = ex("value"), ex("fan"), ex("state")
 def _reading(n: int) -> Literal:
     """A new value every cycle (as a sensor's counter or timestamped reading is)."""
     return Literal(str(2_000_000 + n), XSD_INTEGER)
-
-
-def _rss_mib() -> float:
-    """Resident memory now (Linux: /proc), MiB."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def soak(store: QuadStore, cycles: int, window: int, sensors: int = SENSORS,
@@ -84,7 +74,7 @@ async def soak(store: QuadStore, cycles: int, window: int, sensors: int = SENSOR
                 latencies.sort()
                 rows.append({"cycles": n, "p50": statistics.median(latencies),
                              "p99": latencies[int(len(latencies) * 0.99)],
-                             "rss": _rss_mib(), "maintenance": store.maintenance_runs})
+                             "rss": rss_mib(), "maintenance": store.maintenance_runs})
                 latencies = []
                 if deadline is not None and time.monotonic() > deadline:
                     break
