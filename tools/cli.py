@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay_command(sub)
 
+    from tools.telemetry import add_parser as telemetry_command
+
+    telemetry_command(sub)
+
     from tools.kp_cli import add_parsers as kp_commands
 
     kp_commands(sub)  # query, update, sub, rule, graph

@@ -1,0 +1,126 @@
+"""`ksp-ingest`: MQTT telemetry into Parquet (SOSA observations, dead letters) and the latest
+readings into the SIB, on PySpark Structured Streaming — local[2] by default.
+
+    ksp-ingest --mqtt mqtt://127.0.0.1:1883 --topic 'ksp/+/telemetry' \\
+               --sib udp://127.0.0.1:7000 --out data/
+    ksp-ingest ... --master spark://HOST:7077      # or: spark-submit spark_ingest/cli.py ...
+
+Until SIGINT/SIGTERM, which stop the query after its current batch (exit 0). A one-line status
+goes to stderr every `--status` seconds: readings/s, the buffer's backlog, the last batch, dead
+letters. `--readings N` stops after N observations (for tests and demos).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+
+from .job import Ingest, IngestOptions
+
+log = logging.getLogger("ksp.ingest")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = IngestOptions()
+    p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0])
+    p.add_argument("--mqtt", default=d.mqtt, metavar="URL", help="the MQTT broker")
+    p.add_argument("--topic", default=d.topic, help="topic filter (default %(default)s)")
+    p.add_argument("--sib", metavar="URL", help="push each batch's latest readings there "
+                                                "(udp://, tcp://, coap://)")
+    p.add_argument("--out", default=d.out, metavar="DIR",
+                   help="observations, dead letters, checkpoint and buffer (default "
+                        "%(default)s/)")
+    p.add_argument("--base", default=d.base, metavar="IRI",
+                   help="namespace of sensors and properties (default %(default)s)")
+    p.add_argument("--client-id", default=d.client_id,
+                   help="MQTT client id, the broker's persistent session: keep it")
+    p.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
+    p.add_argument("--watermark", default=d.watermark,
+                   help="how late a duplicate may come and still be dropped")
+    p.add_argument("--trigger", default=d.trigger, help="micro-batch interval")
+    p.add_argument("--ntriples", action="store_true", help="also write N-Triples")
+    p.add_argument("--status", type=float, default=5.0, metavar="S",
+                   help="status line every S seconds (0: none)")
+    p.add_argument("--readings", type=int, metavar="N", help="stop after N observations")
+    p.add_argument("--log-level", default="info",
+                   choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def spark_session(master: str, app: str = "ksp-ingest"):
+    import os
+
+    from pyspark.sql import SparkSession
+
+    # The Python workers (the MQTT source's reader, `read` on the executors) are this
+    # interpreter, with this environment's pyspark, paho and pyarrow; not `python3` off PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    return (SparkSession.builder.master(master).appName(app)
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.streaming.stateStore.providerClass",
+                    "org.apache.spark.sql.execution.streaming.state."
+                    "RocksDBStateStoreProvider")
+            .getOrCreate())
+
+
+def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
+    s = ingest.stats
+    rate = (s["observations"] - previous.get("observations", 0)) / max(seconds, 1e-9)
+    previous.update(s)
+    return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, "
+            f"{s['dead_letters']:,} dead letters, last batch {s['last_batch_rows']:,} rows in "
+            f"{s['last_batch_seconds']:.2f} s, {s['sib_updates']:,} SIB updates")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .mqtt import broker_address
+
+    try:
+        broker_address(args.mqtt)
+    except ValueError as exc:
+        print(f"ksp-ingest: {exc}", file=sys.stderr)
+        return 2
+    options = IngestOptions(mqtt=args.mqtt, topic=args.topic, out=args.out, sib=args.sib,
+                            base=args.base, client_id=args.client_id,
+                            watermark=args.watermark, trigger=args.trigger,
+                            ntriples=args.ntriples)
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    ingest = Ingest(spark, options)
+    query = ingest.start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("ingest ready: %s %s → %s%s", args.mqtt, args.topic, args.out,
+             f", latest readings to {args.sib}" if args.sib else "")
+    previous: dict = {}
+    last = time.monotonic()
+    try:
+        while not stop.wait(0.2):
+            if query.exception() is not None:
+                log.error("the query failed: %s", query.exception())
+                return 1
+            if args.readings is not None and ingest.stats["observations"] >= args.readings:
+                break
+            now = time.monotonic()
+            if args.status and now - last >= args.status:
+                print(status_line(ingest, previous, now - last), file=sys.stderr, flush=True)
+                last = now
+    finally:
+        query.stop()
+        spark.stop()
+    log.info("stopped: %s", status_line(ingest, previous, 1.0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The ingest job: MQTT telemetry (`spark_ingest.source`) → SOSA observations in Parquet, dead
+letters, and the latest readings in the SIB, one Structured Streaming query.
+
+Per micro-batch (`foreachBatch`, after the stream's de-duplication):
+
+- **de-duplication**: a reading is known by (device, property, time); repeats within the
+  watermark (`watermark`, 10 minutes by default, on the reading's time) are dropped, as are
+  the copies an MQTT redelivery makes. Dead letters are never merged.
+- **observations** (`OUT/observations/date=…/device=…/*.parquet`): one row per reading, in
+  SOSA's terms — `observation`, `madeBySensor` (``BASE + device``), `observedProperty`
+  (``BASE + property``), `hasSimpleResult`, `unit`, `resultTime`; and with `ntriples`, the
+  same as N-Triples (`OUT/ntriples/`).
+- **dead letters** (`OUT/dead_letters/date=…/`): the message as received, its topic, when it
+  came and why it was refused (`spark_ingest.telemetry.REASONS`).
+- **the SIB**: the newest reading of each (device, property) in the batch, newer than what was
+  sent before, as one KSP update (``DELETE { s p ?old } INSERT { s p value } WHERE { OPTIONAL
+  { s p ?old } }`` for each; in chunks of 100 pairs, a Graph field's limit), so that the SIB's
+  persistent queries and rules fire on ingested telemetry.
+
+Each batch's files are written under a staging directory and moved into place named by the
+batch id, after removing whatever an earlier attempt of the same batch left: a batch re-run
+after a crash (Spark re-runs the last uncommitted one, from the same offsets) writes the same
+rows once. That needs an output directory the driver can rename in (local or shared disk).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("ksp.ingest")
+
+__all__ = ["Ingest", "IngestOptions"]
+
+#: SOSA's namespace; the observation rows use its terms as column names.
+SOSA = "http://www.w3.org/ns/sosa/"
+XSD_DOUBLE = "http://www.w3.org/2001/XMLSchema#double"
+XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
+RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+#: Pairs (device, property) per KSP update to the SIB: a Graph field holds 255 triples.
+SIB_CHUNK = 100
+
+
+@dataclass
+class IngestOptions:
+    mqtt: str = "mqtt://127.0.0.1:1883"
+    topic: str = "ksp/+/telemetry"
+    out: str = "data"
+    sib: str | None = None  # udp://127.0.0.1:7000; None: no pushing
+    base: str = "http://example.org/greenhouse#"
+    client_id: str = "ksp-ingest"
+    watermark: str = "10 minutes"
+    trigger: str = "1 second"
+    partitions: int = 2
+    max_per_batch: int = 100_000
+    ntriples: bool = False
+    extra: dict = field(default_factory=dict)  # more source options
+
+
+class Ingest:
+    """`Ingest(spark, options).start()` → the running `StreamingQuery`; `stats` counts what
+    each batch did (for the status line and the metrics)."""
+
+    def __init__(self, spark, options: IngestOptions) -> None:
+        self.spark, self.o = spark, options
+        self.out = Path(options.out)
+        self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
+                      "last_batch_seconds": 0.0, "last_batch_rows": 0}
+        self._sent: dict[tuple[str, str], int] = {}  # newest reading sent to the SIB (ms)
+
+    def start(self):
+        from pyspark.sql import functions as F
+
+        from .source import MqttTelemetry
+
+        self.spark.dataSource.register(MqttTelemetry)
+        o = self.o
+        reader = (self.spark.readStream.format("ksp_mqtt")
+                  .option("broker", o.mqtt).option("topic", o.topic)
+                  .option("buffer", str(self.out / "_mqtt")).option("client_id", o.client_id)
+                  .option("partitions", str(o.partitions))
+                  .option("maxMessagesPerBatch", str(o.max_per_batch)))
+        for key, value in o.extra.items():
+            reader = reader.option(key, value)
+        stream = reader.load()
+        keyed = (stream
+                 .withColumn("event_time", F.coalesce("time", "received"))
+                 .withColumn("key", F.when(F.col("reason").isNull(), F.concat_ws(
+                     "|", "device", "property", F.date_format(
+                         "time", "yyyy-MM-dd'T'HH:mm:ss.SSS"))).otherwise(
+                     F.concat(F.lit("dead|"), F.col("seq").cast("string"))))
+                 .withWatermark("event_time", o.watermark)
+                 .dropDuplicatesWithinWatermark(["key"]))
+        return (keyed.writeStream.foreachBatch(self._batch)
+                .option("checkpointLocation", str(self.out / "_checkpoint"))
+                .trigger(processingTime=o.trigger)
+                .queryName("ksp-ingest").start())
+
+    # -- one micro-batch ---------------------------------------------------------------------
+
+    def _batch(self, batch, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        started = time.perf_counter()
+        batch = batch.persist()
+        try:
+            readings = batch.filter(F.col("reason").isNull())
+            dead = batch.filter(F.col("reason").isNotNull())
+            base = self.o.base
+            observations = readings.select(
+                F.concat(F.lit(base + "observation/"), "device", F.lit("/"), "property",
+                         F.lit("/"), (F.unix_millis("time")).cast("string")).alias(
+                    "observation"),
+                F.concat(F.lit(base), "device").alias("madeBySensor"),
+                F.concat(F.lit(base), "property").alias("observedProperty"),
+                F.col("value").alias("hasSimpleResult"), "unit",
+                F.col("time").alias("resultTime"),
+                F.to_date("time").alias("date"), "device")
+            n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
+            letters = dead.select("seq", "topic", "payload", "received", "reason",
+                                  F.to_date("received").alias("date"))
+            n_dead = self._write(letters, "dead_letters", batch_id, ["date"])
+            if self.o.ntriples and n_obs:
+                self._ntriples(observations, batch_id)
+            if self.o.sib and n_obs:
+                latest = (readings.groupBy("device", "property")
+                          .agg(F.max_by("value", "time").alias("value"),
+                               F.max(F.unix_millis("time")).alias("ms")).collect())
+                self._push(latest)
+            s = self.stats
+            s["batches"] += 1
+            s["observations"] += n_obs
+            s["dead_letters"] += n_dead
+            s["last_batch_rows"] = n_obs + n_dead
+            s["last_batch_seconds"] = time.perf_counter() - started
+        finally:
+            batch.unpersist()
+
+    def _write(self, frame, table: str, batch_id: int, partition_by: list[str]) -> int:
+        """Write `frame` as this batch's files of `table`, replacing any earlier attempt's;
+        returns its row count."""
+        root = self.out / table
+        staging = self.out / "_staging" / table / str(batch_id)
+        frame = frame.persist()
+        try:
+            rows = frame.count()
+            prefix = f"batch-{batch_id:012d}-"
+            for old in root.rglob(prefix + "*") if root.exists() else ():
+                old.unlink()
+            if rows == 0:
+                return 0
+            frame.write.mode("overwrite").partitionBy(*partition_by).parquet(str(staging))
+            for part in staging.rglob("*.parquet"):
+                target = root / part.parent.relative_to(staging) / (prefix + part.name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(part, target)
+            shutil.rmtree(staging, ignore_errors=True)
+            return rows
+        finally:
+            frame.unpersist()
+
+    def _ntriples(self, observations, batch_id: int) -> None:
+        """The batch's observations as N-Triples, one file per batch (replaced on re-run)."""
+        from pyspark.sql import functions as F
+
+        root = self.out / "ntriples"
+        root.mkdir(parents=True, exist_ok=True)
+        target = root / f"batch-{batch_id:012d}.nt"
+        tmp = target.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in observations.withColumn("at", F.date_format(
+                    "resultTime", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")).toLocalIterator():
+                o = f"<{r.observation}>"
+                f.write(f"{o} <{RDF_TYPE}> <{SOSA}Observation> .\n"
+                        f"{o} <{SOSA}madeBySensor> <{r.madeBySensor}> .\n"
+                        f"{o} <{SOSA}observedProperty> <{r.observedProperty}> .\n"
+                        f'{o} <{SOSA}hasSimpleResult> "{r.hasSimpleResult!r}"^^<{XSD_DOUBLE}> .\n'
+                        f'{o} <{SOSA}resultTime> "{r.at}"^^<{XSD_DATETIME}> .\n')
+        os.replace(tmp, target)
+
+    def _push(self, latest) -> None:
+        """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs."""
+        fresh = []
+        for r in latest:
+            if self._sent.get((r.device, r.property), -1) < r.ms:
+                fresh.append(r)
+        if not fresh:
+            return
+        texts = [_replace_update(self.o.base, fresh[i:i + SIB_CHUNK])
+                 for i in range(0, len(fresh), SIB_CHUNK)]
+        asyncio.run(_send(self.o.sib, texts))
+        for r in fresh:
+            self._sent[(r.device, r.property)] = r.ms
+        self.stats["sib_updates"] += len(texts)
+
+
+def _replace_update(base: str, rows) -> str:
+    """DELETE the pairs' old values and INSERT the new ones, in one SPARQL update."""
+    deletes, inserts, optionals = [], [], []
+    for k, r in enumerate(rows):
+        s, p = f"<{base}{r.device}>", f"<{base}{r.property}>"
+        deletes.append(f"{s} {p} ?old{k} .")
+        inserts.append(f'{s} {p} "{float(r.value)!r}"^^<{XSD_DOUBLE}> .')
+        optionals.append(f"OPTIONAL {{ {s} {p} ?old{k} }}")
+    return (f"DELETE {{ {' '.join(deletes)} }} INSERT {{ {' '.join(inserts)} }} "
+            f"WHERE {{ {' '.join(optionals)} }}")
+
+
+async def _send(url: str, texts: list[str]) -> None:
+    from transports import connect
+
+    async with connect(url) as kp:
+        for text in texts:
+            await kp.update(text)

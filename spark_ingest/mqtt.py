@@ -1,0 +1,104 @@
+"""The MQTT side of the source: a paho-mqtt 2.x client (`CallbackAPIVersion.VERSION2`) that puts
+what the broker sends into the durable buffer and only then acknowledges it.
+
+QoS 1, a persistent session (a fixed client id, `clean_session=False`) and manual
+acknowledgement: a message is PUBACKed once its transaction in the buffer has committed, so a
+receiver killed before that gets it again from the broker when it reconnects (MQTT's
+at-least-once; the ingest drops the duplicates a redelivery makes, by device, property and
+time). Messages are written in batches: every `batch` messages or `linger` seconds, whichever
+comes first. While the buffer is full, nothing is acknowledged and what arrives waits in
+memory, at most the broker's in-flight window (`max_inflight_messages` in mosquitto.conf).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from urllib.parse import urlsplit
+
+import paho.mqtt.client as mqtt
+
+from .buffer import Buffer
+
+log = logging.getLogger("ksp.ingest")
+
+__all__ = ["Receiver", "broker_address"]
+
+
+def broker_address(url: str) -> tuple[str, int]:
+    """`mqtt://host[:port]` → (host, port), 1883 by default."""
+    parts = urlsplit(url)
+    if parts.scheme != "mqtt" or not parts.hostname:
+        raise ValueError(f"{url!r}: an MQTT broker is mqtt://HOST[:PORT]")
+    return parts.hostname, parts.port or 1883
+
+
+class Receiver:
+    """`Receiver(url, topic, client_id, buffer).start()`; `stop()` at the end."""
+
+    def __init__(self, url: str, topic: str, client_id: str, buffer: Buffer, *,
+                 batch: int = 500, linger: float = 0.01) -> None:
+        self.host, self.port = broker_address(url)
+        self.topic, self.buffer = topic, buffer
+        self.batch, self.linger = batch, linger
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                  clean_session=False, protocol=mqtt.MQTTv311,
+                                  manual_ack=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self._pending: list[mqtt.MQTTMessage] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="mqtt-buffer",
+                                         daemon=True)
+        self.received = 0  # messages written to the buffer and acknowledged (stats)
+        self.connected = threading.Event()
+
+    def start(self) -> "Receiver":
+        self.client.connect_async(self.host, self.port, keepalive=30)
+        self.client.loop_start()
+        self._flusher.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._flusher.join(5)
+        self._flush()
+        self.client.disconnect()
+        self.client.loop_stop()
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            log.warning("MQTT %s:%d refused the connection: %s", self.host, self.port,
+                        reason_code)
+            return
+        client.subscribe(self.topic, qos=1)  # again after each reconnection
+        self.connected.set()
+        log.info("MQTT %s:%d: subscribed to %s (session %s)", self.host, self.port,
+                 self.topic, "resumed" if flags.session_present else "new")
+
+    def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
+        with self._lock:
+            self._pending.append(message)
+            ready = len(self._pending) >= self.batch
+        if ready:
+            self._flush()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.linger):
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            if not self._pending or self.buffer.full:
+                return
+            taken, self._pending = self._pending, []
+            self.buffer.append([(m.topic, m.payload) for m in taken])
+        for m in taken:  # after the commit: now the broker may forget them
+            if m.qos > 0:
+                self.client.ack(m.mid, m.qos)
+        self.received += len(taken)
+
+    def wait_connected(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return self.connected.wait(max(0.0, deadline - time.monotonic()))

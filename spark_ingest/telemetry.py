@@ -1,0 +1,98 @@
+"""The telemetry format: one reading per MQTT message, as JSON, on `ksp/<device>/telemetry`.
+
+    {"device": "sensor42", "property": "temperature", "value": 21.5, "unit": "Cel",
+     "time": "2026-11-25T16:00:00.125Z"}
+
+- `device`, `property`: 1 to 64 characters of ``A-Z a-z 0-9 . _ -`` (each becomes the last
+  segment of an IRI: the sensor ``<base>sensor/<device>``, the property
+  ``<base>property/<property>``); the topic's device and the payload's must be the same.
+- `value`: a JSON number, finite (not a string, not a boolean).
+- `unit`: optional, a UCUM code (``Cel``, ``%``, ``lx``), at most 32 characters.
+- `time`: when it was read, RFC 3339 with a time zone (``Z`` or ``+01:00``), milliseconds at
+  most; it is the observation's `sosa:resultTime` and, with device and property, what makes a
+  reading a duplicate of another.
+
+The ingest (`spark_ingest.job`) checks every message against this; a message
+that fails goes to the dead-letter table with the first rule it broke (`REASONS`). The ingest
+reads messages with `parse` (in its MQTT source, on the executors), and what publishes (`ksp
+telemetry`, the simulated board) writes them with `reading`: one definition of the format.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timezone
+
+__all__ = ["REASONS", "TOPIC", "check", "parse", "reading", "topic_of"]
+
+#: The topic a device publishes on; `+` in its place subscribes to every device.
+TOPIC = "ksp/{device}/telemetry"
+NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?(Z|[+-]\d{2}:\d{2})$")
+
+#: Why a message is a dead letter, in the order the rules are checked.
+REASONS = {
+    "not_json": "the payload is not a JSON object",
+    "bad_device": "device missing or not 1-64 of A-Z a-z 0-9 . _ -",
+    "topic_mismatch": "the payload's device is not the topic's",
+    "bad_property": "property missing or not 1-64 of A-Z a-z 0-9 . _ -",
+    "bad_value": "value missing or not a finite number",
+    "bad_unit": "unit not a string of at most 32 characters",
+    "bad_time": "time missing or not RFC 3339 with a time zone (milliseconds at most)",
+}
+
+
+def topic_of(device: str) -> str:
+    return TOPIC.format(device=device)
+
+
+def reading(device: str, prop: str, value: float, unit: str | None = None,
+            time: datetime | None = None) -> bytes:
+    """A message's payload (UTF-8 JSON), `time` now if not given."""
+    when = (time or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    body = {"device": device, "property": prop, "value": value,
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+    if unit is not None:
+        body["unit"] = unit
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def check(topic: str, payload: bytes) -> str | None:
+    """None for a valid message, else its reason (a key of `REASONS`)."""
+    return parse(topic, payload)[-1]
+
+
+def parse(topic: str, payload: bytes) -> tuple:
+    """(device, property, value, unit, time, reason): the reading's fields (`time` an aware
+    datetime in UTC) and None, or Nones and the reason it is a dead letter."""
+    failed = (None, None, None, None, None)
+    try:
+        body = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return (*failed, "not_json")
+    if not isinstance(body, dict):
+        return (*failed, "not_json")
+    device = body.get("device")
+    if not isinstance(device, str) or not NAME.match(device):
+        return (*failed, "bad_device")
+    parts = topic.split("/")
+    if len(parts) != 3 or parts[1] != device:
+        return (*failed, "topic_mismatch")
+    prop = body.get("property")
+    if not isinstance(prop, str) or not NAME.match(prop):
+        return (*failed, "bad_property")
+    value = body.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return (*failed, "bad_value")
+    unit = body.get("unit")
+    if unit is not None and (not isinstance(unit, str) or len(unit) > 32):
+        return (*failed, "bad_unit")
+    text = body.get("time")
+    if not isinstance(text, str) or not TIME.match(text):
+        return (*failed, "bad_time")
+    try:
+        time = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+    except ValueError:
+        return (*failed, "bad_time")
+    return device, prop, float(value), unit, time, None

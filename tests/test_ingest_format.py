@@ -1,0 +1,69 @@
+"""The ingest's pieces that need no Spark: the telemetry format (`spark_ingest.telemetry`:
+`reading` writes what `parse` reads back exactly; every broken kind of message has its
+reason) and the MQTT source's durable buffer (`spark_ingest.buffer`)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import given, strategies as st
+
+from spark_ingest.buffer import Buffer
+from spark_ingest.telemetry import REASONS, check, parse, reading, topic_of
+from tools.telemetry import BAD, messages
+
+names = st.from_regex(r"\A[A-Za-z0-9._-]{1,64}\Z")
+times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
+                     timezones=st.just(timezone.utc)).map(
+    lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000))
+
+
+@given(names, names, st.floats(allow_nan=False, allow_infinity=False),
+       st.one_of(st.none(), st.text(max_size=32)), times)
+def test_what_reading_writes_parse_reads_back(device, prop, value, unit, when):
+    payload = reading(device, prop, value, unit, when)
+    assert parse(topic_of(device), payload) == (device, prop, value, unit, when, None)
+
+
+def test_each_broken_kind_has_its_reason_in_order():
+    reasons = [check(topic_of(d), junk) for d, junk in (bad("sensor1") for bad in BAD)]
+    assert reasons == list(REASONS)
+    assert check("ksp/sensor1/telemetry", b"[1, 2]") == "not_json"
+    assert check("ksp/sensor1/telemetry", reading("sensor1", "t", 1.0).replace(
+        b'"value":1.0', b'"value":true')) == "bad_value"
+    assert check("ksp/sensor1/telemetry", b'{"device":"sensor1","property":"t","value":NaN,'
+                                          b'"time":"2026-01-01T00:00:00Z"}') == "bad_value"
+    assert check("ksp/sensor1/telemetry", b'{"device":"sensor1","property":"t","value":1,'
+                                          b'"time":"2026-02-30T00:00:00Z"}') == "bad_time"
+
+
+def test_the_generator_says_what_it_sent():
+    sent = list(messages(100, 4, duplicates=0.2, bad=0.1, seed=5,
+                         start=datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    kinds = [k for _, _, k in sent]
+    assert kinds.count("ok") == 100 and kinds.count("duplicate") > 0 and kinds.count("bad") > 0
+    oks = [parse(t, p) for t, p, k in sent if k == "ok"]
+    assert all(r[-1] is None for r in oks)
+    assert len({(d, p, t) for d, p, _, _, t, _ in oks}) == 100  # each reading its own key
+    assert all(check(t, p) is not None for t, p, k in sent if k == "bad")
+    assert oks[4][4] - oks[0][4] == timedelta(milliseconds=10)
+
+
+def test_the_buffer_keeps_what_is_not_committed_across_a_reopen(tmp_path):
+    buffer = Buffer(tmp_path, max_messages=5)
+    assert (buffer.last(), buffer.committed(), len(buffer)) == (0, 0, 0)
+    assert buffer.append([("t/a", b"1"), ("t/b", b"2"), ("t/c", b"3")], now=10.0) == 3
+    assert [r[:3] for r in buffer.read(1, 3)] == [(2, "t/b", b"2"), (3, "t/c", b"3")]
+    buffer.commit(2)
+    assert (buffer.last(), buffer.committed(), len(buffer)) == (3, 2, 1)
+    buffer.append([("t/d", b"4")] * 4)
+    assert buffer.full and len(buffer) == 5
+    buffer.close()
+    again = Buffer(tmp_path, max_messages=5)  # as after kill -9: the file is the state
+    assert (again.last(), again.committed(), len(again)) == (7, 2, 5)
+    reader = Buffer(tmp_path, readonly=True)  # an executor's view
+    assert [r[0] for r in reader.read(2, 7)] == [3, 4, 5, 6, 7]
+    again.commit(7)
+    assert (again.last(), again.committed(), len(again)) == (7, 7, 0)
+    assert again.append([("t/e", b"5")]) == 8  # numbers are never reused
+    reader.close()
+    again.close()
