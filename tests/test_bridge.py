@@ -297,3 +297,39 @@ def test_a_rule_fires_on_a_change_made_by_another_client_of_the_broker():
         rows, firings = asyncio.run(asyncio.wait_for(
             main(broker.ports["http"], broker.ports["ws"]), 60))
     assert rows == ((ex("room"),),) and firings == 1
+
+
+def test_tcp_and_coap_devices_through_the_bridge():
+    """The bridge serves the SIB's three transports: a KP over TCP and one over CoAP each
+    update, query and subscribe through it, and each gets the other's change as an IND."""
+    from transports import connect
+
+    async def main(http_port: int, ws_port: int):
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe").start()
+            server = await Server.start(bridge, tcp=0, coap=0)
+            query = f"SELECT ?v WHERE {{ <{ex('s')}> <{ex('p')}> ?v }}"
+            try:
+                async with connect(f"tcp://127.0.0.1:{server.tcp.port}") as tcp, \
+                        connect(f"coap://127.0.0.1:{server.coap.port}") as coap:
+                    async with tcp.subscribe(query) as by_tcp, coap.subscribe(query) as by_coap:
+                        for sub in (by_tcp, by_coap):
+                            assert (await asyncio.wait_for(anext(sub), 30)).result.rows == ()
+                        await coap.update(f"INSERT DATA {{ <{ex('s')}> <{ex('p')}> 1 }}")
+                        await tcp.update(f"INSERT DATA {{ <{ex('s')}> <{ex('p')}> 2 }}")
+                        for sub in (by_tcp, by_coap):
+                            while True:
+                                ind = await asyncio.wait_for(anext(sub), 30)
+                                if len(ind.result.rows) == 2:
+                                    break
+                        rows = (await coap.query(query)).rows
+                    return sorted(int(r[0]) for r in rows)
+            finally:
+                await server.close()
+                await bridge.close()
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        values = asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]),
+                                              90))
+    assert values == [1, 2]
