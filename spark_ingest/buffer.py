@@ -74,6 +74,12 @@ class Buffer:
     def committed(self) -> int:
         return self._db.execute("SELECT seq FROM committed").fetchone()[0]
 
+    def backlog(self, now: float | None = None) -> tuple[int, float]:
+        """(messages waiting for a committed batch, seconds the oldest has waited)."""
+        n, oldest = self._db.execute("SELECT COUNT(*), MIN(received) FROM messages").fetchone()
+        waited = 0.0 if oldest is None else (time.time() if now is None else now) - oldest
+        return n, max(0.0, waited)
+
     def read(self, after: int, upto: int) -> Iterator[tuple[int, str, bytes, float]]:
         """(seq, topic, payload, received) with after < seq <= upto, in order."""
         yield from self._db.execute("SELECT seq, topic, payload, received FROM messages "

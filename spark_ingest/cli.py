@@ -70,12 +70,29 @@ def spark_session(master: str, app: str = "ksp-ingest"):
 
 
 def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
+    """Rate, lag (the buffer's backlog: received, not yet in a committed batch), the last
+    batch, dead letters."""
     s = ingest.stats
     rate = (s["observations"] - previous.get("observations", 0)) / max(seconds, 1e-9)
     previous.update(s)
-    return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, "
-            f"{s['dead_letters']:,} dead letters, last batch {s['last_batch_rows']:,} rows in "
-            f"{s['last_batch_seconds']:.2f} s, {s['sib_updates']:,} SIB updates")
+    return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, lag "
+            f"{_lag(ingest)}, {s['dead_letters']:,} dead letters, last batch "
+            f"{s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
+            f"{s['sib_updates']:,} SIB updates")
+
+
+def _lag(ingest: Ingest) -> str:
+    from .buffer import FILE, Buffer
+
+    directory = ingest.out / "_mqtt"
+    if not (directory / FILE).exists():
+        return "unknown"
+    buffer = Buffer(directory, readonly=True)
+    try:
+        waiting, waited = buffer.backlog()
+    finally:
+        buffer.close()
+    return f"{waiting:,} messages ({waited:.1f} s)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,7 +161,8 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert state == {k: v for k, (_, v) in newest.items()}
     nt = "".join(f.read_text() for f in sorted((out / "ntriples").glob("*.nt")))
     assert nt.count("\n") == 5 * 600 and nt.count("sosa/Observation>") == 600
-    assert any(re.search(r"ingest: .* readings/s", line) for line in ingest.log)
+    assert any(re.search(r"ingest: .* readings/s, .* lag [\d,]+ messages \([\d.]+ s\)",
+                         line) for line in ingest.log)
 
 
 def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path):

@@ -62,8 +62,10 @@ def test_the_buffer_keeps_what_is_not_committed_across_a_reopen(tmp_path):
     assert (again.last(), again.committed(), len(again)) == (7, 2, 5)
     reader = Buffer(tmp_path, readonly=True)  # an executor's view
     assert [r[0] for r in reader.read(2, 7)] == [3, 4, 5, 6, 7]
+    assert again.backlog(now=13.0) == (5, 3.0)  # the oldest kept came at 10.0
     again.commit(7)
     assert (again.last(), again.committed(), len(again)) == (7, 7, 0)
+    assert again.backlog() == (0, 0.0)
     assert again.append([("t/e", b"5")]) == 8  # numbers are never reused
     reader.close()
     again.close()

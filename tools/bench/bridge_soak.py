@@ -12,9 +12,10 @@ a fan's state equal to sensor 0's reading, so a tenth of the updates also fire i
 new broker subscription), reads its first result, and goes (TERMINATE, then its socket
 closes).
 
-Reported per window of cycles: update → IND p50/p99, the process's resident memory, and the
-bridge's tables — persistent operations, broker subscriptions, the subscriber's spuids, the
-screen's patterns. The target: p99 of the last window within 1.5× of the first, the tables the
+Reported per window of cycles: update → IND p50/p99, the resident memory of this process (the
+bridge and the devices) and of the broker's, and the bridge's tables — persistent operations,
+broker subscriptions, the subscriber's spuids, the screen's patterns, the requests its UDP
+session remembers. The target: p99 of the last window within 1.5× of the first, the tables the
 same size in every window, memory flat after warm-up.
 """
 from __future__ import annotations
@@ -104,7 +105,9 @@ async def soak(cycles: int, window: int, churn: int) -> list[dict]:
                         latencies.sort()
                         rows.append({"cycles": n, "p50": statistics.median(latencies),
                                      "p99": latencies[int(len(latencies) * 0.99)],
-                                     "rss": rss_mib(), **tables(bridge, server)})
+                                     "rss": rss_mib(),
+                                     "broker_rss": rss_mib(broker_process.proc.pid),
+                                     **tables(bridge, server)})
                         latencies = []
                         print(f"{n:,} cycles: p99 {rows[-1]['p99'] * 1e3:.2f} ms, "
                               f"{rows[-1]['rss']:.0f} MiB", file=sys.stderr)
@@ -118,11 +121,12 @@ async def soak(cycles: int, window: int, churn: int) -> list[dict]:
 
 
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["cycles", "update → IND p50 ms", "p99 ms", "RSS MiB", "operations",
-               "subscriptions", "spuids", "patterns", "requests remembered"]
+    headers = ["cycles", "update → IND p50 ms", "p99 ms", "RSS MiB", "broker RSS MiB",
+               "operations", "subscriptions", "spuids", "patterns", "requests remembered"]
     return headers, [[f"{r['cycles']:,}", f"{r['p50'] * 1e3:.2f}", f"{r['p99'] * 1e3:.2f}",
-                      f"{r['rss']:.0f}", str(r["operations"]), str(r["subscriptions"]),
-                      str(r["spuids"]), str(r["patterns"]), f"{r['recent']:,}"] for r in rows]
+                      f"{r['rss']:.0f}", f"{r['broker_rss']:.0f}", str(r["operations"]),
+                      str(r["subscriptions"]), str(r["spuids"]), str(r["patterns"]),
+                      f"{r['recent']:,}"] for r in rows]
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

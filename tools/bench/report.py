@@ -83,10 +83,10 @@ def print_report(title: str, headers: Sequence[str], body: Sequence[Sequence[str
         print(title + "\n\n" + text_table(headers, body))
 
 
-def rss_mib() -> float:
-    """This process's resident memory now (Linux: /proc), MiB."""
+def rss_mib(pid: int | str = "self") -> float:
+    """Resident memory now of this process (or `pid`'s; Linux: /proc), MiB."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * resource.getpagesize() / 2**20
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
