@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)
-    query = ingest.start()
+    ingest.start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     last = time.monotonic()
     try:
         while not stop.wait(0.2):
-            if query.exception() is not None:
-                log.error("the query failed: %s", query.exception())
+            failed = next((q for q in ingest.queries if q.exception() is not None), None)
+            if failed is not None:
+                log.error("the query %s failed: %s", failed.name, failed.exception())
                 return 1
             if args.readings is not None and ingest.stats["observations"] >= args.readings:
                 break
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(status_line(ingest, previous, now - last), file=sys.stderr, flush=True)
                 last = now
     finally:
-        query.stop()
+        for running in ingest.queries:
+            running.stop()
         spark.stop()
     log.info("stopped: %s", status_line(ingest, previous, 1.0))
     return 0

@@ -18,9 +18,14 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
   persistent queries and rules fire on ingested telemetry.
 
 Each batch's files are written under a staging directory and moved into place named by the
-batch id, after removing whatever an earlier attempt of the same batch left: a batch re-run
-after a crash (Spark re-runs the last uncommitted one, from the same offsets) writes the same
-rows once. That needs an output directory the driver can rename in (local or shared disk).
+batch id (one per partition directory), after removing whatever an earlier attempt of the same
+batch left: a batch re-run after a crash (Spark re-runs the last uncommitted one, from the same
+offsets) writes the same rows once. That needs an output directory the driver can rename in
+(local or shared disk).
+
+**Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
+max, mean and count of the readings — a second query reading the observations as they land
+and writing each minute once the watermark has passed its end, so every row is final.
 """
 from __future__ import annotations
 
@@ -43,6 +48,10 @@ XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 #: Pairs (device, property) per KSP update to the SIB: a Graph field holds 255 triples.
 SIB_CHUNK = 100
+#: The observation rows, as written (the partition columns last).
+OBSERVATION_SCHEMA = ("observation string, madeBySensor string, observedProperty string, "
+                      "hasSimpleResult double, unit string, resultTime timestamp, date date, "
+                      "device string")
 
 
 @dataclass
@@ -95,10 +104,42 @@ class Ingest:
                      F.concat(F.lit("dead|"), F.col("seq").cast("string"))))
                  .withWatermark("event_time", o.watermark)
                  .dropDuplicatesWithinWatermark(["key"]))
-        return (keyed.writeStream.foreachBatch(self._batch)
-                .option("checkpointLocation", str(self.out / "_checkpoint"))
-                .trigger(processingTime=o.trigger)
-                .queryName("ksp-ingest").start())
+        _never_committed(self.out / "_checkpoint")
+        self.queries = [keyed.writeStream.foreachBatch(self._batch)
+                        .option("checkpointLocation", str(self.out / "_checkpoint"))
+                        .trigger(processingTime=o.trigger)
+                        .queryName("ksp-ingest").start()]
+        self.queries.append(self._aggregates())
+        return self.queries[0]
+
+    def _aggregates(self):
+        """Per-minute min, max, mean and count per device and property: a second query over
+        the observations as they land (a file stream: each batch's file is read once), a
+        minute written once the watermark has passed its end, so each row is final
+        (`OUT/aggregates/date=…/device=…`, written as the observations are: once, whole files
+        moved into place, readable by any Parquet reader)."""
+        from pyspark.sql import functions as F
+
+        root = self.out / "observations"
+        root.mkdir(parents=True, exist_ok=True)
+        _never_committed(self.out / "_checkpoint_aggregates")
+        observations = (self.spark.readStream.schema(OBSERVATION_SCHEMA)
+                        .option("basePath", str(root)).parquet(str(root)))
+        minutes = (observations.withWatermark("resultTime", self.o.watermark)
+                   .groupBy(F.window("resultTime", "1 minute"), "device", "observedProperty")
+                   .agg(F.min("hasSimpleResult").alias("min"),
+                        F.max("hasSimpleResult").alias("max"),
+                        F.avg("hasSimpleResult").alias("mean"),
+                        F.count(F.lit(1)).alias("count"))
+                   .select(F.col("window.start").alias("minute"), "observedProperty", "min",
+                           "max", "mean", "count", F.to_date("window.start").alias("date"),
+                           "device"))
+        return (minutes.writeStream.outputMode("append")
+                .foreachBatch(lambda batch, batch_id: self._write(
+                    batch, "aggregates", batch_id, ["date", "device"]))
+                .option("checkpointLocation", str(self.out / "_checkpoint_aggregates"))
+                .trigger(processingTime=self.o.trigger)
+                .queryName("ksp-ingest-aggregates").start())
 
     # -- one micro-batch ---------------------------------------------------------------------
 
@@ -148,14 +189,18 @@ class Ingest:
         frame = frame.persist()
         try:
             rows = frame.count()
-            prefix = f"batch-{batch_id:012d}-"
-            for old in root.rglob(prefix + "*") if root.exists() else ():
+            name = f"batch-{batch_id:012d}.parquet"
+            for old in root.rglob(name) if root.exists() else ():
                 old.unlink()
             if rows == 0:
                 return 0
-            frame.write.mode("overwrite").partitionBy(*partition_by).parquet(str(staging))
+            # One file per partition directory, named by the batch: a re-run of the batch
+            # (the same rows) writes the same paths, which the aggregates' file stream has
+            # already read if it saw the first attempt's.
+            (frame.repartition(*partition_by).write.mode("overwrite")
+             .partitionBy(*partition_by).parquet(str(staging)))
             for part in staging.rglob("*.parquet"):
-                target = root / part.parent.relative_to(staging) / (prefix + part.name)
+                target = root / part.parent.relative_to(staging) / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(part, target)
             shutil.rmtree(staging, ignore_errors=True)
@@ -196,6 +241,18 @@ class Ingest:
         for r in fresh:
             self._sent[(r.device, r.property)] = r.ms
         self.stats["sib_updates"] += len(texts)
+
+
+def _never_committed(checkpoint: Path) -> None:
+    """A query killed before it committed its first batch leaves offsets and no commit, and
+    Spark refuses to start a stateful query on that (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY).
+    It has nothing to resume: start it afresh. (The MQTT source re-reads from the buffer's
+    committed number, 0 then; a re-run batch 0 writes the same file names.)"""
+    offsets, commits = checkpoint / "offsets", checkpoint / "commits"
+    if offsets.is_dir() and any(offsets.iterdir()) and not (
+            commits.is_dir() and any(p for p in commits.iterdir() if p.name[0].isdigit())):
+        log.warning("%s: no batch was committed; starting that query afresh", checkpoint)
+        shutil.rmtree(checkpoint)
 
 
 def _replace_update(base: str, rows) -> str:

@@ -67,6 +67,21 @@ class IngestProcess:
         threading.Thread(target=self._read, daemon=True).start()
         self.wait_for("subscribed to", 180)
 
+    def stop_when(self, ready, what: str) -> None:
+        """Wait for `ready()`, a batch more (nothing else may come), then SIGTERM: exit 0."""
+        until(ready, 240, what)
+        time.sleep(2)
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(120) == 0, "".join(self.log[-40:])
+
+    def __enter__(self) -> "IngestProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def _read(self) -> None:
         for line in self.proc.stderr:
             self.log.append(line)
@@ -95,7 +110,7 @@ def table(out: Path, name: str):
 
 def count(out: Path, name: str) -> int:
     t = table(out, name)
-    return 0 if t is None else t.num_rows
+    return 0 if t is None else t.num_rows  # files appear whole (moved into place)
 
 
 def until(predicate, timeout: float, what: str) -> None:
@@ -119,21 +134,14 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     sent = list(messages(600, devices=6, duplicates=0.1, bad=0.05, seed=3))
     with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
                     "--coap-port", "-1") as sib:
-        ingest = IngestProcess(*ingest_args(mosquitto, out, "--sib",
-                                            f"udp://127.0.0.1:{sib.ports['udp']}",
-                                            "--ntriples"))
-        try:
+        with IngestProcess(*ingest_args(mosquitto, out, "--sib",
+                                        f"udp://127.0.0.1:{sib.ports['udp']}",
+                                        "--ntriples")) as ingest:
             counts = publish(mosquitto, sent)
             assert counts["ok"] == 600 and counts["duplicate"] > 0 and counts["bad"] > 0
-            until(lambda: count(out, "observations") >= 600
-                  and count(out, "dead_letters") >= counts["bad"], 240,
-                  "the observations and dead letters")
-            time.sleep(2)  # a batch more: nothing else may come
-            ingest.proc.send_signal(signal.SIGTERM)
-            assert ingest.proc.wait(120) == 0
-        finally:
-            if ingest.proc.poll() is None:
-                ingest.proc.kill()
+            ingest.stop_when(lambda: count(out, "observations") >= 600
+                             and count(out, "dead_letters") >= counts["bad"],
+                             "the observations and dead letters")
 
         async def in_the_sib():
             async with connect(f"udp://127.0.0.1:{sib.ports['udp']}") as kp:
@@ -182,16 +190,9 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
         first.proc.wait(30)
         killed_at = count(out, "observations")
         publishing = publisher.is_alive()
-        second = IngestProcess(*args)
-        try:
+        with IngestProcess(*args) as second:
             publisher.join(120)
-            until(lambda: count(out, "observations") >= 1500, 240, "every observation")
-            time.sleep(2)
-            second.proc.send_signal(signal.SIGTERM)
-            assert second.proc.wait(120) == 0
-        finally:
-            if second.proc.poll() is None:
-                second.proc.kill()
+            second.stop_when(lambda: count(out, "observations") >= 1500, "every observation")
     finally:
         if first.proc.poll() is None:
             first.proc.kill()
@@ -200,3 +201,35 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
     assert len(seen) == 1500 and max(seen.values()) == 1  # none lost, none twice
     assert 1 <= killed_at < 1500 and publishing  # it was killed mid-stream
     assert os.path.exists(out / "_checkpoint")
+
+
+def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
+    """Readings a second apart over six minutes: every minute the watermark (30 s) has passed
+    is in the aggregates once, with the min, max, mean and count of its readings."""
+    from datetime import datetime, timedelta, timezone
+
+    out = tmp_path / "data"
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)
+    sent = list(messages(720, devices=2, seed=11, start=start, step=1.0))
+    with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "30 seconds")) as ingest:
+        publish(mosquitto, sent)
+        until(lambda: count(out, "observations") >= 720, 240, "the observations")
+        newest = start + timedelta(seconds=359)
+        closed = (newest - timedelta(seconds=30)).replace(second=0)  # minutes ending by then
+        want: dict = {}
+        for topic, payload, _ in sent:
+            d, p, v, _, when, _ = parse(topic, payload)
+            minute = when.replace(second=0, microsecond=0)
+            if minute + timedelta(minutes=1) <= closed:
+                want.setdefault((d, BASE + p, minute), []).append(v)
+        ingest.stop_when(lambda: count(out, "aggregates") >= len(want), "the closed minutes")
+    rows = table(out, "aggregates").to_pylist()
+    got = {(r["device"], r["observedProperty"], r["minute"].replace(tzinfo=timezone.utc)): r
+           for r in rows}
+    assert len(got) == len(rows)  # each minute once
+    assert set(got) == set(want)  # the open minute not yet
+    assert len(want) == 2 * 3 * 5  # two devices, three properties, five closed minutes
+    for key, values in want.items():
+        r = got[key]
+        assert (r["count"], r["min"], r["max"]) == (len(values), min(values), max(values))
+        assert r["mean"] == pytest.approx(sum(values) / len(values))

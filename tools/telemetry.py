@@ -39,9 +39,10 @@ BAD = (lambda d: (d, b"{not json"),
 
 
 def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: float = 0.0,
-             seed: int = 1, start: datetime | None = None):
+             seed: int = 1, start: datetime | None = None, step: float = 0.01):
     """(topic, payload, kind) for `count` readings ("ok"), plus duplicates ("duplicate") and
-    broken messages ("bad") in the given shares. Readings are 10 ms apart per device."""
+    broken messages ("bad") in the given shares. A device's readings are `step` seconds
+    apart (their `time`), from `start` (now by default)."""
     from spark_ingest.telemetry import reading, topic_of
 
     rng = random.Random(seed)
@@ -50,7 +51,7 @@ def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: flo
     for n in range(count):
         device = f"sensor{n % devices}"
         name, unit, base = PROPERTIES[(n // devices) % len(PROPERTIES)]
-        when = start + timedelta(milliseconds=10 * (n // devices))
+        when = start + timedelta(seconds=step * (n // devices))
         payload = reading(device, name, round(base + rng.uniform(-5, 5), 2), unit, when)
         yield topic_of(device), payload, "ok"
         if rng.random() < duplicates:
