@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", type=float, default=5.0, metavar="S",
                    help="status line every S seconds (0: none)")
     p.add_argument("--readings", type=int, metavar="N", help="stop after N observations")
+    p.add_argument("--metrics-port", type=int, default=-1, metavar="N",
+                   help="Prometheus metrics on this port (0: any free one; default off)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR")
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
     return p
@@ -75,24 +78,11 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
     s = ingest.stats
     rate = (s["observations"] - previous.get("observations", 0)) / max(seconds, 1e-9)
     previous.update(s)
+    waiting, waited = ingest.lag()
     return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, lag "
-            f"{_lag(ingest)}, {s['dead_letters']:,} dead letters, last batch "
-            f"{s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
+            f"{waiting:,} messages ({waited:.1f} s), {s['dead_letters']:,} dead letters, "
+            f"last batch {s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
             f"{s['sib_updates']:,} SIB updates")
-
-
-def _lag(ingest: Ingest) -> str:
-    from .buffer import FILE, Buffer
-
-    directory = ingest.out / "_mqtt"
-    if not (directory / FILE).exists():
-        return "unknown"
-    buffer = Buffer(directory, readonly=True)
-    try:
-        waiting, waited = buffer.backlog()
-    finally:
-        buffer.close()
-    return f"{waiting:,} messages ({waited:.1f} s)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if args.metrics_port >= 0:
+        from .metrics import serve
+
+        log.info("metrics on http://%s:%d/metrics", args.metrics_host,
+                 serve(ingest, args.metrics_host, args.metrics_port))
     log.info("ingest ready: %s %s → %s%s", args.mqtt, args.topic, args.out,
              f", latest readings to {args.sib}" if args.sib else "")
     previous: dict = {}

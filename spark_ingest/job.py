@@ -81,6 +81,20 @@ class Ingest:
                       "last_batch_seconds": 0.0, "last_batch_rows": 0}
         self._sent: dict[tuple[str, str], int] = {}  # newest reading sent to the SIB (ms)
 
+    def lag(self) -> tuple[int, float]:
+        """(messages received and not yet in a committed batch, seconds the oldest waited),
+        read from the buffer file (its receiver runs in a worker process)."""
+        from .buffer import FILE, Buffer
+
+        directory = self.out / "_mqtt"
+        if not (directory / FILE).exists():
+            return 0, 0.0
+        buffer = Buffer(directory, readonly=True)
+        try:
+            return buffer.backlog()
+        finally:
+            buffer.close()
+
     def start(self):
         from pyspark.sql import functions as F
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -136,12 +137,24 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
                     "--coap-port", "-1") as sib:
         with IngestProcess(*ingest_args(mosquitto, out, "--sib",
                                         f"udp://127.0.0.1:{sib.ports['udp']}",
-                                        "--ntriples")) as ingest:
+                                        "--ntriples", "--metrics-port", "0")) as ingest:
             counts = publish(mosquitto, sent)
             assert counts["ok"] == 600 and counts["duplicate"] > 0 and counts["bad"] > 0
-            ingest.stop_when(lambda: count(out, "observations") >= 600
-                             and count(out, "dead_letters") >= counts["bad"],
-                             "the observations and dead letters")
+            until(lambda: count(out, "observations") >= 600
+                  and count(out, "dead_letters") >= counts["bad"], 240,
+                  "the observations and dead letters")
+            port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(ingest.log))[1])
+
+            def scrape() -> dict:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                    return {line.split(" ")[0]: float(line.split(" ")[1])
+                            for line in r.read().decode().splitlines()
+                            if line and not line.startswith("#")}
+
+            until(lambda: scrape()["ksp_ingest_observations_total"] == 600, 60,
+                  "the batch's figures")  # counted once its SIB update is sent
+            figures = scrape()
+            ingest.stop_when(lambda: True, "the end")
 
         async def in_the_sib():
             async with connect(f"udp://127.0.0.1:{sib.ports['udp']}") as kp:
@@ -171,6 +184,10 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert nt.count("\n") == 5 * 600 and nt.count("sosa/Observation>") == 600
     assert any(re.search(r"ingest: .* readings/s, .* lag [\d,]+ messages \([\d.]+ s\)",
                          line) for line in ingest.log)
+    assert figures["ksp_ingest_observations_total"] == 600
+    assert figures["ksp_ingest_dead_letters_total"] == counts["bad"]
+    assert figures["ksp_ingest_sib_updates_total"] >= 1
+    assert "ksp_ingest_lag_messages" in figures and "process_resident_memory_bytes" in figures
 
 
 def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path):

@@ -1,0 +1,55 @@
+"""`ksp-ingest --metrics-port N`: Prometheus metrics (the official `prometheus_client`, as the
+SIB's), read from the job's figures when scraped.
+
+| name | kind | what |
+|---|---|---|
+| `ksp_ingest_observations_total` | counter | readings written as observations |
+| `ksp_ingest_dead_letters_total` | counter | messages refused, with their reason |
+| `ksp_ingest_batches_total` | counter | micro-batches done |
+| `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
+| `ksp_ingest_lag_messages` | gauge | received, not yet in a committed batch |
+| `ksp_ingest_lag_seconds` | gauge | how long the oldest of those has waited |
+| `ksp_ingest_last_batch_seconds`, `..._rows` | gauge | the last batch's time and size |
+
+The process's own (`process_resident_memory_bytes`, CPU, descriptors) come with them.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+__all__ = ["serve"]
+
+
+class _Collector:
+    def __init__(self, ingest) -> None:
+        self.ingest = ingest
+
+    def collect(self):
+        s = self.ingest.stats
+        for name, help_ in (("observations", "Readings written as observations."),
+                            ("dead_letters", "Messages refused, with their reason."),
+                            ("batches", "Micro-batches done."),
+                            ("sib_updates", "KSP updates sent to the SIB.")):
+            yield CounterMetricFamily(f"ksp_ingest_{name}", help_, value=s[name])
+        waiting, waited = self.ingest.lag()
+        yield GaugeMetricFamily("ksp_ingest_lag_messages",
+                                "Messages received and not yet in a committed batch.",
+                                value=waiting)
+        yield GaugeMetricFamily("ksp_ingest_lag_seconds",
+                                "How long the oldest message not yet in a batch has waited.",
+                                value=waited)
+        yield GaugeMetricFamily("ksp_ingest_last_batch_seconds",
+                                "How long the last micro-batch took.",
+                                value=s["last_batch_seconds"])
+        yield GaugeMetricFamily("ksp_ingest_last_batch_rows", "Rows in the last micro-batch.",
+                                value=s["last_batch_rows"])
+
+
+def serve(ingest, host: str, port: int) -> int:
+    """Serve `GET /metrics` on a thread; returns the port bound (0: any free one)."""
+    registry = CollectorRegistry()
+    registry.register(_Collector(ingest))
+    ProcessCollector(registry=registry)
+    server, _ = start_http_server(port, host, registry)
+    return server.server_port
