@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -20,86 +17,21 @@ from pathlib import Path
 import pytest
 
 from spark_ingest.telemetry import REASONS, parse
+from spark_ingest.testing import IngestProcess, until
 from tools.telemetry import messages, publish
 
 pytestmark = pytest.mark.spark
 pa = pytest.importorskip("pyarrow.dataset")  # the spark extra brings it
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = "http://example.org/greenhouse#"
 
 
 @pytest.fixture
 def mosquitto(tmp_path):
-    """mosquitto on a free port, with a persistent store and room for a stopped ingest's
-    backlog (its default keeps 1,000 messages per offline client, then drops)."""
-    from sib.testing import free_port
+    from spark_ingest.testing import Mosquitto
 
-    port = free_port("tcp")
-    conf = tmp_path / "mosquitto.conf"
-    (tmp_path / "mqtt-store").mkdir()
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
-                    f"persistence_location {tmp_path / 'mqtt-store'}/\n"
-                    "max_queued_messages 1000000\nmax_inflight_messages 1000\n")
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    import socket
-
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.05)
-    yield f"mqtt://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
-
-
-class IngestProcess:
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark_ingest.cli", *args],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-        self.log: list[str] = []
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.wait_for("subscribed to", 180)
-
-    def stop_when(self, ready, what: str) -> None:
-        """Wait for `ready()`, a batch more (nothing else may come), then SIGTERM: exit 0."""
-        until(ready, 240, what)
-        time.sleep(2)
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(120) == 0, "".join(self.log[-40:])
-
-    def __enter__(self) -> "IngestProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.log.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                line = ""
-            assert line is not None, "".join(self.log[-40:])
-            if text in line:
-                return line
-            assert time.monotonic() < deadline, f"no {text!r}:\n" + "".join(self.log[-40:])
+    with Mosquitto(tmp_path) as broker:
+        yield broker.url
 
 
 def table(out: Path, name: str):
@@ -112,13 +44,6 @@ def table(out: Path, name: str):
 def count(out: Path, name: str) -> int:
     t = table(out, name)
     return 0 if t is None else t.num_rows  # files appear whole (moved into place)
-
-
-def until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.25)
 
 
 def ingest_args(mqtt: str, out: Path, *more: str) -> list[str]:

@@ -30,6 +30,7 @@ BENCH_SUITES = {
     "bridge": "tools.bench.bridge",
     "bridge-soak": "tools.bench.bridge_soak",
     "indicate": "tools.bench.indicate",
+    "ingest": "tools.bench.ingest",
     "secure": "tools.bench.secure",
     "sepa": "tools.bench.sepa",
     "sib": "tools.bench.sib",

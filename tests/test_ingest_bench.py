@@ -1,0 +1,26 @@
+"""Smoke test of the ingest benchmark (tools/bench/ingest.py) — no timing assertions: both
+consumers take every reading through a real mosquitto, and the latency probe's readings reach
+a real SIB as INDs."""
+from __future__ import annotations
+
+import pytest
+
+from tools.bench import ingest as bench
+
+pytestmark = pytest.mark.spark
+
+
+def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
+    pytest.importorskip("pyspark")
+    from spark_ingest.testing import Mosquitto
+
+    with Mosquitto(tmp_path / "mqtt") as broker:
+        base = bench.baseline(broker.url, 2_000, tmp_path / "baseline")
+        job = bench.ingest(broker.url, 2_000, tmp_path / "ingest")
+        lat = bench.latency(broker.url, 1, tmp_path / "latency")
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(str(tmp_path / "baseline")).count_rows() == 2_000
+    assert base["published"]["ok"] == job["published"]["ok"] == 2_000
+    assert 0 < base["seconds"] and 0 < job["seconds"]
+    assert len(lat) == 1 and lat[0] > 0

@@ -1,0 +1,199 @@
+"""Ingest benchmark (`ksp bench ingest`): sustained MQTT messages per second through `ksp-ingest`
+(Spark, local[2]) against a plain paho subscriber writing the same Parquet with pyarrow, in one
+run, through the same mosquitto; and publish → SIB latency.
+
+Run as ``python -m tools.bench.ingest [--quick] [--messages N]``.
+
+Both sides get the same N readings (`ksp telemetry`'s, 100 devices), published by a separate
+process as fast as the broker takes them (QoS 1). The clock runs from the first publish to the
+moment the last reading is in Parquet: for the ingest, its `ksp_ingest_observations_total`
+reaching N (de-duplicated, dead letters split, SOSA rows, partitioned by date and device, the
+buffer, the checkpoint); for the baseline, a paho client (QoS 1, clean session) that parses
+each message with the same `spark_ingest.telemetry.parse` and writes a Parquet file with
+pyarrow every 10,000 readings — no buffer, no de-duplication, no restart safety, so it is what
+the hardware gives a single process. Reported: messages/s each, and the publisher's own rate
+(neither side can be faster than it).
+
+Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
+to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
+default) plus one micro-batch.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from .report import bench_parser, environment, print_report
+
+DEVICES = 100
+
+
+def _publisher(url: str, count: int, seed: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tools.cli", "telemetry", "--mqtt", url,
+                             "--devices", str(DEVICES), "--count", str(count), "--seed",
+                             str(seed)], stdout=subprocess.PIPE, text=True)
+
+
+def _published(proc: subprocess.Popen) -> dict:
+    out, _ = proc.communicate(timeout=3600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def baseline(url: str, count: int, out: Path) -> dict:
+    """The plain subscriber: seconds from the first publish to the last row in Parquet."""
+    import paho.mqtt.client as mqtt
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_ingest.mqtt import broker_address
+    from spark_ingest.telemetry import parse
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple] = []
+    written = 0
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def flush() -> None:
+        nonlocal rows, written
+        taken, rows = rows, []
+        if taken:
+            devices, props, values, units, times, _ = zip(*taken)
+            pq.write_table(pa.table({"device": devices, "property": props, "value": values,
+                                     "unit": units, "time": times}),
+                           out / f"part-{written:09d}.parquet")
+            written += len(taken)
+            if written >= count:
+                done.set()
+
+    def on_message(client, userdata, m) -> None:
+        fields = parse(m.topic, m.payload)
+        if fields[-1] is None:
+            with lock:
+                rows.append(fields)
+                if len(rows) >= 10_000 or written + len(rows) >= count:
+                    flush()
+
+    host, port = broker_address(url)
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-baseline",
+                         clean_session=True, protocol=mqtt.MQTTv311)
+    client.on_message = on_message
+    client.connect(host, port)
+    client.subscribe("ksp/+/telemetry", qos=1)
+    client.loop_start()
+    time.sleep(1)  # subscribed
+    started = time.perf_counter()
+    publisher = _publisher(url, count, seed=1)
+    done.wait(3600)
+    seconds = time.perf_counter() - started
+    client.loop_stop()
+    client.disconnect()
+    return {"seconds": seconds, "published": _published(publisher)}
+
+
+def ingest(url: str, count: int, out: Path) -> dict:
+    """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
+    import re
+
+    from spark_ingest.testing import IngestProcess
+
+    with IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
+                       "--status", "0", "--client-id", "bench-ingest") as job:
+        port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(job.log))[1])
+
+        def observed() -> float:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("ksp_ingest_observations_total "):
+                        return float(line.split()[1])
+            return 0.0
+
+        time.sleep(1)
+        started = time.perf_counter()
+        publisher = _publisher(url, count, seed=2)
+        while observed() < count:
+            time.sleep(0.1)
+        seconds = time.perf_counter() - started
+        published = _published(publisher)
+        job.proc.terminate()
+        job.proc.wait(120)
+    return {"seconds": seconds, "published": published}
+
+
+def latency(url: str, samples: int, out: Path) -> list[float]:
+    """Publish → IND through the ingest and a `ksp-sib`, ms."""
+    from sib.testing import SibProcess
+    from spark_ingest.telemetry import reading, topic_of
+    from spark_ingest.testing import IngestProcess
+    from tools.telemetry import publish
+    from transports import connect
+
+    base = "http://example.org/greenhouse#"
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as sib, \
+            IngestProcess("--mqtt", url, "--out", str(out), "--sib",
+                          f"udp://127.0.0.1:{sib.ports['udp']}", "--status", "0",
+                          "--client-id", "bench-latency"):
+        async def measure() -> list[float]:
+            out_ms = []
+            async with connect(f"udp://127.0.0.1:{sib.ports['udp']}") as kp:
+                async with kp.subscribe(f"SELECT ?v WHERE {{ <{base}probe> "
+                                        f"<{base}temperature> ?v }}") as sub:
+                    await asyncio.wait_for(anext(sub), 30)
+                    for k in range(samples + 1):
+                        payload = reading("probe", "temperature", 20.0 + k)
+                        sent = time.perf_counter()
+                        await asyncio.to_thread(publish, url, [(topic_of("probe"), payload,
+                                                                 "ok")])
+                        await asyncio.wait_for(anext(sub), 60)
+                        if k:  # the first pays the job's warm-up
+                            out_ms.append((time.perf_counter() - sent) * 1e3)
+                        await asyncio.sleep(2)
+            return out_ms
+
+        return asyncio.run(measure())
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = bench_parser(__name__, __doc__, prog, "20,000 messages, 5 latency samples")
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--samples", type=int, default=20, help="latency samples")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.samples = 20_000, 5
+    from spark_ingest.testing import Mosquitto
+
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
+        base = baseline(broker.url, args.messages, Path(tmp) / "baseline")
+        print(f"baseline: {base}", file=sys.stderr)
+        job = ingest(broker.url, args.messages, Path(tmp) / "ingest")
+        print(f"ingest: {job}", file=sys.stderr)
+        lat = latency(broker.url, args.samples, Path(tmp) / "latency")
+    rows = []
+    for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job)):
+        rate = args.messages / r["seconds"]
+        pub = args.messages / r["published"]["seconds"]
+        rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
+                     f"{pub:,.0f}"])
+    headers = ["consumer", "messages", "seconds", "messages/s", "publisher's messages/s"]
+    env = environment("pyspark", "paho-mqtt", "pyarrow")
+    title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
+             f"QoS 1) into Parquet, publish to the last row written, {env['python']}; "
+             f"publish → SIB IND p50 {statistics.median(lat):.0f} ms, max {max(lat):.0f} ms "
+             f"({len(lat)} samples)")
+    print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
+                 prog=prog, argv=argv, libraries=env["libraries"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
