@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -72,29 +71,18 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
                 reload=None) -> None:
     """Run the bridge until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
-    from sib.cli import lock_data_dir, open_capture
+    from sib.cli import claim_data_dir, open_capture
     from sib.journal import FILE as JOURNAL_FILE, Journal
 
     pcap = open_capture(config)  # a file that cannot be written stops the start here
     if pcap is not None:
         log.info("capturing to %s", config.capture_file)
     journal = lock = None
-    if not config.memory:
-        data = Path(config.data_dir)
-        created = not data.exists()
-        data.mkdir(parents=True, exist_ok=True)
-        try:
-            lock = lock_data_dir(data, "ksp-bridge")
-            journal = Journal(str(data / JOURNAL_FILE))
-        except OSError:
-            if lock is not None:
-                lock.close()
-            if created:
-                shutil.rmtree(data, ignore_errors=True)
-            if pcap is not None:
-                pcap.close()
-            raise
     try:
+        if not config.memory:
+            data = Path(config.data_dir)
+            lock, _ = claim_data_dir(data, "ksp-bridge")
+            journal = Journal(str(data / JOURNAL_FILE))
         await _serve(config, journal, pcap, stop, reload)
     finally:
         if journal is not None:
@@ -168,9 +156,9 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
         loop = asyncio.get_running_loop()
         handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
         if reload is not None:
-            from sib.cli import _reload_access
+            from sib.cli import reload_access
 
-            handlers[signal.SIGHUP] = lambda: _reload_access(bridge, reload)
+            handlers[signal.SIGHUP] = lambda: reload_access(bridge, reload)
         for sig, handler in handlers.items():
             try:
                 loop.add_signal_handler(sig, handler)

@@ -18,7 +18,6 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import aiohttp
 
 from ksp.codes import Status
+from sib.sepa.secure import write_private
 
 from .broker import STATUS_OF_HTTP, BrokerError
 
@@ -168,12 +168,5 @@ class Registrations:
         self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"clients": self._clients}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        if self.path is not None:
+            write_private(self.path, json.dumps({"clients": self._clients}).encode())

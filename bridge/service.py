@@ -328,10 +328,7 @@ class Bridge:
         try:
             check_request(request)
             kp = channel.kp
-            if kp.kp_id is not None and request.options.credentials is None:
-                self.access.check_sealed(kp.kp_id, request)  # its envelope proved the KP ID
-            else:
-                self.access.check(request)
+            self.access.check_from(kp.kp_id, request)
             if tx is Tx.TERMINATE:
                 return await self._terminate(channel.kp, request.tid)
             if tx is Tx.RESET:

@@ -4,15 +4,10 @@ bound. `BridgedSib` is the pair the tests put devices in front of: a `ksp-sib` w
 is the broker, and a bridge whose UDP port the devices use as they would a SIB's."""
 from __future__ import annotations
 
-import queue
 import re
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
-from sib.testing import SibProcess
+from sib.testing import LoggedProcess, SibProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,46 +24,20 @@ def gate_broker(*args: str) -> SibProcess:
                       "--sepa-http-port", "0", "--sepa-ws-port", "0", *args)
 
 
-class BridgeProcess:
+class BridgeProcess(LoggedProcess):
+    name = "ksp-bridge"
+
     def __init__(self, *args: str, timeout: float = 60.0) -> None:
         self.args = args
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", *args], cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
-        self.lines: queue.Queue = queue.Queue()
-        self.log: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
         self.port = self.metrics_port = None
-        while True:
-            line = self.lines.get(timeout=timeout)
-            assert line is not None, "".join(self.log)
+
+        def ports(line: str) -> None:
             if m := re.search(r"listening on udp://[^:]+:(\d+)", line):
                 self.port = int(m[1])
             if m := re.search(r"metrics on http://[^:]+:(\d+)", line):
                 self.metrics_port = int(m[1])
-            if "bridge ready" in line:
-                break
 
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.log.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def __enter__(self) -> "BridgeProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.kill()
+        super().__init__("bridge.cli", args, "bridge ready", timeout, ports, cwd=ROOT)
 
 
 class BridgedSib:
@@ -92,5 +61,5 @@ class BridgedSib:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.bridge.kill()
+        self.bridge.__exit__()
         self.broker.__exit__()

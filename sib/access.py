@@ -226,6 +226,14 @@ class AccessPolicy:
         if request.tx not in (Tx.TERMINATE, Tx.RESET):
             self.check_grant(entry.grant, request)
 
+    def check_from(self, kp_id: bytes | None, request: Request) -> None:
+        """`check` of a request as it arrived: `kp_id` set and no CREDENTIALS means a sealed
+        envelope proved the KP ID (`check_sealed`); otherwise its CREDENTIALS say who it is."""
+        if kp_id is not None and request.options.credentials is None:
+            self.check_sealed(kp_id, request)
+        else:
+            self.check(request)
+
     def check(self, request: Request) -> None:
         if self.is_open:
             return

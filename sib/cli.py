@@ -107,14 +107,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("store: temporary, deleted at exit (nothing persists)")
     else:
         data = Path(config.data_dir)
-        created = not data.exists()
-        data.mkdir(parents=True, exist_ok=True)
-        try:
-            lock = lock_data_dir(data)
-        except OSError:
-            if created:
-                shutil.rmtree(data, ignore_errors=True)
-            raise
+        lock, created = claim_data_dir(data)
         store = QuadStore(str(data / "store"))
         journal = Journal(str(data / JOURNAL_FILE))
         log.info("store: %s (%d quads)", data.resolve(), len(store))
@@ -216,7 +209,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     loop = asyncio.get_running_loop()
     handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
     if reload is not None:
-        handlers[signal.SIGHUP] = lambda: _reload_access(sib, reload)
+        handlers[signal.SIGHUP] = lambda: reload_access(sib, reload)
     for sig, handler in handlers.items():
         try:
             loop.add_signal_handler(sig, handler)
@@ -262,7 +255,7 @@ def _ksp_ports(server, tls: bool) -> dict[str, int]:
     return ports
 
 
-def _reload_access(sib, reload: Callable[[], ServingConfig]) -> None:
+def reload_access(sib, reload: Callable[[], ServingConfig]) -> None:
     """SIGHUP: `sib.set_access` with the policy of the configuration read again (the SIB's
     and the bridge's alike); a file that cannot be read keeps the old one."""
     try:
@@ -324,6 +317,19 @@ def open_capture(config: ServingConfig):
 
 class DataDirLocked(OSError):
     pass
+
+
+def claim_data_dir(data: Path, program: str = "ksp-sib"):
+    """Make `data` if need be and hold its lock (`lock_data_dir`); returns (lock, created).
+    If the lock cannot be had, a directory this call made is removed again."""
+    created = not data.exists()
+    data.mkdir(parents=True, exist_ok=True)
+    try:
+        return lock_data_dir(data, program), created
+    except OSError:
+        if created:
+            shutil.rmtree(data, ignore_errors=True)
+        raise
 
 
 def lock_data_dir(data: Path, program: str = "ksp-sib"):

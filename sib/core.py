@@ -116,10 +116,7 @@ class SibCore:
         metrics.requests[request.tx.name] += 1
         try:
             check_request(request)
-            if kp.kp_id is not None and request.options.credentials is None:
-                self.access.check_sealed(kp.kp_id, request)  # its envelope proved the KP ID
-            else:
-                self.access.check(request)
+            self.access.check_from(kp.kp_id, request)
             response, after = self._dispatch(request, channel, kp)
         except RequestError as exc:
             log.info("%s %s tid %d: %s (%s)", self.access.who(kp), request.tx.name, request.tid,

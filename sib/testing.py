@@ -108,26 +108,26 @@ def ex(local: str):
     return IRI(EX + local)
 
 
-class SibProcess:
-    """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
-    the given flags, its log read on a thread; `ports` are the bound ports it logged."""
+class LoggedProcess:
+    """A project command as a real subprocess (`python -m MODULE ARGS`), its stderr log read
+    on a thread: `lines` so far, `wait_for` a line, `stop` with a signal; ready once a line
+    contains `ready` (`each` sees every line until then). The base of `SibProcess`,
+    `bridge.testing.BridgeProcess` and `spark_ingest.testing.IngestProcess`."""
 
-    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+    name = "process"
+
+    def __init__(self, module: str, args, ready: str, timeout: float = 60.0, each=None,
+                 cwd=None) -> None:
         import queue
-        import re
         import subprocess
         import sys
         import threading
 
-        self.args = args
         self.lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
-        self.proc = subprocess.Popen(
-            # The SEPA gate off unless asked for: its default ports are fixed (8000, 9000), and
-            # tests run several SIBs at once.
-            [sys.executable, "-m", "sib.cli", "--log-level", "info", "--sepa-http-port", "-1",
-             "--sepa-ws-port", "-1", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True)
 
         def read() -> None:
             for line in self.proc.stderr:
@@ -137,10 +137,11 @@ class SibProcess:
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
-        self.ports: dict[str, int] = {}
-        pattern = re.compile(r"(?:listening on (\w+)://[^:]+|metrics on http://[^:]+):(\d+)")
-        self.wait_for("SIB ready", timeout, lambda line: (
-            m := pattern.search(line)) and self.ports.__setitem__(m[1] or "metrics", int(m[2])))
+        try:
+            self.wait_for(ready, timeout, each)
+        except BaseException:
+            self.__exit__()
+            raise
 
     def wait_for(self, text: str, timeout: float = 60.0, each=None) -> str:
         """Block until a log line contains `text` (returns it); fails if the process ends."""
@@ -152,10 +153,10 @@ class SibProcess:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no {text!r} in the SIB log:\n{''.join(self.lines)}")
+                raise AssertionError(f"no {text!r} in the {self.name} log:\n{self.log()}")
             if line is None:
-                raise AssertionError(f"SIB exited ({self.proc.wait()}) before {text!r}:\n"
-                                     + "".join(self.lines))
+                raise AssertionError(f"{self.name} exited ({self.proc.wait()}) before "
+                                     f"{text!r}:\n{self.log()}")
             if each is not None:
                 each(line)
             if text in line:
@@ -170,6 +171,11 @@ class SibProcess:
         self._close_log()
         return status
 
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def _close_log(self) -> None:
         """The log pipe, once the reader has seen its end (no unclosed file left to the GC)."""
         self._reader.join(10)
@@ -179,14 +185,32 @@ class SibProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
-    def __enter__(self) -> "SibProcess":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.kill()
         self._close_log()
+
+
+class SibProcess(LoggedProcess):
+    """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
+    the given flags, its log read on a thread; `ports` are the bound ports it logged."""
+
+    name = "SIB"
+
+    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+        import re
+
+        self.args = args
+        self.ports: dict[str, int] = {}
+        pattern = re.compile(r"(?:listening on (\w+)://[^:]+|metrics on http://[^:]+):(\d+)")
+        # The SEPA gate off unless asked for: its default ports are fixed (8000, 9000), and
+        # tests run several SIBs at once.
+        super().__init__("sib.cli", ("--log-level", "info", "--sepa-http-port", "-1",
+                                     "--sepa-ws-port", "-1", *args), "SIB ready", timeout,
+                         lambda line: (m := pattern.search(line)) and self.ports.__setitem__(
+                             m[1] or "metrics", int(m[2])))
 
 
 def free_port(kind: str = "udp") -> int:

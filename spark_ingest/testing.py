@@ -3,16 +3,14 @@ loopback port, with a persistent store and room for an ingest's backlog while it
 default keeps 1,000 messages per offline client, then drops) and `ksp-ingest` as a process."""
 from __future__ import annotations
 
-import queue
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from sib.testing import LoggedProcess
 
 __all__ = ["IngestProcess", "Mosquitto", "until"]
 
@@ -66,49 +64,17 @@ def until(predicate, timeout: float, what: str, every: float = 0.25) -> None:
         time.sleep(every)
 
 
-class IngestProcess:
+class IngestProcess(LoggedProcess):
     """`ksp-ingest` as a real subprocess (`python -m spark_ingest.cli ARGS`), its log read on a
     thread; ready once its MQTT receiver has subscribed."""
 
+    name = "ksp-ingest"
+
     def __init__(self, *args: str, timeout: float = 180.0) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark_ingest.cli", *args],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-        self.log: list[str] = []
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.wait_for("subscribed to", timeout)
+        super().__init__("spark_ingest.cli", args, "subscribed to", timeout, cwd=ROOT)
 
     def stop_when(self, ready, what: str) -> None:
         """Wait for `ready()`, a batch more (nothing else may come), then SIGTERM: exit 0."""
         until(ready, 240, what)
         time.sleep(2)
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(120) == 0, "".join(self.log[-40:])
-
-    def __enter__(self) -> "IngestProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.log.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        """Block until a log line contains `text` (returns it); fails if the process ends."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                line = ""
-            assert line is not None, "".join(self.log[-40:])
-            if text in line:
-                return line
-            assert time.monotonic() < deadline, f"no {text!r}:\n" + "".join(self.log[-40:])
+        assert self.stop(timeout=120) == 0, "".join(self.lines[-40:])

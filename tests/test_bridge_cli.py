@@ -54,7 +54,7 @@ def test_ksp_bridge_from_the_sib_s_jsap(tmp_path):
         finally:
             if bridge.proc.poll() is None:
                 bridge.proc.kill()
-        log = "".join(bridge.log)
+        log = bridge.log()
         assert f"broker: http://127.0.0.1:{broker.ports['http']}" in log
         assert f"ws://127.0.0.1:{broker.ports['ws']}/subscribe" in log
 
@@ -117,7 +117,7 @@ def test_persistent_operations_outlive_a_restart_of_the_bridge(how, tmp_path):
             for bridge in bridges:
                 if bridge.proc.poll() is None:
                     bridge.proc.kill()
-        log = "".join(bridges[-1].log)
+        log = bridges[-1].log()
         assert "2 persistent operations restored" in log, log
 
 
@@ -141,7 +141,7 @@ def test_pcap_captures_what_the_devices_and_the_bridge_said(tmp_path):
     answers = [decode_sib_message(m.data) for m in said if m.from_sib]
     assert [r.tx for r in requests if hasattr(r, "tx")] == [Tx.INSERT_DATA]
     assert any(getattr(a, "status", None) is Status.OK for a in answers)
-    assert f"capturing to {out}" in "".join(lab.bridge.log)
+    assert f"capturing to {out}" in lab.bridge.log()
 
 
 def test_sighup_reloads_the_access_policy(tmp_path):
@@ -186,7 +186,7 @@ def test_sighup_reloads_the_access_policy(tmp_path):
 
             asyncio.run(asyncio.wait_for(kp(), 90))
             assert bridge.stop() == 0
-        log = "".join(bridge.log)
+        log = bridge.log()
     assert "SIGHUP: configuration not reloaded, the access policy stays" in log
     assert "SIGHUP: access policy reloaded (1 KPs, anonymous none)" in log
 
@@ -259,8 +259,7 @@ max_persistent_per_kp = 1
         bridge = BridgeProcess("--config", str(config), "--log-level", "debug", "--data-dir",
                                str(tmp_path / "data"))
         try:
-            metrics_port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(
-                bridge.log))[1])
+            metrics_port = int(re.search(r"metrics on http://[^:]+:(\d+)", bridge.log())[1])
 
             async def kp():
                 async with connect(f"udp://127.0.0.1:{bridge.port}") as device:

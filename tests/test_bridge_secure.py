@@ -252,7 +252,7 @@ anonymous = "none"
         finally:
             if bridge.proc.poll() is None:
                 bridge.proc.kill()
-        log = "".join(bridge.log)
+        log = bridge.log()
         assert "secure broker" in log and "registered at the broker as 'writer'" in log
 
 

@@ -44,8 +44,8 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Atomically, readable by the owner only."""
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically, readable by the owner only (a secret the process must read back)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -118,7 +118,7 @@ class Clients:
 
     def _save(self) -> None:
         if self.path is not None:
-            _write_private(self.path, json.dumps({"clients": self._clients}).encode())
+            write_private(self.path, json.dumps({"clients": self._clients}).encode())
 
 
 class Tokens:
@@ -139,7 +139,7 @@ class Tokens:
         if path.exists():
             return path.read_bytes()
         key = secrets.token_bytes(32)
-        _write_private(path, key)
+        write_private(path, key)
         return key
 
     def issue(self, client_id: str) -> dict:

@@ -107,7 +107,7 @@ def ingest(url: str, count: int, out: Path) -> dict:
 
     with IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
                        "--status", "0", "--client-id", "bench-ingest") as job:
-        port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(job.log))[1])
+        port = int(re.search(r"metrics on http://[^:]+:(\d+)", job.log())[1])
 
         def observed() -> float:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
