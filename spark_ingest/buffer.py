@@ -16,6 +16,7 @@ acknowledging, and the broker stops sending once its in-flight window is used.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ class Buffer:
                  durable: bool = False, readonly: bool = False) -> None:
         self.path = Path(directory) / FILE
         self.max_messages = max_messages
+        # One connection, used by the receiver's threads and the Spark reader's: one at a time.
+        self._lock = threading.RLock()
         if readonly:
             self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
                                        check_same_thread=False, timeout=30)
@@ -60,40 +63,53 @@ class Buffer:
         """Keep `messages` ((topic, payload), in arrival order) in one transaction; returns
         the last sequence number."""
         received = time.time() if now is None else now
-        with self._transaction():
+        with self._lock, self._transaction():
             self._db.executemany("INSERT INTO messages (topic, payload, received) VALUES "
                                  "(?, ?, ?)", [(t, p, received) for t, p in messages])
-        self._count += len(messages)
+            self._count += len(messages)
         return self.last()
 
     def last(self) -> int:
         """The newest sequence number kept or committed (0: none yet)."""
-        row = self._db.execute("SELECT MAX(seq) FROM messages").fetchone()[0]
-        return row if row is not None else self.committed()
+        with self._lock:
+            row = self._db.execute("SELECT MAX(seq) FROM messages").fetchone()[0]
+            return row if row is not None else self.committed()
 
     def committed(self) -> int:
-        return self._db.execute("SELECT seq FROM committed").fetchone()[0]
+        with self._lock:
+            return self._db.execute("SELECT seq FROM committed").fetchone()[0]
 
     def backlog(self, now: float | None = None) -> tuple[int, float]:
         """(messages waiting for a committed batch, seconds the oldest has waited)."""
-        n, oldest = self._db.execute("SELECT COUNT(*), MIN(received) FROM messages").fetchone()
+        with self._lock:
+            n, oldest = self._db.execute("SELECT COUNT(*), MIN(received) FROM messages"
+                                         ).fetchone()
         waited = 0.0 if oldest is None else (time.time() if now is None else now) - oldest
         return n, max(0.0, waited)
 
     def read(self, after: int, upto: int) -> Iterator[tuple[int, str, bytes, float]]:
-        """(seq, topic, payload, received) with after < seq <= upto, in order."""
-        yield from self._db.execute("SELECT seq, topic, payload, received FROM messages "
-                                    "WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+        """(seq, topic, payload, received) with after < seq <= upto, in order; read 1,000 at a
+        time, the lock held for each read only."""
+        while True:
+            with self._lock:
+                rows = self._db.execute("SELECT seq, topic, payload, received FROM messages "
+                                        "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 1000",
+                                        (after, upto)).fetchall()
+            if not rows:
+                return
+            yield from rows
+            after = rows[-1][0]
 
     def commit(self, upto: int) -> None:
         """Spark committed every batch up to `upto`: those messages go."""
-        with self._transaction():
+        with self._lock, self._transaction():
             gone = self._db.execute("DELETE FROM messages WHERE seq <= ?", (upto,)).rowcount
             self._db.execute("UPDATE committed SET seq = MAX(seq, ?)", (upto,))
-        self._count -= gone
+            self._count -= gone
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def _transaction(self):
         db = self._db

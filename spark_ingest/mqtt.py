@@ -6,8 +6,9 @@ acknowledgement: a message is PUBACKed once its transaction in the buffer has co
 receiver killed before that gets it again from the broker when it reconnects (MQTT's
 at-least-once; the ingest drops the duplicates a redelivery makes, by device, property and
 time). Messages are written in batches: every `batch` messages or `linger` seconds, whichever
-comes first. While the buffer is full, nothing is acknowledged and what arrives waits in
-memory, at most the broker's in-flight window (`max_inflight_messages` in mosquitto.conf).
+comes first. The buffer never holds more than its `max_messages`: what does not fit waits in
+memory unacknowledged, at most the broker's in-flight window (`max_inflight_messages` in
+mosquitto.conf), and goes in as committed batches make room.
 """
 from __future__ import annotations
 
@@ -86,13 +87,17 @@ class Receiver:
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.linger):
-            self._flush()
+            try:
+                self._flush()
+            except Exception:  # the buffer's disk, say: said, and tried again
+                log.exception("MQTT receiver: writing the buffer failed")
 
     def _flush(self) -> None:
         with self._lock:
-            if not self._pending or self.buffer.full:
+            room = self.buffer.max_messages - len(self.buffer)
+            if not self._pending or room <= 0:
                 return
-            taken, self._pending = self._pending, []
+            taken, self._pending = self._pending[:room], self._pending[room:]
             self.buffer.append([(m.topic, m.payload) for m in taken])
         for m in taken:  # after the commit: now the broker may forget them
             if m.qos > 0:

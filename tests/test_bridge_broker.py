@@ -195,8 +195,16 @@ def test_the_reference_broker_s_manners():
                                           f"http://{where}/oauth/token", path=None)
             assert await registrations.authorization("dev") == "Bearer jwt"
             await registrations.close()
-            assert seen == [("register", "application/json"),
-                            ("token", "application/json", "Basic YzE6czE=")]
+            bounded = Registrations(f"http://{where}/oauth/register",
+                                    f"http://{where}/oauth/token", path=None, max_identities=1)
+            assert await bounded.authorization("dev") == "Bearer jwt"
+            status, _ = await _status(bounded.authorization("another"))  # the cap: nothing sent
+            assert status is Status.LIMIT_EXCEEDED
+            await bounded.close()
+            assert seen[:2] == [("register", "application/json"),
+                                ("token", "application/json", "Basic YzE6czE=")]
+            assert len(seen) == 4  # the bounded one's register and token, not another's
+            del seen[2:]
             async with Broker(f"http://{where}") as broker:
                 assert (await broker.query("ASK {}"))["boolean"] is True
                 await broker.update("INSERT DATA { <urn:a> <urn:b> <urn:c> }")

@@ -68,7 +68,7 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
             until(lambda: count(out, "observations") >= 600
                   and count(out, "dead_letters") >= counts["bad"], 240,
                   "the observations and dead letters")
-            port = int(re.search(r"metrics on http://[^:]+:(\d+)", "".join(ingest.log))[1])
+            port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
 
             def scrape() -> dict:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
@@ -108,7 +108,7 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     nt = "".join(f.read_text() for f in sorted((out / "ntriples").glob("*.nt")))
     assert nt.count("\n") == 5 * 600 and nt.count("sosa/Observation>") == 600
     assert any(re.search(r"ingest: .* readings/s, .* lag [\d,]+ messages \([\d.]+ s\)",
-                         line) for line in ingest.log)
+                         line) for line in ingest.lines)
     assert figures["ksp_ingest_observations_total"] == 600
     assert figures["ksp_ingest_dead_letters_total"] == counts["bad"]
     assert figures["ksp_ingest_sib_updates_total"] >= 1
@@ -175,3 +175,31 @@ def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
         r = got[key]
         assert (r["count"], r["min"], r["max"]) == (len(values), min(values), max(values))
         assert r["mean"] == pytest.approx(sum(values) / len(values))
+
+
+def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):
+    """The receiver alone (no Spark): with room for 5 messages, 5 are buffered and acknowledged
+    and the rest wait unacknowledged; as a batch commits, the rest come, in order, once each."""
+    from spark_ingest.buffer import Buffer
+    from spark_ingest.mqtt import Receiver
+
+    buffer = Buffer(tmp_path / "buffer", max_messages=5)
+    receiver = Receiver(mosquitto, "ksp/+/telemetry", "bounded-test", buffer, batch=1).start()
+    try:
+        assert receiver.wait_connected(30)
+        sent = list(messages(12, devices=2, seed=2))
+        publish(mosquitto, sent)
+        until(lambda: len(buffer) == 5, 30, "a full buffer")
+        time.sleep(0.5)
+        assert len(buffer) == 5 and receiver.received == 5  # the rest held, not acknowledged
+        got = [p for _, _, p, _ in buffer.read(0, buffer.last())]
+        buffer.commit(buffer.last())
+        until(lambda: receiver.received == 10, 30, "the next five")
+        got += [p for _, _, p, _ in buffer.read(buffer.committed(), buffer.last())]
+        buffer.commit(buffer.last())
+        until(lambda: receiver.received == 12, 30, "the last two")
+        got += [p for _, _, p, _ in buffer.read(buffer.committed(), buffer.last())]
+    finally:
+        receiver.stop()
+        buffer.close()
+    assert got == [p for _, p, _ in sent]
