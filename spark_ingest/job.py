@@ -48,6 +48,8 @@ XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 #: Pairs (device, property) per KSP update to the SIB: a Graph field holds 255 triples.
 SIB_CHUNK = 100
+#: Each batch's observations as one file, for the aggregates' query (see `_aggregates`).
+AGGREGATES_INPUT = "_aggregates_input"
 #: The observation rows, as written (the partition columns last).
 OBSERVATION_SCHEMA = ("observation string, madeBySensor string, observedProperty string, "
                       "hasSimpleResult double, unit string, resultTime timestamp, date date, "
@@ -128,17 +130,21 @@ class Ingest:
 
     def _aggregates(self):
         """Per-minute min, max, mean and count per device and property: a second query over
-        the observations as they land (a file stream: each batch's file is read once), a
-        minute written once the watermark has passed its end, so each row is final
-        (`OUT/aggregates/date=…/device=…`, written as the observations are: once, whole files
-        moved into place, readable by any Parquet reader)."""
+        the observations as they land, a minute written once the watermark has passed its
+        end, so each row is final (`OUT/aggregates/date=…/device=…`, written as the
+        observations are: once, whole files moved into place, readable by any Parquet reader).
+
+        It reads each main batch as one file (`OUT/_aggregates_input`, deleted once read), not
+        the observations' tree: that is written one partition file at a time, and a file
+        stream that saw one device's file of a batch before the others' would move its
+        watermark on and drop the others' readings as late."""
         from pyspark.sql import functions as F
 
-        root = self.out / "observations"
+        root = self.out / AGGREGATES_INPUT
         root.mkdir(parents=True, exist_ok=True)
         _never_committed(self.out / "_checkpoint_aggregates")
         observations = (self.spark.readStream.schema(OBSERVATION_SCHEMA)
-                        .option("basePath", str(root)).parquet(str(root)))
+                        .option("cleanSource", "delete").parquet(str(root)))
         minutes = (observations.withWatermark("resultTime", self.o.watermark)
                    .groupBy(F.window("resultTime", "1 minute"), "device", "observedProperty")
                    .agg(F.min("hasSimpleResult").alias("min"),
@@ -176,6 +182,8 @@ class Ingest:
                 F.col("time").alias("resultTime"),
                 F.to_date("time").alias("date"), "device")
             n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
+            if n_obs:
+                self._write_whole(observations, AGGREGATES_INPUT, batch_id)
             letters = dead.select("seq", "topic", "payload", "received", "reason",
                                   F.to_date("received").alias("date"))
             n_dead = self._write(letters, "dead_letters", batch_id, ["date"])
@@ -221,6 +229,17 @@ class Ingest:
             return rows
         finally:
             frame.unpersist()
+
+    def _write_whole(self, frame, table: str, batch_id: int) -> None:
+        """The batch as one file, moved into place in one rename (replacing an earlier
+        attempt's): a file stream reading `table` sees the whole batch or none of it."""
+        root = self.out / table
+        staging = self.out / "_staging" / table / str(batch_id)
+        frame.coalesce(1).write.mode("overwrite").parquet(str(staging))
+        root.mkdir(parents=True, exist_ok=True)
+        for part in staging.glob("*.parquet"):
+            os.replace(part, root / f"batch-{batch_id:012d}.parquet")
+        shutil.rmtree(staging, ignore_errors=True)
 
     def _ntriples(self, observations, batch_id: int) -> None:
         """The batch's observations as N-Triples, one file per batch (replaced on re-run)."""

@@ -46,14 +46,16 @@ class Receiver:
                                   clean_session=False, protocol=mqtt.MQTTv311,
                                   manual_ack=True)
         self.client.on_connect = self._on_connect
+        self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
+        self._session_present = False
         self._pending: list[mqtt.MQTTMessage] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="mqtt-buffer",
                                          daemon=True)
-        self.received = 0  # messages written to the buffer and acknowledged (stats)
-        self.connected = threading.Event()
+        self.received = 0  # messages written to the buffer, then acknowledged (stats)
+        self.subscribed = threading.Event()
 
     def start(self) -> "Receiver":
         self.client.connect_async(self.host, self.port, keepalive=30)
@@ -73,10 +75,19 @@ class Receiver:
             log.warning("MQTT %s:%d refused the connection: %s", self.host, self.port,
                         reason_code)
             return
+        self._session_present = flags.session_present
         client.subscribe(self.topic, qos=1)  # again after each reconnection
-        self.connected.set()
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
+        # Subscribed only now, at the SUBACK: a message published before the broker has the
+        # subscription is not for this client (on a new session it is simply not delivered).
+        if any(code.is_failure for code in reason_codes):
+            log.warning("MQTT %s:%d refused the subscription to %s: %s", self.host, self.port,
+                        self.topic, ", ".join(str(c) for c in reason_codes))
+            return
+        self.subscribed.set()
         log.info("MQTT %s:%d: subscribed to %s (session %s)", self.host, self.port,
-                 self.topic, "resumed" if flags.session_present else "new")
+                 self.topic, "resumed" if self._session_present else "new")
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
         with self._lock:
@@ -99,11 +110,13 @@ class Receiver:
                 return
             taken, self._pending = self._pending[:room], self._pending[room:]
             self.buffer.append([(m.topic, m.payload) for m in taken])
-        for m in taken:  # after the commit: now the broker may forget them
-            if m.qos > 0:
-                self.client.ack(m.mid, m.qos)
-        self.received += len(taken)
+            self.received += len(taken)
+            # After the commit, now the broker may forget them; under the lock, so that the
+            # PUBACKs go in the order the PUBLISHes came (MQTT-4.6.0-2) whichever thread wrote.
+            for m in taken:
+                if m.qos > 0:
+                    self.client.ack(m.mid, m.qos)
 
-    def wait_connected(self, timeout: float) -> bool:
+    def wait_subscribed(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        return self.connected.wait(max(0.0, deadline - time.monotonic()))
+        return self.subscribed.wait(max(0.0, deadline - time.monotonic()))

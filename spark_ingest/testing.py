@@ -3,6 +3,7 @@ loopback port, with a persistent store and room for an ingest's backlog while it
 default keeps 1,000 messages per offline client, then drops) and `ksp-ingest` as a process."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -31,7 +32,10 @@ class Mosquitto:
         store = self.directory / "mqtt-store"
         store.mkdir(parents=True, exist_ok=True)
         conf = self.directory / "mosquitto.conf"
-        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+        # As root, mosquitto drops to the user `mosquitto`, who cannot write in a root-only
+        # temporary directory: its store would silently not be kept.
+        user = "user root\n" if os.geteuid() == 0 else ""
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{user}"
                         f"persistence true\npersistence_location {store}/\n"
                         "max_queued_messages 1000000\nmax_inflight_messages 1000\n")
         self.proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,

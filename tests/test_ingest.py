@@ -186,7 +186,7 @@ def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, t
     buffer = Buffer(tmp_path / "buffer", max_messages=5)
     receiver = Receiver(mosquitto, "ksp/+/telemetry", "bounded-test", buffer, batch=1).start()
     try:
-        assert receiver.wait_connected(30)
+        assert receiver.wait_subscribed(30)
         sent = list(messages(12, devices=2, seed=2))
         publish(mosquitto, sent)
         until(lambda: len(buffer) == 5, 30, "a full buffer")
