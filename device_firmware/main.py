@@ -22,6 +22,13 @@ def main():
         print("ksp: fix config.json and reset the board")
         while True:
             time.sleep(60)
+    if cfg["mqtt"]:  # a sensor publishing telemetry to an MQTT broker, no SIB
+        from kspfw.telemetry_agent import TelemetryAgent, run
+
+        m = cfg["mqtt"]
+        print("ksp: sensor agent, telemetry to MQTT %s:%d" % (m["host"], m["port"]))
+        run(TelemetryAgent(cfg, board))
+        return
     if cfg["agent"] == "sensor":
         from kspfw.sensor_agent import SensorAgent as Kind
     else:

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,13 +27,53 @@ WAVE_S = 120.0
 
 
 def firmware_importable():
-    """Put kspfw on sys.path, with a stand-in for MicroPython's `micropython` module."""
+    """Put kspfw (and lib/, umqtt.simple) on sys.path, with a stand-in for MicroPython's
+    `micropython` module."""
     if "micropython" not in sys.modules:
         shim = types.ModuleType("micropython")
         shim.const = lambda value: value  # type: ignore[attr-defined]
         sys.modules["micropython"] = shim
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    for path in (HERE / "lib", HERE):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+
+
+class MicroSocket:
+    """MicroPython's stream socket (`write(buf, n)`, `read(n)` until n bytes or the end, None
+    when non-blocking and nothing came) on a CPython socket: what umqtt.simple calls."""
+
+    def __init__(self, *args):
+        self._s = socket.socket(*args)
+
+    def __getattr__(self, name):  # settimeout, setblocking, connect, close
+        return getattr(self._s, name)
+
+    def write(self, buf, n=None):
+        data = buf.encode() if isinstance(buf, str) else bytes(buf)
+        data = data if n is None else data[:n]
+        self._s.sendall(data)
+        return len(data)
+
+    def read(self, n):
+        out = b""
+        while len(out) < n:
+            try:
+                chunk = self._s.recv(n - len(out))
+            except BlockingIOError:
+                return out or None
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def umqtt_on_cpython():
+    """umqtt.simple (device_firmware/lib, as on a board) with MicroPython's socket API."""
+    firmware_importable()
+    import umqtt.simple
+
+    umqtt.simple.socket = types.SimpleNamespace(socket=MicroSocket,
+                                                getaddrinfo=socket.getaddrinfo)
 
 
 class DeepSleep(Exception):
@@ -103,6 +144,12 @@ class SimulatedBoard:
     def connected(self):
         return True
 
+    def set_clock(self):
+        pass  # the host's clock is set
+
+    def utc(self):
+        return time.gmtime()
+
 
 class Device(threading.Thread):
     """One simulated board running the agent its configuration names, until `halt`."""
@@ -122,6 +169,8 @@ class Device(threading.Thread):
         def link(cfg):
             return Link(cfg["host"], cfg["port"], cfg["transport"] == "tcp", cfg["max_size"])
 
+        if self.cfg["mqtt"]:
+            return self.run_telemetry()
         try:
             while not self.halt.is_set():
                 agent = self.agent()
@@ -136,6 +185,37 @@ class Device(threading.Thread):
         except Exception as e:  # noqa: BLE001 (reported by main)
             self.error = e
             self.halt.set()
+
+    def run_telemetry(self):
+        """The MQTT mode: the firmware's telemetry agent and loop, umqtt.simple on CPython."""
+        from kspfw.telemetry_agent import TelemetryAgent, run
+
+        umqtt_on_cpython()
+        agent = self.telemetry = TelemetryAgent(self.cfg, self.board)
+        if self.period_ms:
+            agent.period = self.period_ms
+        published = [0]
+
+        def stop():
+            rounds = agent.published // max(1, len(agent.readers))
+            if rounds > published[0]:
+                published[0] = self.acked = rounds
+                print("sim %s: published %d readings to MQTT" % (self.name,
+                                                                 agent.published))
+            return self.halt.is_set()
+
+        try:
+            while not self.halt.is_set():
+                try:
+                    run(agent, stop)
+                    break
+                except DeepSleep as e:
+                    print("sim %s: deep sleep for %d ms" % (self.name, e.args[0]))
+                    self.halt.wait(e.args[0] / 1000)
+        except Exception as e:  # noqa: BLE001 (reported by main)
+            self.error = e
+            self.halt.set()
+        print("sim %s: %d readings published in all" % (self.name, agent.published))
 
     def agent(self):
         if self.cfg["agent"] == "sensor":
@@ -171,6 +251,14 @@ def host_port(text):
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def mqtt_url(text):
+    """`mqtt://HOST[:PORT]` -> (host, port), 1883 by default."""
+    rest = text[len("mqtt://"):] if text.startswith("mqtt://") else None
+    if not rest:
+        raise argparse.ArgumentTypeError("%r: expected mqtt://HOST[:PORT]" % text)
+    return host_port(rest if ":" in rest.rsplit("]", 1)[-1] else rest + ":1883")
+
+
 def build_parser(prog="ksp simulate-board"):
     p = argparse.ArgumentParser(prog=prog, description=(
         "Run the device firmware's agents on CPython with simulated boards against a SIB: "
@@ -180,6 +268,9 @@ def build_parser(prog="ksp simulate-board"):
                    help="config.json files (default: device_firmware/config.example.json)")
     p.add_argument("--sib", metavar="HOST:PORT", type=host_port,
                    help="the SIB to use instead of the configs' sib.host and sib.port")
+    p.add_argument("--mqtt", metavar="mqtt://HOST[:PORT]", type=mqtt_url,
+                   help="sensors publish telemetry to this MQTT broker (for ksp-ingest) "
+                        "instead of writing to a SIB: the configs' \"mqtt\" mode")
     p.add_argument("--period", type=float, metavar="SECONDS",
                    help="sampling period instead of the configs' period_s (fractions allowed)")
     p.add_argument("--values", metavar="V1,V2,...",
@@ -204,8 +295,16 @@ def main(argv=None, prog="ksp simulate-board"):
     for path in args.configs:
         print("sim: %s" % path)
         try:
-            cfg = config.load(str(path), 64 * 1024)
+            if args.mqtt:  # the config's sensors, in MQTT mode on that broker
+                raw = json.loads(path.read_text())
+                raw["mqtt"] = dict(raw.get("mqtt") or {}, host=args.mqtt[0], port=args.mqtt[1])
+                cfg = config.check(raw, 64 * 1024)
+            else:
+                cfg = config.load(str(path), 64 * 1024)
         except config.ConfigError:
+            return 2
+        except (OSError, ValueError) as e:
+            print("sim: %s: %s" % (path, e))
             return 2
         if args.sib:
             cfg["host"], cfg["port"] = args.sib
@@ -213,8 +312,12 @@ def main(argv=None, prog="ksp simulate-board"):
                               int(args.period * 1000) if args.period else None))
     signal.signal(signal.SIGTERM, lambda *_: halt.set())
     for d in devices:
-        print("sim %s: %s agent, SIB %s:%d/%s" % (d.name, d.cfg["agent"], d.cfg["host"],
-                                                  d.cfg["port"], d.cfg["transport"]))
+        if d.cfg["mqtt"]:
+            print("sim %s: sensor agent, telemetry to MQTT %s:%d" % (
+                d.name, d.cfg["mqtt"]["host"], d.cfg["mqtt"]["port"]))
+        else:
+            print("sim %s: %s agent, SIB %s:%d/%s" % (d.name, d.cfg["agent"], d.cfg["host"],
+                                                      d.cfg["port"], d.cfg["transport"]))
         d.start()
     sensors = [d for d in devices if d.cfg["agent"] == "sensor"]
     try:

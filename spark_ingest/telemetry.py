@@ -4,8 +4,8 @@
      "time": "2026-11-25T16:00:00.125Z"}
 
 - `device`, `property`: 1 to 64 characters of ``A-Z a-z 0-9 . _ -`` (each becomes the last
-  segment of an IRI: the sensor ``<base>sensor/<device>``, the property
-  ``<base>property/<property>``); the topic's device and the payload's must be the same.
+  segment of an IRI: the sensor ``<base><device>``, the property ``<base><property>``); the
+  topic's device and the payload's must be the same.
 - `value`: a JSON number, finite (not a string, not a boolean).
 - `unit`: optional, a UCUM code (``Cel``, ``%``, ``lx``), at most 32 characters.
 - `time`: when it was read, RFC 3339 with a time zone (``Z`` or ``+01:00``), milliseconds at

@@ -19,15 +19,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Mosquitto:
-    """`with Mosquitto() as broker: broker.url` → `mqtt://127.0.0.1:PORT`."""
+    """`with Mosquitto() as broker: broker.url` → `mqtt://127.0.0.1:PORT`. Again on the same
+    `directory` and `port`: the same broker restarted, its store (sessions, queued messages)
+    read back."""
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    def __init__(self, directory: str | Path | None = None, port: int | None = None) -> None:
         self._own = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="mosquitto-") if directory is None
                               else directory)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        if port is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
         self.url = f"mqtt://127.0.0.1:{self.port}"
         store = self.directory / "mqtt-store"
         store.mkdir(parents=True, exist_ok=True)

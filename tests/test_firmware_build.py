@@ -52,6 +52,7 @@ def test_flash_dry_run_prints_the_mpremote_commands(tmp_path):
     assert lines[0].startswith(f"built {len(flash.sources('esp32'))} modules with mpy-cross")
     assert lines[1:] == [
         f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'kspfw'} :",
+        f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'lib'} :",
         f"mpremote connect /dev/ttyUSB0 fs cp {build / 'main.py'} :main.py",
         f"mpremote connect /dev/ttyUSB0 fs cp {config} :config.json",
         "mpremote connect /dev/ttyUSB0 reset"]

@@ -48,6 +48,16 @@ BAD = [
       "config: sensors[0].type: must be one of chip_temp, dht22, bme280, light, not \"thermistor\"",
       "config: sensors[1].sda: must be a GPIO number 0..48, not \"21\"",
       "config: sensors[1].scl: must be a GPIO number 0..48"]),
+    ({"agent": "actuator", "wifi": {"ssid": "gh"}, "device": EX + "fan 1",
+      "mqtt": {"port": 0, "keepalive": -1, "password": 7},
+      "outputs": [{"pin": 5, "ask": [[EX + "fan1", EX + "on", True]]}]},
+     ["config: mqtt.host: missing",
+      "config: mqtt.port: must be an integer 1..65535, not 0",
+      "config: mqtt.password: must be a string of at most 255 bytes, not 7",
+      "config: mqtt.keepalive: must be an integer 0..65535, not -1",
+      "config: mqtt.device: must be 1-64 of A-Z a-z 0-9 . _ - (default: the end of device), "
+      "not \"fan 1\"",
+      "config: mqtt: only a sensor publishes telemetry (agent must be sensor)"]),
 ]
 
 
@@ -97,6 +107,7 @@ def test_micropython_and_cpython_behave_the_same(mpy, cpy):
         assert [h[:4] + h[8:] for h in mpy[key][part]] == [h[:4] + h[8:] for h in cpy[key][part]]
     assert mpy["actuator"]["pin5"] == cpy["actuator"]["pin5"]
     assert mpy["sensor"]["slept"] == cpy["sensor"]["slept"]
+    assert mpy["telemetry"] == cpy["telemetry"]
 
 
 def test_con_retransmission_schedule(run):
@@ -167,3 +178,25 @@ def test_request_into_a_preallocated_buffer(run):
     assert first == again == fresh
     assert decode_kp_message(bytes.fromhex(first)).insert == (
         (IRI(EX + "s"), IRI(EX + "p"), IRI(EX + "o")),)
+
+
+def test_telemetry_mode_publishes_what_the_ingest_accepts(run):
+    """The MQTT mode's messages pass the ingest's own checks (spark_ingest.telemetry.parse):
+    one per finite reading, none before the clock is set, and a message the broken connection
+    did not deliver is sent first on the next one."""
+    from datetime import datetime, timezone
+
+    from spark_ingest.telemetry import parse
+
+    t = run["telemetry"]
+    assert t["mqtt"] == {"host": "10.0.0.3", "port": 1883, "user": None, "password": "",
+                         "client_id": None, "keepalive": 0, "device": None}
+    assert t["before_clock"] == []
+    sent = t["first"] + t["again"]
+    assert [qos for _, _, qos in sent] == [1, 1]
+    when = datetime(2026, 11, 25, 16, 0, 5, tzinfo=timezone.utc)
+    assert [parse(topic, payload.encode()) for topic, payload, _ in sent] == [
+        ("sensor7", "temperature", 21.7, "Cel", when, None),
+        ("sensor7", "pressure", 1013.25, "hPa", when, None)]  # light inf, humidity failed
+    assert t["left"] == [[topic, payload] for topic, payload, _ in t["again"]]
+    assert t["published"] == 2 and t["first"] and sent[0][0] == "ksp/sensor7/telemetry"

@@ -156,10 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_sim = sub.add_parser(
         "simulate-board", add_help=False,
-        help="run the device firmware's agents on CPython with simulated boards against a SIB")
+        help="run the device firmware's agents on CPython with simulated boards against a SIB "
+             "(or, --mqtt, publishing telemetry to an MQTT broker)")
     p_sim.add_argument("args", nargs=argparse.REMAINDER,
-                       help="CONFIG... [--sib HOST:PORT] [--period S] [--values V,...] "
-                            "[--readings N] (see `ksp simulate-board --help`)")
+                       help="CONFIG... [--sib HOST:PORT | --mqtt mqtt://HOST[:PORT]] "
+                            "[--period S] [--values V,...] [--readings N] "
+                            "(see `ksp simulate-board --help`)")
     p_sim.set_defaults(func=_cmd_simulate_board)
 
     from tools.capture import add_parser as capture_command

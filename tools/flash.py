@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE = ROOT / "device_firmware"
 PACKAGE = "kspfw"
+LIB = "lib"
 BOARDS = ("esp32", "rp2")
 
 
@@ -31,9 +32,11 @@ def mpy_cross() -> str:
 
 
 def sources(board: str) -> list[Path]:
-    """The package's modules for `board` (relative to device_firmware/)."""
+    """The package's modules for `board`, and lib/ (micropython-lib's umqtt.simple, for the
+    MQTT mode; a board's /lib is on its sys.path), relative to device_firmware/."""
     other = [b for b in BOARDS if b != board]
-    return sorted(p.relative_to(FIRMWARE) for p in (FIRMWARE / PACKAGE).rglob("*.py")
+    return sorted(p.relative_to(FIRMWARE) for top in (PACKAGE, LIB)
+                  for p in (FIRMWARE / top).rglob("*.py")
                   if "__pycache__" not in p.parts and not any(
                       p.name == f"chip_temp_{o}.py" for o in other))
 
@@ -63,6 +66,7 @@ def copy_commands(port: str, out: Path, config: Path | None) -> list[list[str]]:
     """mpremote commands that put the build (and config.json) on the board and reset it."""
     base = ["mpremote", "connect", port]
     cmds = [base + ["fs", "cp", "-r", str(out / PACKAGE), ":"],
+            base + ["fs", "cp", "-r", str(out / LIB), ":"],
             base + ["fs", "cp", str(out / "main.py"), ":main.py"]]
     if config is not None:
         cmds.append(base + ["fs", "cp", str(config), ":config.json"])

@@ -67,5 +67,19 @@ class MCUBoard(FileState):
 
         self.wlan = wifi(cfg["ssid"], cfg["wifi_password"])
 
+    def set_clock(self):
+        """UTC from NTP (the telemetry's times); the clock keeps running if it fails."""
+        try:
+            import ntptime
+
+            ntptime.settime()
+        except (ImportError, OSError) as e:
+            print("ksp: NTP failed: %s" % e)
+
+    def utc(self):
+        """`time.gmtime()`, or None while the clock is not set (before 2025)."""
+        t = time.gmtime()
+        return t if t[0] >= 2025 else None
+
     def connected(self):
         return self.wlan is None or self.wlan.isconnected()

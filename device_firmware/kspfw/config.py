@@ -94,10 +94,13 @@ def check(cfg, free=None):
     out["agent"] = c.get("agent", str, choices=("sensor", "actuator"))
     out["ssid"] = c.get("wifi.ssid", str)
     out["wifi_password"] = _password(c, cfg, "wifi")
-    out["host"] = c.get("sib.host", str)
+    # MQTT mode (a sensor publishing telemetry for ksp-ingest): no SIB, no KP identity.
+    mqtt = out["mqtt"] = _mqtt(c, cfg) if "mqtt" in cfg else None
+    out["host"] = c.get("sib.host", str, required=mqtt is None)
     out["port"] = c.get("sib.port", int, 7000, required=False, lo=1, hi=65535)
     out["transport"] = c.get("sib.transport", str, "udp", required=False, choices=("udp", "tcp"))
-    out["kp_id"] = _hex(c, "kp.id", c.get("kp.id", str), 16, "must be a UUID (32 hex digits)")
+    out["kp_id"] = _hex(c, "kp.id", c.get("kp.id", str, required=mqtt is None), 16,
+                        "must be a UUID (32 hex digits)")
     out["kp_password"] = _password(c, cfg, "kp")
     # The sealing key (wire format 13): 64 hex digits, as `ksp-sib new-key` prints; UDP only.
     out["kp_key"] = _hex(c, "kp.key", c.get("kp.key", str, required=False), 32,
@@ -116,6 +119,8 @@ def check(cfg, free=None):
         out["max_size"] = auto_max_size(free if free is not None else 64 * 1024)
     else:
         out["max_size"] = c.get("max_response_size", int, 1024, lo=64, hi=65507)
+    if mqtt is not None and out["agent"] != "sensor":
+        c.bad("mqtt", "only a sensor publishes telemetry (agent must be sensor)")
     if out["agent"] == "sensor":
         out["sensors"] = _sensors(c, cfg.get("sensors"))
     elif out["agent"] == "actuator":
@@ -124,6 +129,27 @@ def check(cfg, free=None):
         for e in c.errors:
             print(e)
         raise ConfigError(c.errors)
+    return out
+
+
+def _mqtt(c, cfg):
+    """The "mqtt" section: the broker and how to log in; the device's name in the telemetry
+    (default: the last segment of `device`) must be a name the format accepts."""
+    if not isinstance(cfg["mqtt"], dict):
+        c.bad("mqtt", "must be an object", cfg["mqtt"])
+        return {}
+    out = {"host": c.get("mqtt.host", str),
+           "port": c.get("mqtt.port", int, 1883, required=False, lo=1, hi=65535),
+           "user": c.get("mqtt.user", str, required=False),
+           "password": _password(c, cfg, "mqtt"),
+           "client_id": c.get("mqtt.client_id", str, required=False),
+           "keepalive": c.get("mqtt.keepalive", int, 0, required=False, lo=0, hi=65535),
+           "device": c.get("mqtt.device", str, required=False)}
+    name = out["device"] or str(cfg.get("device", "")).rsplit("#", 1)[-1].rsplit("/", 1)[-1]
+    if not 0 < len(name) <= 64 or any(not (ch.isalpha() or ch.isdigit() or ch in "._-")
+                                       or ord(ch) > 127 for ch in name):
+        c.bad("mqtt.device", "must be 1-64 of A-Z a-z 0-9 . _ - (default: the end of device)",
+              name)
     return out
 
 

@@ -147,6 +147,56 @@ def actuator():
     return {"sent": link.sent, "pin5": board.outputs[5]}
 
 
+class RecordingMQTT:
+    """What the telemetry agent asks of umqtt.simple's client; the publish numbered `fail`
+    breaks the connection (OSError) before the broker acknowledged it."""
+
+    def __init__(self, fail=None):
+        self.sock = self
+        self.published, self.calls, self.fail = [], 0, fail
+
+    def settimeout(self, t):
+        pass
+
+    def publish(self, topic, msg, qos=0):
+        self.calls += 1
+        if self.calls == self.fail:
+            raise OSError(104, "ECONNRESET")
+        self.published.append([topic, bytes(msg).decode(), qos])
+
+
+def telemetry():
+    """The MQTT mode: no message while the clock is not set; one per finite reading; what a
+    broken connection did not deliver stays to be sent first."""
+    from kspfw.telemetry_agent import TelemetryAgent
+
+    gh = "http://example.org/gh#"
+    cfg = config.check({"agent": "sensor", "wifi": {"ssid": "x"}, "mqtt": {"host": "10.0.0.3"},
+                        "device": gh + "sensor7", "sensors": [
+                            {"type": "dht22", "pin": 4, "property": gh + "temperature"},
+                            {"type": "light", "pin": 34, "property": gh + "light"},
+                            {"type": "bme280", "sda": 21, "scl": 22, "quantity": "pressure",
+                             "property": gh + "pressure"},
+                            {"type": "dht22", "pin": 4, "quantity": "humidity", "unit": "%RH",
+                             "property": gh + "humidity"}]})
+    board = SimBoard({gh + "temperature": 21.7, gh + "light": float("inf"),
+                      gh + "pressure": 1013.25, gh + "humidity": OSError(110, "ETIMEDOUT")})
+    agent = TelemetryAgent(cfg, board)
+    before_clock = agent.readings()
+    board.utc_time = (2026, 11, 25, 16, 0, 5, 2, 329)
+    msgs = agent.readings()
+    broken = RecordingMQTT(fail=2)
+    try:
+        agent.publish(broken, msgs)
+    except OSError:
+        pass
+    left = [[t, bytes(p).decode()] for t, p in msgs]
+    again = RecordingMQTT()
+    agent.publish(again, msgs)
+    return {"mqtt": cfg["mqtt"], "before_clock": before_clock, "first": broken.published,
+            "left": left, "again": again.published, "published": agent.published}
+
+
 def reuse():
     """codec.request into a caller's preallocated bytearray gives the same bytes."""
     g = ([("http://example.org/gh#s", "http://example.org/gh#p", "http://example.org/gh#o")],)
@@ -161,7 +211,7 @@ def main():
         cases = json.load(f)
     out = {"retransmission": retransmission(), "subscription": subscription(cases["inds"]),
            "configs": configs(cases["configs"], sys.argv[4].rsplit("/", 1)[0]), "sensor": sensor(), "actuator": actuator(),
-           "reuse": reuse()}
+           "reuse": reuse(), "telemetry": telemetry()}
     with open(sys.argv[4], "w") as f:
         json.dump(out, f)
 

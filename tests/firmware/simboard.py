@@ -23,6 +23,7 @@ class SimBoard:
         self.sleeps = []
         self.counter = 0
         self.counter_writes = []
+        self.utc_time = None  # a time.gmtime() tuple once "NTP" has set the clock
 
     def sensor(self, spec):
         prop = spec["property"]
@@ -75,3 +76,9 @@ class SimBoard:
         if not self.network_up:
             raise OSError(118, "Wi-Fi down (simulated)")
         self.connects += 1
+
+    def set_clock(self):
+        pass
+
+    def utc(self):
+        return self.utc_time
