@@ -203,3 +203,44 @@ def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, t
         receiver.stop()
         buffer.close()
     assert got == [p for _, p, _ in sent]
+
+
+def test_the_readmes_greenhouse_over_mqtt_through_the_ingest(mosquitto, tmp_path):
+    """The README's "Telemetry into Parquet and the SIB": a SIB, ksp-ingest on the broker and
+    the SIB, and `ksp demo greenhouse --url … --mqtt …`, whose Sensor KPs publish telemetry;
+    the ingest puts each reading into the SIB, the Autocontrol KP's rules switch the actuators
+    exactly as when the sensors write over KSP, and every reading is an observation."""
+    import subprocess
+    import sys
+
+    from sib.testing import SibProcess
+    from tools.greenhouse import READINGS
+
+    out = tmp_path / "data"
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as sib:
+        url = f"udp://127.0.0.1:{sib.ports['udp']}"
+        with IngestProcess(*ingest_args(mosquitto, out, "--sib", url)) as ingest:
+            demo = subprocess.run([sys.executable, "-m", "tools.cli", "demo", "greenhouse",
+                                   "--url", url, "--mqtt", mosquitto], capture_output=True,
+                                  text=True, timeout=600)
+            assert demo.returncode == 0, demo.stderr + "".join(ingest.lines[-30:])
+            ingest.stop_when(lambda: count(out, "observations") >= len(READINGS),
+                             "the greenhouse's readings")
+    assert demo.stdout.count("(MQTT: ksp/") == len(READINGS)
+    # what the rules did, reading by reading, is what they do when the sensors write over KSP
+    direct = subprocess.run([sys.executable, "-m", "tools.cli", "demo", "greenhouse"],
+                            capture_output=True, text=True, timeout=600)
+    assert direct.returncode == 0, direct.stderr
+
+    def story(text: str) -> list[str]:
+        return [re.sub(r" \(MQTT: .*\)$", "", line.strip()) for line in text.splitlines()
+                if line.strip().startswith(("Sensor KP:", "Actuator KP:"))]
+
+    assert story(demo.stdout) == story(direct.stdout)
+    assert "Actuator KP: fan1 ON" in story(demo.stdout)
+    rows = table(out, "observations").to_pylist()
+    assert sorted((r["observedProperty"].rsplit("#", 1)[1], r["hasSimpleResult"])
+                  for r in rows) == sorted(READINGS)
+    assert {r["madeBySensor"].rsplit("#", 1)[1] for r in rows} == {
+        "thermometer1", "hygrometer1", "luxmeter1"}

@@ -11,6 +11,10 @@ over its own UDP socket:
   the old reading out, the new one in);
 - the **Actuator KP** observes every actuator's state through one persistent SELECT and prints
   each IND, as the KP driving the real fans, LEDs and pump would act on it.
+
+With `--mqtt` (and `--url`), the Sensor KPs publish telemetry to an MQTT broker instead, and a
+`ksp-ingest` running on that broker and SIB writes the readings into the SIB: the rules fire on
+ingested telemetry as on KSP updates.
 """
 from __future__ import annotations
 
@@ -63,19 +67,29 @@ def states_of(rows) -> dict[URIRef, bool]:
     return {a: bool(s.toPython()) for a, s in rows.rows}
 
 
-class Greenhouse:
-    """The KPs of the demo, connected to the SIB at `url` (UDP)."""
+#: The sensors' units in the telemetry (UCUM) when they publish over MQTT.
+UNITS = {"temperature": "Cel", "humidity": "%", "luminosity": "lx"}
 
-    def __init__(self, url: str, say: Callable[[str], None] = print) -> None:
+
+class Greenhouse:
+    """The KPs of the demo, connected to the SIB at `url` (UDP). With `mqtt`, the Sensor KPs
+    publish telemetry to that broker instead, for `ksp-ingest` to put into the SIB."""
+
+    def __init__(self, url: str, say: Callable[[str], None] = print,
+                 mqtt: str | None = None) -> None:
         self.url = url
         self.say = say
+        self.mqtt = mqtt
         self.readings: dict[str, float] = {}
         self.observed: dict[URIRef, bool] = {}
         self._changed = asyncio.Event()
         self.sensors: dict = {}  # quantity -> its Sensor KP's connection, once opened
 
     async def publish(self, quantity: str, value: float) -> None:
-        """A Sensor KP's reading: UPDATE DATA, the old reading out and the new one in."""
+        """A Sensor KP's reading: UPDATE DATA, the old reading out and the new one in; or,
+        over MQTT, one telemetry message, and back once the ingest has put it in the SIB."""
+        if self.mqtt:
+            return await self._publish_mqtt(quantity, value)
         kp = self.sensors.get(quantity)
         if kp is None:
             kp = self.sensors[quantity] = await connect(self.url,
@@ -90,6 +104,24 @@ class Greenhouse:
                                                                  Literal(old)),), insert=(new,)))
         self.readings[quantity] = value
         self.say(f"Sensor KP: {quantity} {value}")
+
+    async def _publish_mqtt(self, quantity: str, value: float, timeout: float = 120.0) -> None:
+        from spark_ingest.telemetry import reading, topic_of
+        from tools.telemetry import publish
+
+        device = SENSORS[quantity].fragment
+        message = (topic_of(device), reading(device, quantity, value, UNITS[quantity]), "ok")
+        await asyncio.to_thread(publish, self.mqtt, [message])
+        self.say(f"Sensor KP: {quantity} {value} (MQTT: {message[0]})")
+        query = f"SELECT ?v WHERE {{ <{SENSORS[quantity]}> <{GH[quantity]}> ?v }}"
+        async with await connect(self.url, prefixes=PREFIXES) as kp:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while [float(r[0].toPython()) for r in (await kp.query(query)).rows] != [value]:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(f"{quantity} {value} not in the SIB after {timeout:g} s: "
+                                       "is ksp-ingest running on this broker and SIB?")
+                await asyncio.sleep(0.2)
+        self.readings[quantity] = value
 
     async def close(self) -> None:
         for kp in self.sensors.values():
@@ -174,6 +206,10 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
                         help="seconds between readings (default 0; 2 with --dashboard)")
     parser.add_argument("--loop", action="store_true",
                         help="repeat the readings until Ctrl-C (with --dashboard: to watch)")
+    parser.add_argument("--mqtt", metavar="mqtt://HOST[:PORT]",
+                        help="with --url: the Sensor KPs publish telemetry to this MQTT broker "
+                             "and `ksp-ingest` (running on it and the SIB) writes it into the "
+                             "SIB, where the rules fire as before")
     parser.add_argument("--screenshot", metavar="PNG",
                         help="with --dashboard: after the readings, a headless Chromium's "
                              "picture of the dashboard (Debian's chromium)")
@@ -181,8 +217,14 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
     interval = args.interval if args.interval is not None else 2.0 if args.dashboard else 0.0
     if args.screenshot and not args.dashboard:
         parser.error("--screenshot needs --dashboard")
+    if args.mqtt and not args.url:
+        parser.error("--mqtt needs --url: the SIB that ksp-ingest writes into")
     if args.url:
-        asyncio.run(_run(args.url, interval, args.loop))
+        try:
+            asyncio.run(_run(args.url, interval, args.loop, mqtt=args.mqtt))
+        except TimeoutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     from sib.testing import SibProcess
 
@@ -207,7 +249,7 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
 
 
 async def _run(url: str, interval: float, loop: bool, dashboard: str | None = None,
-               screenshot: str | None = None) -> None:
+               screenshot: str | None = None, mqtt: str | None = None) -> None:
     browser = page = None
     if screenshot:
         from tools.browser import Browser
@@ -216,7 +258,7 @@ async def _run(url: str, interval: float, loop: bool, dashboard: str | None = No
         page = await browser.open(dashboard)
         await page.wait_for("document.getElementById('status').textContent === 'live'")
     try:
-        greenhouse = Greenhouse(url)
+        greenhouse = Greenhouse(url, mqtt=mqtt)
         await greenhouse.run(interval=interval)
         while loop:
             await greenhouse.run(interval=interval)
