@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import threading
@@ -37,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespace of sensors and properties (default %(default)s)")
     p.add_argument("--client-id", default=d.client_id,
                    help="MQTT client id, the broker's persistent session: keep it")
+    p.add_argument("--receivers", type=int, default=d.receivers, metavar="N",
+                   help="MQTT receivers splitting the topic through an MQTT 5 shared "
+                        "subscription, each with its own buffer shard (default 1: one MQTT "
+                        "3.1.1 subscription); keep it across restarts")
+    p.add_argument("--share-group", metavar="NAME",
+                   help="the shared subscription's group (default: the client id)")
     p.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
     p.add_argument("--watermark", default=d.watermark,
                    help="how late a duplicate may come and still be dropped")
@@ -96,10 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"ksp-ingest: {exc}", file=sys.stderr)
         return 2
+    if not 1 <= args.receivers <= 64:
+        print(f"ksp-ingest: --receivers {args.receivers}: 1 to 64", file=sys.stderr)
+        return 2
+    if args.share_group is not None and not re.fullmatch(r"[^/+#]+", args.share_group):
+        print(f"ksp-ingest: --share-group {args.share_group!r}: a name without / + #",
+              file=sys.stderr)
+        return 2
     options = IngestOptions(mqtt=args.mqtt, topic=args.topic, out=args.out, sib=args.sib,
                             base=args.base, client_id=args.client_id,
                             watermark=args.watermark, trigger=args.trigger,
-                            ntriples=args.ntriples)
+                            ntriples=args.ntriples, receivers=args.receivers,
+                            share=args.share_group)
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)

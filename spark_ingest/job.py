@@ -68,6 +68,8 @@ class IngestOptions:
     trigger: str = "1 second"
     partitions: int = 2
     max_per_batch: int = 100_000
+    receivers: int = 1  # > 1: MQTT 5 shared subscription, one buffer shard each
+    share: str | None = None  # the shared subscription's group (default: client_id)
     ntriples: bool = False
     extra: dict = field(default_factory=dict)  # more source options
 
@@ -88,14 +90,15 @@ class Ingest:
         read from the buffer file (its receiver runs in a worker process)."""
         from .buffer import FILE, Buffer
 
-        directory = self.out / "_mqtt"
-        if not (directory / FILE).exists():
-            return 0, 0.0
-        buffer = Buffer(directory, readonly=True)
-        try:
-            return buffer.backlog()
-        finally:
-            buffer.close()
+        total, oldest = 0, 0.0
+        for path in (self.out / "_mqtt").glob(f"**/{FILE}"):  # one file, or one per shard
+            buffer = Buffer(path.parent, readonly=True)
+            try:
+                n, waited = buffer.backlog()
+            finally:
+                buffer.close()
+            total, oldest = total + n, max(oldest, waited)
+        return total, oldest
 
     def start(self):
         from pyspark.sql import functions as F
@@ -108,7 +111,8 @@ class Ingest:
                   .option("broker", o.mqtt).option("topic", o.topic)
                   .option("buffer", str(self.out / "_mqtt")).option("client_id", o.client_id)
                   .option("partitions", str(o.partitions))
-                  .option("maxMessagesPerBatch", str(o.max_per_batch)))
+                  .option("maxMessagesPerBatch", str(o.max_per_batch))
+                  .option("receivers", str(o.receivers)).option("share", o.share or ""))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
         stream = reader.load()

@@ -8,7 +8,10 @@ at-least-once; the ingest drops the duplicates a redelivery makes, by device, pr
 time). Messages are written in batches: every `batch` messages or `linger` seconds, whichever
 comes first. The buffer never holds more than its `max_messages`: what does not fit waits in
 memory unacknowledged, at most the broker's in-flight window (`max_inflight_messages` in
-mosquitto.conf), and goes in as committed batches make room.
+mosquitto.conf; with MQTT 5, our Receive Maximum), and goes in as committed batches make room.
+
+With `share`, the receiver is one of a group splitting the topic: an MQTT 5 client (session
+that never expires, clean start off) subscribed to `$share/<share>/<topic>`.
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ log = logging.getLogger("ksp.ingest")
 
 __all__ = ["Receiver", "broker_address"]
 
+#: MQTT 5 session expiry "never": the session and what it has queued outlive any stop.
+SESSION_NEVER_EXPIRES = 0xFFFFFFFF
+#: MQTT 5 Receive Maximum: unacknowledged messages the broker may have in flight to us.
+RECEIVE_MAXIMUM = 1000
+
 
 def broker_address(url: str) -> tuple[str, int]:
     """`mqtt://host[:port]` → (host, port), 1883 by default."""
@@ -38,13 +46,26 @@ class Receiver:
     """`Receiver(url, topic, client_id, buffer).start()`; `stop()` at the end."""
 
     def __init__(self, url: str, topic: str, client_id: str, buffer: Buffer, *,
-                 batch: int = 500, linger: float = 0.01) -> None:
+                 batch: int = 500, linger: float = 0.01, share: str | None = None) -> None:
         self.host, self.port = broker_address(url)
-        self.topic, self.buffer = topic, buffer
+        self.buffer = buffer
         self.batch, self.linger = batch, linger
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                                  clean_session=False, protocol=mqtt.MQTTv311,
-                                  manual_ack=True)
+        if share is None:
+            self.topic, self._connect = topic, {}
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                      clean_session=False, protocol=mqtt.MQTTv311,
+                                      manual_ack=True)
+        else:  # one of a group that splits the topic: MQTT 5's shared subscription
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = SESSION_NEVER_EXPIRES  # persistent, as in 3.1.1
+            props.ReceiveMaximum = RECEIVE_MAXIMUM  # the broker's in-flight window for us
+            self.topic = f"$share/{share}/{topic}"
+            self._connect = {"clean_start": False, "properties": props}
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                      protocol=mqtt.MQTTv5, manual_ack=True)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
@@ -58,7 +79,7 @@ class Receiver:
         self.subscribed = threading.Event()
 
     def start(self) -> "Receiver":
-        self.client.connect_async(self.host, self.port, keepalive=30)
+        self.client.connect_async(self.host, self.port, keepalive=30, **self._connect)
         self.client.loop_start()
         self._flusher.start()
         return self

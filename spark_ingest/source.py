@@ -6,16 +6,24 @@
          .option("topic", "ksp/+/telemetry").option("buffer", "data/_mqtt").load()
 
 The reader (on the driver) runs the `Receiver`, which fills the durable buffer; an offset is a
-buffer sequence number, so a micro-batch is a range of them, split into `partitions` ranges
-that the executors read from the buffer file (a directory every executor can open: the local
-disk in local mode, a shared one on a cluster). `commit` deletes what a committed batch read.
+buffer sequence number, so a micro-batch is a range of them, which the driver reads from the
+buffer and splits into `partitions` that carry their messages to the executors (which need no
+access to the buffer file: on a cluster they run on other machines, and SQLite's WAL needs its
+readers on its own host). `commit` deletes what a committed batch read.
 Each row is one message, checked and parsed by `spark_ingest.telemetry.parse` on the
 executors: the reading's fields, or `reason` for a dead letter.
 
+With `receivers` N > 1, N receivers split the topic through an MQTT 5 shared subscription
+(`$share/<share>/<topic>`: the broker gives each message to one of them), each with its own
+persistent session (`<client_id>-<k>`) and its own buffer (`<buffer>/shard-<k>`); an offset is
+then one sequence number per shard, and every shard's range is read by its own partitions. A
+row's `seq` is then the shard's number × N + k, unique in the job.
+
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
-`partitions` (default 2), `maxMessagesPerBatch` (default 100000, admission control),
-`maxBuffered` (default 1000000).
+`partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
+`maxBuffered` (default 1000000, per shard), `receivers` (default 1), `share` (the shared
+subscription's group, default the client id).
 """
 from __future__ import annotations
 
@@ -33,9 +41,11 @@ SCHEMA = ("seq long, topic string, payload string, received timestamp, device st
 
 @dataclass
 class _Range(InputPartition):
-    directory: str
-    after: int
-    upto: int
+    """A partition carries its messages: the driver reads them from the buffer, so the
+    executors, wherever they run, need no access to its file."""
+    rows: list
+    shard: int = 0
+    shards: int = 1
 
 
 class MqttTelemetry(DataSource):
@@ -55,17 +65,23 @@ class _Reader(DataSourceStreamReader):
         self.directory = options["buffer"]
         self.parts = int(options.get("partitions", 2))
         self.max_batch = int(options.get("maxMessagesPerBatch", 100_000))
+        self.shards = int(options.get("receivers", 1))
+        if self.shards < 1:
+            raise ValueError(f"receivers: {self.shards}; at least 1")
         self._options = dict(options)
-        self._receiver = None
+        self._receivers: list | None = None
 
-    # Spark pickles the reader to the executors for `read`: the receiver stays on the driver.
+    # Spark pickles the reader to the executors for `read`: the receivers stay on the driver.
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_receiver"] = None
+        state["_receivers"] = None
         return state
 
-    def _started(self):
-        if self._receiver is None:
+    def _directory(self, k: int) -> str:
+        return self.directory if self.shards == 1 else f"{self.directory}/shard-{k}"
+
+    def _started(self) -> list:
+        if self._receivers is None:
             import logging
             import sys
 
@@ -82,55 +98,74 @@ class _Reader(DataSourceStreamReader):
                 log.setLevel(logging.INFO)
                 log.propagate = False
 
-            buffer = Buffer(self.directory,
-                            max_messages=int(self._options.get("maxBuffered", 1_000_000)))
-            self._receiver = Receiver(self._options["broker"],
-                                      self._options.get("topic", "ksp/+/telemetry"),
-                                      self._options.get("client_id", "ksp-ingest"),
-                                      buffer).start()
-        return self._receiver
+            o = self._options
+            client_id = o.get("client_id", "ksp-ingest")
+            share = (o.get("share") or client_id) if self.shards > 1 else None
+            self._receivers = [
+                Receiver(o["broker"], o.get("topic", "ksp/+/telemetry"),
+                         client_id if share is None else f"{client_id}-{k}",
+                         Buffer(self._directory(k),
+                                max_messages=int(o.get("maxBuffered", 1_000_000))),
+                         share=share).start()
+                for k in range(self.shards)]
+        return self._receivers
+
+    def _offset(self, seqs: list[int]) -> dict:
+        return {"seq": seqs[0] if self.shards == 1 else seqs}
+
+    def _seqs(self, offset: dict) -> list[int]:
+        seq = offset["seq"]
+        seqs = [int(seq)] if isinstance(seq, int) else [int(n) for n in seq]
+        if len(seqs) != self.shards:  # a checkpoint of another number of receivers
+            raise ValueError(f"the checkpoint has {len(seqs)} receiver shard(s), this job "
+                             f"{self.shards}: keep --receivers, or start a new --out")
+        return seqs
 
     def initialOffset(self) -> dict:
-        return {"seq": self._started().buffer.committed()}
+        return self._offset([r.buffer.committed() for r in self._started()])
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_batch)
 
     def latestOffset(self, start: dict, limit) -> dict:
         """Up to the newest message buffered, at most `limit` rows past `start` (admission
-        control; Trigger.AvailableNow asks for all)."""
-        last = self._started().buffer.last()
-        if isinstance(limit, ReadMaxRows):
-            last = min(last, int(start["seq"]) + limit.max_rows)
-        return {"seq": max(last, int(start["seq"]))}
+        control, split evenly between the shards; Trigger.AvailableNow asks for all)."""
+        seqs = []
+        for r, first in zip(self._started(), self._seqs(start)):
+            last = r.buffer.last()
+            if isinstance(limit, ReadMaxRows):
+                last = min(last, first + max(1, limit.max_rows // self.shards))
+            seqs.append(max(last, first))
+        return self._offset(seqs)
 
     def reportLatestOffset(self) -> dict:
-        return {"seq": self._started().buffer.last()}
+        return self._offset([r.buffer.last() for r in self._started()])
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
-        first, last = int(start["seq"]), int(end["seq"])
-        if last <= first:
-            return []
-        step = max(1, -(-(last - first) // self.parts))
-        return [_Range(self.directory, a, min(a + step, last)) for a in range(first, last, step)]
+        out = []
+        receivers = self._started()
+        for k, (first, last) in enumerate(zip(self._seqs(start), self._seqs(end))):
+            if last <= first:
+                continue
+            rows = list(receivers[k].buffer.read(first, last))
+            step = max(1, -(-len(rows) // self.parts))
+            out += [_Range(rows[i:i + step], k, self.shards) for i in range(0, len(rows), step)]
+        return out
 
     def read(self, partition: _Range):
-        from .buffer import Buffer
         from .telemetry import parse
 
-        buffer = Buffer(partition.directory, readonly=True)
-        try:
-            for seq, topic, payload, received in buffer.read(partition.after, partition.upto):
-                fields = parse(topic, payload)
-                yield (seq, topic, payload.decode("utf-8", "replace"),
-                       datetime.fromtimestamp(received, timezone.utc), *fields)
-        finally:
-            buffer.close()
+        n, k = partition.shards, partition.shard
+        for seq, topic, payload, received in partition.rows:
+            fields = parse(topic, payload)
+            yield (seq * n + k, topic, payload.decode("utf-8", "replace"),
+                   datetime.fromtimestamp(received, timezone.utc), *fields)
 
     def commit(self, end: dict) -> None:
-        self._started().buffer.commit(int(end["seq"]))
+        for r, seq in zip(self._started(), self._seqs(end)):
+            r.buffer.commit(seq)
 
     def stop(self) -> None:
-        if self._receiver is not None:
-            self._receiver.stop()
-            self._receiver.buffer.close()
+        for r in self._receivers or ():
+            r.stop()
+            r.buffer.close()

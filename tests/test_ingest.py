@@ -115,13 +115,17 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert "ksp_ingest_lag_messages" in figures and "process_resident_memory_bytes" in figures
 
 
-def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path):
+@pytest.mark.parametrize("receivers", [1, 2])
+def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path,
+                                                                     receivers):
     """kill -9 while readings arrive, then the same command again: every reading is in the
     observations exactly once (what was buffered and not committed is read again from the
-    buffer; what was not acknowledged comes again from the broker's persistent session)."""
+    buffer; what was not acknowledged comes again from the broker's persistent session). With
+    two receivers, an MQTT 5 shared subscription splits the messages between their sessions
+    and buffer shards, and the same holds."""
     out = tmp_path / "data"
-    sent = list(messages(1500, devices=5, seed=7))
-    args = ingest_args(mosquitto, out)
+    sent = list(messages(1500, devices=5, seed=7, bad=0.02))
+    args = ingest_args(mosquitto, out, "--receivers", str(receivers))
     first = IngestProcess(*args)
     publisher = threading.Thread(target=publish, args=(mosquitto, sent), kwargs={"rate": 75},
                                  daemon=True)
@@ -143,6 +147,20 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
     assert len(seen) == 1500 and max(seen.values()) == 1  # none lost, none twice
     assert 1 <= killed_at < 1500 and publishing  # it was killed mid-stream
     assert os.path.exists(out / "_checkpoint")
+    bad = sum(kind == "bad" for *_, kind in sent)
+    letters = table(out, "dead_letters").to_pylist()
+    assert len(letters) >= bad and {d["payload"] for d in letters} == {
+        p.decode("utf-8", "replace") for _, p, kind in sent if kind == "bad"}
+    subscribed = [line for line in first.lines + second.lines if "subscribed to" in line]
+    if receivers == 1:
+        assert len(subscribed) == 2 and "$share" not in "".join(subscribed)
+    else:  # each receiver its own session, in the shared subscription, twice (restarted)
+        assert len(subscribed) == 4
+        assert all("subscribed to $share/ksp-ingest/ksp/+/telemetry" in line
+                   for line in subscribed)
+        assert {d["seq"] % 2 for d in letters} == {0, 1}  # both shards had messages
+        assert sorted(p.name for p in (out / "_mqtt").iterdir() if p.is_dir()) == [
+            "shard-0", "shard-1"]
 
 
 def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):

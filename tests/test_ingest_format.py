@@ -69,3 +69,25 @@ def test_the_buffer_keeps_what_is_not_committed_across_a_reopen(tmp_path):
     assert again.append([("t/e", b"5")]) == 8  # numbers are never reused
     reader.close()
     again.close()
+
+
+def test_bad_receivers_and_share_groups_are_refused_before_spark_starts(capsys):
+    from spark_ingest.cli import main
+
+    assert main(["--receivers", "0"]) == 2
+    assert "--receivers 0: 1 to 64" in capsys.readouterr().err
+    assert main(["--receivers", "2", "--share-group", "a/b"]) == 2
+    assert "--share-group 'a/b': a name without / + #" in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_another_number_of_receivers_is_refused_by_name():
+    """Offsets name one buffer shard per receiver: a job restarted with another --receivers
+    would read the wrong shards, so the source says so instead."""
+    import pytest
+
+    from spark_ingest.source import _Reader
+
+    reader = _Reader({"buffer": "unused", "receivers": "2"})
+    assert reader._seqs({"seq": [3, 4]}) == [3, 4]
+    with pytest.raises(ValueError, match="the checkpoint has 1 receiver shard"):
+        reader._seqs({"seq": 7})

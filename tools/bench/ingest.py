@@ -99,14 +99,15 @@ def baseline(url: str, count: int, out: Path) -> dict:
     return {"seconds": seconds, "published": _published(publisher)}
 
 
-def ingest(url: str, count: int, out: Path) -> dict:
+def ingest(url: str, count: int, out: Path, receivers: int = 1) -> dict:
     """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
     import re
 
     from spark_ingest.testing import IngestProcess
 
     with IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
-                       "--status", "0", "--client-id", "bench-ingest") as job:
+                       "--status", "0", "--client-id", f"bench-ingest-{receivers}",
+                       "--receivers", str(receivers)) as job:
         port = int(re.search(r"metrics on http://[^:]+:(\d+)", job.log())[1])
 
         def observed() -> float:
@@ -177,9 +178,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"baseline: {base}", file=sys.stderr)
         job = ingest(broker.url, args.messages, Path(tmp) / "ingest")
         print(f"ingest: {job}", file=sys.stderr)
+        shared = ingest(broker.url, args.messages, Path(tmp) / "ingest-2", receivers=2)
+        print(f"ingest, 2 receivers: {shared}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
-    for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job)):
+    for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
+                    ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared)):
         rate = args.messages / r["seconds"]
         pub = args.messages / r["published"]["seconds"]
         rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
