@@ -42,8 +42,8 @@ class MicroSocket:
     """MicroPython's stream socket (`write(buf, n)`, `read(n)` until n bytes or the end, None
     when non-blocking and nothing came) on a CPython socket: what umqtt.simple calls."""
 
-    def __init__(self, *args):
-        self._s = socket.socket(*args)
+    def __init__(self, *args, wrapped=None):
+        self._s = socket.socket(*args) if wrapped is None else wrapped
 
     def __getattr__(self, name):  # settimeout, setblocking, connect, close
         return getattr(self._s, name)
@@ -65,6 +65,20 @@ class MicroSocket:
                 break
             out += chunk
         return out
+
+
+class MicroTLS:
+    """CPython's TLS context as umqtt.simple uses MicroPython's: `wrap_socket` on the socket
+    it made gives a stream with `read` and `write`."""
+
+    def __init__(self, ca):
+        import ssl
+
+        self.context = ssl.create_default_context(cafile=ca)  # the CA, and the host's name
+
+    def wrap_socket(self, sock, server_hostname=None):
+        return MicroSocket(wrapped=self.context.wrap_socket(sock._s,
+                                                            server_hostname=server_hostname))
 
 
 def umqtt_on_cpython():
@@ -146,6 +160,9 @@ class SimulatedBoard:
 
     def set_clock(self):
         pass  # the host's clock is set
+
+    def tls(self, ca):
+        return MicroTLS(ca)
 
     def utc(self):
         return time.gmtime()

@@ -23,7 +23,8 @@ class Mosquitto:
     `directory` and `port`: the same broker restarted, its store (sessions, queued messages)
     read back."""
 
-    def __init__(self, directory: str | Path | None = None, port: int | None = None) -> None:
+    def __init__(self, directory: str | Path | None = None, port: int | None = None,
+                 settings: str = "") -> None:
         self._own = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="mosquitto-") if directory is None
                               else directory)
@@ -35,11 +36,14 @@ class Mosquitto:
         self.url = f"mqtt://127.0.0.1:{self.port}"
         store = self.directory / "mqtt-store"
         store.mkdir(parents=True, exist_ok=True)
-        conf = self.directory / "mosquitto.conf"
         # As root, mosquitto drops to the user `mosquitto`, who cannot write in a root-only
         # temporary directory: its store would silently not be kept.
         user = "user root\n" if os.geteuid() == 0 else ""
-        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{user}"
+        # `settings`: more of the listener's (TLS files, a password_file: no anonymous then)
+        anonymous = "false" if "password_file" in settings else "true"
+        conf = self.directory / "mosquitto.conf"
+        conf.write_text(f"listener {self.port} 127.0.0.1\n{settings}"
+                        f"allow_anonymous {anonymous}\n{user}"
                         f"persistence true\npersistence_location {store}/\n"
                         "max_queued_messages 1000000\nmax_inflight_messages 1000\n")
         self.proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,

@@ -58,6 +58,13 @@ BAD = [
       "config: mqtt.device: must be 1-64 of A-Z a-z 0-9 . _ - (default: the end of device), "
       "not \"fan 1\"",
       "config: mqtt: only a sensor publishes telemetry (agent must be sensor)"]),
+    ({"agent": "sensor", "wifi": {"ssid": "gh"}, "device": EX + "s1",
+      "mqtt": {"host": "h", "user": "s1", "password": "secret"},
+      "sensors": [{"type": "chip_temp", "property": EX + "t"}]},
+     ["config: mqtt.password: would cross the network in clear: set mqtt.tls and mqtt.ca"]),
+    ({"agent": "sensor", "wifi": {"ssid": "gh"}, "device": EX + "s1",
+      "mqtt": {"host": "h", "tls": True}, "sensors": [{"type": "chip_temp", "property": EX + "t"}]},
+     ["config: mqtt.ca: missing"]),
 ]
 
 
@@ -189,8 +196,9 @@ def test_telemetry_mode_publishes_what_the_ingest_accepts(run):
     from spark_ingest.telemetry import parse
 
     t = run["telemetry"]
-    assert t["mqtt"] == {"host": "10.0.0.3", "port": 1883, "user": None, "password": "",
-                         "client_id": None, "keepalive": 0, "device": None}
+    assert t["mqtt"] == {"host": "10.0.0.3", "port": 1883, "tls": False, "ca": None,
+                         "user": None, "password": "", "client_id": None, "keepalive": 0,
+                         "device": None}
     assert t["before_clock"] == []
     sent = t["first"] + t["again"]
     assert [qos for _, _, qos in sent] == [1, 1]

@@ -5,6 +5,7 @@ WebAssembly port): tests/test_firmware_mpy.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 import sys
 import time
@@ -101,3 +102,67 @@ def test_broker_down_at_start_and_restarted_mid_stream_loses_nothing_published(t
     got = {(d, p, when) for d, p, _, _, when, _ in watcher.got}
     assert all(reason is None for *_, reason in watcher.got)
     assert len(got) == published(out) >= 30  # the readings it counted, each at least once
+
+
+def _tls_files(d):
+    """A CA and a broker certificate for 127.0.0.1 (openssl), and a second, unrelated CA."""
+    def ssl(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    for ca in ("ca", "other-ca"):
+        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={ca}",
+            "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
+        "broker.key", "-out", "broker.csr")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "broker.pem")
+
+
+def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
+    """The board's MQTT password crosses the network only inside TLS (a config with one and
+    no TLS is refused, tests/test_firmware_mpy.py); a broker whose certificate the board's CA
+    did not sign gets nothing, not even the connection's password."""
+    import json
+    import ssl
+
+    _tls_files(tmp_path)
+    subprocess.run(["mosquitto_passwd", "-b", "-c", str(tmp_path / "passwords"), "sensor42",
+                    "s3cret-pw"], check=True, capture_output=True)
+    settings = (f"cafile {tmp_path / 'ca.pem'}\ncertfile {tmp_path / 'broker.pem'}\n"
+                f"keyfile {tmp_path / 'broker.key'}\npassword_file {tmp_path / 'passwords'}\n")
+    config = json.loads((Path(EXAMPLE)).read_text())
+    with Mosquitto(tmp_path / "broker", settings=settings) as broker:
+        got: list = []
+        watcher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+        watcher.tls_set(ca_certs=str(tmp_path / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED)
+        watcher.username_pw_set("sensor42", "s3cret-pw")
+        watcher.on_message = lambda c, u, m: got.append(parse(m.topic, m.payload))
+        watcher.on_connect = lambda c, *a: c.subscribe("ksp/+/telemetry", 1)
+        watcher.connect("127.0.0.1", broker.port)
+        watcher.loop_start()
+        try:
+            for ca, name in (("other-ca.pem", "untrusted"), ("ca.pem", "trusted")):
+                path = tmp_path / f"{name}.json"
+                path.write_text(json.dumps(dict(config, mqtt={
+                    "host": "127.0.0.1", "port": broker.port, "tls": True,
+                    "ca": str(tmp_path / ca), "user": "sensor42", "password": "s3cret-pw"})))
+                proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "simulate-board",
+                                         str(path), "--period", "1", "--readings", "2"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+                try:
+                    out, _ = proc.communicate(timeout=8 if name == "untrusted" else 60)
+                except subprocess.TimeoutExpired:
+                    proc.terminate()
+                    out, _ = proc.communicate(timeout=30)
+                if name == "untrusted":
+                    assert "CERTIFICATE_VERIFY_FAILED" in out and published(out) == 0, out
+                    assert got == []
+                else:
+                    assert proc.returncode == 0 and published(out) == 10, out
+            until(lambda: len(got) >= 10, 10, "the readings over TLS")
+        finally:
+            watcher.disconnect()
+            watcher.loop_stop()
+    assert all(reason is None for *_, reason in got) and len(got) == 10

@@ -67,6 +67,16 @@ class MCUBoard(FileState):
 
         self.wlan = wifi(cfg["ssid"], cfg["wifi_password"])
 
+    def tls(self, ca):
+        """A TLS client context that checks the server against the CA certificate in the file
+        `ca` (PEM or DER)."""
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.verify_mode = ssl.CERT_REQUIRED  # MicroPython's default is CERT_NONE
+        ctx.load_verify_locations(cafile=ca)
+        return ctx
+
     def set_clock(self):
         """UTC from NTP (the telemetry's times); the clock keeps running if it fails."""
         try:

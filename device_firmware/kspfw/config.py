@@ -138,13 +138,20 @@ def _mqtt(c, cfg):
     if not isinstance(cfg["mqtt"], dict):
         c.bad("mqtt", "must be an object", cfg["mqtt"])
         return {}
+    tls = c.get("mqtt.tls", bool, False, required=False)
     out = {"host": c.get("mqtt.host", str),
-           "port": c.get("mqtt.port", int, 1883, required=False, lo=1, hi=65535),
+           "port": c.get("mqtt.port", int, 8883 if tls else 1883, required=False, lo=1,
+                         hi=65535),
+           "tls": tls,
+           # TLS checks the broker against this CA certificate (a file on the board)
+           "ca": c.get("mqtt.ca", str, required=tls),
            "user": c.get("mqtt.user", str, required=False),
            "password": _password(c, cfg, "mqtt"),
            "client_id": c.get("mqtt.client_id", str, required=False),
            "keepalive": c.get("mqtt.keepalive", int, 0, required=False, lo=0, hi=65535),
            "device": c.get("mqtt.device", str, required=False)}
+    if out["password"] and not tls:
+        c.bad("mqtt.password", "would cross the network in clear: set mqtt.tls and mqtt.ca")
     name = out["device"] or str(cfg.get("device", "")).rsplit("#", 1)[-1].rsplit("/", 1)[-1]
     if not 0 < len(name) <= 64 or any(not (ch.isalpha() or ch.isdigit() or ch in "._-")
                                        or ord(ch) > 127 for ch in name):

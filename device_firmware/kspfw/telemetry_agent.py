@@ -3,6 +3,9 @@ published as one telemetry message for `ksp-ingest` (the format of spark_ingest/
 device, property, value, unit, time on ksp/<device>/telemetry), at QoS 1 through
 micropython-lib's umqtt.simple, instead of being written to a SIB.
 
+With "tls" the connection is TLS, the broker checked against the CA certificate "ca" (a file
+on the board); a password is only ever sent that way (config.py refuses it otherwise).
+
 QoS 1: umqtt.simple's publish returns once the broker's PUBACK has come, so a reading is sent
 again (same time, so the ingest drops the copy) until the broker has it; a broken connection
 is rebuilt with back-off. The time is the board's UTC clock, set by NTP after Wi-Fi: a board
@@ -59,7 +62,8 @@ class TelemetryAgent:
 
         m = self.cfg["mqtt"]
         c = MQTTClient(m["client_id"] or self.device, m["host"], m["port"], m["user"],
-                       m["password"], keepalive=m["keepalive"])
+                       m["password"], keepalive=m["keepalive"],
+                       ssl=self.board.tls(m["ca"]) if m["tls"] else None)
         c.connect(timeout=10)
         return c
 

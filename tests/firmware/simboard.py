@@ -82,3 +82,6 @@ class SimBoard:
 
     def utc(self):
         return self.utc_time
+
+    def tls(self, ca):
+        return ("tls", ca)  # what the agent hands to umqtt.simple as its `ssl`
