@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import signal
 import sys
@@ -27,7 +28,15 @@ log = logging.getLogger("ksp.ingest")
 def build_parser() -> argparse.ArgumentParser:
     d = IngestOptions()
     p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--mqtt", default=d.mqtt, metavar="URL", help="the MQTT broker")
+    p.add_argument("--mqtt", default=d.mqtt, metavar="URL",
+                   help="the MQTT broker: mqtt://HOST[:PORT], or mqtts://HOST[:PORT] (TLS)")
+    p.add_argument("--mqtt-ca", metavar="FILE",
+                   help="mqtts://: the CA certificate the broker's is checked against "
+                        "(default: the system's)")
+    p.add_argument("--mqtt-user", metavar="NAME", help="the broker's user name; the "
+                   "password from $KSP_MQTT_PASSWORD or --mqtt-password-file (mqtts:// only)")
+    p.add_argument("--mqtt-password-file", metavar="FILE",
+                   help="a file whose first line is the broker's password")
     p.add_argument("--topic", default=d.topic, help="topic filter (default %(default)s)")
     p.add_argument("--sib", metavar="URL", help="push each batch's latest readings there "
                                                 "(udp://, tcp://, coap://)")
@@ -98,9 +107,18 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .mqtt import broker_address
 
+    password = os.environ.get("KSP_MQTT_PASSWORD") or None
     try:
+        if args.mqtt_password_file:
+            with open(args.mqtt_password_file, encoding="utf-8") as f:
+                password = f.readline().rstrip("\r\n") or None
         broker_address(args.mqtt)
-    except ValueError as exc:
+        if password and not args.mqtt.startswith("mqtts://"):
+            raise ValueError(f"{args.mqtt}: a password would cross the network in clear: "
+                             "use mqtts://")
+        if args.mqtt_ca and not os.path.isfile(args.mqtt_ca):
+            raise ValueError(f"--mqtt-ca {args.mqtt_ca}: no such file")
+    except (OSError, ValueError) as exc:
         print(f"ksp-ingest: {exc}", file=sys.stderr)
         return 2
     if not 1 <= args.receivers <= 64:
@@ -114,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                             base=args.base, client_id=args.client_id,
                             watermark=args.watermark, trigger=args.trigger,
                             ntriples=args.ntriples, receivers=args.receivers,
-                            share=args.share_group)
+                            share=args.share_group, mqtt_ca=args.mqtt_ca,
+                            mqtt_user=args.mqtt_user, mqtt_password=password)
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)

@@ -70,6 +70,9 @@ class IngestOptions:
     max_per_batch: int = 100_000
     receivers: int = 1  # > 1: MQTT 5 shared subscription, one buffer shard each
     share: str | None = None  # the shared subscription's group (default: client_id)
+    mqtt_ca: str | None = None  # mqtts://: the CA file the broker is checked against
+    mqtt_user: str | None = None
+    mqtt_password: str | None = field(default=None, repr=False)
     ntriples: bool = False
     extra: dict = field(default_factory=dict)  # more source options
 
@@ -112,7 +115,9 @@ class Ingest:
                   .option("buffer", str(self.out / "_mqtt")).option("client_id", o.client_id)
                   .option("partitions", str(o.partitions))
                   .option("maxMessagesPerBatch", str(o.max_per_batch))
-                  .option("receivers", str(o.receivers)).option("share", o.share or ""))
+                  .option("receivers", str(o.receivers)).option("share", o.share or "")
+                  .option("ca", o.mqtt_ca or "").option("user", o.mqtt_user or "")
+                  .option("password", o.mqtt_password or ""))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
         stream = reader.load()

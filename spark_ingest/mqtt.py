@@ -26,7 +26,7 @@ from .buffer import Buffer
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Receiver", "broker_address"]
+__all__ = ["Receiver", "broker_address", "login"]
 
 #: MQTT 5 session expiry "never": the session and what it has queued outlive any stop.
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF
@@ -35,18 +35,33 @@ RECEIVE_MAXIMUM = 1000
 
 
 def broker_address(url: str) -> tuple[str, int]:
-    """`mqtt://host[:port]` → (host, port), 1883 by default."""
+    """`mqtt://host[:port]` → (host, port), 1883 by default; `mqtts://` (TLS) 8883."""
     parts = urlsplit(url)
-    if parts.scheme != "mqtt" or not parts.hostname:
-        raise ValueError(f"{url!r}: an MQTT broker is mqtt://HOST[:PORT]")
-    return parts.hostname, parts.port or 1883
+    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+        raise ValueError(f"{url!r}: an MQTT broker is mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
+    return parts.hostname, parts.port or (8883 if parts.scheme == "mqtts" else 1883)
+
+
+def login(client: mqtt.Client, url: str, *, ca: str | None = None, user: str | None = None,
+          password: str | None = None) -> None:
+    """TLS for `mqtts://` (the broker checked against `ca`, or the system's CAs) and the user's
+    name and password; a password over plain `mqtt://` is refused: it would go in clear."""
+    tls = urlsplit(url).scheme == "mqtts"
+    if password and not tls:
+        raise ValueError(f"{url}: a password would cross the network in clear: use mqtts://")
+    if tls:
+        client.tls_set(ca_certs=ca)
+    if user:
+        client.username_pw_set(user, password or None)
 
 
 class Receiver:
     """`Receiver(url, topic, client_id, buffer).start()`; `stop()` at the end."""
 
     def __init__(self, url: str, topic: str, client_id: str, buffer: Buffer, *,
-                 batch: int = 500, linger: float = 0.01, share: str | None = None) -> None:
+                 batch: int = 500, linger: float = 0.01, share: str | None = None,
+                 ca: str | None = None, user: str | None = None,
+                 password: str | None = None) -> None:
         self.host, self.port = broker_address(url)
         self.buffer = buffer
         self.batch, self.linger = batch, linger
@@ -66,6 +81,7 @@ class Receiver:
             self._connect = {"clean_start": False, "properties": props}
             self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
                                       protocol=mqtt.MQTTv5, manual_ack=True)
+        login(self.client, url, ca=ca, user=user, password=password)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message

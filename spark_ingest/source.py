@@ -23,7 +23,9 @@ Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `c
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
 `partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
 `maxBuffered` (default 1000000, per shard), `receivers` (default 1), `share` (the shared
-subscription's group, default the client id).
+subscription's group, default the client id); for a broker that wants them, `ca` (with an
+`mqtts://` broker: the CA file it is checked against), `user` and `password` (Spark redacts
+options named so in its UI and plans).
 """
 from __future__ import annotations
 
@@ -106,7 +108,8 @@ class _Reader(DataSourceStreamReader):
                          client_id if share is None else f"{client_id}-{k}",
                          Buffer(self._directory(k),
                                 max_messages=int(o.get("maxBuffered", 1_000_000))),
-                         share=share).start()
+                         share=share, ca=o.get("ca") or None, user=o.get("user") or None,
+                         password=o.get("password") or None).start()
                 for k in range(self.shards)]
         return self._receivers
 

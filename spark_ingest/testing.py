@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sib.testing import LoggedProcess
 
-__all__ = ["IngestProcess", "Mosquitto", "until"]
+__all__ = ["IngestProcess", "Mosquitto", "secure_settings", "until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,27 @@ class Mosquitto:
         self.proc.wait(10)
         if self._own:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def secure_settings(directory: Path, user: str, password: str) -> str:
+    """`Mosquitto(settings=...)` for a TLS listener that wants a password: a test CA
+    (`ca.pem`), the broker's certificate for 127.0.0.1 signed by it, a second CA that signed
+    nothing (`other-ca.pem`), and a password file with `user` (openssl, mosquitto_passwd)."""
+    def run(*args: str) -> None:
+        subprocess.run(args, cwd=directory, check=True, capture_output=True)
+
+    for ca in ("ca", "other-ca"):
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", f"/CN={ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", "broker.key", "-out", "broker.csr")
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "broker.pem")
+    run("mosquitto_passwd", "-b", "-c", "passwords", user, password)
+    d = directory
+    return (f"cafile {d / 'ca.pem'}\ncertfile {d / 'broker.pem'}\nkeyfile {d / 'broker.key'}\n"
+            f"password_file {d / 'passwords'}\n")
 
 
 def until(predicate, timeout: float, what: str, every: float = 0.25) -> None:

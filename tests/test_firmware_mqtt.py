@@ -13,7 +13,7 @@ import time
 import paho.mqtt.client as mqtt
 
 from spark_ingest.telemetry import parse
-from spark_ingest.testing import Mosquitto, until
+from spark_ingest.testing import Mosquitto, secure_settings, until
 
 EXAMPLE = "device_firmware/config.example.json"
 
@@ -104,21 +104,6 @@ def test_broker_down_at_start_and_restarted_mid_stream_loses_nothing_published(t
     assert len(got) == published(out) >= 30  # the readings it counted, each at least once
 
 
-def _tls_files(d):
-    """A CA and a broker certificate for 127.0.0.1 (openssl), and a second, unrelated CA."""
-    def ssl(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    for ca in ("ca", "other-ca"):
-        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={ca}",
-            "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
-        "broker.key", "-out", "broker.csr")
-    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    ssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "broker.pem")
-
-
 def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
     """The board's MQTT password crosses the network only inside TLS (a config with one and
     no TLS is refused, tests/test_firmware_mpy.py); a broker whose certificate the board's CA
@@ -126,11 +111,7 @@ def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
     import json
     import ssl
 
-    _tls_files(tmp_path)
-    subprocess.run(["mosquitto_passwd", "-b", "-c", str(tmp_path / "passwords"), "sensor42",
-                    "s3cret-pw"], check=True, capture_output=True)
-    settings = (f"cafile {tmp_path / 'ca.pem'}\ncertfile {tmp_path / 'broker.pem'}\n"
-                f"keyfile {tmp_path / 'broker.key'}\npassword_file {tmp_path / 'passwords'}\n")
+    settings = secure_settings(tmp_path, "sensor42", "s3cret-pw")
     config = json.loads((Path(EXAMPLE)).read_text())
     with Mosquitto(tmp_path / "broker", settings=settings) as broker:
         got: list = []

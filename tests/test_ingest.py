@@ -262,3 +262,43 @@ def test_the_readmes_greenhouse_over_mqtt_through_the_ingest(mosquitto, tmp_path
                   for r in rows) == sorted(READINGS)
     assert {r["madeBySensor"].rsplit("#", 1)[1] for r in rows} == {
         "thermometer1", "hygrometer1", "luxmeter1"}
+
+
+def test_a_broker_over_tls_with_a_password(tmp_path):
+    """`--mqtt mqtts://…` with the broker's CA, a user and the password from a file (never on
+    the command line, never over plain mqtt://): the readings come in; a wrong password is
+    refused by the broker and said in the log."""
+    from sib.testing import LoggedProcess
+    from spark_ingest.testing import ROOT, Mosquitto, secure_settings
+
+    settings = secure_settings(tmp_path, "ingest", "pw-of-ingest")
+    (tmp_path / "pw").write_text("pw-of-ingest\n")
+    (tmp_path / "wrong").write_text("not-it\n")
+    sent = list(messages(40, devices=2, seed=5))
+    with Mosquitto(tmp_path / "broker", settings=settings) as broker:
+        url = f"mqtts://127.0.0.1:{broker.port}"
+        out = tmp_path / "data"
+        secure = ["--mqtt-ca", str(tmp_path / "ca.pem"), "--mqtt-user", "ingest"]
+        refused = LoggedProcess("spark_ingest.cli", [
+            *ingest_args(url, tmp_path / "refused"), *secure, "--mqtt-password-file",
+            str(tmp_path / "wrong")], "refused the connection", 180, cwd=ROOT)
+        refused.stop()
+        assert "Not authorized" in refused.log() and "not-it" not in refused.log()
+        with IngestProcess(*ingest_args(url, out), *secure, "--mqtt-password-file",
+                           str(tmp_path / "pw")) as ingest:
+            import ssl
+
+            import paho.mqtt.client as mqtt
+
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+            client.tls_set(ca_certs=str(tmp_path / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED)
+            client.username_pw_set("ingest", "pw-of-ingest")
+            client.connect("127.0.0.1", broker.port)
+            client.loop_start()
+            for topic, payload, _ in sent:
+                client.publish(topic, payload, qos=1).wait_for_publish(30)
+            client.disconnect()
+            client.loop_stop()
+            ingest.stop_when(lambda: count(out, "observations") >= 40, "the readings over TLS")
+        assert "pw-of-ingest" not in ingest.log()
+    assert count(out, "observations") == 40

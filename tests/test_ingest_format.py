@@ -91,3 +91,20 @@ def test_a_checkpoint_of_another_number_of_receivers_is_refused_by_name():
     assert reader._seqs({"seq": [3, 4]}) == [3, 4]
     with pytest.raises(ValueError, match="the checkpoint has 1 receiver shard"):
         reader._seqs({"seq": 7})
+
+
+def test_a_password_over_plain_mqtt_is_refused_before_anything_starts(tmp_path, capsys,
+                                                                      monkeypatch):
+    from spark_ingest.cli import main
+
+    (tmp_path / "pw").write_text("secret\n")
+    assert main(["--mqtt", "mqtt://127.0.0.1:1883", "--mqtt-user", "u",
+                 "--mqtt-password-file", str(tmp_path / "pw")]) == 2
+    assert "a password would cross the network in clear: use mqtts://" in (
+        capsys.readouterr().err)
+    monkeypatch.setenv("KSP_MQTT_PASSWORD", "secret")
+    assert main(["--mqtt", "mqtt://127.0.0.1:1883", "--mqtt-user", "u"]) == 2
+    assert "in clear" in capsys.readouterr().err
+    assert main(["--mqtt", "mqtts://127.0.0.1", "--mqtt-ca", str(tmp_path / "none.pem")]) == 2
+    err = capsys.readouterr().err
+    assert "--mqtt-ca" in err and "no such file" in err
