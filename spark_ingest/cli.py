@@ -21,6 +21,7 @@ import threading
 import time
 
 from .job import Ingest, IngestOptions
+from .mqtt import add_broker_flags, broker_login
 
 log = logging.getLogger("ksp.ingest")
 
@@ -30,13 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--mqtt", default=d.mqtt, metavar="URL",
                    help="the MQTT broker: mqtt://HOST[:PORT], or mqtts://HOST[:PORT] (TLS)")
-    p.add_argument("--mqtt-ca", metavar="FILE",
-                   help="mqtts://: the CA certificate the broker's is checked against "
-                        "(default: the system's)")
-    p.add_argument("--mqtt-user", metavar="NAME", help="the broker's user name; the "
-                   "password from $KSP_MQTT_PASSWORD or --mqtt-password-file (mqtts:// only)")
-    p.add_argument("--mqtt-password-file", metavar="FILE",
-                   help="a file whose first line is the broker's password")
+    add_broker_flags(p)
     p.add_argument("--topic", default=d.topic, help="topic filter (default %(default)s)")
     p.add_argument("--sib", metavar="URL", help="push each batch's latest readings there "
                                                 "(udp://, tcp://, coap://)")
@@ -105,19 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .mqtt import broker_address
-
-    password = os.environ.get("KSP_MQTT_PASSWORD") or None
     try:
-        if args.mqtt_password_file:
-            with open(args.mqtt_password_file, encoding="utf-8") as f:
-                password = f.readline().rstrip("\r\n") or None
-        broker_address(args.mqtt)
-        if password and not args.mqtt.startswith("mqtts://"):
-            raise ValueError(f"{args.mqtt}: a password would cross the network in clear: "
-                             "use mqtts://")
-        if args.mqtt_ca and not os.path.isfile(args.mqtt_ca):
-            raise ValueError(f"--mqtt-ca {args.mqtt_ca}: no such file")
+        broker = broker_login(args)
     except (OSError, ValueError) as exc:
         print(f"ksp-ingest: {exc}", file=sys.stderr)
         return 2
@@ -132,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                             base=args.base, client_id=args.client_id,
                             watermark=args.watermark, trigger=args.trigger,
                             ntriples=args.ntriples, receivers=args.receivers,
-                            share=args.share_group, mqtt_ca=args.mqtt_ca,
-                            mqtt_user=args.mqtt_user, mqtt_password=password)
+                            share=args.share_group, mqtt_ca=broker["ca"],
+                            mqtt_user=broker["user"], mqtt_password=broker["password"])
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)

@@ -26,7 +26,7 @@ from .buffer import Buffer
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Receiver", "broker_address", "login"]
+__all__ = ["Receiver", "add_broker_flags", "broker_address", "broker_login", "login"]
 
 #: MQTT 5 session expiry "never": the session and what it has queued outlive any stop.
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF
@@ -53,6 +53,37 @@ def login(client: mqtt.Client, url: str, *, ca: str | None = None, user: str | N
         client.tls_set(ca_certs=ca)
     if user:
         client.username_pw_set(user, password or None)
+
+
+def add_broker_flags(parser) -> None:
+    """--mqtt-ca, --mqtt-user, --mqtt-password-file: how a command logs in at its broker."""
+    parser.add_argument("--mqtt-ca", metavar="FILE",
+                        help="mqtts://: the CA certificate the broker's is checked against "
+                             "(default: the system's)")
+    parser.add_argument("--mqtt-user", metavar="NAME", help="the broker's user name; the "
+                        "password from $KSP_MQTT_PASSWORD or --mqtt-password-file (mqtts:// "
+                        "only)")
+    parser.add_argument("--mqtt-password-file", metavar="FILE",
+                        help="a file whose first line is the broker's password")
+
+
+def broker_login(args) -> dict:
+    """{ca, user, password} for `login` from the flags of `add_broker_flags` and
+    $KSP_MQTT_PASSWORD; ValueError or OSError (said to the user) for what cannot work:
+    a password over plain mqtt://, a CA file that is not there."""
+    import os
+
+    password = os.environ.get("KSP_MQTT_PASSWORD") or None
+    if args.mqtt_password_file:
+        with open(args.mqtt_password_file, encoding="utf-8") as f:
+            password = f.readline().rstrip("\r\n") or None
+    broker_address(args.mqtt)
+    if password and urlsplit(args.mqtt).scheme != "mqtts":
+        raise ValueError(f"{args.mqtt}: a password would cross the network in clear: "
+                         "use mqtts://")
+    if args.mqtt_ca and not os.path.isfile(args.mqtt_ca):
+        raise ValueError(f"--mqtt-ca {args.mqtt_ca}: no such file")
+    return {"ca": args.mqtt_ca, "user": args.mqtt_user, "password": password}
 
 
 class Receiver:

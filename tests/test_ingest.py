@@ -274,7 +274,6 @@ def test_a_broker_over_tls_with_a_password(tmp_path):
     settings = secure_settings(tmp_path, "ingest", "pw-of-ingest")
     (tmp_path / "pw").write_text("pw-of-ingest\n")
     (tmp_path / "wrong").write_text("not-it\n")
-    sent = list(messages(40, devices=2, seed=5))
     with Mosquitto(tmp_path / "broker", settings=settings) as broker:
         url = f"mqtts://127.0.0.1:{broker.port}"
         out = tmp_path / "data"
@@ -286,19 +285,14 @@ def test_a_broker_over_tls_with_a_password(tmp_path):
         assert "Not authorized" in refused.log() and "not-it" not in refused.log()
         with IngestProcess(*ingest_args(url, out), *secure, "--mqtt-password-file",
                            str(tmp_path / "pw")) as ingest:
-            import ssl
+            import subprocess
+            import sys
 
-            import paho.mqtt.client as mqtt
-
-            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-            client.tls_set(ca_certs=str(tmp_path / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED)
-            client.username_pw_set("ingest", "pw-of-ingest")
-            client.connect("127.0.0.1", broker.port)
-            client.loop_start()
-            for topic, payload, _ in sent:
-                client.publish(topic, payload, qos=1).wait_for_publish(30)
-            client.disconnect()
-            client.loop_stop()
+            load = subprocess.run(  # ksp telemetry on the same broker, as a user would
+                [sys.executable, "-m", "tools.cli", "telemetry", "--mqtt", url, *secure,
+                 "--count", "40", "--devices", "2"], capture_output=True, text=True,
+                timeout=120, env=dict(os.environ, KSP_MQTT_PASSWORD="pw-of-ingest"))
+            assert load.returncode == 0, load.stderr
             ingest.stop_when(lambda: count(out, "observations") >= 40, "the readings over TLS")
         assert "pw-of-ingest" not in ingest.log()
     assert count(out, "observations") == 40

@@ -62,15 +62,18 @@ def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: flo
             yield topic_of(topic_device), junk, "bad"
 
 
-def publish(url: str, items, *, rate: float | None = None, qos: int = 1) -> dict:
+def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
+            login: dict | None = None) -> dict:
     """Publish (topic, payload, kind) items, at most `rate` per second; waits until the broker
-    has acknowledged every one. Returns the counts by kind."""
+    has acknowledged every one. Returns the counts by kind. `login`: {ca, user, password}
+    (`spark_ingest.mqtt.broker_login`) for an mqtts:// broker."""
     import paho.mqtt.client as mqtt
 
-    from spark_ingest.mqtt import broker_address
+    from spark_ingest import mqtt as receiving
 
-    host, port = broker_address(url)
+    host, port = receiving.broker_address(url)
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    receiving.login(client, url, **(login or {}))
     client.max_inflight_messages_set(1000)
     client.max_queued_messages_set(0)
     client.connect(host, port, keepalive=30)
@@ -102,7 +105,11 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1) -> dict
 def add_parser(sub) -> None:
     p = sub.add_parser("telemetry", help="publish telemetry over MQTT: load for the ingest",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("--mqtt", default="mqtt://127.0.0.1:1883", metavar="URL")
+    from spark_ingest.mqtt import add_broker_flags
+
+    p.add_argument("--mqtt", default="mqtt://127.0.0.1:1883", metavar="URL",
+                   help="mqtt://HOST[:PORT], or mqtts://HOST[:PORT] (TLS)")
+    add_broker_flags(p)
     p.add_argument("--devices", type=int, default=10)
     p.add_argument("--rate", type=float, default=0.0,
                    help="readings per second per device (0: as fast as the broker takes them)")
@@ -122,10 +129,13 @@ def _command(args: argparse.Namespace) -> int:
             print("ksp telemetry: give --count, or --rate with --duration", file=sys.stderr)
             return 2
         count = int(args.rate * args.devices * args.duration)
+    from spark_ingest.mqtt import broker_login
+
     try:
+        login = broker_login(args)
         counts = publish(args.mqtt, messages(count, args.devices, duplicates=args.duplicates,
                                              bad=args.bad, seed=args.seed),
-                         rate=args.rate * args.devices or None)
+                         rate=args.rate * args.devices or None, login=login)
     except (OSError, ValueError) as exc:
         print(f"ksp telemetry: {args.mqtt}: {exc}", file=sys.stderr)
         return 1
