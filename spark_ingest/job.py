@@ -18,9 +18,10 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
   persistent queries and rules fire on ingested telemetry.
 
 Each batch's files are written under a staging directory and moved into place named by the
-batch id (one per partition directory), after removing whatever an earlier attempt of the same
-batch left: a batch re-run after a crash (Spark re-runs the last uncommitted one, from the same
-offsets) writes the same rows once. That needs an output directory the driver can rename in
+batch id (one per partition directory), each rename replacing an earlier attempt's file of the
+same name (and what that attempt left under other names removed after): a batch re-run after a
+crash (Spark re-runs the last uncommitted one, from the same offsets) writes the same rows once,
+and a reader listing the directories meanwhile never finds a listed file gone. That needs an output directory the driver can rename in
 (local or shared disk).
 
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
@@ -221,20 +222,22 @@ class Ingest:
         try:
             rows = frame.count()
             name = f"batch-{batch_id:012d}.parquet"
-            for old in root.rglob(name) if root.exists() else ():
-                old.unlink()
-            if rows == 0:
-                return 0
-            # One file per partition directory, named by the batch: a re-run of the batch
-            # (the same rows) writes the same paths, which the aggregates' file stream has
-            # already read if it saw the first attempt's.
-            (frame.repartition(*partition_by).write.mode("overwrite")
-             .partitionBy(*partition_by).parquet(str(staging)))
-            for part in staging.rglob("*.parquet"):
-                target = root / part.parent.relative_to(staging) / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(part, target)
-            shutil.rmtree(staging, ignore_errors=True)
+            earlier = set(root.rglob(name)) if root.exists() else set()
+            written = set()
+            if rows:
+                # One file per partition directory, named by the batch: a re-run of the batch
+                # (the same rows) writes the same paths, each replaced in one rename, so a
+                # reader listing the directory meanwhile never finds a file gone.
+                (frame.repartition(*partition_by).write.mode("overwrite")
+                 .partitionBy(*partition_by).parquet(str(staging)))
+                for part in staging.rglob("*.parquet"):
+                    target = root / part.parent.relative_to(staging) / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(part, target)
+                    written.add(target)
+                shutil.rmtree(staging, ignore_errors=True)
+            for stale in earlier - written:  # an earlier attempt's that this one did not make
+                stale.unlink()
             return rows
         finally:
             frame.unpersist()

@@ -14,6 +14,10 @@ pyarrow every 10,000 readings — no buffer, no de-duplication, no restart safet
 the hardware gives a single process. Reported: messages/s each, and the publisher's own rate
 (neither side can be faster than it).
 
+A backlog: N readings published while `ksp-ingest` is stopped (its persistent session keeps
+them at the broker), then timed from its start to N observations — the ingest's own rate,
+with no publisher on the same cores.
+
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
 default) plus one micro-batch.
@@ -99,31 +103,53 @@ def baseline(url: str, count: int, out: Path) -> dict:
     return {"seconds": seconds, "published": _published(publisher)}
 
 
-def ingest(url: str, count: int, out: Path, receivers: int = 1) -> dict:
-    """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
-    import re
-
+def _job(url: str, out: Path, client_id: str, receivers: int = 1):
     from spark_ingest.testing import IngestProcess
 
-    with IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
-                       "--status", "0", "--client-id", f"bench-ingest-{receivers}",
-                       "--receivers", str(receivers)) as job:
-        port = int(re.search(r"metrics on http://[^:]+:(\d+)", job.log())[1])
+    return IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
+                         "--status", "0", "--client-id", client_id,
+                         "--receivers", str(receivers))
 
-        def observed() -> float:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-                for line in r.read().decode().splitlines():
-                    if line.startswith("ksp_ingest_observations_total "):
-                        return float(line.split()[1])
-            return 0.0
 
+def _observed(job) -> float:
+    import re
+
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)", job.log())[1])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("ksp_ingest_observations_total "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def ingest(url: str, count: int, out: Path, receivers: int = 1) -> dict:
+    """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
+    with _job(url, out, f"bench-ingest-{receivers}", receivers) as job:
         time.sleep(1)
         started = time.perf_counter()
         publisher = _publisher(url, count, seed=2)
-        while observed() < count:
+        while _observed(job) < count:
             time.sleep(0.1)
         seconds = time.perf_counter() - started
         published = _published(publisher)
+        job.proc.terminate()
+        job.proc.wait(120)
+    return {"seconds": seconds, "published": published}
+
+
+def drain(url: str, count: int, out: Path) -> dict:
+    """`ksp-ingest` alone: N readings published while it was stopped (the broker keeps them
+    for its persistent session), then seconds from its start (Spark's session up, the
+    receiver subscribed) to N observations: its own rate, no publisher sharing the cores."""
+    with _job(url, out, "bench-drain") as job:  # the session, at the broker
+        job.proc.terminate()
+        job.proc.wait(120)
+    published = _published(_publisher(url, count, seed=3))
+    with _job(url, out, "bench-drain") as job:
+        started = time.perf_counter()
+        while _observed(job) < count:
+            time.sleep(0.1)
+        seconds = time.perf_counter() - started
         job.proc.terminate()
         job.proc.wait(120)
     return {"seconds": seconds, "published": published}
@@ -180,14 +206,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"ingest: {job}", file=sys.stderr)
         shared = ingest(broker.url, args.messages, Path(tmp) / "ingest-2", receivers=2)
         print(f"ingest, 2 receivers: {shared}", file=sys.stderr)
+        alone = drain(broker.url, args.messages, Path(tmp) / "drain")
+        print(f"ingest, a backlog: {alone}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
     for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
-                    ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared)):
+                    ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared),
+                    ("ksp-ingest draining a backlog (published before it started)", alone)):
         rate = args.messages / r["seconds"]
         pub = args.messages / r["published"]["seconds"]
         rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
-                     f"{pub:,.0f}"])
+                     f"{pub:,.0f}" if r is not alone else f"({pub:,.0f}, before)"])
     headers = ["consumer", "messages", "seconds", "messages/s", "publisher's messages/s"]
     env = environment("pyspark", "paho-mqtt", "pyarrow")
     title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
