@@ -59,6 +59,27 @@ def test_flash_dry_run_prints_the_mpremote_commands(tmp_path):
     assert (build / "kspfw" / "codec.mpy").is_file()
 
 
+def test_flash_copies_the_mqtt_mode_s_ca_certificate(tmp_path, capsys):
+    """A config in MQTT mode over TLS names its CA file on the board: `ksp flash` copies it
+    from beside the config, and refuses to go on when it is not there."""
+    import json
+
+    config = tmp_path / "board.json"
+    example = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    flash_it = ["/dev/ttyUSB0", "--dry-run", "--config", str(config), "--build",
+                str(tmp_path / "build")]
+    for ca, error in (("certs/ca.der", "ksp flash copies a file to the board's root"),
+                      ("ca.der", "mqtt.ca 'ca.der': no")):
+        config.write_text(json.dumps(dict(example, mqtt={"host": "10.0.0.3", "tls": True,
+                                                         "ca": ca})))
+        assert flash.main(flash_it) == 2
+        assert error in capsys.readouterr().err
+    (tmp_path / "ca.der").write_bytes(b"\x30\x82")
+    assert flash.main(flash_it) == 0
+    assert (f"mpremote connect /dev/ttyUSB0 fs cp {tmp_path / 'ca.der'} :ca.der"
+            in capsys.readouterr().out)
+
+
 def test_flash_refuses_a_config_that_is_not_json(tmp_path, capsys):
     bad = tmp_path / "config.json"
     bad.write_text("{wifi: }")

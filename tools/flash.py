@@ -70,8 +70,23 @@ def copy_commands(port: str, out: Path, config: Path | None) -> list[list[str]]:
             base + ["fs", "cp", str(out / "main.py"), ":main.py"]]
     if config is not None:
         cmds.append(base + ["fs", "cp", str(config), ":config.json"])
+        ca = board_files(config)
+        if ca is not None:
+            cmds.append(base + ["fs", "cp", str(ca[0]), ":" + ca[1]])
     cmds.append(base + ["reset"])
     return cmds
+
+
+def board_files(config: Path) -> tuple[Path, str] | None:
+    """The MQTT mode's CA certificate (`mqtt.ca`: its name on the board), found on the host
+    beside the config file: (host path, board path), or None."""
+    import json
+
+    mqtt = json.loads(config.read_text()).get("mqtt")
+    ca = mqtt.get("ca") if isinstance(mqtt, dict) and mqtt.get("tls") else None
+    if not isinstance(ca, str) or not ca:
+        return None
+    return config.parent / ca, ca
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +136,15 @@ def config_errors(path: Path) -> bool:
 def run(args: argparse.Namespace) -> int:
     if args.config is not None and config_errors(args.config):
         print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)
+        return 2
+    ca = board_files(args.config) if args.config is not None else None
+    if ca is not None and "/" in ca[1]:
+        print(f"error: --config {args.config}: mqtt.ca {ca[1]!r}: ksp flash copies a file "
+              "to the board's root: give a file name (e.g. \"ca.der\")", file=sys.stderr)
+        return 2
+    if ca is not None and not ca[0].is_file():
+        print(f"error: --config {args.config}: mqtt.ca {ca[1]!r}: no {ca[0]} to copy to the "
+              "board (put the broker's CA certificate beside the config)", file=sys.stderr)
         return 2
     files = build(args.build, args.board, args.debug)
     size = sum(f.stat().st_size for f in files)
