@@ -180,51 +180,11 @@ class Device(threading.Thread):
         self.error = None
 
     def run(self):
-        from kspfw.agent import run
-        from kspfw.net import Link
-
-        def link(cfg):
-            return Link(cfg["host"], cfg["port"], cfg["transport"] == "tcp", cfg["max_size"])
-
-        if self.cfg["mqtt"]:
-            return self.run_telemetry()
-        try:
-            while not self.halt.is_set():
-                agent = self.agent()
-                try:
-                    run(agent, link, self.halt.is_set)
-                    return
-                except DeepSleep as e:
-                    if agent.client.link is not None:
-                        agent.client.link.close()
-                    print("sim %s: deep sleep for %d ms" % (self.name, e.args[0]))
-                    self.halt.wait(e.args[0] / 1000)
-        except Exception as e:  # noqa: BLE001 (reported by main)
-            self.error = e
-            self.halt.set()
-
-    def run_telemetry(self):
-        """The MQTT mode: the firmware's telemetry agent and loop, umqtt.simple on CPython."""
-        from kspfw.telemetry_agent import TelemetryAgent, run
-
-        umqtt_on_cpython()
-        agent = self.telemetry = TelemetryAgent(self.cfg, self.board)
-        if self.period_ms:
-            agent.period = self.period_ms
-        published = [0]
-
-        def stop():
-            rounds = agent.published // max(1, len(agent.readers))
-            if rounds > published[0]:
-                published[0] = self.acked = rounds
-                print("sim %s: published %d readings to MQTT" % (self.name,
-                                                                 agent.published))
-            return self.halt.is_set()
-
+        boot = self._telemetry_boot() if self.cfg["mqtt"] else self._ksp_boot
         try:
             while not self.halt.is_set():
                 try:
-                    run(agent, stop)
+                    boot()  # until halted, or a deep sleep: then a wake-up boots again
                     break
                 except DeepSleep as e:
                     print("sim %s: deep sleep for %d ms" % (self.name, e.args[0]))
@@ -232,7 +192,53 @@ class Device(threading.Thread):
         except Exception as e:  # noqa: BLE001 (reported by main)
             self.error = e
             self.halt.set()
-        print("sim %s: %d readings published in all" % (self.name, agent.published))
+
+    def _ksp_boot(self):
+        """One boot in KSP mode: a new agent on the board (its state kept), a new socket."""
+        from kspfw.agent import run
+        from kspfw.net import Link
+
+        def link(cfg):
+            return Link(cfg["host"], cfg["port"], cfg["transport"] == "tcp", cfg["max_size"])
+
+        agent = self.agent()
+        try:
+            run(agent, link, self.halt.is_set)
+        except DeepSleep:
+            if agent.client.link is not None:
+                agent.client.link.close()
+            raise
+
+    def _telemetry_boot(self):
+        """The MQTT mode: the firmware's telemetry agent and loop, umqtt.simple on CPython;
+        `acked` counts the rounds the broker acknowledged."""
+        from kspfw.telemetry_agent import TelemetryAgent, run
+
+        umqtt_on_cpython()
+        agent = TelemetryAgent(self.cfg, self.board)
+        if self.period_ms:
+            agent.period = self.period_ms
+
+        def stop():
+            rounds = agent.published // max(1, len(agent.readers))
+            if rounds > self.acked:
+                self.acked = rounds
+                print("sim %s: published %d readings to MQTT" % (self.name, agent.published))
+            return self.halt.is_set()
+
+        def boot():
+            asleep = False
+            try:
+                run(agent, stop)
+            except DeepSleep:
+                asleep = True
+                raise
+            finally:  # the end of the run (halted, or failed), not a sleep
+                if not asleep:
+                    print("sim %s: %d readings published in all" % (self.name,
+                                                                    agent.published))
+
+        return boot
 
     def agent(self):
         if self.cfg["agent"] == "sensor":

@@ -42,13 +42,19 @@ def broker_address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or (8883 if parts.scheme == "mqtts" else 1883)
 
 
+def _refuse_clear(url: str, password: str | None) -> bool:
+    """Whether `url` is TLS; ValueError for a password that would cross the network in clear."""
+    tls = urlsplit(url).scheme == "mqtts"
+    if password and not tls:
+        raise ValueError(f"{url}: a password would cross the network in clear: use mqtts://")
+    return tls
+
+
 def login(client: mqtt.Client, url: str, *, ca: str | None = None, user: str | None = None,
           password: str | None = None) -> None:
     """TLS for `mqtts://` (the broker checked against `ca`, or the system's CAs) and the user's
     name and password; a password over plain `mqtt://` is refused: it would go in clear."""
-    tls = urlsplit(url).scheme == "mqtts"
-    if password and not tls:
-        raise ValueError(f"{url}: a password would cross the network in clear: use mqtts://")
+    tls = _refuse_clear(url, password)
     if tls:
         client.tls_set(ca_certs=ca)
     if user:
@@ -78,9 +84,7 @@ def broker_login(args) -> dict:
         with open(args.mqtt_password_file, encoding="utf-8") as f:
             password = f.readline().rstrip("\r\n") or None
     broker_address(args.mqtt)
-    if password and urlsplit(args.mqtt).scheme != "mqtts":
-        raise ValueError(f"{args.mqtt}: a password would cross the network in clear: "
-                         "use mqtts://")
+    _refuse_clear(args.mqtt, password)
     if args.mqtt_ca and not os.path.isfile(args.mqtt_ca):
         raise ValueError(f"--mqtt-ca {args.mqtt_ca}: no such file")
     return {"ca": args.mqtt_ca, "user": args.mqtt_user, "password": password}

@@ -12,6 +12,7 @@ import time
 
 import paho.mqtt.client as mqtt
 
+from spark_ingest.mqtt import login
 from spark_ingest.telemetry import parse
 from spark_ingest.testing import Mosquitto, secure_settings, until
 
@@ -22,11 +23,13 @@ class Subscriber:
     """A QoS 1 subscriber on a persistent session: it gets what came while a broker it
     was subscribed to restarted."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, tls: bool = False, **credentials) -> None:
         self.got: list[tuple] = []
         self.subscribed = False
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watcher",
                                   clean_session=False)
+        # as the ingest logs in: TLS checked against `ca`, then user and password
+        login(self.client, f"{'mqtts' if tls else 'mqtt'}://127.0.0.1:{port}", **credentials)
         self.client.on_message = lambda c, u, m: self.got.append(parse(m.topic, m.payload))
         self.client.on_subscribe = lambda *a: setattr(self, "subscribed", True)
         self.client.on_connect = lambda c, *a: c.subscribe("ksp/+/telemetry", 1)
@@ -109,19 +112,13 @@ def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
     no TLS is refused, tests/test_firmware_mpy.py); a broker whose certificate the board's CA
     did not sign gets nothing, not even the connection's password."""
     import json
-    import ssl
 
     settings = secure_settings(tmp_path, "sensor42", "s3cret-pw")
     config = json.loads((Path(EXAMPLE)).read_text())
     with Mosquitto(tmp_path / "broker", settings=settings) as broker:
-        got: list = []
-        watcher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-        watcher.tls_set(ca_certs=str(tmp_path / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED)
-        watcher.username_pw_set("sensor42", "s3cret-pw")
-        watcher.on_message = lambda c, u, m: got.append(parse(m.topic, m.payload))
-        watcher.on_connect = lambda c, *a: c.subscribe("ksp/+/telemetry", 1)
-        watcher.connect("127.0.0.1", broker.port)
-        watcher.loop_start()
+        watcher = Subscriber(broker.port, tls=True, ca=str(tmp_path / "ca.pem"),
+                             user="sensor42", password="s3cret-pw")
+        got = watcher.got
         try:
             for ca, name in (("other-ca.pem", "untrusted"), ("ca.pem", "trusted")):
                 path = tmp_path / f"{name}.json"
@@ -144,6 +141,5 @@ def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
                     assert proc.returncode == 0 and published(out) == 10, out
             until(lambda: len(got) >= 10, 10, "the readings over TLS")
         finally:
-            watcher.disconnect()
-            watcher.loop_stop()
+            watcher.close()
     assert all(reason is None for *_, reason in got) and len(got) == 10

@@ -16,7 +16,6 @@ from .hal import flt
 
 #: UCUM units of the drivers' quantities (bme280: °C, hPa, %RH; light: a fraction 0..1).
 UNITS = {"temperature": "Cel", "humidity": "%", "pressure": "hPa", "light": "1"}
-_IDLE = 60000
 
 
 def local_name(iri):
