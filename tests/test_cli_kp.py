@@ -67,6 +67,25 @@ def test_update_then_query_in_every_format(sib, env):
     assert f'<{EX}s> <{EX}p> "hi"@en .' in nt.splitlines()
 
 
+def test_text_naming_no_graph_means_the_default_graph_unless_every_graph(env):
+    """SPARQL's reading: a query or DELETE that names no graph reads or deletes the default
+    graph only; `--every-graph` gives KSP's (every graph, wire format 7.6)."""
+    s, p = f"<{EX}dg-s>", f"<{EX}dg-p>"
+    ok("update", f"INSERT DATA {{ {s} {p} 1 }}", env=env)
+    ok("update", f"INSERT DATA {{ GRAPH <{EX}dg-g> {{ {s} {p} 2 }} }}", env=env)
+    select = f"SELECT ?o WHERE {{ {s} {p} ?o }}"
+    assert ok("query", select, "-o", "csv", env=env).split() == ["o", "1"]
+    assert sorted(ok("query", "--every-graph", select, "-o", "csv", env=env).split()) == [
+        "1", "2", "o"]
+    assert ok("query", f"SELECT ?o FROM <{EX}dg-g> WHERE {{ {s} {p} ?o }}", "-o", "csv",
+              env=env).split() == ["o", "2"]
+    ok("update", f"DELETE WHERE {{ {s} {p} ?o }}", env=env)  # the default graph's only
+    assert sorted(ok("query", "--every-graph", select, "-o", "csv", env=env).split()) == [
+        "2", "o"]
+    ok("update", "--every-graph", f"DELETE WHERE {{ {s} {p} ?o }}", env=env)
+    assert ok("query", "--every-graph", select, "-o", "csv", env=env).split() == ["o"]
+
+
 def test_prefixes_from_a_jsap_and_a_toml_file(env, tmp_path):
     jsap, toml = tmp_path / "app.jsap", tmp_path / "prefixes.toml"
     jsap.write_text(json.dumps({"namespaces": {"ex": EX}}))

@@ -348,9 +348,18 @@ def test_compile_render_round_trip(r):
     except NoSparqlEquivalent:
         assume(False)  # not SPARQL (TERMINATE, RESET, unwritable terms: test_to_sparql)
     event(f"round trip: {r.tx.base.name}")
-    back = compile(text, persistent=r.tx.persistent)
+    back = compile(text, persistent=r.tx.persistent, every_graph=True)
     assert normalise(back) == normalise(r), text
     encode(back)
+    # As SPARQL reads the text: where it names no graph, the default graph (wire format 7.6
+    # spells it out as graph options).
+    read = compile(text, persistent=r.tx.persistent)
+    base, o = r.tx.base, back.options
+    if not o.query_graphs and (base.is_query or base.is_pattern_update):
+        o = o._replace(query_graphs=(DEFAULT_GRAPH,))
+    if o.delete_graphs is None and back.delete is not None:
+        o = o._replace(delete_graphs=(DEFAULT_GRAPH,))
+    assert read == back._replace(options=o), text
 
 
 _RICH = [t for t in Tx if t.is_query or t.is_pattern_update]

@@ -24,6 +24,13 @@ from sib.store import QuadStore
 from sib.testing import RecordingChannel
 
 E = "http://e/"
+
+
+def every_graph(text: str):
+    """The request in KSP's option-less form (what a device sends): text that names no graph,
+    read as every graph rather than SPARQL's default graph."""
+    return compile_sparql(text, every_graph=True)
+
 GRAPHS = [None, E + "g1", E + "g2"]
 SUBJECTS = ["<http://e/a>", "<http://e/b>", "<http://e/c>"]
 PREDICATES = ["<http://e/p>", "<http://e/q>"]
@@ -108,7 +115,7 @@ def _answer(result):
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(quads, queries())
 def test_queries_read_the_union_of_all_graphs(data, text):
-    request = compile_sparql(text)
+    request = every_graph(text)
     expected = _answer(_store(data).query(render(request), use_default_graph_as_union=True))
     assert _answer(_store(data).query(render(request, union=True))) == expected, text
 
@@ -130,7 +137,7 @@ def _sib(data, request):
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(quads, updates())
 def test_updates_delete_from_every_graph_as_the_sib_does(data, text):
-    request = compile_sparql(text)
+    request = every_graph(text)
     plain = _store(data)
     plain.update(render(request, union=True))
     assert {str(q) for q in plain} == _sib(data, request)[1], text
@@ -143,20 +150,20 @@ def test_a_triple_in_two_graphs_matches_twice_as_in_the_sib():
     data = [(None, "<http://e/a>", "<http://e/p>", "1"),
             (E + "g1", "<http://e/a>", "<http://e/p>", "1"),
             (E + "g2", "<http://e/b>", "<http://e/q>", "2")]
-    rows = _store(data).query(render(compile_sparql(
+    rows = _store(data).query(render(every_graph(
         "SELECT ?s WHERE { ?s <http://e/p> 1 . <http://e/b> <http://e/q> 2 }"), union=True))
     assert [str(r["v0"]) for r in rows] == ["<http://e/a>"] * 2
-    answer, _ = _sib(data, compile_sparql("SELECT ?s WHERE { ?s <http://e/p> 1 . "
+    answer, _ = _sib(data, every_graph("SELECT ?s WHERE { ?s <http://e/p> 1 . "
                                           "<http://e/b> <http://e/q> 2 }"))
     assert len(answer.result.rows) == 2
-    assert not _store(data[:2]).query(render(compile_sparql(
+    assert not _store(data[:2]).query(render(every_graph(
         "ASK { <http://e/b> <http://e/q> 2 }"), union=True))
 
 
 def test_what_one_update_cannot_say_is_refused():
     """Deleting from every graph multiplies the solutions by the graphs a triple is in, which
     would give each copy its own blank nodes in the INSERT template."""
-    request = compile_sparql("DELETE { ?x <http://e/p> ?y } INSERT { ?x <http://e/q> [] } "
+    request = every_graph("DELETE { ?x <http://e/p> ?y } INSERT { ?x <http://e/q> [] } "
                              "WHERE { ?x <http://e/p> ?y }")
     with pytest.raises(NoSparqlEquivalent, match="without DELETE GRAPH"):
         render(request, union=True)

@@ -85,8 +85,11 @@ def test_query_graph_is_from(store):
             options=Options(query_graphs=(G1, G2), modifier=SolutionModifier(Order.ASC, 1)))
     assert "FROM <http://example.org/g1>" in render(req)
     assert run_select(store, req) == [(EX + "s1", "19"), (EX + "s3", "30")]
+    # The default graph alone is the store's own (reads_union is false): no FROM, as SPARQL
+    # text that names no graph; beside other graphs FROM cannot name it.
+    assert "FROM" not in render(req._replace(options=Options(query_graphs=(DEFAULT_GRAPH,))))
     with pytest.raises(NoSparqlEquivalent, match="default graph"):
-        render(req._replace(options=Options(query_graphs=(DEFAULT_GRAPH,))))
+        render(req._replace(options=Options(query_graphs=(DEFAULT_GRAPH, G1))))
     # Without dataset clauses the caller gives the dataset: the text then has no FROM.
     assert "FROM" not in render(req, dataset_clauses=False)
 

@@ -109,7 +109,9 @@ async def connected(args: argparse.Namespace):
         if not url.startswith("tcps:"):
             raise UsageError("--cafile needs a tcps:// SIB")
         kw["ssl"] = ssl.create_default_context(cafile=args.cafile)
-    return await connect(url, **kw)
+    kp = await connect(url, **kw)
+    kp.every_graph = getattr(args, "every_graph", False)
+    return kp
 
 
 def sparql_of(args: argparse.Namespace) -> str:
@@ -368,6 +370,9 @@ def add_parsers(sub) -> None:
     text = argparse.ArgumentParser(add_help=False, parents=[from_file])
     text.add_argument("sparql", nargs="?", metavar="SPARQL",
                       help="the SPARQL text, or - for stdin")
+    text.add_argument("--every-graph", action="store_true",
+                      help="text that names no graph reads and deletes every graph (KSP's "
+                           "reading), not the default graph (SPARQL's)")
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("-o", "--format", choices=FORMATS, default=None,
                      help="table (default on a terminal), json (lines), csv, nt (CONSTRUCT)")

@@ -153,13 +153,14 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     raise TypeError(f"unknown result {result!r}")
 
 
-def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None
+def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None, every_graph: bool
              ) -> tuple[Request, tuple[str, ...]]:
     """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
     the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
     from ksp.sparql import compile_named
 
-    return compile_named(text, persistent=persistent, prefixes=prefixes)
+    return compile_named(text, persistent=persistent, prefixes=prefixes,
+                         every_graph=every_graph)
 
 
 class KP:
@@ -176,6 +177,10 @@ class KP:
             jsap.namespaces or None)
         """Prefix names (name → namespace) SPARQL text may use without PREFIX lines (by
         default the JSAP's namespaces)."""
+        self.every_graph = False
+        """Whether SPARQL text that names no graph reads and deletes every graph (KSP's
+        option-less form, wire format 7.6) rather than the default graph, as SPARQL reads it
+        (`ksp.sparql.compile`)."""
         self.keep_persistent = keep_persistent
         """Whether `close()` leaves this KP's persistent operations at the SIB (a sleeping
         device with a KP ID picks them up again); by default it TERMINATEs them."""
@@ -236,7 +241,7 @@ class KP:
                 request = jsap.text(request, bindings)
             elif bindings:
                 raise ValueError(f"bindings need a JSAP query or update name, not {request!r}")
-            return _compile(request, persistent, self.prefixes)
+            return _compile(request, persistent, self.prefixes, self.every_graph)
         if not isinstance(request, Request):
             raise TypeError(f"a ksp.Request or SPARQL text, not {type(request).__name__}")
         return request_to_ksp(request), None

@@ -22,7 +22,7 @@ import re
 from ..codes import Tx
 from ..errors import EncodeError, SparqlError, SparqlSyntaxError, UnsupportedSparql
 from ..model import Bind, Options, Request, SolutionModifier
-from ..terms import IRI, Literal, Triple, Var
+from ..terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from .render import NO_PROJECTION
 from .lexer import _IRI_BAD, _SCHEME
 from .parser import _Parsed, _Parser, _V
@@ -84,7 +84,8 @@ def _limit(items, what: str):
     return items
 
 
-def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]:
+def _build(parser: _Parser, persistent: bool, every_graph: bool
+           ) -> tuple[Request, tuple[str, ...]]:
     p = parser.p
     tx = p.tx
     assert tx is not None
@@ -117,11 +118,13 @@ def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]
                                     p.offset, p.distinct)
     declared = tuple(parser.declared) + tuple(
         ns for ns in parser.used_default_prefixes if ns not in parser.declared)
+    query_graphs, delete_graphs = ((p.query_graphs, p.delete_graphs) if every_graph
+                                   else _sparql_dataset(tx, p))
     opts = Options(
         prefixes=declared or None,
-        delete_graphs=_limit(p.delete_graphs, "graphs"),
+        delete_graphs=_limit(delete_graphs, "graphs"),
         insert_graphs=_limit(p.insert_graphs, "graphs"),
-        query_graphs=tuple(_limit(p.query_graphs, "graphs")) or None,
+        query_graphs=tuple(_limit(query_graphs, "graphs")) or None,
         optional=optional or None if tx.is_pattern_update else None,
         filters=tuple(_expr(f, index) for f in _limit(p.filters, "FILTER expressions")) or None,
         modifier=modifier,
@@ -148,6 +151,22 @@ def _build(parser: _Parser, persistent: bool) -> tuple[Request, tuple[str, ...]]
     if base in (Tx.COPY, Tx.MOVE, Tx.ADD):
         kw["source"], kw["target"] = p.source, p.target
     return _useful_prefixes(Request(tx, 0, True, options=opts, **kw)), tuple(names)
+
+
+def _sparql_dataset(tx: Tx, p: _Parsed) -> tuple[list[IRI], tuple[IRI, ...] | None]:
+    """QUERY GRAPH and DELETE GRAPH as the text means them. SPARQL reads and deletes the
+    default graph where the text names no graph (no FROM/USING/WITH, no GRAPH block); KSP's
+    option-less form means every graph (wire format 7.6), so the default graph is named:
+    QUERY GRAPH = (default) for a query's or a pattern update's WHERE, DELETE GRAPH =
+    (default) for a DELETE. INSERT without INSERT GRAPH already writes the default graph."""
+    base = tx.base
+    query_graphs = list(p.query_graphs)
+    if not query_graphs and (base.is_query or base.is_pattern_update):
+        query_graphs = [DEFAULT_GRAPH]
+    delete_graphs = p.delete_graphs
+    if delete_graphs is None and p.delete is not None:
+        delete_graphs = (DEFAULT_GRAPH,)
+    return query_graphs, delete_graphs
 
 
 def _useful_prefixes(req: Request) -> Request:
@@ -200,8 +219,8 @@ def _pattern_names(p: _Parsed) -> set[str]:
     return found
 
 
-def compile_named(text: str, *, persistent: bool = False,
-                  prefixes: dict[str, str] | None = None) -> tuple[Request, tuple[str, ...]]:
+def compile_named(text: str, *, persistent: bool = False, prefixes: dict[str, str] | None = None,
+                  every_graph: bool = False) -> tuple[Request, tuple[str, ...]]:
     """`compile`, also returning `names[k]`: the SPARQL name of variable k."""
     if not isinstance(text, str):
         raise SparqlSyntaxError(f"SPARQL text must be a str, not {type(text).__name__}")
@@ -211,7 +230,7 @@ def compile_named(text: str, *, persistent: bool = False,
     parser = _Parser(text, prefixes)
     try:
         parser.parse()
-        return _build(parser, persistent)
+        return _build(parser, persistent, every_graph)
     except RecursionError:
         raise SparqlSyntaxError("the text nests too deeply") from None
     except UnsupportedSparql as exc:
@@ -285,12 +304,16 @@ def _rdflib_refusal(text: str, prefixes: dict[str, str] | None) -> SparqlSyntaxE
 
 
 def compile(text: str, *, persistent: bool = False,  # noqa: A001 - the task's public name
-            prefixes: dict[str, str] | None = None) -> Request:
+            prefixes: dict[str, str] | None = None, every_graph: bool = False) -> Request:
     """The KSP request a SPARQL 1.1 query or update means (tid 0, confirmable).
 
     `persistent` gives the persistent form (queries and pattern updates only); `prefixes`
-    declares prefix names (name → namespace) the text may use without PREFIX lines. Raises
+    declares prefix names (name → namespace) the text may use without PREFIX lines. Text that
+    names no graph reads and deletes the default graph, as in SPARQL (graph options naming it);
+    `every_graph=True` gives KSP's option-less form instead, which reads the union of all
+    graphs and deletes from every graph (wire format 7.6, the paper's reading). Raises
     `UnsupportedSparql` for SPARQL outside the subset of docs/sparql.md and
     `SparqlSyntaxError` for text that is not SPARQL.
     """
-    return compile_named(text, persistent=persistent, prefixes=prefixes)[0]
+    return compile_named(text, persistent=persistent, prefixes=prefixes,
+                         every_graph=every_graph)[0]

@@ -12,8 +12,10 @@ in docs/sparql.md; the points that shape the code:
   `x_` + UTF-8 hex (`label_name` / `label_from_name` reverse it).
 - The dataset: without graph options KSP reads the union of all graphs; the SPARQL is written for
   a store whose default graph is that union (pyoxigraph: `use_default_graph_as_union=True`).
-  QUERY GRAPH is `FROM` / `USING`, which cannot name the store's default graph: callers that pass
-  the dataset through an API instead ask for `dataset_clauses=False`. pyoxigraph's union flag
+  QUERY GRAPH is `FROM` / `USING`; QUERY GRAPH = (default) alone is no clause (the store's
+  default graph, which is what SPARQL text without FROM reads); FROM cannot name the default
+  graph beside others: callers that pass the dataset through an API ask for
+  `dataset_clauses=False`. pyoxigraph's union flag
   overrides FROM, so it is set only when `reads_union(request)`.
 - MAX RESPONSE SIZE and CREDENTIALS are transport matters with no SPARQL form; they are ignored.
 """
@@ -373,8 +375,8 @@ def _where(w: _Writer, request: Request, optional: Sequence[Graph]) -> str:
 
 
 def _dataset(w: _Writer, graphs: Sequence[IRI] | None, keyword: str, enabled: bool) -> str:
-    if not graphs or not enabled:
-        return ""
+    if not graphs or not enabled or tuple(graphs) == (DEFAULT_GRAPH,):
+        return ""  # the default graph alone: the store's own, since `reads_union` is false
     if DEFAULT_GRAPH in graphs:
         raise NoSparqlEquivalent(
             "QUERY GRAPH", "QUERY GRAPH naming the default graph has no SPARQL form: FROM and "
