@@ -81,11 +81,17 @@ class Buffer:
 
     def backlog(self, now: float | None = None) -> tuple[int, float]:
         """(messages waiting for a committed batch, seconds the oldest has waited)."""
+        # Two lookups on the rowid, not a scan (a status line or a metrics scrape calls this
+        # while the buffer may hold a million): `commit` only ever deletes a prefix, so what
+        # is kept is every number from the first kept to the last, and the first came first.
         with self._lock:
-            n, oldest = self._db.execute("SELECT COUNT(*), MIN(received) FROM messages"
-                                         ).fetchone()
-        waited = 0.0 if oldest is None else (time.time() if now is None else now) - oldest
-        return n, max(0.0, waited)
+            first = self._db.execute("SELECT seq, received FROM messages ORDER BY seq LIMIT 1"
+                                     ).fetchone()
+            if first is None:
+                return 0, 0.0
+            last = self._db.execute("SELECT MAX(seq) FROM messages").fetchone()[0]
+        waited = (time.time() if now is None else now) - first[1]
+        return last - first[0] + 1, max(0.0, waited)
 
     def read(self, after: int, upto: int) -> Iterator[tuple[int, str, bytes, float]]:
         """(seq, topic, payload, received) with after < seq <= upto, in order; read 1,000 at a
