@@ -154,7 +154,7 @@ def test_a_triple_in_two_graphs_matches_twice_as_in_the_sib():
         "SELECT ?s WHERE { ?s <http://e/p> 1 . <http://e/b> <http://e/q> 2 }"), union=True))
     assert [str(r["v0"]) for r in rows] == ["<http://e/a>"] * 2
     answer, _ = _sib(data, every_graph("SELECT ?s WHERE { ?s <http://e/p> 1 . "
-                                          "<http://e/b> <http://e/q> 2 }"))
+                                       "<http://e/b> <http://e/q> 2 }"))
     assert len(answer.result.rows) == 2
     assert not _store(data[:2]).query(render(every_graph(
         "ASK { <http://e/b> <http://e/q> 2 }"), union=True))
@@ -164,7 +164,7 @@ def test_what_one_update_cannot_say_is_refused():
     """Deleting from every graph multiplies the solutions by the graphs a triple is in, which
     would give each copy its own blank nodes in the INSERT template."""
     request = every_graph("DELETE { ?x <http://e/p> ?y } INSERT { ?x <http://e/q> [] } "
-                             "WHERE { ?x <http://e/p> ?y }")
+                          "WHERE { ?x <http://e/p> ?y }")
     with pytest.raises(NoSparqlEquivalent, match="without DELETE GRAPH"):
         render(request, union=True)
     render(request)  # the plain text is still there
