@@ -24,7 +24,7 @@ from rdflib.namespace import RDF, RDFS
 from ksp.errors import SparqlSyntaxError, UnsupportedSparql
 from ksp.model import AskResult, ConstructResult, SelectResult
 from ksp.sparql import compile_named
-from ksp.terms import DEFAULT_GRAPH, IRI
+from ksp.terms import DEFAULT_GRAPH
 from sib import QuadStore, Sib
 from sib.oxterms import quad_from_ox, to_ox
 from sib.testing import Client
@@ -113,7 +113,8 @@ def _cases() -> list[Case]:
     cases = []
     for manifest in sorted(SUITES.rglob("manifest.ttl")):
         g = rdflib.Graph().parse(manifest, format="turtle")
-        entries = [t for lst in g.objects(None, MF.entries) for t in rdflib.collection.Collection(g, lst)]
+        entries = [t for lst in g.objects(None, MF.entries)
+                   for t in rdflib.collection.Collection(g, lst)]
         for test in entries:  # only the listed ones: a manifest keeps some it removed
             if not set(g.objects(test, RDF.type)) & EVALUATION:
                 continue
