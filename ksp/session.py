@@ -640,8 +640,8 @@ class DuplicateCache:
 
     Entries are any objects with an `expires` time and a `response` (bytes, or None until the
     answer is known; its length counts against `max_bytes`). Oldest first, which is soonest
-    to expire; over `max_entries` or `max_bytes` the oldest go. `SIBSession` (UDP) and the
-    CoAP server (`transports.coap`) share it."""
+    to expire; over `max_entries` or `max_bytes` the oldest go. UDP's message layer keeps one
+    (so does CoAP's server, which runs that layer over aiocoap)."""
 
     __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
 
@@ -673,9 +673,6 @@ class DuplicateCache:
             self.bytes += len(response)
             if self.bytes > self.max_bytes:
                 self._evict()
-
-    def discard(self, key: Hashable) -> None:
-        self._drop(self._entries.pop(key, None))
 
     def expire(self, now: float) -> None:
         entries = self._entries

@@ -271,7 +271,7 @@ def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
             answer = decode_sib_message(peer.open(first.payload), UDP, answers=Tx.INSERT_DATA)
             assert first.payload[0] == 0xA1 and answer.status == Status.OK
             executed = sib.core.metrics.requests["INSERT_DATA"]
-            dropped = server.coap.sealed_dropped
+            dropped = server.coap.session.stats.sealed_dropped
             assert str((await coap_post(cport, payload)).code) == "4.01 Unauthorized"
             # the same KP over UDP: a datagram taken there, replayed over CoAP
             udp = await SealedPeer(uport).open()
@@ -286,8 +286,8 @@ def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
             bad = bytearray(peer.seal(encode(select(42, Options()), UDP)))
             bad[25] ^= 1
             assert str((await coap_post(cport, bytes(bad))).code) == "4.01 Unauthorized"
-            assert server.coap.sealed_dropped == dropped + 3
-            assert server.sealed_dropped == server.coap.sealed_dropped
+            assert server.coap.session.stats.sealed_dropped == dropped + 3
+            assert server.sealed_dropped == server.coap.session.stats.sealed_dropped
             assert sib.core.metrics.requests["INSERT_DATA"] == executed
 
             peer.counter += 10**7  # above the UDP peer's: the window is one per KP

@@ -192,11 +192,137 @@ def test_same_ksp_transaction_in_new_coap_messages_is_executed_once():
             answer = await post(ctx, base, encode(Request(Tx.TERMINATE, SUB.tid), UDP))
             assert decode_sib_message(answer.payload, UDP).status == Status.OK
             assert not service.subs
-            assert server.duplicates == 4
+            stats = server.session.stats
+            assert stats.res_retransmissions_answered + stats.duplicates_ignored == 4
             # the lifetime is over (it counts from the first copy): executed again
             await asyncio.sleep(lifetime * 1.5)
             await post(ctx, base, data)
             assert [r.tid for _, r in service.requests].count(7) == 2
+        finally:
+            await ctx.shutdown()
+            await server.close()
+
+    run(go())
+
+
+def test_an_ack_a_non_copy_and_a_kp_that_moved_mid_request():
+    """Three cases of the shared session under CoAP: a KSP ACK POSTed to /ksp is answered 0x03
+    (CoAP confirms notifications itself); a NON request sent again in a new message gets 2.04
+    again, executed once; a KP (its KP ID) whose copy comes from a new address while the first
+    still executes: both POSTs get the one answer, executed once."""
+    from ksp import Ack, Credentials, Options
+
+    class Holding(MemoryService):  # answers only when told, so copies overlap the first
+        def __init__(self) -> None:
+            super().__init__()
+            self.held: list = []
+
+        def submit(self, request, channel) -> None:
+            self.requests.append((channel.transport, request))
+            self.held.append((request, channel))
+
+        def release(self) -> None:
+            held, self.held = self.held, []
+            for request, channel in held:
+                self._execute(request, channel)
+
+    async def until(condition) -> None:
+        for _ in range(300):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("never happened")
+
+    async def go():
+        service = Holding()
+        server = await CoapServer.start(service)
+        ctxs = [await aiocoap.Context.create_client_context(transports=["udp6"])
+                for _ in range(2)]
+        base = f"coap://127.0.0.1:{server.port}"
+        try:
+            res = decode_sib_message((await post(ctxs[0], base, encode(Ack(5, 1), UDP))).payload)
+            assert (res.tid, res.status) == (5, Status.INVALID_MESSAGE_TYPE)
+
+            non = encode(insert(6, "n")._replace(confirmable=False), UDP)
+            first = asyncio.ensure_future(post(ctxs[0], base, non))
+            await until(lambda: service.held)
+            service.release()
+            again = await post(ctxs[0], base, non)  # a new CoAP message, the same KP
+            assert (await first).code == again.code == Code.CHANGED and again.payload == b""
+
+            kp = Options(credentials=Credentials(b"K" * 16, "pw"))
+            data = encode(insert(7, "m")._replace(options=kp), UDP)
+            ignored = server.session.stats.duplicates_ignored
+            first = asyncio.ensure_future(post(ctxs[0], base, data))
+            await until(lambda: service.held)
+            moved = asyncio.ensure_future(post(ctxs[1], base, data))
+            await until(lambda: server.session.stats.duplicates_ignored == ignored + 1)
+            service.release()
+            answers = await asyncio.gather(first, moved)
+            assert {(a.code, a.payload) for a in answers} == {(Code.CONTENT, answers[0].payload)}
+            assert decode_sib_message(answers[0].payload, UDP).status == Status.OK
+            assert [r.tid for _, r in service.requests] == [6, 7]
+        finally:
+            for ctx in ctxs:
+                await ctx.shutdown()
+            await server.close()
+
+    run(go())
+
+
+def test_a_persistent_request_for_an_active_tid_replaces_it_on_the_same_resource():
+    """R12 as over UDP and TCP: a persistent request of another type with the TID of an active
+    one replaces it at the SIB; over CoAP it keeps the resource, its observers and numbering."""
+    async def scenario(service, ctx, base):
+        first = await post(ctx, base, encode(SUB, UDP))
+        path = first.opt.location_path
+        obs = ctx.request(aiocoap.Message(code=Code.GET, uri=f"{base}/{'/'.join(path)}",
+                                          observe=0))
+        await asyncio.wait_for(obs.response, 30)
+        notifications = aiter(obs.observation)
+        await post(ctx, base, encode(insert(1, "a"), UDP))
+        assert decode_sib_message((await anext(notifications)).payload, UDP,
+                                  answers=SUB.tx).seq == 1
+        ask = Request(Tx.ASK_PERSISTENT, SUB.tid, where=SUB.where)
+        again = await post(ctx, base, encode(ask, UDP))
+        assert again.code == Code.CREATED and again.opt.location_path == path
+        assert decode_sib_message(again.payload, UDP, answers=ask.tx).result.value is True
+        assert len(service.subs) == 1 and next(iter(service.subs.values()))[0].tx is ask.tx
+        await post(ctx, base, encode(insert(2, "b"), UDP))
+        ind = decode_sib_message((await anext(notifications)).payload, UDP, answers=ask.tx)
+        assert ind.seq == 2 and ind.result.value is True
+
+    run(peer(scenario))
+
+
+def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
+    """Over `max_entries` the session evicts the oldest delivery; its resource and channel keep
+    it, so its INDs go on, numbered on, and ending the operation removes the resource."""
+    async def go():
+        service = MemoryService()
+        server = await CoapServer.start(service, max_entries=1)
+        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+        base = f"coap://127.0.0.1:{server.port}"
+        try:
+            uris = []
+            for tid in (40, 41):
+                answer = await post(ctx, base, encode(SUB._replace(tid=tid), UDP))
+                assert answer.code == Code.CREATED
+                uris.append(f"{base}/{'/'.join(answer.opt.location_path)}")
+            assert [k[1] for k in server.session.transactions.deliveries] == [41]
+            obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uris[0], observe=0))
+            await asyncio.wait_for(obs.response, 30)
+            notifications = aiter(obs.observation)
+            for n, value in enumerate("ab", 1):
+                await post(ctx, base, encode(insert(n, value), UDP))
+                ind = decode_sib_message((await anext(notifications)).payload, UDP,
+                                         answers=SUB.tx)
+                assert ind.tid == 40 and ind.seq == n
+            answer = await post(ctx, base, encode(Request(Tx.TERMINATE, 40), UDP))
+            assert decode_sib_message(answer.payload, UDP).status == Status.OK
+            assert [k[1] for k in server._persistent] == [41]
+            get = aiocoap.Message(code=Code.GET, uri=uris[0])
+            assert (await ctx.request(get).response).code == Code.NOT_FOUND
         finally:
             await ctx.shutdown()
             await server.close()

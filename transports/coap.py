@@ -5,51 +5,34 @@ the payload of the CoAP response (piggybacked when the SIB answers within aiocoa
 EMPTY_ACK_DELAY, separate otherwise). A persistent operation that starts answers 2.01 Created
 with a Location-Path `/ksp/p/<token>`: a per-transaction resource whose GET returns the newest
 IND and which the KP observes (RFC 7641) to receive every further IND as a notification.
-Reliability, retransmission and duplicate suppression of messages are CoAP's (message IDs, CON),
-so no KSP-level ACKs travel; the INDs keep their sequence numbers so the KP drops stale ones. A
-KSP transaction sent again in a new CoAP message (same KP, TID and type, within
-EXCHANGE_LIFETIME) is a duplicate as over UDP: answered as the first copy was, never executed
-twice.
 
-Sealed messages (docs/wire-format.md section 13): the POST payload may be a sealed envelope;
-the SIB opens it with the service's `sealers` (shared with UDP: one replay window per KP
-whatever the transport) before anything else, answers 4.01 with no payload to one that does not
-open (unknown KP, bad tag, replay: nothing of it is believed), and seals every answer and
-notification to that KP.
+An adapter like the UDP and TCP ones: a `SIBSession` does everything KSP (sealed envelopes
+opened first, credentials before the duplicate cache, a transaction sent again in a new CoAP
+message answered as the first copy was, the transaction layer), under which aiocoap is the
+message layer: CON retransmission, message-ID deduplication and confirmed notifications, so no
+KSP ACK travels and no IND waits for one. The INDs keep their sequence numbers.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
+from collections.abc import Hashable
 from typing import Any
 
 import aiocoap
 import aiocoap.resource
 from aiocoap.numbers.codes import Code
 
-from ksp import (
-    UDP, Ack, DecodeError, KPIdentity, Request, Response, Status, Timing, decode_kp_message,
-    encode, peek_tid,
-)
-from ksp.delivery import Delivery, DeliveryState
-from ksp.secure import MAGIC, SealedAddr, SealError, SealerTable
-from ksp.session import DuplicateCache
-from ksp.transactions import PERSISTENT, SibTransactions
+from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
+from ksp.delivery import Delivery
+from ksp.secure import SealedAddr, SealError
+from ksp.session import UdpSIBSession
+from ksp.transactions import PERSISTENT
 
-from .service import Channel, Service
+from ._sibadapter import SessionAdapter
+from .service import Service
 
-__all__ = ["CONTENT_FORMAT", "RESOURCE", "CoapServer", "CoapLink", "open_coap_link"]
-
-
-def __getattr__(name: str):
-    """The client (`transports.coap_client`) where it used to be."""
-    if name in ("CoapLink", "open_coap_link"):
-        from . import coap_client
-        return getattr(coap_client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-log = logging.getLogger("transports.coap")
+__all__ = ["CONTENT_FORMAT", "RESOURCE", "CoapServer"]
 
 CONTENT_FORMAT = 65000
 """application/x-ksp: from CoAP's Experimental Use range (65000–65535, RFC 7252 §12.3), not
@@ -62,64 +45,88 @@ FINAL_LINGER = 60.0
 
 
 def _ksp_message(payload: bytes, code: Code = Code.CONTENT, **options: Any) -> aiocoap.Message:
+    if not payload:
+        return aiocoap.Message(code=code, **options)
     return aiocoap.Message(code=code, payload=payload, content_format=CONTENT_FORMAT, **options)
 
 
-# ---------------------------------------------------------------------------------------------
-# Server
+class _CoapSession(UdpSIBSession):
+    """The UDP session with aiocoap as its message layer: what it sends completes the POSTs
+    waiting for it, INDs go to the resources' observers (counted delivered: CoAP confirms or
+    ends the observation), and a KSP ACK is answered 0x03."""
 
+    IND_DELIVERY = {"numbered": True, "acked": False, "durable": False}
 
-class CoapChannel:
-    """A `Channel` for one CoAP request: `respond` completes the POST; INDs go to the
-    per-transaction resource's observers."""
+    def __init__(self, server: "CoapServer", **kwargs) -> None:
+        super().__init__(UDP, **kwargs)
+        self.server = server
+        self.answering: tuple | None = None  # (kp, tid, tx) of the request being answered
 
-    __slots__ = ("transport", "kp", "tid", "_server", "_future")
+    def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
+        ex = self.transactions.executing.get((kp, tid))
+        self.answering = None if ex is None else ex.key
+        super().respond(kp, tid, response, now)
+        self.answering = None
+        if ex is not None:
+            self.server._unanswered((ex.addr, tid))
 
-    durable = False  # an observation ends with the process: the KP observes anew
+    def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
+        self.server._heard(addr, peek_tid(data))
+        super()._on_message(data, addr, now)
 
-    def __init__(self, server: "CoapServer", kp: KPIdentity, tid: int,
-                 future: asyncio.Future | None = None) -> None:
-        self.transport = "coap"
-        self.kp = kp
-        self.tid = tid
-        self._server = server
-        self._future = future
+    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
+        ex = self._cache.get(key)
+        if ex is None:
+            return False
+        if ex.addr != addr:  # the KP moved: the copies it sent before wait here now
+            self.server._complete((ex.addr, key[1]), None, moved_to=(addr, key[1]))
+        self.answering = key
+        super()._duplicate(key, addr)
+        self.answering = None
+        if key[:2] not in self.transactions.executing:  # answered: with nothing, 2.04 again
+            self.server._unanswered((addr, key[1]))
+        return True
 
-    def respond(self, response: Response) -> None:
-        if self._future is None or self._future.done():
-            return  # rebuilt channel, or the CoAP exchange is gone: nothing waits for it
-        self._future.set_result(response._replace(tid=self.tid))
+    def _remember(self, key: tuple, ex, now: float) -> None:
+        super()._remember(key, ex, now)
+        if ex.tx in PERSISTENT:  # before the service sees it: its RES may come at once
+            self.server._add(key[0], key[1], ex.addr)
 
-    def indicate(self, response: Response) -> None:
-        self._server._publish(self.kp, self.tid, response._replace(tid=self.tid))
+    def _send(self, data: bytes, addr: Hashable) -> None:
+        self.server._answer(data, addr, self.answering)
 
-    def end(self) -> None:
-        self._server._end(self.kp, self.tid)
+    def _deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
+        self.server._publish(key, data, d.final)
+        if d.final:
+            self.end_persistent(*key)
 
-    def export(self) -> DeliveryState | None:
-        d = self._server.transactions.deliveries.get((self.kp, self.tid))
-        return d.export() if d is not None else None
+    def end_persistent(self, kp: KPIdentity, tid: int) -> None:
+        super().end_persistent(kp, tid)
+        self.server._remove(kp, tid)  # also when its delivery was evicted from the table
 
-    def restore(self, state: DeliveryState) -> None:
-        """Nothing to take back: CoAP operations are not durable."""
+    def _forget(self, key, d: Delivery, evicted: bool) -> None:
+        super()._forget(key, d, evicted)
+        if not evicted:  # an evicted delivery stays with its channel and resource
+            self.server._remove(*key)
+
+    def _on_ack(self, ack, addr: Hashable, now: float) -> None:
+        self._send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
 
 
 class _PersistentResource(aiocoap.resource.ObservableResource):
     """`/ksp/p/<token>`: the newest IND of one persistent transaction, observable."""
 
-    def __init__(self, server: "CoapServer", kp: KPIdentity, tid: int, token: str,
-                 sealed: SealedAddr | None = None) -> None:
+    def __init__(self, server: "CoapServer", key: tuple[KPIdentity, int], addr: Hashable) -> None:
         super().__init__()
-        self.server, self.kp, self.tid, self.token = server, kp, tid, token
-        self.sealed = sealed  # the KP spoke sealed: every IND leaves sealed
-        self.path = PERSISTENT_PREFIX + (token,)
-        self.delivery: Delivery | None = None  # the operation's, held here too (`_forget`)
+        self.server, self.key = server, key
+        self.addr = addr  # a SealedAddr: the KP spoke sealed, every IND leaves sealed
+        self.path = PERSISTENT_PREFIX + (secrets.token_urlsafe(9),)
         self.latest = b""
         self.ended = False
         self.observed = False
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
-        return _ksp_message(self.server._seal(self.latest, self.sealed))
+        return _ksp_message(self.server._seal(self.latest, self.addr))
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:  # an ended one answers its final IND, unobserved
@@ -128,8 +135,7 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
     def publish(self, data: bytes, final: bool) -> None:
         self.latest = data
         for observation in list(self._observations):
-            observation.trigger(_ksp_message(self.server._seal(data, self.sealed)),
-                                is_last=final)
+            observation.trigger(_ksp_message(self.server._seal(data, self.addr)), is_last=final)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
@@ -137,97 +143,46 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         elif self.observed and not self.ended:
             # Deregistered, or CON notifications went unacknowledged: nobody listens (as IND
             # retries running out over UDP). The owner decides; the SIB drops the operation.
-            self.server._lost_observers(self.kp, self.tid)
+            self.server._lost_observers(self.key)
 
 
-class _RequestResource(aiocoap.resource.Resource):
-    """`/ksp`: POST a KSP REQ, get its RES."""
-
-    def __init__(self, server: "CoapServer") -> None:
-        super().__init__()
-        self.server = server
-
-    async def render_post(self, request: aiocoap.Message) -> aiocoap.Message:
-        return await self.server._handle(request)
-
-
-#: How a request was answered: CoAP code, KSP payload (b"" for a bare 2.04), Location-Path.
-_Answer = tuple[Code, bytes, "tuple[str, ...] | None"]
-
-
-def _reply(answer: _Answer, seal=None) -> aiocoap.Message:
-    code, payload, location = answer
-    if payload and seal is not None:
-        payload = seal(payload)
-    if not payload:
-        return aiocoap.Message(code=code)
-    if location is not None:
-        return _ksp_message(payload, code, location_path=location)
-    return _ksp_message(payload, code)
-
-
-class _CoapExchange:
-    """A request in the duplicate cache: its answer, once there is one."""
-
-    __slots__ = ("answer", "expires", "response")
-
-    def __init__(self, answer: asyncio.Future) -> None:
-        self.answer = answer
-        self.expires = 0.0
-        self.response: bytes | None = None  # the payload, for the cache's byte count
-
-
-class CoapServer:
-    """The SIB side over CoAP. Start with `await CoapServer.start(service, host, port)`.
-
-    Besides CoAP's own deduplication (message IDs), KSP transactions are deduplicated as
-    `SIBSession` does over UDP (`ksp.session.DuplicateCache`, docs/coap-binding.md)."""
+class CoapServer(SessionAdapter, aiocoap.resource.Resource):
+    """The SIB side over CoAP, and its resource `/ksp` (POST a REQ, get its RES). Start with
+    `await CoapServer.start(service, host, port)`."""
 
     transport_name = "coap"
 
-    def __init__(self, service: Service, timing: Timing | None = None,
-                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20) -> None:
-        self.service = service
-        #: The service's sealers (`ksp.secure.SealerTable`; None: the sealed mode is off and a
-        #: sealed payload is answered as a plain one would be, 0x01).
-        self.sealers: SealerTable | None = getattr(service, "sealers", None)
-        self.sealed_dropped = 0  # sealed payloads that did not open
-        lifetime = (timing or Timing()).exchange_lifetime
-        self._exchanges = DuplicateCache(lifetime, max_entries, max_cache_bytes)
-        #: The transaction layer UDP and TCP share (`ksp.transactions`): the persistent
-        #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering; CoAP's own reliability
-        #: (aiocoap: CON, message IDs, Observe) is the message layer under it.
-        self.transactions = SibTransactions(UDP, numbered=True, acked=False,
-                                            max_entries=max_entries, on_forget=self._forget)
-        self.duplicates = 0  # requests answered as duplicates (stats)
+    def __init__(self, service: Service, timing: Timing | None = None, **session_args) -> None:
+        super().__init__(service, _CoapSession(self, timing=timing, **session_args))
+        aiocoap.resource.Resource.__init__(self)
         self.port = 0
         self.site = aiocoap.resource.Site()
-        self.site.add_resource(RESOURCE, _RequestResource(self))
+        self.site.add_resource(RESOURCE, self)
         self.context: aiocoap.Context | None = None
+        self._waiting: dict[tuple[Hashable, int], list[asyncio.Future]] = {}
+        self._taking: asyncio.Future | None = None  # the POST being read by the session
         self._persistent: dict[tuple[KPIdentity, int], _PersistentResource] = {}
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
-                    timing: Timing | None = None, **cache_args) -> "CoapServer":
-        """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `cache_args`:
-        `max_entries`, `max_cache_bytes`."""
-        self = cls(service, timing, **cache_args)
+                    timing: Timing | None = None, **session_args) -> "CoapServer":
+        """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `session_args` go to
+        the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
+        self = cls(service, timing, **session_args)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
-        mi = self.context.request_interfaces[0].token_interface.message_interface
-        self.port = mi._local_port()
+        self.port = self._interface()._local_port()
         return self
 
-    def channel(self, kp: KPIdentity, tid: int) -> Channel:
-        return CoapChannel(self, kp, tid)
+    def _interface(self):
+        return self.context.request_interfaces[0].token_interface.message_interface
 
     def tap(self, pcap, host: str) -> None:
         """Write every CoAP datagram in and out (KSP in their payloads) to `pcap`, a
         `transports.pcap.PcapWriter`: aiocoap owns the socket, so its message interface's
         receive and send are wrapped (written before sending, as the UDP adapter does)."""
-        mi = self.context.request_interfaces[0].token_interface.message_interface
-        local = (host, self.port)
+        mi, local = self._interface(), (host, self.port)
         received, send = mi.datagram_msg_received, mi.send
 
         def tapped_received(data, ancdata, flags, address):
@@ -246,138 +201,84 @@ class CoapServer:
         for resource, handle in list(self._lingering.items()):
             handle.cancel()
             self._unlink(resource)
+        self.shut()
         if self.context is not None:
             await self.context.shutdown()
 
-    async def _handle(self, request: aiocoap.Message) -> aiocoap.Message:
+    def transmit(self) -> None:
+        """Nothing held: every answer completed its POST as the session sent it."""
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def render_post(self, request: aiocoap.Message) -> aiocoap.Message:
         if request.opt.content_format not in (None, CONTENT_FORMAT):
             return aiocoap.Message(code=Code.UNSUPPORTED_CONTENT_FORMAT)
-        data, sealed = request.payload, None
-        if data[:1] == bytes((MAGIC,)) and self.sealers is not None:
-            try:
-                data, sealed = self.sealers.open(data, request.remote.hostinfo)
-            except SealError:
-                self.sealed_dropped += 1
+        answer = self._taking = self.loop.create_future()
+        try:
+            addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
+            self.session.receive_datagram(request.payload, addr, self.loop.time())
+            if self._taking is not None:  # a sealed payload that did not open
                 return aiocoap.Message(code=Code.UNAUTHORIZED)
-        seal = None if sealed is None else (lambda payload: self._seal(payload, sealed))
-        try:
-            req = decode_kp_message(data, UDP)
-        except DecodeError as exc:
-            tid = exc.tid if exc.tid is not None else peek_tid(data)
-            if tid is None:
-                return aiocoap.Message(code=Code.BAD_REQUEST, payload=b"not a KSP request")
-            return _reply((Code.CONTENT, encode(Response(tid, exc.status), UDP), None), seal)
-        if isinstance(req, Ack):  # CoAP acknowledges notifications itself
-            return _reply((Code.CONTENT, encode(Response(req.tid, Status.INVALID_MESSAGE_TYPE),
-                                                UDP), None), seal)
-        if sealed is not None:  # the envelope names the KP; a password has no place (13.5)
-            refusal = Status.ACCESS_DENIED if req.options.credentials is not None else None
-            kp = KPIdentity(sealed.kp_id, None)
+        finally:
+            self._taking = None
+        self.pump()
+        return await answer
+
+    def _heard(self, addr: Hashable, tid: int | None) -> None:
+        """The session opened the POST being taken: it waits for what goes to (addr, tid)."""
+        answer, self._taking = self._taking, None
+        if tid is None:
+            answer.set_result(aiocoap.Message(code=Code.BAD_REQUEST,
+                                              payload=b"not a KSP request"))
         else:
-            refusal = await self._authenticate(req, request.remote)
-            kp = KPIdentity.of(req, request.remote.hostinfo)
-        if refusal is not None:
-            return _reply((Code.CONTENT, encode(Response(req.tid, refusal), UDP), None), seal)
-        # KSP-level duplicates: the same transaction in another CoAP message (a new message
-        # ID: a KP rebooted with its TIDs kept, a proxy) is answered as the first copy was.
-        loop = asyncio.get_running_loop()
-        key = (kp, req.tid, req.tx)
-        self._exchanges.expire(loop.time())
-        exchange = self._exchanges.get(key)
-        if exchange is not None:
-            self.duplicates += 1
-            return _reply(await asyncio.shield(exchange.answer), seal)
-        exchange = _CoapExchange(loop.create_future())
-        self._exchanges.add(key, exchange, loop.time())
-        try:
-            answer = await self._execute(req, kp, sealed)
-        except BaseException:
-            self._exchanges.discard(key)  # not answered: a later copy is a new request
-            exchange.answer.cancel()
-            raise
-        exchange.answer.set_result(answer)
-        self._exchanges.answered(key, exchange, answer[1])
-        return _reply(answer, seal)
+            self._waiting.setdefault((addr, tid), []).append(answer)
 
-    def _seal(self, payload: bytes, sealed: SealedAddr | None) -> bytes:
-        """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
-        if sealed is None or not payload or self.sealers is None:
-            return payload
-        return self.sealers.seal(payload, sealed)
-
-    async def _authenticate(self, req: Request, remote) -> Status | None:
-        """The service's verdict on the CREDENTIALS (None: accepted, or nothing to check),
-        before the duplicate cache is looked at, as `SIBSession` asks it (`sib.auth`)."""
-        creds = req.options.credentials
-        auth = getattr(self.service, "authenticator", None)
-        if creds is None or auth is None:
-            return None
-        kp_id, source = bytes(creds.kp_id), getattr(remote, "sockaddr", (remote.hostinfo,))[:2]
-        verdict = auth.verdict(kp_id, creds.password, source)
-        if verdict is None:
-            await auth.verify(kp_id, creds.password, source)
-            verdict = auth.verdict(kp_id, creds.password, source)
-            if verdict is None:  # decided by a policy reload meanwhile: ask the client again
-                verdict = Status.LIMIT_EXCEEDED
-        return None if verdict == Status.OK else Status(verdict)
-
-    async def _execute(self, req: Request, kp: KPIdentity,
-                       sealed: SealedAddr | None = None) -> "_Answer":
-        tid, tx = req.tid, req.tx
-        future = asyncio.get_running_loop().create_future()
+    def _answer(self, data: bytes, addr: Hashable, answering: tuple | None) -> None:
         resource = None
-        if tx in PERSISTENT:
-            if (kp, tid) in self._persistent:  # R12: an active TID is not reused
-                return Code.CONTENT, encode(Response(tid, Status.INVALID_DATA_FORMAT), UDP), None
-        self.transactions.begin(kp, req, None)
-        if tx in PERSISTENT:
-            resource = self._add(kp, tid, sealed)
-        self.service.submit(req, CoapChannel(self, kp, tid, future))
+        if answering is not None and answering[2] in PERSISTENT:
+            resource = self._persistent.get(answering[:2])  # gone if it did not start
+        location = {} if resource is None else {"location_path": resource.path}
         try:
-            response = await future
-        except asyncio.CancelledError:
-            self.transactions.executing.pop((kp, tid), None)
-            if resource is not None:
-                self._end(kp, tid)
-            raise
-        # The RES starts or ends persistent operations (`on_forget` removes their resources).
-        _, payload = self.transactions.answer(kp, tid, response._replace(tid=tid))
-        if resource is not None and response.status == Status.OK:
-            return Code.CREATED, payload, resource.path
-        if payload is None:
-            return Code.CHANGED, b"", None  # the paper's "no RES" for NON
-        return Code.CONTENT, payload, None
+            message = _ksp_message(self._seal(data, addr),
+                                   Code.CREATED if location else Code.CONTENT, **location)
+        except SealError:  # its key was removed meanwhile: nothing of it may reach the KP
+            message = aiocoap.Message(code=Code.UNAUTHORIZED)
+        self._complete((addr, peek_tid(data)), message)
 
-    def _add(self, kp: KPIdentity, tid: int,
-             sealed: SealedAddr | None = None) -> _PersistentResource:
-        resource = _PersistentResource(self, kp, tid, secrets.token_urlsafe(9), sealed)
-        resource.delivery = self.transactions.deliveries[(kp, tid)]
-        self._persistent[(kp, tid)] = resource
-        self.site.add_resource(resource.path, resource)
-        return resource
+    def _unanswered(self, key: tuple[Hashable, int]) -> None:
+        """The NON rule sent nothing: CoAP still answers, 2.04 without payload."""
+        if key in self._waiting:
+            self._complete(key, aiocoap.Message(code=Code.CHANGED))
 
-    def _publish(self, kp: KPIdentity, tid: int, response: Response) -> None:
-        resource = self._persistent.get((kp, tid))
-        if resource is None or resource.ended:
-            return
-        d = self.transactions.delivery_for(kp, tid, resource.delivery)
-        resource.publish(self.transactions.indication(d, response), d.final)
-        if d.final:
-            # The resource lingers with the final IND, so a KP whose observation was not yet
-            # registered still reads how its operation ended.
-            self._remove(kp, tid, notify=False, linger=True)
-            self.transactions.end(kp, tid)
+    def _complete(self, key: tuple[Hashable, int], message: aiocoap.Message | None,
+                  moved_to: tuple[Hashable, int] | None = None) -> None:
+        """Answer the POSTs waiting on `key` with `message`, or make them wait on `moved_to`."""
+        waiting = self._waiting.pop(key, [])
+        if moved_to is not None:
+            self._waiting.setdefault(moved_to, []).extend(waiting)
+        for n, future in enumerate(waiting if message is not None else ()):
+            if not future.done():  # copies of a duplicate's POST get a message each
+                future.set_result(message.copy() if n else message)
 
-    def _end(self, kp: KPIdentity, tid: int) -> None:
-        self.transactions.end(kp, tid)
-        self._remove(kp, tid)
+    def _seal(self, payload: bytes, addr: Hashable) -> bytes:
+        """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
+        if type(addr) is not SealedAddr or not payload:
+            return payload
+        return self.session.sealers.seal(payload, addr)
 
-    def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
-        """A delivery ended (TERMINATE, RESET, a failed start): its resource goes, its
-        observers told 4.04 (`SibTransactions.on_forget`). An evicted one stays with its
-        resource, which hands it back at the next IND."""
-        if not evicted:
-            self._remove(*key)
+    # -- persistent operations -------------------------------------------------------------
+
+    def _add(self, kp: KPIdentity, tid: int, addr: Hashable) -> None:
+        if (kp, tid) not in self._persistent:  # R12: a request for an active TID keeps it
+            resource = self._persistent[(kp, tid)] = _PersistentResource(self, (kp, tid), addr)
+            self.site.add_resource(resource.path, resource)
+
+    def _publish(self, key: tuple[KPIdentity, int], data: bytes, final: bool) -> None:
+        resource = self._persistent.get(key)
+        if resource is not None and not resource.ended:
+            resource.publish(data, final)
+            if final:  # lingers with the final IND, for a KP whose observation is on its way
+                self._remove(*key, notify=False, linger=True)
 
     def _remove(self, kp: KPIdentity, tid: int, notify: bool = True,
                 linger: bool = False) -> None:
@@ -389,9 +290,8 @@ class CoapServer:
             return
         resource.ended = True
         if linger:
-            handle = asyncio.get_running_loop().call_later(
-                FINAL_LINGER, self._unlink, resource)
-            self._lingering[resource] = handle
+            self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
+                                                             resource)
         else:
             self._unlink(resource)
         for observation in list(resource._observations) if notify else ():
@@ -401,7 +301,7 @@ class CoapServer:
         self._lingering.pop(resource, None)
         self.site.remove_resource(resource.path)
 
-    def _lost_observers(self, kp: KPIdentity, tid: int) -> None:
-        if (kp, tid) in self._persistent:
-            self._end(kp, tid)
-            self.service.kp_unreachable(kp, tid)
+    def _lost_observers(self, key: tuple[KPIdentity, int]) -> None:
+        if key in self._persistent:
+            self.session.end_persistent(*key)
+            self.service.kp_unreachable(*key)

@@ -41,9 +41,9 @@ class Server:
                     max_message_size: int | None = None,
                     tcp_limits: ConnectionLimits | None = None, pcap=None,
                     **session_args) -> "Server":
-        """`session_args` go to the UDP and TCP `SIBSession`s (`max_entries`: size of each of
+        """`session_args` go to every listener's `SIBSession` (`max_entries`: size of each of
         their tables, at least the number of persistent operations the SIB will hold;
-        `max_cache_bytes`); those two and `timing` also size CoAP's duplicate cache. `pcap`: a
+        `max_cache_bytes`, ...). `pcap`: a
         `transports.pcap.PcapWriter` for every UDP and CoAP datagram and TCP byte in and out."""
         self = cls()
         port = None
@@ -62,11 +62,10 @@ class Server:
                 self.tcp.pcap = pcap
             if coap is not None:
                 port = ("CoAP", coap)
-                cache = {k: v for k, v in session_args.items()
-                         if k in ("max_entries", "max_cache_bytes")}
                 from .coap import CoapServer
 
-                self.coap = await CoapServer.start(service, host, coap, timing=timing, **cache)
+                self.coap = await CoapServer.start(service, host, coap, timing=timing,
+                                                   **session_args)
                 if pcap is not None:
                     self.coap.tap(pcap, host)
         except BaseException as exc:
@@ -94,7 +93,7 @@ class Server:
         """Sealed datagrams dropped unopened so far (unknown KP, bad tag, replay: wire format
         13.3), over UDP and CoAP."""
         return ((self.udp.session.stats.sealed_dropped if self.udp is not None else 0)
-                + (self.coap.sealed_dropped if self.coap is not None else 0))
+                + (self.coap.session.stats.sealed_dropped if self.coap is not None else 0))
 
     def _adapter(self, transport: str):
         adapter = getattr(self, transport, None) if transport in ("udp", "tcp", "coap") else None
