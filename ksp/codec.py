@@ -53,9 +53,12 @@ def encode(msg: Message, transport: Transport = UDP, *, max_size: int | None = N
     For a Response, `max_size` is the requester's MAX RESPONSE SIZE: results are cut to fit
     (RC < TRC), or the answer becomes status RESPONSE_TOO_LARGE (§6.4).
     """
-    if _speedups is not None and (max_size is None or type(msg) is not Response):
+    if _speedups is not None:
         data = _speedups.encode(msg, _is_tcp(transport))
-        if data is not None:
+        # Within the limit, cutting changes nothing (§6.4): only an answer over it needs the
+        # Python encoder's cut. Every RES over UDP has a limit, one datagram.
+        if data is not None and (max_size is None or len(data) <= max_size
+                                 or type(msg) is not Response):
             return data
     try:
         if type(transport) is not Transport:

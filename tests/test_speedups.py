@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ksp import TCP, UDP, Ack, DecodeError, Response, Transport, Tx, codec, encode
-from strategies import messages
+from strategies import messages, responses
 from test_codec_fuzz import _header_like, mutated_encodings, with_tcp_length
 from test_vectors import VALID, VECTORS, INVALID
 
@@ -338,3 +338,21 @@ def _refused_messages():
 def test_encoder_leaves_refusals_to_python(msg):
     assert c.encode(msg, False) is None, "C encoded what Python refuses"
     assert isinstance(python_bytes(msg, UDP), Exception)
+
+
+@needs_c
+@fast(300)
+@given(pair=responses(query_ok=True), transport=st.sampled_from((UDP, TCP)), data=st.data())
+def test_a_response_within_max_size_is_the_same_bytes_from_c_and_python(pair, transport, data):
+    """`encode(..., max_size=n)` keeps the C module's bytes when they fit in n (every RES over
+    UDP has a limit): the same bytes the Python encoder gives with the limit, cut or not."""
+    resp, _ = pair
+    full = c.encode(resp, transport is TCP)
+    if full is None:
+        return  # left to Python
+    n = data.draw(st.integers(max(0, len(full) - 8), len(full) + 8), label="max_size")
+    with codec.pure_python():
+        want = encode(resp, transport, max_size=n)
+    assert encode(resp, transport, max_size=n) == want
+    if n >= len(full):
+        assert want == full
