@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "3.1.1 subscription); keep it across restarts")
     p.add_argument("--share-group", metavar="NAME",
                    help="the shared subscription's group (default: the client id)")
+    p.add_argument("--shards", metavar="URL,URL", help="receivers on other machines "
+                   "(`python -m spark_ingest.shards` on each, a shared subscription's "
+                   "members): read from their http://HOST:PORT instead of receiving here")
+    p.add_argument("--shard-secret-file", metavar="FILE", help="the secret the shards' "
+                   "requests are signed with (default: $KSP_INGEST_SECRET)")
     p.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
     p.add_argument("--watermark", default=d.watermark,
                    help="how late a duplicate may come and still be dropped")
@@ -112,12 +117,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ksp-ingest: --share-group {args.share_group!r}: a name without / + #",
               file=sys.stderr)
         return 2
+    shards: tuple[str, ...] = ()
+    secret = b""
+    if args.shards:
+        from .shards import RemoteShard, read_secret
+
+        try:
+            if args.receivers != 1:
+                raise ValueError("--receivers and --shards: the shards are the receivers")
+            secret = read_secret(args.shard_secret_file)
+            shards = tuple(RemoteShard(url, secret).url for url in args.shards.split(","))
+        except (OSError, ValueError) as exc:
+            print(f"ksp-ingest: {exc}", file=sys.stderr)
+            return 2
     options = IngestOptions(mqtt=args.mqtt, topic=args.topic, out=args.out, sib=args.sib,
                             base=args.base, client_id=args.client_id,
                             watermark=args.watermark, trigger=args.trigger,
                             ntriples=args.ntriples, receivers=args.receivers,
                             share=args.share_group, mqtt_ca=broker["ca"],
-                            mqtt_user=broker["user"], mqtt_password=broker["password"])
+                            mqtt_user=broker["user"], mqtt_password=broker["password"],
+                            shards=shards, shard_secret=secret)
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)
@@ -130,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
         log.info("metrics on http://%s:%d/metrics", args.metrics_host,
                  serve(ingest, args.metrics_host, args.metrics_port))
-    log.info("ingest ready: %s %s → %s%s", args.mqtt, args.topic, args.out,
-             f", latest readings to {args.sib}" if args.sib else "")
+    log.info("ingest ready: %s %s → %s%s", ", ".join(shards) if shards else args.mqtt,
+             args.topic, args.out, f", latest readings to {args.sib}" if args.sib else "")
     previous: dict = {}
     last = time.monotonic()
     try:

@@ -70,6 +70,8 @@ class IngestOptions:
     partitions: int = 2
     max_per_batch: int = 100_000
     receivers: int = 1  # > 1: MQTT 5 shared subscription, one buffer shard each
+    shards: tuple[str, ...] = ()  # receivers on other machines: their URLs (`shards.py`)
+    shard_secret: bytes = b""  # what their requests are signed with
     share: str | None = None  # the shared subscription's group (default: client_id)
     mqtt_ca: str | None = None  # mqtts://: the CA file the broker is checked against
     mqtt_user: str | None = None
@@ -93,8 +95,15 @@ class Ingest:
         """(messages received and not yet in a committed batch, seconds the oldest waited),
         read from the buffer file (its receiver runs in a worker process)."""
         from .buffer import FILE, Buffer
+        from .shards import RemoteShard
 
         total, oldest = 0, 0.0
+        for url in self.o.shards:
+            try:
+                n, waited = RemoteShard(url, self.o.shard_secret, timeout=5).backlog()
+            except OSError:  # away: its backlog is not known now
+                continue
+            total, oldest = total + n, max(oldest, waited)
         for path in (self.out / "_mqtt").glob(f"**/{FILE}"):  # one file, or one per shard
             buffer = Buffer(path.parent, readonly=True)
             try:
@@ -118,7 +127,9 @@ class Ingest:
                   .option("maxMessagesPerBatch", str(o.max_per_batch))
                   .option("receivers", str(o.receivers)).option("share", o.share or "")
                   .option("ca", o.mqtt_ca or "").option("user", o.mqtt_user or "")
-                  .option("password", o.mqtt_password or ""))
+                  .option("password", o.mqtt_password or "")
+                  .option("shards", ",".join(o.shards))
+                  .option("secret", o.shard_secret.decode()))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
         stream = reader.load()

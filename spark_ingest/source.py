@@ -19,6 +19,12 @@ persistent session (`<client_id>-<k>`) and its own buffer (`<buffer>/shard-<k>`)
 then one sequence number per shard, and every shard's range is read by its own partitions. A
 row's `seq` is then the shard's number × N + k, unique in the job.
 
+With `shards` (comma-separated `http://HOST:PORT`), the receivers run on other machines
+(`spark_ingest.shards`), one shard each: the driver asks them for offsets and commits, and each
+partition is a span of sequence numbers that its executor reads from the shard itself (so the
+readings go from receiver to executor, not through the driver); every request signed with
+`secret` (Spark redacts it like `password`). No receiver runs in the driver then.
+
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
 `partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
@@ -44,10 +50,38 @@ SCHEMA = ("seq long, topic string, payload string, received timestamp, device st
 @dataclass
 class _Range(InputPartition):
     """A partition carries its messages: the driver reads them from the buffer, so the
-    executors, wherever they run, need no access to its file."""
+    executors, wherever they run, need no access to its file. A shard served from another
+    machine is read by the executor itself: the partition carries the `span` (after, upto)."""
     rows: list
     shard: int = 0
     shards: int = 1
+    span: tuple[int, int] | None = None
+
+
+def _log():
+    import logging
+
+    return logging.getLogger("ksp.ingest")
+
+
+def _last(r, otherwise: int) -> int:
+    """The newest sequence number of a shard; `otherwise` for one on another machine that is
+    away (restarting, say): nothing new from it until it is back."""
+    try:
+        return r.buffer.last()
+    except OSError as exc:
+        _log().warning("shard %s: %s", getattr(r.buffer, "url", "?"), exc)
+        return otherwise
+
+
+class _Served:
+    """A shard whose receiver runs on another machine (`spark_ingest.shards`)."""
+
+    def __init__(self, buffer) -> None:
+        self.buffer = buffer
+
+    def stop(self) -> None:
+        pass
 
 
 class MqttTelemetry(DataSource):
@@ -67,7 +101,8 @@ class _Reader(DataSourceStreamReader):
         self.directory = options["buffer"]
         self.parts = int(options.get("partitions", 2))
         self.max_batch = int(options.get("maxMessagesPerBatch", 100_000))
-        self.shards = int(options.get("receivers", 1))
+        self.remote = [url for url in options.get("shards", "").split(",") if url]
+        self.shards = len(self.remote) or int(options.get("receivers", 1))
         if self.shards < 1:
             raise ValueError(f"receivers: {self.shards}; at least 1")
         self._options = dict(options)
@@ -83,6 +118,11 @@ class _Reader(DataSourceStreamReader):
         return self.directory if self.shards == 1 else f"{self.directory}/shard-{k}"
 
     def _started(self) -> list:
+        if self._receivers is None and self.remote:
+            from .shards import RemoteShard
+
+            secret = self._options.get("secret", "").encode()
+            self._receivers = [_Served(RemoteShard(url, secret)) for url in self.remote]
         if self._receivers is None:
             import logging
             import sys
@@ -135,20 +175,25 @@ class _Reader(DataSourceStreamReader):
         control, split evenly between the shards; Trigger.AvailableNow asks for all)."""
         seqs = []
         for r, first in zip(self._started(), self._seqs(start)):
-            last = r.buffer.last()
+            last = _last(r, first)
             if isinstance(limit, ReadMaxRows):
                 last = min(last, first + max(1, limit.max_rows // self.shards))
             seqs.append(max(last, first))
         return self._offset(seqs)
 
     def reportLatestOffset(self) -> dict:
-        return self._offset([r.buffer.last() for r in self._started()])
+        return self._offset([_last(r, 0) for r in self._started()])
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         out = []
         receivers = self._started()
         for k, (first, last) in enumerate(zip(self._seqs(start), self._seqs(end))):
             if last <= first:
+                continue
+            if self.remote:  # numbers are contiguous in a shard: split the span evenly
+                step = -(-(last - first) // self.parts)
+                out += [_Range([], k, self.shards, (a, min(a + step, last)))
+                        for a in range(first, last, step)]
                 continue
             rows = list(receivers[k].buffer.read(first, last))
             step = max(1, -(-len(rows) // self.parts))
@@ -159,14 +204,23 @@ class _Reader(DataSourceStreamReader):
         from .telemetry import parse
 
         n, k = partition.shards, partition.shard
-        for seq, topic, payload, received in partition.rows:
+        rows = partition.rows
+        if partition.span is not None:
+            from .shards import RemoteShard
+
+            rows = RemoteShard(self.remote[k], self._options.get("secret", "").encode()
+                               ).read(*partition.span)
+        for seq, topic, payload, received in rows:
             fields = parse(topic, payload)
             yield (seq * n + k, topic, payload.decode("utf-8", "replace"),
                    datetime.fromtimestamp(received, timezone.utc), *fields)
 
     def commit(self, end: dict) -> None:
         for r, seq in zip(self._started(), self._seqs(end)):
-            r.buffer.commit(seq)
+            try:
+                r.buffer.commit(seq)
+            except OSError as exc:  # a shard away: its next commit (up to a later number)
+                _log().warning("shard %s: commit: %s", getattr(r.buffer, "url", "?"), exc)
 
     def stop(self) -> None:
         for r in self._receivers or ():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sib.testing import LoggedProcess
 
-__all__ = ["IngestProcess", "Mosquitto", "secure_settings", "until"]
+__all__ = ["IngestProcess", "Mosquitto", "ShardProcess", "secure_settings", "until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,14 +97,27 @@ def until(predicate, timeout: float, what: str, every: float = 0.25) -> None:
         time.sleep(every)
 
 
+class ShardProcess(LoggedProcess):
+    """A receiver on a machine of its own (`python -m spark_ingest.shards ARGS`), ready once
+    subscribed; `url` is where it serves its shard."""
+
+    name = "shard"
+
+    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+        super().__init__("spark_ingest.shards", args, "subscribed to", timeout, cwd=ROOT)
+        self.url = "http://" + next(
+            line for line in self.lines if " serving http://" in line).rsplit("http://")[1].strip()
+
+
 class IngestProcess(LoggedProcess):
     """`ksp-ingest` as a real subprocess (`python -m spark_ingest.cli ARGS`), its log read on a
     thread; ready once its MQTT receiver has subscribed."""
 
     name = "ksp-ingest"
 
-    def __init__(self, *args: str, timeout: float = 180.0) -> None:
-        super().__init__("spark_ingest.cli", args, "subscribed to", timeout, cwd=ROOT)
+    def __init__(self, *args: str, timeout: float = 180.0, ready: str = "subscribed to"
+                 ) -> None:
+        super().__init__("spark_ingest.cli", args, ready, timeout, cwd=ROOT)
 
     def stop_when(self, ready, what: str) -> None:
         """Wait for `ready()`, a batch more (nothing else may come), then SIGTERM: exit 0."""

@@ -46,6 +46,12 @@ def count(out: Path, name: str) -> int:
     return 0 if t is None else t.num_rows  # files appear whole (moved into place)
 
 
+def assert_each_once(out: Path, n: int) -> None:
+    obs = table(out, "observations").to_pylist()
+    seen = Counter((o["device"], o["observedProperty"], o["resultTime"]) for o in obs)
+    assert len(seen) == n and max(seen.values()) == 1
+
+
 def ingest_args(mqtt: str, out: Path, *more: str) -> list[str]:
     return ["--mqtt", mqtt, "--out", str(out), "--trigger", "500 milliseconds",
             "--status", "1", *more]
@@ -142,9 +148,7 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
     finally:
         if first.proc.poll() is None:
             first.proc.kill()
-    obs = table(out, "observations").to_pylist()
-    seen = Counter((o["device"], o["observedProperty"], o["resultTime"]) for o in obs)
-    assert len(seen) == 1500 and max(seen.values()) == 1  # none lost, none twice
+    assert_each_once(out, 1500)  # none lost, none twice
     assert 1 <= killed_at < 1500 and publishing  # it was killed mid-stream
     assert os.path.exists(out / "_checkpoint")
     bad = sum(kind == "bad" for *_, kind in sent)
@@ -161,6 +165,66 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
         assert {d["seq"] % 2 for d in letters} == {0, 1}  # both shards had messages
         assert sorted(p.name for p in (out / "_mqtt").iterdir() if p.is_dir()) == [
             "shard-0", "shard-1"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_receivers_on_other_machines_a_shard_and_the_job_killed(mosquitto, tmp_path,
+                                                               monkeypatch):
+    """Two receivers as processes of their own (`spark_ingest.shards`, as on two machines:
+    own buffer, own MQTT 5 session in one shared subscription), read by `ksp-ingest --shards`
+    over signed HTTP. kill -9 one shard mid-stream and start it again, then the job: every
+    reading is in the observations once, and both shards carried some."""
+    from spark_ingest.testing import ShardProcess
+
+    monkeypatch.setenv("KSP_INGEST_SECRET", "a-secret-for-the-shards-test")
+    out = tmp_path / "data"
+    sent = list(messages(1500, devices=5, seed=13, bad=0.02))
+    ports = [_free_port(), _free_port()]
+
+    def shard(k: int) -> ShardProcess:
+        return ShardProcess("--mqtt", mosquitto, "--client-id", f"shard-{k}",
+                            "--buffer", str(tmp_path / f"shard-{k}"),
+                            "--listen", f"127.0.0.1:{ports[k]}")
+
+    shards = [shard(0), shard(1)]
+    urls = ",".join(s.url for s in shards)
+    args = ingest_args(mosquitto, out, "--shards", urls)
+    publisher = threading.Thread(target=publish, args=(mosquitto, sent), kwargs={"rate": 60},
+                                 daemon=True)
+    first = IngestProcess(*args, ready="ingest ready")
+    publisher.start()
+    try:
+        until(lambda: count(out, "observations") >= 1, 240, "the first observations")
+        shards[0].proc.send_signal(signal.SIGKILL)
+        shards[0].proc.wait(30)
+        time.sleep(2)
+        shards[0] = shard(0)  # the same buffer, session and port
+        until(lambda: count(out, "observations") >= 300, 240, "more observations")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(30)
+        killed_at = count(out, "observations")
+        publishing = publisher.is_alive()
+        with IngestProcess(*args, ready="ingest ready") as second:
+            publisher.join(120)
+            second.stop_when(lambda: count(out, "observations") >= 1500, "every observation")
+    finally:
+        for process in (first, *shards):
+            if process.proc.poll() is None:
+                process.proc.kill()
+    assert_each_once(out, 1500)  # none lost, none twice
+    assert 300 <= killed_at < 1500 and publishing  # both kills came mid-stream
+    letters = table(out, "dead_letters").to_pylist()
+    assert {d["payload"] for d in letters} == {
+        p.decode("utf-8", "replace") for _, p, kind in sent if kind == "bad"}
+    assert {d["seq"] % 2 for d in letters} == {0, 1}  # both shards had messages
+    assert not (out / "_mqtt").exists()  # no receiver ran in the job
 
 
 def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
