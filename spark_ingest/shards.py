@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         secret = read_secret(args.secret_file)
         broker = broker_login(args)
         host, _, port = args.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--listen {args.listen!r}: HOST:PORT")
         server = ShardServer((host, int(port)), None, secret)  # bound first: a port in use
     except (OSError, ValueError) as exc:                     # says so before MQTT is touched
         print(f"shards: {exc}", file=sys.stderr)

@@ -64,14 +64,16 @@ def _log():
     return logging.getLogger("ksp.ingest")
 
 
-def _last(r, otherwise: int) -> int:
-    """The newest sequence number of a shard; `otherwise` for one on another machine that is
-    away (restarting, say): nothing new from it until it is back."""
+def _last(r, otherwise: int | None = None) -> int:
+    """The newest sequence number of a shard; for one on another machine that is away
+    (restarting, say) `otherwise`, else the last one it told: nothing new from it until it is
+    back."""
     try:
-        return r.buffer.last()
+        r.known = r.buffer.last()
     except OSError as exc:
         _log().warning("shard %s: %s", getattr(r.buffer, "url", "?"), exc)
-        return otherwise
+        return getattr(r, "known", 0) if otherwise is None else otherwise
+    return r.known
 
 
 class _Served:
@@ -182,7 +184,7 @@ class _Reader(DataSourceStreamReader):
         return self._offset(seqs)
 
     def reportLatestOffset(self) -> dict:
-        return self._offset([_last(r, 0) for r in self._started()])
+        return self._offset([_last(r) for r in self._started()])
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         out = []

@@ -105,8 +105,8 @@ class ShardProcess(LoggedProcess):
 
     def __init__(self, *args: str, timeout: float = 60.0) -> None:
         super().__init__("spark_ingest.shards", args, "subscribed to", timeout, cwd=ROOT)
-        self.url = "http://" + next(
-            line for line in self.lines if " serving http://" in line).rsplit("http://")[1].strip()
+        serving = next(line for line in self.lines if " serving http://" in line)
+        self.url = "http://" + serving.rsplit("http://")[1].strip()
 
 
 class IngestProcess(LoggedProcess):

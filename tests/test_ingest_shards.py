@@ -122,6 +122,9 @@ def test_a_secret_is_required_and_long_enough(tmp_path, monkeypatch, capsys):
         assert shards.main(["--client-id", "s", "--buffer", str(tmp_path / "b"),
                             "--listen", f"127.0.0.1:{port}"]) == 2
         assert "in use" in capsys.readouterr().err
+    assert shards.main(["--client-id", "s", "--buffer", str(tmp_path / "b"),
+                        "--listen", "7400"]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
 
 
 def test_ksp_ingest_refuses_shards_with_receivers_or_without_a_secret(monkeypatch, capsys):
