@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--share-group", metavar="NAME",
                    help="the shared subscription's group (default: the client id)")
     p.add_argument("--shards", metavar="URL,URL", help="receivers on other machines "
-                   "(`python -m spark_ingest.shards` on each, a shared subscription's "
+                   "(`ksp-ingest-shard` on each, a shared subscription's "
                    "members): read from their http://HOST:PORT instead of receiving here")
     p.add_argument("--shard-secret-file", metavar="FILE", help="the secret the shards' "
                    "requests are signed with (default: $KSP_INGEST_SECRET)")

@@ -1,4 +1,4 @@
-"""Receivers on other machines: `python -m spark_ingest.shards` runs one MQTT receiver and its
+"""Receivers on other machines: `ksp-ingest-shard` runs one MQTT receiver and its
 buffer shard on a machine of its own, and serves the shard to the ingest's driver over HTTP
 (`ksp-ingest --shards URL,URL,...`), which reads and commits it as it does a local one.
 
@@ -214,7 +214,7 @@ class RemoteShard:
 def main(argv: list[str] | None = None) -> int:
     from .mqtt import Receiver, add_broker_flags, broker_login
 
-    p = argparse.ArgumentParser(prog="python -m spark_ingest.shards",
+    p = argparse.ArgumentParser(prog="ksp-ingest-shard",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--mqtt", default="mqtt://127.0.0.1:1883", metavar="URL")
     add_broker_flags(p)

@@ -1,6 +1,6 @@
 """Smoke test of the ingest benchmark (tools/bench/ingest.py) — no timing assertions: both
-consumers take every reading through a real mosquitto, and the latency probe's readings reach
-a real SIB as INDs."""
+consumers (and the ingest reading two shard processes) take every reading through a real
+mosquitto, and the latency probe's readings reach a real SIB as INDs."""
 from __future__ import annotations
 
 import pytest
@@ -17,13 +17,16 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
     with Mosquitto(tmp_path / "mqtt") as broker:
         base = bench.baseline(broker.url, 2_000, tmp_path / "baseline")
         job = bench.ingest(broker.url, 2_000, tmp_path / "ingest")
+        remote = bench.sharded(broker.url, 2_000, tmp_path / "shards")
         alone = bench.drain(broker.url, 2_000, tmp_path / "drain")
         lat = bench.latency(broker.url, 1, tmp_path / "latency")
     import pyarrow.dataset as ds
 
     assert ds.dataset(str(tmp_path / "baseline")).count_rows() == 2_000
     assert base["published"]["ok"] == job["published"]["ok"] == alone["published"]["ok"] == 2_000
-    assert ds.dataset(str(tmp_path / "drain" / "observations"),
-                      partitioning="hive").count_rows() == 2_000
+    assert remote["published"]["ok"] == 2_000
+    for observations in (tmp_path / "drain" / "observations",
+                         tmp_path / "shards" / "job" / "observations"):
+        assert ds.dataset(str(observations), partitioning="hive").count_rows() == 2_000
     assert 0 < base["seconds"] and 0 < job["seconds"]
     assert len(lat) == 1 and lat[0] > 0

@@ -138,3 +138,13 @@ def test_ksp_ingest_refuses_shards_with_receivers_or_without_a_secret(monkeypatc
     assert "the shards are the receivers" in capsys.readouterr().err
     assert main(["--shards", "ftp://somewhere"]) == 2
     assert "http://HOST:PORT" in capsys.readouterr().err
+
+
+def test_the_shard_command_is_installed():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = Path(sys.executable).parent / "ksp-ingest-shard"
+    done = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--listen HOST:PORT" in done.stdout

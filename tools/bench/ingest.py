@@ -18,6 +18,9 @@ A backlog: N readings published while `ksp-ingest` is stopped (its persistent se
 them at the broker), then timed from its start to N observations — the ingest's own rate,
 with no publisher on the same cores.
 
+Shards: the same with two `ksp-ingest-shard` processes (receivers as on other machines, here
+on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
+
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
 default) plus one micro-batch.
@@ -103,12 +106,13 @@ def baseline(url: str, count: int, out: Path) -> dict:
     return {"seconds": seconds, "published": _published(publisher)}
 
 
-def _job(url: str, out: Path, client_id: str, receivers: int = 1):
+def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = ""):
     from spark_ingest.testing import IngestProcess
 
+    more = ("--shards", shards) if shards else ("--receivers", str(receivers))
     return IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
-                         "--status", "0", "--client-id", client_id,
-                         "--receivers", str(receivers))
+                         "--status", "0", "--client-id", client_id, *more,
+                         ready="ingest ready" if shards else "subscribed to")
 
 
 def _observed(job) -> float:
@@ -122,9 +126,9 @@ def _observed(job) -> float:
     return 0.0
 
 
-def ingest(url: str, count: int, out: Path, receivers: int = 1) -> dict:
+def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "") -> dict:
     """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
-    with _job(url, out, f"bench-ingest-{receivers}", receivers) as job:
+    with _job(url, out, f"bench-ingest-{receivers}", receivers, shards) as job:
         time.sleep(1)
         started = time.perf_counter()
         publisher = _publisher(url, count, seed=2)
@@ -135,6 +139,24 @@ def ingest(url: str, count: int, out: Path, receivers: int = 1) -> dict:
         job.proc.terminate()
         job.proc.wait(120)
     return {"seconds": seconds, "published": published}
+
+
+def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
+    """`ksp-ingest --shards`: N receivers as processes of their own (`ksp-ingest-shard`, as on
+    N machines), read over signed HTTP, the executors reading their spans."""
+    import contextlib
+    import os
+    import secrets
+
+    from spark_ingest.testing import ShardProcess
+
+    os.environ.setdefault("KSP_INGEST_SECRET", secrets.token_hex(16))
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(ShardProcess(
+            "--mqtt", url, "--client-id", f"bench-shard-{k}", "--share-group", "bench-shards",
+            "--buffer", str(out / f"shard-{k}"), "--listen", "127.0.0.1:0")).url
+            for k in range(n)]
+        return ingest(url, count, out / "job", shards=",".join(urls))
 
 
 def drain(url: str, count: int, out: Path) -> dict:
@@ -206,12 +228,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"ingest: {job}", file=sys.stderr)
         shared = ingest(broker.url, args.messages, Path(tmp) / "ingest-2", receivers=2)
         print(f"ingest, 2 receivers: {shared}", file=sys.stderr)
+        remote = sharded(broker.url, args.messages, Path(tmp) / "shards")
+        print(f"ingest, 2 shards: {remote}", file=sys.stderr)
         alone = drain(broker.url, args.messages, Path(tmp) / "drain")
         print(f"ingest, a backlog: {alone}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
     for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
                     ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared),
+                    ("ksp-ingest --shards: 2 ksp-ingest-shard processes", remote),
                     ("ksp-ingest draining a backlog (published before it started)", alone)):
         rate = args.messages / r["seconds"]
         pub = args.messages / r["published"]["seconds"]
