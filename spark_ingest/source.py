@@ -65,15 +65,8 @@ def _log():
 
 
 def _last(r, otherwise: int | None = None) -> int:
-    """The newest sequence number of a shard; for one on another machine that is away
-    (restarting, say) `otherwise`, else the last one it told: nothing new from it until it is
-    back."""
-    try:
-        r.known = r.buffer.last()
-    except OSError as exc:
-        _log().warning("shard %s: %s", getattr(r.buffer, "url", "?"), exc)
-        return getattr(r, "known", 0) if otherwise is None else otherwise
-    return r.known
+    """The newest sequence number of a shard (see `_Served.last` for one that is away)."""
+    return r.last(otherwise) if isinstance(r, _Served) else r.buffer.last()
 
 
 class _Served:
@@ -81,6 +74,17 @@ class _Served:
 
     def __init__(self, buffer) -> None:
         self.buffer = buffer
+        self.known = 0  # the newest number it told
+
+    def last(self, otherwise: int | None = None) -> int:
+        """Its newest number; while it is away (restarting, say) `otherwise`, else the last
+        one it told: nothing new from it until it is back."""
+        try:
+            self.known = self.buffer.last()
+        except OSError as exc:
+            _log().warning("shard %s: %s", self.buffer.url, exc)
+            return self.known if otherwise is None else otherwise
+        return self.known
 
     def stop(self) -> None:
         pass
@@ -104,6 +108,7 @@ class _Reader(DataSourceStreamReader):
         self.parts = int(options.get("partitions", 2))
         self.max_batch = int(options.get("maxMessagesPerBatch", 100_000))
         self.remote = [url for url in options.get("shards", "").split(",") if url]
+        self.secret = options.get("secret", "").encode()  # the shards' (redacted by Spark)
         self.shards = len(self.remote) or int(options.get("receivers", 1))
         if self.shards < 1:
             raise ValueError(f"receivers: {self.shards}; at least 1")
@@ -123,8 +128,7 @@ class _Reader(DataSourceStreamReader):
         if self._receivers is None and self.remote:
             from .shards import RemoteShard
 
-            secret = self._options.get("secret", "").encode()
-            self._receivers = [_Served(RemoteShard(url, secret)) for url in self.remote]
+            self._receivers = [_Served(RemoteShard(url, self.secret)) for url in self.remote]
         if self._receivers is None:
             import logging
             import sys
@@ -210,8 +214,7 @@ class _Reader(DataSourceStreamReader):
         if partition.span is not None:
             from .shards import RemoteShard
 
-            rows = RemoteShard(self.remote[k], self._options.get("secret", "").encode()
-                               ).read(*partition.span)
+            rows = RemoteShard(self.remote[k], self.secret).read(*partition.span)
         for seq, topic, payload, received in rows:
             fields = parse(topic, payload)
             yield (seq * n + k, topic, payload.decode("utf-8", "replace"),

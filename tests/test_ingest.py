@@ -167,26 +167,19 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
             "shard-0", "shard-1"]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_receivers_on_other_machines_a_shard_and_the_job_killed(mosquitto, tmp_path,
                                                                monkeypatch):
     """Two receivers as processes of their own (`spark_ingest.shards`, as on two machines:
     own buffer, own MQTT 5 session in one shared subscription), read by `ksp-ingest --shards`
     over signed HTTP. kill -9 one shard mid-stream and start it again, then the job: every
     reading is in the observations once, and both shards carried some."""
+    from sib.testing import free_port
     from spark_ingest.testing import ShardProcess
 
     monkeypatch.setenv("KSP_INGEST_SECRET", "a-secret-for-the-shards-test")
     out = tmp_path / "data"
     sent = list(messages(1500, devices=5, seed=13, bad=0.02))
-    ports = [_free_port(), _free_port()]
+    ports = [free_port("tcp"), free_port("tcp")]
 
     def shard(k: int) -> ShardProcess:
         return ShardProcess("--mqtt", mosquitto, "--client-id", f"shard-{k}",

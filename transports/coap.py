@@ -79,7 +79,7 @@ class _CoapSession(UdpSIBSession):
         if ex is None:
             return False
         if ex.addr != addr:  # the KP moved: the copies it sent before wait here now
-            self.server._complete((ex.addr, key[1]), None, moved_to=(addr, key[1]))
+            self.server._move((ex.addr, key[1]), (addr, key[1]))
         self.answering = key
         super()._duplicate(key, addr)
         self.answering = None
@@ -250,15 +250,15 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if key in self._waiting:
             self._complete(key, aiocoap.Message(code=Code.CHANGED))
 
-    def _complete(self, key: tuple[Hashable, int], message: aiocoap.Message | None,
-                  moved_to: tuple[Hashable, int] | None = None) -> None:
-        """Answer the POSTs waiting on `key` with `message`, or make them wait on `moved_to`."""
-        waiting = self._waiting.pop(key, [])
-        if moved_to is not None:
-            self._waiting.setdefault(moved_to, []).extend(waiting)
-        for n, future in enumerate(waiting if message is not None else ()):
+    def _complete(self, key: tuple[Hashable, int], message: aiocoap.Message) -> None:
+        """Answer the POSTs waiting on `key` with `message`."""
+        for n, future in enumerate(self._waiting.pop(key, ())):
             if not future.done():  # copies of a duplicate's POST get a message each
                 future.set_result(message.copy() if n else message)
+
+    def _move(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
+        """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
+        self._waiting.setdefault(to, []).extend(self._waiting.pop(key, ()))
 
     def _seal(self, payload: bytes, addr: Hashable) -> bytes:
         """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
