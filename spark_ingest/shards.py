@@ -69,18 +69,47 @@ def _signature(secret: bytes, method: str, target: str, when: str) -> str:
 
 class ShardServer(ThreadingHTTPServer):
     """Serves one `Buffer` (see the module docstring). `ShardServer((host, port), buffer,
-    secret)`; `serve_forever()` in a thread, `shutdown()` at the end."""
+    secret)`; `serve_forever()` in a thread, `shutdown()` at the end.
+
+    Bounded: at most `max_connections` at once (a thread each; the driver and the executors
+    reading spans need a handful), a connection over it closed unanswered, and one that sends
+    nothing for `idle_timeout` seconds dropped, so its slot comes back."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], buffer: Buffer, secret: bytes) -> None:
+    def __init__(self, address: tuple[str, int], buffer: Buffer, secret: bytes, *,
+                 max_connections: int = 16, idle_timeout: float = 30.0) -> None:
         self.buffer, self.secret = buffer, secret
+        self.idle_timeout = idle_timeout
         self.refused = 0  # requests without a valid signature
+        self.busy = 0  # connections closed for want of a slot
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.busy += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # its thread releases the slot
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ShardServer
+
+    @property
+    def timeout(self) -> float:  # read by `setup`: the socket's timeout for each read
+        return self.server.idle_timeout
 
     def log_message(self, format: str, *args) -> None:  # quiet: the driver polls often
         pass

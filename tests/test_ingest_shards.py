@@ -85,6 +85,33 @@ def test_only_signed_requests_get_an_answer(tmp_path):
         assert all(SECRET.decode() not in value for value in sent.values())
 
 
+def test_connections_are_bounded_and_an_idle_one_gives_its_slot_back(tmp_path):
+    """Two slots: two silent connections hold them, a third is closed unanswered (counted);
+    once the silent ones pass the idle timeout they are dropped and requests are served."""
+    import socket
+
+    buffer = Buffer(tmp_path)
+    server = ShardServer(("127.0.0.1", 0), buffer, SECRET, max_connections=2,
+                         idle_timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        silent = [socket.create_connection(server.server_address[:2]) for _ in range(2)]
+        time.sleep(0.3)
+        with pytest.raises(OSError):
+            RemoteShard(url, SECRET, timeout=5).state()
+        assert server.busy == 1
+        time.sleep(1.5)  # past the idle timeout: both silent connections dropped
+        assert RemoteShard(url, SECRET, timeout=5).state()["last"] == 0
+        for s in silent:
+            s.settimeout(5)
+            assert s.recv(1024) == b""  # closed by the shard
+            s.close()
+    finally:
+        server.shutdown()
+        buffer.close()
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(["/read", "/commit", "/state", "/nothing"]),
