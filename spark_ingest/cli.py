@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The local JVM's options (`spark.driver.extraJavaOptions` for a `local` master).
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def spark_session(master: str, app: str = "ksp-ingest"):
     import os
 
@@ -78,7 +82,14 @@ def spark_session(master: str, app: str = "ksp-ingest"):
     # interpreter, with this environment's pyspark, paho and pyarrow; not `python3` off PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    return (SparkSession.builder.master(master).appName(app)
+    builder = SparkSession.builder.master(master).appName(app)
+    if master.startswith("local"):
+        # The JVM is driver and executor, and shares the cores with the receiver: C2, the
+        # optimising JIT, took half its CPU here and was still compiling after minutes
+        # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's
+        # long-lived executors keep the default.
+        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+    return (builder
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.ui.showConsoleProgress", "false")

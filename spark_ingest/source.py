@@ -36,7 +36,6 @@ options named so in its UI and plans).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -45,6 +44,28 @@ __all__ = ["MqttTelemetry", "SCHEMA"]
 
 SCHEMA = ("seq long, topic string, payload string, received timestamp, device string, "
           "property string, value double, unit string, time timestamp, reason string")
+
+
+#: Rows per Arrow batch a partition yields (Spark's own default size).
+ARROW_ROWS = 10_000
+
+
+def _arrow_schema():
+    """`SCHEMA` in Arrow, as Spark expects it from a Python source (timestamps: µs, UTC)."""
+    import pyarrow as pa
+
+    stamp = pa.timestamp("us", tz="UTC")
+    return pa.schema([("seq", pa.int64()), ("topic", pa.string()), ("payload", pa.string()),
+                      ("received", stamp), ("device", pa.string()), ("property", pa.string()),
+                      ("value", pa.float64()), ("unit", pa.string()), ("time", stamp),
+                      ("reason", pa.string())])
+
+
+def _batch(rows: list[tuple], schema):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field
+                                       in zip(zip(*rows), schema)], schema=schema)
 
 
 @dataclass
@@ -207,6 +228,8 @@ class _Reader(DataSourceStreamReader):
         return out
 
     def read(self, partition: _Range):
+        """Arrow batches of `ARROW_ROWS`: Spark takes them as they are, where it converts
+        tuples cell by cell in Python (a fifth less time per row here, measured)."""
         from .telemetry import parse
 
         n, k = partition.shards, partition.shard
@@ -215,10 +238,16 @@ class _Reader(DataSourceStreamReader):
             from .shards import RemoteShard
 
             rows = RemoteShard(self.remote[k], self.secret).read(*partition.span)
+        schema = _arrow_schema()
+        out = []
         for seq, topic, payload, received in rows:
-            fields = parse(topic, payload)
-            yield (seq * n + k, topic, payload.decode("utf-8", "replace"),
-                   datetime.fromtimestamp(received, timezone.utc), *fields)
+            out.append((seq * n + k, topic, payload.decode("utf-8", "replace"),
+                        round(received * 1_000_000), *parse(topic, payload)))
+            if len(out) == ARROW_ROWS:
+                yield _batch(out, schema)
+                out = []
+        if out:
+            yield _batch(out, schema)
 
     def commit(self, end: dict) -> None:
         for r, seq in zip(self._started(), self._seqs(end)):

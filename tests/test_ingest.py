@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_ingest.cli import LOCAL_JAVA_OPTIONS
 from spark_ingest.telemetry import REASONS, parse
 from spark_ingest.testing import IngestProcess, until
 from tools.telemetry import messages, publish
@@ -85,6 +86,7 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
             until(lambda: scrape()["ksp_ingest_observations_total"] == 600, 60,
                   "the batch's figures")  # counted once its SIB update is sent
             figures = scrape()
+            java = jvm_command_line(ingest.proc.pid)
             ingest.stop_when(lambda: True, "the end")
 
         async def in_the_sib():
@@ -119,6 +121,29 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert figures["ksp_ingest_dead_letters_total"] == counts["bad"]
     assert figures["ksp_ingest_sib_updates_total"] >= 1
     assert "ksp_ingest_lag_messages" in figures and "process_resident_memory_bytes" in figures
+    assert LOCAL_JAVA_OPTIONS in java  # local[2]: the JVM compiles with C1 only
+
+
+def jvm_command_line(pid: int) -> str:
+    """The command line of the JVM that process `pid` (the ingest) started, from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    family, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in family} - family
+        family |= more
+        grew = bool(more)
+    for member in family:
+        command = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        if "java" in command.split(" ")[0]:
+            return command
+    raise AssertionError(f"no JVM under process {pid}")
 
 
 @pytest.mark.parametrize("receivers", [1, 2])

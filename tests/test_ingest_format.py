@@ -93,6 +93,43 @@ def test_a_checkpoint_of_another_number_of_receivers_is_refused_by_name():
         reader._seqs({"seq": 7})
 
 
+def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
+    """`read` hands Spark Arrow batches, which it takes only if their schema is the one it
+    derives from `SCHEMA` (pyspark's own conversion, checked here); the rows are `parse`'s,
+    dead letters included, in batches of `ARROW_ROWS`."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        DoubleType, LongType, StringType, StructField, StructType, TimestampType,
+    )
+
+    from spark_ingest import source
+
+    kinds = {"long": LongType(), "string": StringType(), "timestamp": TimestampType(),
+             "double": DoubleType()}
+    spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in
+                               (column.split() for column in source.SCHEMA.split(", "))])
+    sent = [(topic, payload) for topic, payload, _ in messages(5, devices=2, bad=0.5, seed=4)]
+    received = 1_764_000_000.25
+    rows = [(seq, topic, payload, received + seq) for seq, (topic, payload) in
+            enumerate(sent, 1)]
+    monkeypatch.setattr(source, "ARROW_ROWS", 3)
+    reader = source._Reader({"buffer": "unused", "receivers": "2"})
+    batches = list(reader.read(source._Range(rows, shard=1, shards=2)))
+    assert [b.num_rows for b in batches] == [3] * (len(rows) // 3) + (
+        [len(rows) % 3] if len(rows) % 3 else [])
+    expected = to_arrow_schema(spark_schema, timezone="UTC")
+    assert all(b.schema.equals(expected) for b in batches)
+    got = [row for b in batches for row in b.to_pylist()]
+    assert len(got) == len(rows) and any(row["reason"] for row in got)
+    for row, (seq, topic, payload, at) in zip(got, rows):
+        assert row["seq"] == seq * 2 + 1 and row["topic"] == topic
+        assert row["payload"] == payload.decode()
+        assert row["received"] == datetime.fromtimestamp(at, timezone.utc)
+        device, prop, value, unit, time, reason = parse(topic, payload)
+        assert (row["device"], row["property"], row["value"], row["unit"], row["time"],
+                row["reason"]) == (device, prop, value, unit, time, reason)
+
+
 def test_a_password_over_plain_mqtt_is_refused_before_anything_starts(tmp_path, capsys,
                                                                       monkeypatch):
     from spark_ingest.cli import main
