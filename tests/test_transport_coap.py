@@ -3,6 +3,7 @@ the document rather than `transports.coap`'s own client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiocoap
 from aiocoap.numbers.codes import Code
@@ -33,15 +34,47 @@ async def post(ctx, base: str, payload: bytes, content_format: int | None = KSP_
     return await asyncio.wait_for(ctx.request(msg).response, 30)
 
 
-async def peer(scenario):
-    service = MemoryService()
-    server = await CoapServer.start(service)
+@contextlib.asynccontextmanager
+async def serving(service, **server_args):
+    """A `CoapServer` for `service` and a plain aiocoap client: (server, client, base URI)."""
+    server = await CoapServer.start(service, **server_args)
     ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
     try:
-        return service, await scenario(service, ctx, f"coap://127.0.0.1:{server.port}")
+        yield server, ctx, f"coap://127.0.0.1:{server.port}"
     finally:
         await ctx.shutdown()
         await server.close()
+
+
+async def peer(scenario):
+    service = MemoryService()
+    async with serving(service) as (_, ctx, base):
+        return service, await scenario(service, ctx, base)
+
+
+class Holding(MemoryService):
+    """Answers only when told, so copies overlap the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list = []
+
+    def submit(self, request, channel) -> None:
+        self.requests.append((channel.transport, request))
+        self.held.append((request, channel))
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for request, channel in held:
+            self._execute(request, channel)
+
+
+async def until(condition) -> None:
+    for _ in range(300):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
 
 
 def test_requests_errors_and_coap_level_codes():
@@ -212,27 +245,6 @@ def test_an_ack_a_non_copy_and_a_kp_that_moved_mid_request():
     still executes: both POSTs get the one answer, executed once."""
     from ksp import Ack, Credentials, Options
 
-    class Holding(MemoryService):  # answers only when told, so copies overlap the first
-        def __init__(self) -> None:
-            super().__init__()
-            self.held: list = []
-
-        def submit(self, request, channel) -> None:
-            self.requests.append((channel.transport, request))
-            self.held.append((request, channel))
-
-        def release(self) -> None:
-            held, self.held = self.held, []
-            for request, channel in held:
-                self._execute(request, channel)
-
-    async def until(condition) -> None:
-        for _ in range(300):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("never happened")
-
     async def go():
         service = Holding()
         server = await CoapServer.start(service)
@@ -299,11 +311,7 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
     """Over `max_entries` the session evicts the oldest delivery; its resource and channel keep
     it, so its INDs go on, numbered on, and ending the operation removes the resource."""
     async def go():
-        service = MemoryService()
-        server = await CoapServer.start(service, max_entries=1)
-        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
-        base = f"coap://127.0.0.1:{server.port}"
-        try:
+        async with serving(MemoryService(), max_entries=1) as (server, ctx, base):
             uris = []
             for tid in (40, 41):
                 answer = await post(ctx, base, encode(SUB._replace(tid=tid), UDP))
@@ -323,8 +331,45 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
             assert [k[1] for k in server._persistent] == [41]
             get = aiocoap.Message(code=Code.GET, uri=uris[0])
             assert (await ctx.request(get).response).code == Code.NOT_FOUND
-        finally:
-            await ctx.shutdown()
-            await server.close()
+
+    run(go())
+
+
+def test_posts_waiting_for_an_answer_are_bounded():
+    """Copies of one transaction in new CoAP messages wait for its answer, at most MAX_COPIES
+    at once: the oldest over it get 5.03. Transactions waiting are at most `max_entries` (the
+    session's table of executing requests): the oldest's POSTs get 5.03. The others get their
+    answer, each request executed once."""
+    from transports.coap import MAX_COPIES
+
+    async def go():
+        service = Holding()
+        async with serving(service, max_entries=4) as (server, ctx, base):
+            data = encode(insert(7, "a"), UDP)
+            copies = []
+            for _ in range(MAX_COPIES + 3):
+                copies.append(asyncio.ensure_future(post(ctx, base, data)))
+                await until(lambda: server.session.stats.duplicates_ignored
+                            == len(copies) - 1)
+            await until(lambda: sum(c.done() for c in copies) == 3)
+            assert [c.result().code for c in copies[:3]] == [Code.SERVICE_UNAVAILABLE] * 3
+            service.release()
+            for answer in await asyncio.gather(*copies[3:]):
+                assert answer.code == Code.CONTENT
+                assert decode_sib_message(answer.payload, UDP).status == Status.OK
+
+            posts = []
+            for tid in range(10, 16):
+                posts.append(asyncio.ensure_future(post(ctx, base, encode(insert(tid, "b"),
+                                                                          UDP))))
+                await until(lambda: len(service.held) == len(posts))
+            await until(lambda: sum(p.done() for p in posts) == 2)
+            assert [p.result().code for p in posts[:2]] == [Code.SERVICE_UNAVAILABLE] * 2
+            assert len(server._waiting) == 4
+            service.release()
+            for answer in await asyncio.gather(*posts[2:]):
+                assert decode_sib_message(answer.payload, UDP).status == Status.OK
+            assert [r.tid for _, r in service.requests] == [7, *range(10, 16)]
+            assert not server._waiting
 
     run(go())

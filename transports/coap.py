@@ -42,12 +42,21 @@ RESOURCE = ("ksp",)
 PERSISTENT_PREFIX = ("ksp", "p")
 FINAL_LINGER = 60.0
 """Seconds an ended persistent transaction's resource keeps answering GET with its final IND."""
+MAX_COPIES = 8
+"""POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
+over it, the oldest is answered 5.03. The transactions waiting are at most the session's
+`max_entries` (as its table of executing requests); over it, the oldest's POSTs get 5.03."""
 
 
 def _ksp_message(payload: bytes, code: Code = Code.CONTENT, **options: Any) -> aiocoap.Message:
     if not payload:
         return aiocoap.Message(code=code, **options)
     return aiocoap.Message(code=code, payload=payload, content_format=CONTENT_FORMAT, **options)
+
+
+def _unavailable(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(aiocoap.Message(code=Code.SERVICE_UNAVAILABLE))
 
 
 class _CoapSession(UdpSIBSession):
@@ -231,7 +240,17 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             answer.set_result(aiocoap.Message(code=Code.BAD_REQUEST,
                                               payload=b"not a KSP request"))
         else:
-            self._waiting.setdefault((addr, tid), []).append(answer)
+            self._wait((addr, tid), [answer])
+
+    def _wait(self, key: tuple[Hashable, int], futures) -> None:
+        """`futures` (POSTs) wait on `key`, within `MAX_COPIES` and `max_entries`."""
+        waiting = self._waiting.setdefault(key, [])
+        waiting.extend(futures)
+        while len(waiting) > MAX_COPIES:
+            _unavailable(waiting.pop(0))
+        if len(self._waiting) > self.session.max_entries:
+            for future in self._waiting.pop(next(iter(self._waiting))):
+                _unavailable(future)
 
     def _answer(self, data: bytes, addr: Hashable, answering: tuple | None) -> None:
         resource = None
@@ -258,7 +277,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
 
     def _move(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
         """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
-        self._waiting.setdefault(to, []).extend(self._waiting.pop(key, ()))
+        self._wait(to, self._waiting.pop(key, ()))
 
     def _seal(self, payload: bytes, addr: Hashable) -> bytes:
         """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
