@@ -62,11 +62,22 @@ def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: flo
             yield topic_of(topic_device), junk, "bad"
 
 
+#: Messages published and not yet acknowledged at most: the publisher waits for the broker
+#: rather than queueing without end.
+MAX_UNACKED = 5000
+#: Seconds without an acknowledgement before the broker is given up on.
+ACK_TIMEOUT = 60.0
+
+
 def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
             login: dict | None = None) -> dict:
     """Publish (topic, payload, kind) items, at most `rate` per second; waits until the broker
     has acknowledged every one. Returns the counts by kind. `login`: {ca, user, password}
-    (`spark_ingest.mqtt.broker_login`) for an mqtts:// broker."""
+    (`spark_ingest.mqtt.broker_login`) for an mqtts:// broker.
+
+    paho's loop runs in this thread, between publishes: with its network thread
+    (`loop_start`) every publish also woke that thread through a socket pair, and the
+    publisher took more CPU than the ingest's Python side (docs/benchmarks.md, "Ingest")."""
     import paho.mqtt.client as mqtt
 
     from spark_ingest import mqtt as receiving
@@ -76,28 +87,57 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
     receiving.login(client, url, **(login or {}))
     client.max_inflight_messages_set(1000)
     client.max_queued_messages_set(0)
+    acked = sent = 0
+
+    def on_publish(client, userdata, mid, reason_code, properties) -> None:
+        nonlocal acked
+        acked += 1
+
+    def serve(timeout: float) -> None:
+        """Take acknowledgements, send what waits; after a lost connection, connect again
+        within `ACK_TIMEOUT` (paho sends the unacknowledged messages again)."""
+        if client.loop(timeout) == mqtt.MQTT_ERR_SUCCESS:
+            return
+        deadline = time.monotonic() + ACK_TIMEOUT
+        while True:
+            try:
+                client.reconnect()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def settle(most: int) -> None:
+        """Serve until at most `most` messages wait for their acknowledgement."""
+        last, heard = acked, time.monotonic()
+        while sent - acked > most:
+            serve(0.1)
+            if acked != last:
+                last, heard = acked, time.monotonic()
+            elif time.monotonic() - heard > ACK_TIMEOUT:
+                raise OSError(f"no acknowledgement from the broker for {ACK_TIMEOUT:g} s "
+                              f"({sent - acked} of {sent} messages unacknowledged)")
+
+    client.on_publish = on_publish
     client.connect(host, port, keepalive=30)
-    client.loop_start()
     counts: dict[str, int] = {}
-    infos = []
     started = time.monotonic()
     try:
-        for n, (topic, payload, kind) in enumerate(items):
+        for topic, payload, kind in items:
             if rate:
-                ahead = n / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-            infos.append(client.publish(topic, payload, qos=qos))
+                while (ahead := sent / rate - (time.monotonic() - started)) > 0:
+                    serve(ahead)
+            if client.publish(topic, payload, qos=qos).rc != mqtt.MQTT_ERR_SUCCESS:
+                serve(0)  # lost meanwhile: connected again, the message goes out queued
+            sent += 1
             counts[kind] = counts.get(kind, 0) + 1
-            if len(infos) >= 5000:
-                for info in infos:
-                    info.wait_for_publish(60)
-                infos.clear()
-        for info in infos:
-            info.wait_for_publish(60)
+            if sent % 100 == 0:
+                serve(0)
+                settle(MAX_UNACKED)
+        settle(0)
     finally:
         client.disconnect()
-        client.loop_stop()
     counts["seconds"] = round(time.monotonic() - started, 3)
     return counts
 
