@@ -1,7 +1,7 @@
 """`ksp telemetry`'s publisher (`tools.telemetry.publish`) against a real mosquitto: every
 message arrives, at the rate asked; a broker restarted mid-stream still gets every message
 (at least once, QoS 1); a broker that stops answering is given up on with an error, not
-waited on for ever."""
+waited on for ever; one that refuses the login is said so at once."""
 from __future__ import annotations
 
 import os
@@ -110,3 +110,23 @@ def test_a_broker_that_stops_answering_is_given_up_on(monkeypatch):
             sub.close()
     assert not thread.is_alive()
     assert "no acknowledgement from the broker for 2 s" in str(result.get("error")), result
+
+
+def test_a_refused_login_is_an_error_at_once(tmp_path):
+    from spark_ingest.testing import secure_settings
+
+    settings = secure_settings(tmp_path, "loader", "pw-of-loader")
+    items = list(messages(10, devices=2, seed=8))
+    with Mosquitto(tmp_path / "broker", settings=settings) as broker:
+        url = f"mqtts://127.0.0.1:{broker.port}"
+        ca = str(tmp_path / "ca.pem")
+        started, refused = time.monotonic(), ""
+        try:
+            publish(url, items, login={"ca": ca, "user": "loader", "password": "not-it"})
+        except OSError as exc:
+            refused = str(exc)
+        took = time.monotonic() - started
+        counts = publish(url, items, login={"ca": ca, "user": "loader",
+                                            "password": "pw-of-loader"})
+    assert "refused the connection (Not authorized)" in refused and took < 10
+    assert counts["ok"] == 10

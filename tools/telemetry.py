@@ -88,6 +88,12 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
     client.max_inflight_messages_set(1000)
     client.max_queued_messages_set(0)
     acked = sent = 0
+    refused = None
+
+    def on_connect(client, userdata, flags, reason_code, properties) -> None:
+        nonlocal refused
+        if reason_code.is_failure:
+            refused = str(reason_code)
 
     def on_publish(client, userdata, mid, reason_code, properties) -> None:
         nonlocal acked
@@ -98,6 +104,8 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
         within `ACK_TIMEOUT` (paho sends the unacknowledged messages again)."""
         if client.loop(timeout) == mqtt.MQTT_ERR_SUCCESS:
             return
+        if refused is not None:
+            raise OSError(f"the broker refused the connection ({refused})")
         deadline = time.monotonic() + ACK_TIMEOUT
         while True:
             try:
@@ -119,17 +127,21 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
                 raise OSError(f"no acknowledgement from the broker for {ACK_TIMEOUT:g} s "
                               f"({sent - acked} of {sent} messages unacknowledged)")
 
-    client.on_publish = on_publish
+    client.on_connect, client.on_publish = on_connect, on_publish
     client.connect(host, port, keepalive=30)
     counts: dict[str, int] = {}
     started = time.monotonic()
     try:
+        while not client.is_connected():  # the broker's CONNACK
+            serve(0.1)
+            if time.monotonic() - started > ACK_TIMEOUT:
+                raise OSError(f"no CONNACK from the broker in {ACK_TIMEOUT:g} s")
         for topic, payload, kind in items:
             if rate:
                 while (ahead := sent / rate - (time.monotonic() - started)) > 0:
                     serve(ahead)
             if client.publish(topic, payload, qos=qos).rc != mqtt.MQTT_ERR_SUCCESS:
-                serve(0)  # lost meanwhile: connected again, the message goes out queued
+                serve(0)  # the connection was lost: connected again, the message is sent then
             sent += 1
             counts[kind] = counts.get(kind, 0) + 1
             if sent % 100 == 0:
