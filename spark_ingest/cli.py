@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: The local JVM's options (`spark.driver.extraJavaOptions` for a `local` master).
+#: The local JVM's default options (`spark.driver.defaultJavaOptions` for a `local` master:
+#: a user's `spark.driver.extraJavaOptions` come after them, so they add to them and win).
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
@@ -88,7 +89,7 @@ def spark_session(master: str, app: str = "ksp-ingest"):
         # optimising JIT, took half its CPU here and was still compiling after minutes
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's
         # long-lived executors keep the default.
-        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+        builder = builder.config("spark.driver.defaultJavaOptions", LOCAL_JAVA_OPTIONS)
     return (builder
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "4")
