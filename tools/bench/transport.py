@@ -16,7 +16,8 @@ time, client and server in this process on one asyncio loop (mosquitto is its ow
   `KPSession` in memory (encode, decode, dedup cache, matching): the protocol's own floor,
   which shows how much of the KSP rows is the sans-I/O core and how much the adapters;
 - ``MQTT QoS 0`` / ``QoS 1``: paho-mqtt 2.x publishes a payload of the request's size to a topic
-  it is subscribed to, through ``mosquitto -p <free port>``; the round trip ends when its own
+  it is subscribed to, through the project's mosquitto on a free loopback port
+  (`spark_ingest.testing.Mosquitto`); the round trip ends when its own
   subscription delivers the message (paho's network thread, as applications use it).
 
 The contenders run in interleaved rounds (each round runs every contender for the same number
@@ -29,10 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -129,49 +127,6 @@ class SessionsOnly:
 
 
 # -- MQTT ------------------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Mosquitto:
-    """`mosquitto -p PORT` as a subprocess, for the length of a `with` block."""
-
-    def __init__(self) -> None:
-        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not os.path.exists(exe):
-            raise RuntimeError("mosquitto is not installed (scripts/apt-packages.txt)")
-        self.port = _free_port()
-        self.proc = subprocess.Popen([exe, "-p", str(self.port)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError("mosquitto did not start")
-                time.sleep(0.02)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> "Mosquitto":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class MqttRoundTrip:
     """Publish to a topic this client subscribes to; wait for its delivery."""
@@ -280,6 +235,8 @@ def run(quick: bool = False, *, rounds: int | None = None, per_round: int | None
     settings = {"rounds": rounds, "per_round": per_round}
     if not mqtt:
         return asyncio.run(_run_async(rounds, per_round, None)), settings
+    from spark_ingest.testing import Mosquitto  # the project's, on a free loopback port
+
     with Mosquitto() as broker:
         return asyncio.run(_run_async(rounds, per_round, broker.port)), settings
 
