@@ -86,7 +86,7 @@ def spark_session(master: str, app: str = "ksp-ingest"):
     builder = SparkSession.builder.master(master).appName(app)
     if master.startswith("local"):
         # The JVM is driver and executor, and shares the cores with the receiver: C2, the
-        # optimising JIT, took half its CPU here and was still compiling after minutes
+        # optimising JIT, took half its CPU here and was still compiling after 90 s
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's
         # long-lived executors keep the default.
         builder = builder.config("spark.driver.defaultJavaOptions", LOCAL_JAVA_OPTIONS)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from sib.testing import LoggedProcess
 
-__all__ = ["IngestProcess", "Mosquitto", "ShardProcess", "secure_settings", "until"]
+__all__ = ["IngestProcess", "Mosquitto", "ShardProcess", "Subscriber", "secure_settings",
+           "until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +67,36 @@ class Mosquitto:
         self.proc.wait(10)
         if self._own:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Subscriber:
+    """A QoS 1 subscriber to `ksp/+/telemetry` on a persistent session: it gets what came while
+    a broker it was subscribed to restarted. `got` holds `keep(topic, payload)` of each
+    message received (the payload by default); `credentials` as `spark_ingest.mqtt.login`'s."""
+
+    def __init__(self, port: int, tls: bool = False, keep=lambda topic, payload: payload,
+                 **credentials) -> None:
+        import paho.mqtt.client as mqtt
+
+        from .mqtt import login
+
+        self.got: list = []
+        self.subscribed = False
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watcher",
+                                  clean_session=False)
+        # as the ingest logs in: TLS checked against `ca`, then user and password
+        login(self.client, f"{'mqtts' if tls else 'mqtt'}://127.0.0.1:{port}", **credentials)
+        self.client.on_message = lambda c, u, m: self.got.append(keep(m.topic, m.payload))
+        self.client.on_subscribe = lambda *a: setattr(self, "subscribed", True)
+        self.client.on_connect = lambda c, *a: c.subscribe("ksp/+/telemetry", 1)
+        self.client.connect_async("127.0.0.1", port)
+        self.client.reconnect_delay_set(0.2, 1)
+        self.client.loop_start()
+        until(lambda: self.subscribed, 30, "subscribed")
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
 
 
 def secure_settings(directory: Path, user: str, password: str) -> str:

@@ -10,37 +10,10 @@ import subprocess
 import sys
 import time
 
-import paho.mqtt.client as mqtt
-
-from spark_ingest.mqtt import login
 from spark_ingest.telemetry import parse
-from spark_ingest.testing import Mosquitto, secure_settings, until
+from spark_ingest.testing import Mosquitto, Subscriber, secure_settings, until
 
 EXAMPLE = "device_firmware/config.example.json"
-
-
-class Subscriber:
-    """A QoS 1 subscriber on a persistent session: it gets what came while a broker it
-    was subscribed to restarted."""
-
-    def __init__(self, port: int, tls: bool = False, **credentials) -> None:
-        self.got: list[tuple] = []
-        self.subscribed = False
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watcher",
-                                  clean_session=False)
-        # as the ingest logs in: TLS checked against `ca`, then user and password
-        login(self.client, f"{'mqtts' if tls else 'mqtt'}://127.0.0.1:{port}", **credentials)
-        self.client.on_message = lambda c, u, m: self.got.append(parse(m.topic, m.payload))
-        self.client.on_subscribe = lambda *a: setattr(self, "subscribed", True)
-        self.client.on_connect = lambda c, *a: c.subscribe("ksp/+/telemetry", 1)
-        self.client.connect_async("127.0.0.1", port)
-        self.client.reconnect_delay_set(0.2, 1)
-        self.client.loop_start()
-        until(lambda: self.subscribed, 30, "subscribed")
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 def simulate(url: str, *args: str) -> subprocess.Popen:
@@ -56,7 +29,7 @@ def published(output: str) -> int:
 
 def test_simulated_board_publishes_valid_telemetry(tmp_path):
     with Mosquitto(tmp_path) as broker:
-        watcher = Subscriber(broker.port)
+        watcher = Subscriber(broker.port, keep=parse)
         try:
             proc = simulate(broker.url, "--readings", "3")
             out, _ = proc.communicate(timeout=60)
@@ -82,7 +55,7 @@ def test_broker_down_at_start_and_restarted_mid_stream_loses_nothing_published(t
     (the same time: the ingest drops the copy)."""
     broker = Mosquitto(tmp_path)
     port = broker.port
-    watcher = Subscriber(port)  # its session kept in the broker's store from now on
+    watcher = Subscriber(port, keep=parse)  # its session kept in the broker's store from now on
     broker.__exit__(None, None, None)  # down at start
     proc = simulate(f"mqtt://127.0.0.1:{port}")
     try:
@@ -116,7 +89,7 @@ def test_a_password_goes_only_over_tls_to_a_broker_the_board_checked(tmp_path):
     settings = secure_settings(tmp_path, "sensor42", "s3cret-pw")
     config = json.loads((Path(EXAMPLE)).read_text())
     with Mosquitto(tmp_path / "broker", settings=settings) as broker:
-        watcher = Subscriber(broker.port, tls=True, ca=str(tmp_path / "ca.pem"),
+        watcher = Subscriber(broker.port, tls=True, keep=parse, ca=str(tmp_path / "ca.pem"),
                              user="sensor42", password="s3cret-pw")
         got = watcher.got
         try:
