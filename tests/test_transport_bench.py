@@ -18,3 +18,20 @@ def test_the_table_has_every_row():  # mosquitto comes from scripts/apt-packages
         assert f"| {name} |" in table
     assert "Target: KSP/UDP p50 within 3×" in table
     assert BENCH_SUITES["transport"] == "tools.bench.transport"
+
+
+def test_without_coap_and_mqtt_neither_library_is_imported():
+    """`--no-coap --no-mqtt` measures a plain KP's process: importing aiocoap or paho changed
+    how glibc served asyncio's reads (transports/reads.py), so neither may be loaded then."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from tools.bench import transport; "
+            "results, _ = transport.run(rounds=1, per_round=3, mqtt=False, coap=False); "
+            "print([r.name for r in results], {'aiocoap', 'paho'} & set(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True,
+                         cwd=Path(__file__).parents[1]).stdout
+    rows = [name for name in ROWS if name != "KSP/CoAP" and not name.startswith("MQTT")]
+    assert out.strip() == f"{rows} set()"

@@ -15,6 +15,7 @@ from ksp import (
 )
 from ksp.session import _Persistent
 from transports import KspConnectionError, TcpServer, connect
+from transports.reads import READ_SIZE
 
 from memory_service import MemoryService
 from transport_helpers import FAST, run, tls_contexts
@@ -68,6 +69,30 @@ def test_partial_reads_byte_by_byte(tls, tmp_path):
 
     service = run(scenario())
     assert [r.tx for _, r in service.requests] == [Tx.INSERT_DATA, Tx.SELECT]
+
+
+def test_a_message_larger_than_one_read_arrives_whole_both_ways():
+    """The adapters read at most `READ_SIZE` bytes at a time (not asyncio's 256 KiB, whose
+    allocation cost an mmap and munmap per read): a message five reads long is reassembled by
+    the SIB, and its triple comes back whole in a RES."""
+    value = "v" * (5 * READ_SIZE)
+
+    async def scenario():
+        service = MemoryService()
+        server = await TcpServer.start(service, timing=FAST)
+        try:
+            async with await connect(f"tcp://127.0.0.1:{server.port}", timing=FAST) as kp:
+                await kp.insert_data([(IRI(EX + "s"), IRI(EX + "p"), Literal(value))])
+                rows = await kp.query(SELECT._replace(projection=2))
+                sizes = {conn.transport.max_size for conn in server._connections}
+                sizes.add(kp._link.transport.max_size)
+        finally:
+            await server.close()
+        return rows, sizes
+
+    rows, sizes = run(scenario())
+    assert [str(row[1]) for row in rows.rows] == [value]
+    assert sizes == {READ_SIZE}
 
 
 def test_oversize_message_is_refused_and_the_stream_goes_on():

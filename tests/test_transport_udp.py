@@ -14,8 +14,9 @@ from ksp import (
 )
 from ksp.session import MAX_UDP_PAYLOAD
 from transports import UdpServer, connect
+from transports.reads import READ_SIZE
 
-from memory_service import MemoryService
+from memory_service import DEFAULT, MemoryService
 from transport_helpers import FAST, run
 
 VECTORS = [json.loads(p.read_text()) for p in
@@ -258,3 +259,35 @@ def test_an_answer_given_inside_submit_is_sent_even_if_submit_then_raises():
 
     errors = run(scenario())
     assert [str(e) for e in errors] == ["service bug after answering"] * 2
+
+
+def test_the_largest_datagram_arrives_whole_both_ways():
+    """The adapters read at most `READ_SIZE` bytes at a time, not asyncio's 256 KiB (whose
+    allocation cost an mmap and munmap per datagram): a request of the largest size a session
+    sends still reaches the SIB whole, and its triple comes back whole in a RES."""
+    def insert(n: int) -> Request:
+        return Request(Tx.INSERT_DATA, 0, insert=(
+            Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("v" * n)),))
+
+    n = MAX_UDP_PAYLOAD - len(encode(insert(0), UDP))
+    while len(encode(insert(n), UDP)) > MAX_UDP_PAYLOAD:
+        n -= 1
+    request = insert(n)
+    assert len(encode(request, UDP)) == MAX_UDP_PAYLOAD
+
+    async def scenario():
+        service = MemoryService()
+        server = await UdpServer.start(service, timing=FAST)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.port}", timing=FAST) as kp:
+                await kp.update(request)
+                rows = await kp.query(SELECT)
+                sizes = (server.transport.max_size, kp._link.transport.max_size)
+        finally:
+            await server.close()
+        return service, rows, sizes
+
+    service, rows, sizes = run(scenario())
+    assert service.graphs[DEFAULT] == set(request.insert)
+    assert [str(row[1]) for row in rows.rows] == ["v" * n]
+    assert sizes == (READ_SIZE, READ_SIZE)

@@ -15,6 +15,7 @@ import sys
 from collections import OrderedDict
 
 from transports.pcap import PcapWriter
+from transports.reads import small_reads
 
 Addr = tuple[str, int]
 
@@ -35,6 +36,7 @@ class _Upstream(asyncio.DatagramProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        small_reads(transport)
 
     def datagram_received(self, data: bytes, addr) -> None:
         self.proxy.to_client(self.client, data)
@@ -53,6 +55,7 @@ class UdpProxy(asyncio.DatagramProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        small_reads(transport)
         self.local = transport.get_extra_info("sockname")[:2]
 
     def datagram_received(self, data: bytes, addr) -> None:
@@ -112,6 +115,8 @@ class TcpProxy:
             writer.close()
             return
         self.pcap.tcp_open(client, local)
+        small_reads(writer.transport)
+        small_reads(up_writer.transport)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, a: Addr,
                        b: Addr) -> None:

@@ -16,6 +16,7 @@ from ksp import TCP, KPSession, SIBSession, Timing
 from ksp.service import Service
 
 from ._kplink import SessionLink
+from .reads import small_reads
 from ._sibadapter import SessionAdapter
 from .limits import ConnectionLimits, Guard
 
@@ -34,6 +35,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        small_reads(transport)
         peer = transport.get_extra_info("peername")
         self.peer_host = peer[0] if peer else None
         if not self.server.guard.admit(self, self.peer_host):
@@ -145,6 +147,7 @@ class TcpLink(SessionLink, asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        small_reads(transport)
 
     def data_received(self, data: bytes) -> None:
         self.session.receive_data(data, self.loop.time())

@@ -15,6 +15,7 @@ from ksp import UDP, KPSession, SIBSession, Timing
 from ksp.service import Service
 
 from ._kplink import SessionLink
+from .reads import small_reads
 from ._sibadapter import SessionAdapter
 
 __all__ = ["UdpServer", "UdpLink", "open_udp_link"]
@@ -48,6 +49,7 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        small_reads(transport)
         self.local = transport.get_extra_info("sockname")[:2]
         self.port = self.local[1]
 
@@ -91,6 +93,7 @@ class UdpLink(SessionLink, asyncio.DatagramProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        small_reads(transport)
 
     def datagram_received(self, data: bytes, addr: Hashable) -> None:
         self.session.receive_datagram(data, self.loop.time())

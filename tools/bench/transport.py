@@ -1,7 +1,9 @@
 """Transport benchmark: KSP request round trips over UDP, TCP and CoAP on loopback, side by side
 with a bare UDP echo and an MQTT publish→receive round trip through a real mosquitto.
 
-Run as ``python -m tools.bench.transport [--quick] [--markdown]`` or ``ksp bench transport``.
+Run as ``python -m tools.bench.transport [--quick] [--markdown] [--no-coap] [--no-mqtt]`` or
+``ksp bench transport``. Without CoAP and MQTT, neither aiocoap nor paho is imported: the
+process is what a plain KP's or SIB's is, whose reads differ (see `transports.reads`).
 
 The exchange is a sensor's CON INSERT DATA (one triple with a float, ~70 bytes, UDP layout)
 answered by a 4-byte OK RES. Every contender does the same thing, one request outstanding at a
@@ -11,7 +13,9 @@ time, client and server in this process on one asyncio loop (mosquitto is its ow
   `transports.Server` with a service that answers OK at once (no store: the cost measured is
   client API + session + codec + sockets + adapters);
 - ``bare UDP echo``: an asyncio DatagramProtocol pair; the client sends a datagram of the
-  request's size, the server answers one of the RES's size — the raw cost of the exchange;
+  request's size, the server answers one of the RES's size — the raw cost of the exchange
+  (reading as the KSP adapters read, `transports.reads.small_reads`: asyncio's default
+  256 KiB reads cost an mmap per datagram or not depending on what the process imported);
 - ``KSP sessions, no sockets``: the same exchange through `KPSession` → `SIBSession` →
   `KPSession` in memory (encode, decode, dedup cache, matching): the protocol's own floor,
   which shows how much of the KSP rows is the sans-I/O core and how much the adapters;
@@ -39,6 +43,7 @@ from typing import Awaitable, Callable
 
 from ksp import IRI, UDP, Literal, Request, Response, Status, Triple, Tx, encode
 from ksp.terms import XSD_FLOAT
+from transports.reads import small_reads
 
 from .report import bench_parser, command_line, markdown_table, text_table
 
@@ -87,6 +92,7 @@ class Result:
 class _Echo(asyncio.DatagramProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
+        small_reads(transport)
 
     def datagram_received(self, data, addr) -> None:
         self.transport.sendto(data[:RESPONSE_SIZE], addr)
@@ -98,6 +104,7 @@ class _EchoClient(asyncio.DatagramProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        small_reads(transport)
 
     def datagram_received(self, data, addr) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -162,11 +169,12 @@ class MqttRoundTrip:
 
 # -- the run ---------------------------------------------------------------------------------
 
-async def _run_async(rounds: int, per_round: int, mqtt_port: int | None) -> list[Result]:
+async def _run_async(rounds: int, per_round: int, mqtt_port: int | None,
+                     coap: bool = True) -> list[Result]:
     from transports import Server, connect
 
     loop = asyncio.get_running_loop()
-    server = await Server.start(_AnswerOK(), udp=0, tcp=0, coap=0)
+    server = await Server.start(_AnswerOK(), udp=0, tcp=0, coap=0 if coap else None)
     echo_transport, _ = await loop.create_datagram_endpoint(_Echo, local_addr=("127.0.0.1", 0))
     echo_port = echo_transport.get_extra_info("sockname")[1]
     echo_client_transport, echo_client = await loop.create_datagram_endpoint(
@@ -174,8 +182,9 @@ async def _run_async(rounds: int, per_round: int, mqtt_port: int | None) -> list
     kps = {
         "KSP/UDP": await connect(f"udp://127.0.0.1:{server.udp.port}"),
         "KSP/TCP": await connect(f"tcp://127.0.0.1:{server.tcp.port}"),
-        "KSP/CoAP": await connect(f"coap://127.0.0.1:{server.coap.port}"),
     }
+    if coap:
+        kps["KSP/CoAP"] = await connect(f"coap://127.0.0.1:{server.coap.port}")
     mqtt = {}
     if mqtt_port is not None:
         mqtt = {"MQTT QoS 0": MqttRoundTrip(mqtt_port, 0),
@@ -229,16 +238,18 @@ async def _time_one(fn, blocking: bool, loop) -> float:
 
 
 def run(quick: bool = False, *, rounds: int | None = None, per_round: int | None = None,
-        mqtt: bool = True) -> tuple[list[Result], dict]:
+        mqtt: bool = True, coap: bool = True) -> tuple[list[Result], dict]:
+    """`coap=False`: no CoAP row, and aiocoap is never imported (a KP or SIB process without
+    CoAP, as most are)."""
     rounds = rounds or (5 if quick else 20)
     per_round = per_round or (100 if quick else 250)
     settings = {"rounds": rounds, "per_round": per_round}
     if not mqtt:
-        return asyncio.run(_run_async(rounds, per_round, None)), settings
+        return asyncio.run(_run_async(rounds, per_round, None, coap)), settings
     from spark_ingest.testing import Mosquitto  # the project's, on a free loopback port
 
     with Mosquitto() as broker:
-        return asyncio.run(_run_async(rounds, per_round, broker.port)), settings
+        return asyncio.run(_run_async(rounds, per_round, broker.port, coap)), settings
 
 
 HEADERS = ["exchange", "p50 µs", "p99 µs", "requests/s", "p50 × bare echo"]
@@ -282,10 +293,15 @@ def render(results: list[Result], settings: dict, command: str, markdown: bool) 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = bench_parser("tools.bench.transport", __doc__, prog,
-                        "5 rounds × 100 instead of 20 × 250").parse_args(argv)
+    parser = bench_parser("tools.bench.transport", __doc__, prog,
+                          "5 rounds × 100 instead of 20 × 250")
+    parser.add_argument("--no-coap", action="store_true",
+                        help="no KSP/CoAP row, aiocoap never imported (a process without CoAP)")
+    parser.add_argument("--no-mqtt", action="store_true",
+                        help="no MQTT rows, paho and mosquitto never started")
+    args = parser.parse_args(argv)
     command = command_line("tools.bench.transport", prog, argv)
-    results, settings = run(args.quick)
+    results, settings = run(args.quick, coap=not args.no_coap, mqtt=not args.no_mqtt)
     print(render(results, settings, command, args.markdown))
     return 0
 
