@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from .aggregates import interval_ms
 from .job import Ingest, IngestOptions
 from .mqtt import add_broker_flags, broker_login
 
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         broker = broker_login(args)
     except (OSError, ValueError) as exc:
         print(f"ksp-ingest: {exc}", file=sys.stderr)
+        return 2
+    try:
+        interval_ms(args.watermark)
+    except ValueError as exc:
+        print(f"ksp-ingest: --watermark: {exc}", file=sys.stderr)
         return 2
     if not 1 <= args.receivers <= 64:
         print(f"ksp-ingest: --receivers {args.receivers}: 1 to 64", file=sys.stderr)

@@ -25,8 +25,12 @@ and a reader listing the directories meanwhile never finds a listed file gone. T
 (local or shared disk).
 
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
-max, mean and count of the readings — a second query reading the observations as they land
-and writing each minute once the watermark has passed its end, so every row is final.
+max, mean and count of the readings, each minute written once the watermark has passed its end,
+so every row is final (`spark_ingest.aggregates`: the open minutes kept by the driver).
+
+A table grows by a file per partition and batch for as long as the job runs, so nothing per
+batch walks it: the files an attempt of a batch placed are listed in that batch's manifest
+(`OUT/_staging/<table>/batch-N.files`), kept until the next batch.
 """
 from __future__ import annotations
 
@@ -37,6 +41,9 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
+
+from .aggregates import Minutes, interval_ms
 
 log = logging.getLogger("ksp.ingest")
 
@@ -49,12 +56,6 @@ XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 #: Pairs (device, property) per KSP update to the SIB: a Graph field holds 255 triples.
 SIB_CHUNK = 100
-#: Each batch's observations as one file, for the aggregates' query (see `_aggregates`).
-AGGREGATES_INPUT = "_aggregates_input"
-#: The observation rows, as written (the partition columns last).
-OBSERVATION_SCHEMA = ("observation string, madeBySensor string, observedProperty string, "
-                      "hasSimpleResult double, unit string, resultTime timestamp, date date, "
-                      "device string")
 
 
 @dataclass
@@ -88,8 +89,9 @@ class Ingest:
         self.spark, self.o = spark, options
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
-                      "last_batch_seconds": 0.0, "last_batch_rows": 0}
+                      "aggregates": 0, "last_batch_seconds": 0.0, "last_batch_rows": 0}
         self._sent: dict[tuple[str, str], int] = {}  # newest reading sent to the SIB (ms)
+        self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
 
     def lag(self) -> tuple[int, float]:
         """(messages received and not yet in a committed batch, seconds the oldest waited),
@@ -146,41 +148,7 @@ class Ingest:
                         .option("checkpointLocation", str(self.out / "_checkpoint"))
                         .trigger(processingTime=o.trigger)
                         .queryName("ksp-ingest").start()]
-        self.queries.append(self._aggregates())
         return self.queries[0]
-
-    def _aggregates(self):
-        """Per-minute min, max, mean and count per device and property: a second query over
-        the observations as they land, a minute written once the watermark has passed its
-        end, so each row is final (`OUT/aggregates/date=…/device=…`, written as the
-        observations are: once, whole files moved into place, readable by any Parquet reader).
-
-        It reads each main batch as one file (`OUT/_aggregates_input`, deleted once read), not
-        the observations' tree: that is written one partition file at a time, and a file
-        stream that saw one device's file of a batch before the others' would move its
-        watermark on and drop the others' readings as late."""
-        from pyspark.sql import functions as F
-
-        root = self.out / AGGREGATES_INPUT
-        root.mkdir(parents=True, exist_ok=True)
-        _never_committed(self.out / "_checkpoint_aggregates")
-        observations = (self.spark.readStream.schema(OBSERVATION_SCHEMA)
-                        .option("cleanSource", "delete").parquet(str(root)))
-        minutes = (observations.withWatermark("resultTime", self.o.watermark)
-                   .groupBy(F.window("resultTime", "1 minute"), "device", "observedProperty")
-                   .agg(F.min("hasSimpleResult").alias("min"),
-                        F.max("hasSimpleResult").alias("max"),
-                        F.avg("hasSimpleResult").alias("mean"),
-                        F.count(F.lit(1)).alias("count"))
-                   .select(F.col("window.start").alias("minute"), "observedProperty", "min",
-                           "max", "mean", "count", F.to_date("window.start").alias("date"),
-                           "device"))
-        return (minutes.writeStream.outputMode("append")
-                .foreachBatch(lambda batch, batch_id: self._write(
-                    batch, "aggregates", batch_id, ["date", "device"]))
-                .option("checkpointLocation", str(self.out / "_checkpoint_aggregates"))
-                .trigger(processingTime=self.o.trigger)
-                .queryName("ksp-ingest-aggregates").start())
 
     # -- one micro-batch ---------------------------------------------------------------------
 
@@ -203,65 +171,84 @@ class Ingest:
                 F.col("time").alias("resultTime"),
                 F.to_date("time").alias("date"), "device")
             n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
-            if n_obs:
-                self._write_whole(observations, AGGREGATES_INPUT, batch_id)
             letters = dead.select("seq", "topic", "payload", "received", "reason",
                                   F.to_date("received").alias("date"))
             n_dead = self._write(letters, "dead_letters", batch_id, ["date"])
             if self.o.ntriples and n_obs:
                 self._ntriples(observations, batch_id)
-            if self.o.sib and n_obs:
-                latest = (readings.groupBy("device", "property")
-                          .agg(F.max_by("value", "time").alias("value"),
-                               F.max(F.unix_millis("time")).alias("ms")).collect())
-                self._push(latest)
+            partials = self._minutes(readings) if n_obs else []
+            closed = self.minutes.add(batch_id, [r[:8] for r in partials])
+            self._write_aggregates(closed, batch_id)
+            if partials or closed:
+                self.minutes.save(batch_id)
+            if self.o.sib and partials:
+                self._push(_latest(partials))
             s = self.stats
             s["batches"] += 1
             s["observations"] += n_obs
             s["dead_letters"] += n_dead
+            s["aggregates"] += len(closed)
             s["last_batch_rows"] = n_obs + n_dead
             s["last_batch_seconds"] = time.perf_counter() - started
         finally:
             batch.unpersist()
 
+    @staticmethod
+    def _minutes(readings) -> list[tuple]:
+        """The batch's partial aggregates, one row per minute, device and property: (minute
+        ms, device, property, min, max, sum, count, newest ms, the newest reading's value)."""
+        from pyspark.sql import functions as F
+
+        ms = F.unix_millis("time")
+        return [tuple(r) for r in readings.groupBy(
+            (F.floor(ms / 60_000) * 60_000).alias("minute"), "device", "property").agg(
+            F.min("value"), F.max("value"), F.sum("value"), F.count(F.lit(1)), F.max(ms),
+            F.max_by("value", "time")).collect()]
+
     def _write(self, frame, table: str, batch_id: int, partition_by: list[str]) -> int:
         """Write `frame` as this batch's files of `table`, replacing any earlier attempt's;
         returns its row count."""
-        root = self.out / table
         staging = self.out / "_staging" / table / str(batch_id)
         frame = frame.persist()
         try:
             rows = frame.count()
-            name = f"batch-{batch_id:012d}.parquet"
-            earlier = set(root.rglob(name)) if root.exists() else set()
-            written = set()
+            files = []
             if rows:
-                # One file per partition directory, named by the batch: a re-run of the batch
-                # (the same rows) writes the same paths, each replaced in one rename, so a
-                # reader listing the directory meanwhile never finds a file gone.
                 (frame.repartition(*partition_by).write.mode("overwrite")
                  .partitionBy(*partition_by).parquet(str(staging)))
-                for part in staging.rglob("*.parquet"):
-                    target = root / part.parent.relative_to(staging) / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(part, target)
-                    written.add(target)
-                shutil.rmtree(staging, ignore_errors=True)
-            for stale in earlier - written:  # an earlier attempt's that this one did not make
-                stale.unlink()
+                files = [(part, part.parent.relative_to(staging))
+                         for part in staging.rglob("*.parquet")]  # this batch's only
+            place_batch(self.out, table, batch_id, files)
+            shutil.rmtree(staging, ignore_errors=True)
             return rows
         finally:
             frame.unpersist()
 
-    def _write_whole(self, frame, table: str, batch_id: int) -> None:
-        """The batch as one file, moved into place in one rename (replacing an earlier
-        attempt's): a file stream reading `table` sees the whole batch or none of it."""
-        root = self.out / table
-        staging = self.out / "_staging" / table / str(batch_id)
-        frame.coalesce(1).write.mode("overwrite").parquet(str(staging))
-        root.mkdir(parents=True, exist_ok=True)
-        for part in staging.glob("*.parquet"):
-            os.replace(part, root / f"batch-{batch_id:012d}.parquet")
+    def _write_aggregates(self, closed: list[tuple], batch_id: int) -> None:
+        """The minutes this batch closed, one file per date and device (pyarrow, in the
+        driver: a few rows per device and minute)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        staging = self.out / "_staging" / "aggregates" / str(batch_id)
+        groups: dict[tuple[str, str], list[tuple]] = {}
+        for row in closed:
+            day = time.strftime("%Y-%m-%d", time.gmtime(row[0] // 1000))
+            groups.setdefault((day, row[1]), []).append(row)
+        files = []
+        for (day, device), rows in sorted(groups.items()):
+            rel = Path(f"date={day}") / f"device={device}"
+            path = staging / rel / "part.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({
+                "minute": pa.array([r[0] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+                "observedProperty": [self.o.base + r[2] for r in rows],
+                "min": pa.array([r[3] for r in rows], pa.float64()),
+                "max": pa.array([r[4] for r in rows], pa.float64()),
+                "mean": pa.array([r[5] for r in rows], pa.float64()),
+                "count": pa.array([r[6] for r in rows], pa.int64())}), path)
+            files.append((path, rel))
+        place_batch(self.out, "aggregates", batch_id, files)
         shutil.rmtree(staging, ignore_errors=True)
 
     def _ntriples(self, observations, batch_id: int) -> None:
@@ -297,6 +284,55 @@ class Ingest:
         for r in fresh:
             self._sent[(r.device, r.property)] = r.ms
         self.stats["sib_updates"] += len(texts)
+
+
+def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Path]]) -> None:
+    """Move a batch's files (staged path, partition directory) into `table`, each named by
+    the batch: a re-run of the batch (the same rows) writes the same paths, each replaced in
+    one rename, so a reader listing the directory meanwhile never finds a file gone; what
+    an earlier attempt placed in a partition this one does not write is removed. The
+    attempts' files are found in the batch's manifest, written before the renames."""
+    root = out / table
+    name = f"batch-{batch_id:012d}.parquet"
+    manifests = out / "_staging" / table
+    manifest = manifests / f"batch-{batch_id:012d}.files"
+    earlier = set(manifest.read_text().splitlines()) if manifest.exists() else set()
+    targets = [str(rel / name) for _, rel in files]
+    if targets or earlier:
+        manifests.mkdir(parents=True, exist_ok=True)
+        _write_atomic(manifest, "\n".join(sorted(earlier | set(targets))))
+    for (path, rel), target in zip(files, targets):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        os.replace(path, root / target)
+    for stale in earlier - set(targets):  # an earlier attempt's that this one did not make
+        (root / stale).unlink(missing_ok=True)
+    if earlier - set(targets):
+        _write_atomic(manifest, "\n".join(sorted(targets)))
+    for old in manifests.glob("batch-*.files") if manifests.exists() else ():
+        if old.name < manifest.name:  # committed batches': never run again
+            old.unlink(missing_ok=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class _Reading(NamedTuple):
+    device: str
+    property: str
+    value: float
+    ms: int  # its time
+
+
+def _latest(partials: list[tuple]) -> list[_Reading]:
+    """The newest reading of each (device, property) among a batch's partial aggregates."""
+    newest: dict[tuple[str, str], _Reading] = {}
+    for _, device, prop, _, _, _, _, ms, value in partials:
+        if (device, prop) not in newest or newest[device, prop].ms < ms:
+            newest[device, prop] = _Reading(device, prop, value, ms)
+    return list(newest.values())
 
 
 def _never_committed(checkpoint: Path) -> None:
