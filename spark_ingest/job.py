@@ -39,6 +39,7 @@ import logging
 import os
 import shutil
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -56,6 +57,8 @@ XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 #: Pairs (device, property) per KSP update to the SIB: a Graph field holds 255 triples.
 SIB_CHUNK = 100
+#: Pairs whose newest reading sent to the SIB is remembered (`SentReadings`).
+MAX_SENT = 1_000_000
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Ingest:
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
                       "aggregates": 0, "last_batch_seconds": 0.0, "last_batch_rows": 0}
-        self._sent: dict[tuple[str, str], int] = {}  # newest reading sent to the SIB (ms)
+        self._sent = SentReadings()
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
 
     def lag(self) -> tuple[int, float]:
@@ -270,19 +273,15 @@ class Ingest:
                         f'{o} <{SOSA}resultTime> "{r.at}"^^<{XSD_DATETIME}> .\n')
         os.replace(tmp, target)
 
-    def _push(self, latest) -> None:
+    def _push(self, latest: list[_Reading]) -> None:
         """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs."""
-        fresh = []
-        for r in latest:
-            if self._sent.get((r.device, r.property), -1) < r.ms:
-                fresh.append(r)
+        fresh = self._sent.fresh(latest)
         if not fresh:
             return
         texts = [_replace_update(self.o.base, fresh[i:i + SIB_CHUNK])
                  for i in range(0, len(fresh), SIB_CHUNK)]
         asyncio.run(_send(self.o.sib, texts))
-        for r in fresh:
-            self._sent[(r.device, r.property)] = r.ms
+        self._sent.record(fresh)
         self.stats["sib_updates"] += len(texts)
 
 
@@ -324,6 +323,31 @@ class _Reading(NamedTuple):
     property: str
     value: float
     ms: int  # its time
+
+
+class SentReadings:
+    """The time of the newest reading sent to the SIB for each (device, property), so that a
+    late reading never replaces a newer value there. At most `limit` pairs: the least recently
+    sent are forgotten first (a fleet's pairs are far fewer; a flood of new device names
+    must not grow it without end)."""
+
+    def __init__(self, limit: int = MAX_SENT) -> None:
+        self.limit = limit
+        self._ms: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ms)
+
+    def fresh(self, latest: list[_Reading]) -> list[_Reading]:
+        """Those of `latest` newer than what was sent for their pair."""
+        return [r for r in latest if self._ms.get((r.device, r.property), -1) < r.ms]
+
+    def record(self, sent: list[_Reading]) -> None:
+        for r in sent:
+            self._ms[(r.device, r.property)] = r.ms
+            self._ms.move_to_end((r.device, r.property))
+        while len(self._ms) > self.limit:
+            self._ms.popitem(last=False)
 
 
 def _latest(partials: list[tuple]) -> list[_Reading]:

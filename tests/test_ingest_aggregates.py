@@ -1,7 +1,9 @@
-"""The ingest's per-minute aggregates (`spark_ingest.aggregates`) and its placing of a batch's
-files (`spark_ingest.job.place_batch`), without Spark: the minutes a batch closes, late readings, a batch run
-again after a crash, the bound on open minutes; a re-run's files replacing the earlier
-attempt's without walking the table. The job with real Spark: tests/test_ingest.py."""
+"""Parts of the ingest that need no Spark: the per-minute aggregates
+(`spark_ingest.aggregates`: the minutes a batch closes, late readings, a batch run again after
+a crash, the bound on open minutes), the placing of a batch's files (`job.place_batch`: a
+re-run's files replacing the earlier attempt's without walking the table) and the bounded
+memory of what was sent to the SIB (`job.SentReadings`). The job with real Spark:
+tests/test_ingest.py."""
 from __future__ import annotations
 
 import pytest
@@ -155,3 +157,21 @@ def test_a_batch_placed_again_replaces_its_files_and_removes_what_it_no_longer_w
                      "date=1/device=c/batch-000000000008.parquet": "again"}
     manifests = sorted(p.name for p in (tmp_path / "data" / "_staging" / "t").iterdir())
     assert manifests == ["batch-000000000008.files"]  # batch 7's went with batch 8
+
+
+def test_the_readings_sent_to_the_sib_are_remembered_within_a_bound():
+    """A late reading never replaces a newer value in the SIB; the pairs remembered are
+    bounded, the least recently sent forgotten first."""
+    from spark_ingest.job import SentReadings, _Reading
+
+    sent = SentReadings(limit=3)
+    first = [_Reading(f"d{k}", "temperature", 20.0, 1000) for k in range(3)]
+    assert sent.fresh(first) == first
+    sent.record(first)
+    late = _Reading("d1", "temperature", 19.0, 900)
+    newer = _Reading("d0", "temperature", 21.0, 2000)
+    assert sent.fresh([late, newer]) == [newer]
+    sent.record([newer])  # d0 sent last now
+    sent.record([_Reading("d9", "temperature", 5.0, 1000)])  # a fourth pair: d1 goes
+    assert len(sent) == 3
+    assert sent.fresh([late, newer]) == [late]  # d1 forgotten; d0 kept
