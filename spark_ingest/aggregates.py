@@ -3,7 +3,8 @@
 Each micro-batch adds its readings' partial aggregates (one small Spark aggregation, collected)
 to the minutes still open; a minute closes, and is written once, when the watermark (the newest
 reading's time minus the delay) has passed its end. A reading for a minute already written is
-late: it is in the observations, not the aggregates.
+late (Spark's de-duplication drops most such readings before; one it kept, as its watermark
+moves only between batches, is in the observations, not the aggregates).
 
 Why not a second streaming query, as before: it read each batch's observations back through a
 file stream, whose metadata log Spark never prunes (one entry per batch, the whole log
@@ -22,7 +23,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger("ksp.ingest")
@@ -57,7 +58,7 @@ class _State:
     batch: int = -1  # the batch this state is after
     newest: int | None = None  # the newest reading's time, ms
     closed: int | None = None  # minutes ending at or before it are written, ms
-    open: dict | None = None  # (minute ms, device, property) -> [min, max, sum, count]
+    open: dict = field(default_factory=dict)  # (minute, device, property) -> [min, max, sum, n]
 
 
 class Minutes:
@@ -68,7 +69,7 @@ class Minutes:
         self.delay = delay_ms
         self.max_open = max_open
         self.late = 0  # readings for minutes already written (in the observations only)
-        self._state = self._pending = _State(open={})
+        self._state = self._pending = _State()
         self._loaded = False
 
     def add(self, batch_id: int, partials) -> list[tuple]:
@@ -130,7 +131,7 @@ class Minutes:
         """The state saved by the newest batch before `batch_id` (none: empty)."""
         saved = [p for p in self.dir.glob("batch-*.json") if _batch_of(p) < batch_id]
         if not saved:
-            return _State(batch_id - 1, open={})
+            return _State(batch_id - 1)
         path = max(saved, key=_batch_of)
         data = json.loads(path.read_text())
         return _State(batch_id - 1, data["newest"], data["closed"],

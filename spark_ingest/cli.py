@@ -111,7 +111,7 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
     return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, lag "
             f"{waiting:,} messages ({waited:.1f} s), {s['dead_letters']:,} dead letters, "
             f"last batch {s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
-            f"{s['sib_updates']:,} SIB updates")
+            f"{s['sib_updates']:,} SIB updates, {s['late']:,} late readings dropped")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,9 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
 
 - **de-duplication**: a reading is known by (device, property, time); repeats within the
   watermark (`watermark`, 10 minutes by default, on the reading's time) are dropped, as are
-  the copies an MQTT redelivery makes. Dead letters are never merged.
+  the copies an MQTT redelivery makes. A reading older than the watermark when it comes is
+  dropped too (Spark's rule) and counted (`stats["late"]`). Dead letters are never merged, and
+  have no event time: they neither move the watermark nor are dropped as late.
 - **observations** (`OUT/observations/date=…/device=…/*.parquet`): one row per reading, in
   SOSA's terms — `observation`, `madeBySensor` (``BASE + device``), `observedProperty`
   (``BASE + property``), `hasSimpleResult`, `unit`, `resultTime`; and with `ntriples`, the
@@ -92,7 +94,8 @@ class Ingest:
         self.spark, self.o = spark, options
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
-                      "aggregates": 0, "last_batch_seconds": 0.0, "last_batch_rows": 0}
+                      "aggregates": 0, "late": 0, "last_batch_seconds": 0.0,
+                      "last_batch_rows": 0}
         self._sent = SentReadings()
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
 
@@ -139,7 +142,10 @@ class Ingest:
             reader = reader.option(key, value)
         stream = reader.load()
         keyed = (stream
-                 .withColumn("event_time", F.coalesce("time", "received"))
+                 # A dead letter has no time: it neither moves the watermark (its arrival
+                 # would, past every reading of a backlog or of a fleet whose clocks lag, and
+                 # the de-duplication would drop them all as late) nor is dropped as late.
+                 .withColumn("event_time", F.col("time"))
                  .withColumn("key", F.when(F.col("reason").isNull(), F.concat_ws(
                      "|", "device", "property", F.date_format(
                          "time", "yyyy-MM-dd'T'HH:mm:ss.SSS"))).otherwise(
@@ -147,6 +153,7 @@ class Ingest:
                  .withWatermark("event_time", o.watermark)
                  .dropDuplicatesWithinWatermark(["key"]))
         _never_committed(self.out / "_checkpoint")
+        self.spark.streams.addListener(_LateCounter(self.stats))
         self.queries = [keyed.writeStream.foreachBatch(self._batch)
                         .option("checkpointLocation", str(self.out / "_checkpoint"))
                         .trigger(processingTime=o.trigger)
@@ -323,6 +330,29 @@ class _Reading(NamedTuple):
     property: str
     value: float
     ms: int  # its time
+
+
+def _LateCounter(stats: dict):
+    """A listener counting into `stats["late"]` the readings Spark's de-duplication dropped
+    because they were older than the watermark when they came (Spark drops them; they are
+    counted here so that the status line and the metrics show them)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class LateCounter(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            stats["late"] += sum(op.numRowsDroppedByWatermark
+                                 for op in event.progress.stateOperators)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return LateCounter()
 
 
 class SentReadings:

@@ -7,6 +7,7 @@ SIB's), read from the job's figures when scraped.
 | `ksp_ingest_dead_letters_total` | counter | messages refused, with their reason |
 | `ksp_ingest_batches_total` | counter | micro-batches done |
 | `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
+| `ksp_ingest_late_total` | counter | readings older than the watermark when they came, dropped |
 | `ksp_ingest_lag_messages` | gauge | received, not yet in a committed batch |
 | `ksp_ingest_lag_seconds` | gauge | how long the oldest of those has waited |
 | `ksp_ingest_last_batch_seconds`, `..._rows` | gauge | the last batch's time and size |
@@ -30,7 +31,9 @@ class _Collector:
         for name, help_ in (("observations", "Readings written as observations."),
                             ("dead_letters", "Messages refused, with their reason."),
                             ("batches", "Micro-batches done."),
-                            ("sib_updates", "KSP updates sent to the SIB.")):
+                            ("sib_updates", "KSP updates sent to the SIB."),
+                            ("late", "Readings older than the watermark when they came: "
+                                     "dropped by the de-duplication.")):
             yield CounterMetricFamily(f"ksp_ingest_{name}", help_, value=s[name])
         waiting, waited = self.ingest.lag()
         yield GaugeMetricFamily("ksp_ingest_lag_messages",

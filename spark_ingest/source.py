@@ -242,7 +242,7 @@ class _Reader(DataSourceStreamReader):
         out = []
         for seq, topic, payload, received in rows:
             out.append((seq * n + k, topic, payload.decode("utf-8", "replace"),
-                        round(received * 1_000_000), *parse(topic, payload)))
+                        round(received * 1_000_000), *parse(topic, payload, received)))
             if len(out) == ARROW_ROWS:
                 yield _batch(out, schema)
                 out = []

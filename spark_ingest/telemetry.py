@@ -9,8 +9,10 @@
 - `value`: a JSON number, finite (not a string, not a boolean).
 - `unit`: optional, a UCUM code (``Cel``, ``%``, ``lx``), at most 32 characters.
 - `time`: when it was read, RFC 3339 with a time zone (``Z`` or ``+01:00``), milliseconds at
-  most; it is the observation's `sosa:resultTime` and, with device and property, what makes a
-  reading a duplicate of another.
+  most, and not more than `MAX_AHEAD` (5 minutes) after the message reached the ingest; it is
+  the observation's `sosa:resultTime` and, with device and property, what makes a reading a
+  duplicate of another. (One reading from a clock a year ahead would move the watermark a year
+  on: every reading after it would be late, for the de-duplication and the aggregates.)
 
 The ingest (`spark_ingest.job`) checks every message against this; a message
 that fails goes to the dead-letter table with the first rule it broke (`REASONS`). The ingest
@@ -24,7 +26,7 @@ import math
 import re
 from datetime import datetime, timezone
 
-__all__ = ["REASONS", "TOPIC", "check", "parse", "reading", "topic_of"]
+__all__ = ["MAX_AHEAD", "REASONS", "TOPIC", "check", "parse", "reading", "topic_of"]
 
 #: The topic a device publishes on; `+` in its place subscribes to every device.
 TOPIC = "ksp/{device}/telemetry"
@@ -40,7 +42,10 @@ REASONS = {
     "bad_value": "value missing or not a finite number",
     "bad_unit": "unit not a string of at most 32 characters",
     "bad_time": "time missing or not RFC 3339 with a time zone (milliseconds at most)",
+    "future_time": "time more than MAX_AHEAD after the message came",
 }
+#: Seconds a reading's time may be after the message's arrival (clocks differ a little).
+MAX_AHEAD = 300.0
 
 
 def topic_of(device: str) -> str:
@@ -58,14 +63,15 @@ def reading(device: str, prop: str, value: float, unit: str | None = None,
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def check(topic: str, payload: bytes) -> str | None:
+def check(topic: str, payload: bytes, received: float | None = None) -> str | None:
     """None for a valid message, else its reason (a key of `REASONS`)."""
-    return parse(topic, payload)[-1]
+    return parse(topic, payload, received)[-1]
 
 
-def parse(topic: str, payload: bytes) -> tuple:
+def parse(topic: str, payload: bytes, received: float | None = None) -> tuple:
     """(device, property, value, unit, time, reason): the reading's fields (`time` an aware
-    datetime in UTC) and None, or Nones and the reason it is a dead letter."""
+    datetime in UTC) and None, or Nones and the reason it is a dead letter. `received`: when
+    the message came (seconds since the epoch; None: not checked against it)."""
     failed = (None, None, None, None, None)
     try:
         body = json.loads(payload)
@@ -95,4 +101,6 @@ def parse(topic: str, payload: bytes) -> tuple:
         time = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
     except ValueError:
         return (*failed, "bad_time")
+    if received is not None and time.timestamp() > received + MAX_AHEAD:
+        return (*failed, "future_time")
     return device, prop, float(value), unit, time, None

@@ -277,6 +277,70 @@ def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
         assert r["mean"] == pytest.approx(sum(values) / len(values))
 
 
+def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(mosquitto,
+                                                                                 tmp_path):
+    """Readings half an hour old (a backlog, or a fleet whose clocks lag), then one reading from
+    a clock a year ahead and one broken message, then more readings as old: both bad ones are
+    dead letters, and every reading is an observation. Before, either moved the watermark past
+    the readings (the reading's time, or the broken message's arrival), and the
+    de-duplication dropped every later reading as late, silently."""
+    from datetime import datetime, timedelta, timezone
+
+    from spark_ingest.telemetry import reading, topic_of
+
+    out = tmp_path / "data"
+    back = datetime.now(timezone.utc) - timedelta(minutes=30)
+
+    def readings(start: datetime) -> list:
+        return [(topic_of("s1"), reading("s1", "t", float(k), time=start + timedelta(
+            milliseconds=k)), "ok") for k in range(20)]
+
+    with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "1 minute")) as ingest:
+        publish(mosquitto, readings(back))
+        until(lambda: count(out, "observations") >= 20, 240, "the first readings")
+        publish(mosquitto, [(topic_of("s1"), reading("s1", "t", 99.0, time=back + timedelta(
+            days=365)), "bad"), (topic_of("s1"), b"{not json", "bad")])
+        until(lambda: count(out, "dead_letters") >= 2, 120, "the two dead letters")
+        publish(mosquitto, readings(back + timedelta(seconds=1)))
+        ingest.stop_when(lambda: count(out, "observations") >= 40, "the later readings")
+    assert_each_once(out, 40)
+    assert sorted(d["reason"] for d in table(out, "dead_letters").to_pylist()) == [
+        "future_time", "not_json"]
+
+
+def test_readings_older_than_the_watermark_are_counted_as_dropped(mosquitto, tmp_path):
+    """Spark's de-duplication drops a reading older than the watermark when it comes; the
+    ingest counts them (metrics, status line), so that none is lost without a trace."""
+    from datetime import datetime, timedelta, timezone
+
+    from spark_ingest.telemetry import reading, topic_of
+
+    out = tmp_path / "data"
+    now = datetime.now(timezone.utc)
+    fresh = [(topic_of("s1"), reading("s1", "t", float(k), time=now + timedelta(
+        milliseconds=k)), "ok") for k in range(10)]
+    old = [(topic_of("s1"), reading("s1", "t", float(k), time=now - timedelta(
+        hours=1, milliseconds=-k)), "ok") for k in range(7)]
+    with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "1 minute",
+                                    "--metrics-port", "0")) as ingest:
+        publish(mosquitto, fresh)
+        until(lambda: count(out, "observations") >= 10, 240, "the readings")
+        time.sleep(2)  # a batch more: the watermark moves on after the batch with them
+        publish(mosquitto, old)
+        port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
+
+        def late() -> float:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                return float(re.search(r"^ksp_ingest_late_total (\S+)$", r.read().decode(),
+                                       re.MULTILINE)[1])
+
+        until(lambda: late() >= 7, 120, "the late readings counted")
+        assert late() == 7
+        ingest.stop_when(lambda: True, "the end")
+    assert count(out, "observations") == 10
+    assert any(re.search(r", 7 late readings dropped", line) for line in ingest.lines)
+
+
 def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):
     """The receiver alone (no Spark): with room for 5 messages, 5 are buffered and acknowledged
     and the rest wait unacknowledged; as a batch commits, the rest come, in order, once each."""

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, strategies as st
 
 from spark_ingest.buffer import Buffer
-from spark_ingest.telemetry import REASONS, check, parse, reading, topic_of
+from spark_ingest.telemetry import MAX_AHEAD, REASONS, check, parse, reading, topic_of
 from tools.telemetry import BAD, messages
 
 names = st.from_regex(r"\A[A-Za-z0-9._-]{1,64}\Z")
@@ -25,7 +25,8 @@ def test_what_reading_writes_parse_reads_back(device, prop, value, unit, when):
 
 
 def test_each_broken_kind_has_its_reason_in_order():
-    reasons = [check(topic_of(d), junk) for d, junk in (bad("sensor1") for bad in BAD)]
+    now = datetime.now(timezone.utc).timestamp()
+    reasons = [check(topic_of(d), junk, now) for d, junk in (bad("sensor1") for bad in BAD)]
     assert reasons == list(REASONS)
     assert check("ksp/sensor1/telemetry", b"[1, 2]") == "not_json"
     assert check("ksp/sensor1/telemetry", reading("sensor1", "t", 1.0).replace(
@@ -36,6 +37,21 @@ def test_each_broken_kind_has_its_reason_in_order():
                                           b'"time":"2026-02-30T00:00:00Z"}') == "bad_time"
 
 
+def test_a_reading_from_a_clock_ahead_is_a_dead_letter():
+    """More than `MAX_AHEAD` after the message came: refused (it would move the watermark on
+    and make every later reading late); within it, or in the past, a reading."""
+    came = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+    topic = topic_of("sensor1")
+
+    def at(seconds: float) -> str | None:
+        payload = reading("sensor1", "t", 1.0, time=came + timedelta(seconds=seconds))
+        return check(topic, payload, came.timestamp())
+
+    assert at(MAX_AHEAD - 1) is None and at(-86_400 * 365) is None
+    assert at(MAX_AHEAD + 1) == "future_time"
+    assert check(topic, reading("sensor1", "t", 1.0, time=came + timedelta(days=365))) is None
+
+
 def test_the_generator_says_what_it_sent():
     sent = list(messages(100, 4, duplicates=0.2, bad=0.1, seed=5,
                          start=datetime(2026, 1, 1, tzinfo=timezone.utc)))
@@ -44,7 +60,8 @@ def test_the_generator_says_what_it_sent():
     oks = [parse(t, p) for t, p, k in sent if k == "ok"]
     assert all(r[-1] is None for r in oks)
     assert len({(d, p, t) for d, p, _, _, t, _ in oks}) == 100  # each reading its own key
-    assert all(check(t, p) is not None for t, p, k in sent if k == "bad")
+    now = datetime.now(timezone.utc).timestamp()
+    assert all(check(t, p, now) is not None for t, p, k in sent if k == "bad")
     assert oks[4][4] - oks[0][4] == timedelta(milliseconds=10)
 
 
@@ -109,7 +126,7 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
     spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in
                                (column.split() for column in source.SCHEMA.split(", "))])
     sent = [(topic, payload) for topic, payload, _ in messages(5, devices=2, bad=0.5, seed=4)]
-    received = 1_764_000_000.25
+    received = datetime.now(timezone.utc).timestamp()
     rows = [(seq, topic, payload, received + seq) for seq, (topic, payload) in
             enumerate(sent, 1)]
     monkeypatch.setattr(source, "ARROW_ROWS", 3)
@@ -125,7 +142,7 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
         assert row["seq"] == seq * 2 + 1 and row["topic"] == topic
         assert row["payload"] == payload.decode()
         assert row["received"] == datetime.fromtimestamp(at, timezone.utc)
-        device, prop, value, unit, time, reason = parse(topic, payload)
+        device, prop, value, unit, time, reason = parse(topic, payload, at)
         assert (row["device"], row["property"], row["value"], row["unit"], row["time"],
                 row["reason"]) == (device, prop, value, unit, time, reason)
 

@@ -35,7 +35,9 @@ BAD = (lambda d: (d, b"{not json"),
        lambda d: (d, json.dumps({"device": d, "property": "t", "value": 1, "unit": 5,
                                  "time": "2026-01-01T00:00:00Z"}).encode()),
        lambda d: (d, json.dumps({"device": d, "property": "t", "value": 1,
-                                 "time": "yesterday"}).encode()))
+                                 "time": "yesterday"}).encode()),
+       lambda d: (d, json.dumps({"device": d, "property": "t", "value": 1,
+                                 "time": "2999-01-01T00:00:00Z"}).encode()))
 
 
 def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: float = 0.0,
