@@ -53,6 +53,31 @@ def assert_each_once(out: Path, n: int) -> None:
     assert len(seen) == n and max(seen.values()) == 1
 
 
+def assert_minutes(out: Path, sent, delay: float) -> int:
+    """The aggregates hold, once each, exactly the minutes of the readings in `sent` that the
+    watermark (the newest reading's time minus `delay` seconds) has passed, with each one's
+    count, min, max and mean; returns how many."""
+    from datetime import timedelta, timezone
+
+    parsed = [parse(topic, payload) for topic, payload, kind in sent if kind == "ok"]
+    closed = max(r[4] for r in parsed) - timedelta(seconds=delay)
+    want: dict = {}
+    for d, p, v, _, when, _ in parsed:
+        minute = when.replace(second=0, microsecond=0)
+        if minute + timedelta(minutes=1) <= closed:
+            want.setdefault((d, BASE + p, minute), []).append(v)
+    rows = table(out, "aggregates").to_pylist()
+    got = {(r["device"], r["observedProperty"], r["minute"].replace(tzinfo=timezone.utc)): r
+           for r in rows}
+    assert len(got) == len(rows)  # each minute once
+    assert set(got) == set(want)  # the open minutes not yet
+    for key, values in want.items():
+        r = got[key]
+        assert (r["count"], r["min"], r["max"]) == (len(values), min(values), max(values))
+        assert r["mean"] == pytest.approx(sum(values) / len(values))
+    return len(want)
+
+
 def ingest_args(mqtt: str, out: Path, *more: str) -> list[str]:
     return ["--mqtt", mqtt, "--out", str(out), "--trigger", "500 milliseconds",
             "--status", "1", *more]
@@ -151,18 +176,25 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
                                                                      receivers):
     """kill -9 while readings arrive, then the same command again: every reading is in the
     observations exactly once (what was buffered and not committed is read again from the
-    buffer; what was not acknowledged comes again from the broker's persistent session). With
+    buffer; what was not acknowledged comes again from the broker's persistent session), and
+    every closed minute in the aggregates once, with all its readings (the open minutes are
+    saved with each batch). With
     two receivers, an MQTT 5 shared subscription splits the messages between their sessions
     and buffer shards, and the same holds."""
+    from datetime import datetime, timedelta, timezone
+
     out = tmp_path / "data"
-    sent = list(messages(1500, devices=5, seed=7, bad=0.02))
-    args = ingest_args(mosquitto, out, "--receivers", str(receivers))
+    start = datetime.now(timezone.utc) - timedelta(minutes=30)  # 20 minutes of readings
+    sent = list(messages(1500, devices=5, seed=7, bad=0.02, start=start, step=4.0))
+    args = ingest_args(mosquitto, out, "--receivers", str(receivers), "--watermark",
+                       "5 minutes")
     first = IngestProcess(*args)
     publisher = threading.Thread(target=publish, args=(mosquitto, sent), kwargs={"rate": 75},
                                  daemon=True)
     publisher.start()
-    try:
-        until(lambda: count(out, "observations") >= 1, 240, "the first observations")
+    try:  # after two committed batches: the aggregates' open minutes are in a saved state
+        until(lambda: count(out, "observations") >= 300 and len(list(
+            (out / "_checkpoint" / "commits").glob("[0-9]*"))) >= 2, 240, "two batches")
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(30)
         killed_at = count(out, "observations")
@@ -174,7 +206,8 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
         if first.proc.poll() is None:
             first.proc.kill()
     assert_each_once(out, 1500)  # none lost, none twice
-    assert 1 <= killed_at < 1500 and publishing  # it was killed mid-stream
+    assert 300 <= killed_at < 1500 and publishing  # it was killed mid-stream
+    assert assert_minutes(out, sent, 300) >= 5 * 3 * 10  # the minutes open at the kill too
     assert os.path.exists(out / "_checkpoint")
     bad = sum(kind == "bad" for *_, kind in sent)
     letters = table(out, "dead_letters").to_pylist()
@@ -256,25 +289,8 @@ def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
     with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "30 seconds")) as ingest:
         publish(mosquitto, sent)
         until(lambda: count(out, "observations") >= 720, 240, "the observations")
-        newest = start + timedelta(seconds=359)
-        closed = (newest - timedelta(seconds=30)).replace(second=0)  # minutes ending by then
-        want: dict = {}
-        for topic, payload, _ in sent:
-            d, p, v, _, when, _ = parse(topic, payload)
-            minute = when.replace(second=0, microsecond=0)
-            if minute + timedelta(minutes=1) <= closed:
-                want.setdefault((d, BASE + p, minute), []).append(v)
-        ingest.stop_when(lambda: count(out, "aggregates") >= len(want), "the closed minutes")
-    rows = table(out, "aggregates").to_pylist()
-    got = {(r["device"], r["observedProperty"], r["minute"].replace(tzinfo=timezone.utc)): r
-           for r in rows}
-    assert len(got) == len(rows)  # each minute once
-    assert set(got) == set(want)  # the open minute not yet
-    assert len(want) == 2 * 3 * 5  # two devices, three properties, five closed minutes
-    for key, values in want.items():
-        r = got[key]
-        assert (r["count"], r["min"], r["max"]) == (len(values), min(values), max(values))
-        assert r["mean"] == pytest.approx(sum(values) / len(values))
+        ingest.stop_when(lambda: count(out, "aggregates") >= 2 * 3 * 5, "the closed minutes")
+    assert assert_minutes(out, sent, 30) == 2 * 3 * 5  # 2 devices, 3 properties, 5 minutes
 
 
 def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(mosquitto,
