@@ -4,9 +4,9 @@ asyncio's selector transports read each datagram (and each TCP `recv`) into a fr
 object of `max_size`, 256 KiB, then shrink it to what arrived. That is above glibc's initial
 mmap threshold (128 KiB), so every read cost an mmap, an mremap and an munmap, with their page
 faults, until the threshold happened to rise (glibc raises it to the largest mmapped block
-freed; importing aiocoap did that as a side effect). Measured on loopback: a KSP/UDP round
-trip took 143 µs p50 in a process that had not imported aiocoap, 80 µs in one that had, and
-80 µs in both with the reads below (docs/benchmarks.md).
+freed; importing aiocoap did that as a side effect). With the reads below, a KSP/UDP round
+trip in a process without aiocoap and paho took half as long (docs/benchmarks.md, `ksp bench
+transport --no-coap --no-mqtt`).
 """
 from __future__ import annotations
 
