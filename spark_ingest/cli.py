@@ -58,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watermark", default=d.watermark,
                    help="how late a duplicate may come and still be dropped")
     p.add_argument("--trigger", default=d.trigger, help="micro-batch interval")
+    p.add_argument("--max-per-batch", type=int, default=d.max_per_batch, metavar="N",
+                   help="messages per micro-batch at most (default %(default)s)")
     p.add_argument("--ntriples", action="store_true", help="also write N-Triples")
+    p.add_argument("--compact-after", type=int, default=d.compact_after, metavar="N",
+                   help="merge a partition's small files, N of one level into one "
+                        "(default %(default)s; 0: never)")
     p.add_argument("--status", type=float, default=5.0, metavar="S",
                    help="status line every S seconds (0: none)")
     p.add_argument("--readings", type=int, metavar="N", help="stop after N observations")
@@ -111,7 +116,8 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
     return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, lag "
             f"{waiting:,} messages ({waited:.1f} s), {s['dead_letters']:,} dead letters, "
             f"last batch {s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
-            f"{s['sib_updates']:,} SIB updates, {s['late']:,} late readings dropped")
+            f"{s['sib_updates']:,} SIB updates, {s['late']:,} late readings dropped, "
+            f"{s['merged_files']:,} small files merged")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         interval_ms(args.watermark)
     except ValueError as exc:
         print(f"ksp-ingest: --watermark: {exc}", file=sys.stderr)
+        return 2
+    if args.compact_after == 1 or args.compact_after < 0:
+        print(f"ksp-ingest: --compact-after {args.compact_after}: 0 (never) or at least 2",
+              file=sys.stderr)
+        return 2
+    if args.max_per_batch < 1:
+        print(f"ksp-ingest: --max-per-batch {args.max_per_batch}: at least 1", file=sys.stderr)
         return 2
     if not 1 <= args.receivers <= 64:
         print(f"ksp-ingest: --receivers {args.receivers}: 1 to 64", file=sys.stderr)
@@ -154,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                             ntriples=args.ntriples, receivers=args.receivers,
                             share=args.share_group, mqtt_ca=broker["ca"],
                             mqtt_user=broker["user"], mqtt_password=broker["password"],
-                            shards=shards, shard_secret=secret)
+                            shards=shards, shard_secret=secret,
+                            compact_after=args.compact_after,
+                            max_per_batch=args.max_per_batch)
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     ingest = Ingest(spark, options)

@@ -11,7 +11,7 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
 - **observations** (`OUT/observations/date=…/device=…/*.parquet`): one row per reading, in
   SOSA's terms — `observation`, `madeBySensor` (``BASE + device``), `observedProperty`
   (``BASE + property``), `hasSimpleResult`, `unit`, `resultTime`; and with `ntriples`, the
-  same as N-Triples (`OUT/ntriples/`).
+  same as N-Triples (`OUT/ntriples/date=…/*.nt`).
 - **dead letters** (`OUT/dead_letters/date=…/`): the message as received, its topic, when it
   came and why it was refused (`spark_ingest.telemetry.REASONS`).
 - **the SIB**: the newest reading of each (device, property) in the batch, newer than what was
@@ -23,16 +23,19 @@ Each batch's files are written under a staging directory and moved into place na
 batch id (one per partition directory), each rename replacing an earlier attempt's file of the
 same name (and what that attempt left under other names removed after): a batch re-run after a
 crash (Spark re-runs the last uncommitted one, from the same offsets) writes the same rows once,
-and a reader listing the directories meanwhile never finds a listed file gone. That needs an output directory the driver can rename in
-(local or shared disk).
+and a reader listing the directories meanwhile never finds a listed file gone (but when small
+files are merged: `spark_ingest.compaction`). That needs an output directory the driver can
+rename in (local or shared disk).
 
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
 max, mean and count of the readings, each minute written once the watermark has passed its end,
 so every row is final (`spark_ingest.aggregates`: the open minutes kept by the driver).
 
-A table grows by a file per partition and batch for as long as the job runs, so nothing per
-batch walks it: the files an attempt of a batch placed are listed in that batch's manifest
-(`OUT/_staging/<table>/batch-N.files`), kept until the next batch.
+Every batch adds a file to each partition directory it writes to, so nothing per batch walks a
+table: the files an attempt of a batch placed are listed in that batch's manifest
+(`OUT/_staging/<table>/batch-N.files`), kept until the next batch; and after each batch the
+directories it wrote to are merged where `compact_after` committed files of one level have
+piled up (`spark_ingest.compaction`).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .aggregates import Minutes, interval_ms
+from .compaction import THRESHOLD, Compactor
 
 log = logging.getLogger("ksp.ingest")
 
@@ -83,6 +87,7 @@ class IngestOptions:
     mqtt_user: str | None = None
     mqtt_password: str | None = field(default=None, repr=False)
     ntriples: bool = False
+    compact_after: int = THRESHOLD  # files of one level merged into one (0: never)
     extra: dict = field(default_factory=dict)  # more source options
 
 
@@ -94,10 +99,12 @@ class Ingest:
         self.spark, self.o = spark, options
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
-                      "aggregates": 0, "late": 0, "last_batch_seconds": 0.0,
-                      "last_batch_rows": 0}
+                      "aggregates": 0, "late": 0, "merged_files": 0,
+                      "last_batch_seconds": 0.0, "last_batch_rows": 0}
         self._sent = SentReadings()
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
+        self.compactor = Compactor(self.out, options.compact_after)
+        self._touched: list[tuple[str, Path]] = []  # the running batch's partitions
 
     def lag(self) -> tuple[int, float]:
         """(messages received and not yet in a committed batch, seconds the oldest waited),
@@ -166,6 +173,7 @@ class Ingest:
         from pyspark.sql import functions as F
 
         started = time.perf_counter()
+        self._touched = []
         batch = batch.persist()
         try:
             readings = batch.filter(F.col("reason").isNull())
@@ -194,6 +202,7 @@ class Ingest:
             if self.o.sib and partials:
                 self._push(_latest(partials))
             s = self.stats
+            s["merged_files"] += self.compactor.after_batch(batch_id, self._touched)
             s["batches"] += 1
             s["observations"] += n_obs
             s["dead_letters"] += n_dead
@@ -228,7 +237,7 @@ class Ingest:
                  .partitionBy(*partition_by).parquet(str(staging)))
                 files = [(part, part.parent.relative_to(staging))
                          for part in staging.rglob("*.parquet")]  # this batch's only
-            place_batch(self.out, table, batch_id, files)
+            self._placed(table, place_batch(self.out, table, batch_id, files))
             shutil.rmtree(staging, ignore_errors=True)
             return rows
         finally:
@@ -258,27 +267,42 @@ class Ingest:
                 "mean": pa.array([r[5] for r in rows], pa.float64()),
                 "count": pa.array([r[6] for r in rows], pa.int64())}), path)
             files.append((path, rel))
-        place_batch(self.out, "aggregates", batch_id, files)
+        self._placed("aggregates", place_batch(self.out, "aggregates", batch_id, files))
         shutil.rmtree(staging, ignore_errors=True)
 
+    def _placed(self, table: str, partitions: list[Path]) -> None:
+        self._touched.extend((table, rel) for rel in partitions)
+
     def _ntriples(self, observations, batch_id: int) -> None:
-        """The batch's observations as N-Triples, one file per batch (replaced on re-run)."""
+        """The batch's observations as N-Triples, a file per date (placed and merged as the
+        tables' files are)."""
         from pyspark.sql import functions as F
 
-        root = self.out / "ntriples"
-        root.mkdir(parents=True, exist_ok=True)
-        target = root / f"batch-{batch_id:012d}.nt"
-        tmp = target.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        staging = self.out / "_staging" / "ntriples" / str(batch_id)
+        shutil.rmtree(staging, ignore_errors=True)
+        files: dict[str, tuple] = {}  # date → (open file, path, partition)
+        try:
             for r in observations.withColumn("at", F.date_format(
                     "resultTime", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")).toLocalIterator():
+                day = str(r.date)
+                if day not in files:
+                    rel = Path(f"date={day}")
+                    (staging / rel).mkdir(parents=True)
+                    path = staging / rel / "part.nt"
+                    files[day] = (open(path, "w", encoding="utf-8"), path, rel)
                 o = f"<{r.observation}>"
-                f.write(f"{o} <{RDF_TYPE}> <{SOSA}Observation> .\n"
-                        f"{o} <{SOSA}madeBySensor> <{r.madeBySensor}> .\n"
-                        f"{o} <{SOSA}observedProperty> <{r.observedProperty}> .\n"
-                        f'{o} <{SOSA}hasSimpleResult> "{r.hasSimpleResult!r}"^^<{XSD_DOUBLE}> .\n'
-                        f'{o} <{SOSA}resultTime> "{r.at}"^^<{XSD_DATETIME}> .\n')
-        os.replace(tmp, target)
+                files[day][0].write(
+                    f"{o} <{RDF_TYPE}> <{SOSA}Observation> .\n"
+                    f"{o} <{SOSA}madeBySensor> <{r.madeBySensor}> .\n"
+                    f"{o} <{SOSA}observedProperty> <{r.observedProperty}> .\n"
+                    f'{o} <{SOSA}hasSimpleResult> "{r.hasSimpleResult!r}"^^<{XSD_DOUBLE}> .\n'
+                    f'{o} <{SOSA}resultTime> "{r.at}"^^<{XSD_DATETIME}> .\n')
+        finally:
+            for f, _, _ in files.values():
+                f.close()
+        placed = [(path, rel) for _, path, rel in files.values()]
+        self._placed("ntriples", place_batch(self.out, "ntriples", batch_id, placed, ".nt"))
+        shutil.rmtree(staging, ignore_errors=True)
 
     def _push(self, latest: list[_Reading]) -> None:
         """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs."""
@@ -292,14 +316,16 @@ class Ingest:
         self.stats["sib_updates"] += len(texts)
 
 
-def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Path]]) -> None:
+def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Path]],
+                suffix: str = ".parquet") -> list[Path]:
     """Move a batch's files (staged path, partition directory) into `table`, each named by
     the batch: a re-run of the batch (the same rows) writes the same paths, each replaced in
     one rename, so a reader listing the directory meanwhile never finds a file gone; what
     an earlier attempt placed in a partition this one does not write is removed. The
-    attempts' files are found in the batch's manifest, written before the renames."""
+    attempts' files are found in the batch's manifest, written before the renames. Returns
+    the partition directories written to."""
     root = out / table
-    name = f"batch-{batch_id:012d}.parquet"
+    name = f"batch-{batch_id:012d}{suffix}"
     manifests = out / "_staging" / table
     manifest = manifests / f"batch-{batch_id:012d}.files"
     earlier = set(manifest.read_text().splitlines()) if manifest.exists() else set()
@@ -317,6 +343,7 @@ def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Pa
     for old in manifests.glob("batch-*.files") if manifests.exists() else ():
         if old.name < manifest.name:  # committed batches': never run again
             old.unlink(missing_ok=True)
+    return [rel for _, rel in files]
 
 
 def _write_atomic(path: Path, text: str) -> None:

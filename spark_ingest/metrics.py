@@ -8,6 +8,7 @@ SIB's), read from the job's figures when scraped.
 | `ksp_ingest_batches_total` | counter | micro-batches done |
 | `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
 | `ksp_ingest_late_total` | counter | readings older than the watermark when they came, dropped |
+| `ksp_ingest_merged_files_total` | counter | small files merged away (`spark_ingest.compaction`) |
 | `ksp_ingest_lag_messages` | gauge | received, not yet in a committed batch |
 | `ksp_ingest_lag_seconds` | gauge | how long the oldest of those has waited |
 | `ksp_ingest_last_batch_seconds`, `..._rows` | gauge | the last batch's time and size |
@@ -33,7 +34,8 @@ class _Collector:
                             ("batches", "Micro-batches done."),
                             ("sib_updates", "KSP updates sent to the SIB."),
                             ("late", "Readings older than the watermark when they came: "
-                                     "dropped by the de-duplication.")):
+                                     "dropped by the de-duplication."),
+                            ("merged_files", "Small files merged away into bigger ones.")):
             yield CounterMetricFamily(f"ksp_ingest_{name}", help_, value=s[name])
         waiting, waited = self.ingest.lag()
         yield GaugeMetricFamily("ksp_ingest_lag_messages",

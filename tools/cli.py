@@ -31,6 +31,7 @@ BENCH_SUITES = {
     "bridge-soak": "tools.bench.bridge_soak",
     "indicate": "tools.bench.indicate",
     "ingest": "tools.bench.ingest",
+    "ingest-files": "tools.bench.ingest_files",
     "secure": "tools.bench.secure",
     "sepa": "tools.bench.sepa",
     "sib": "tools.bench.sib",
