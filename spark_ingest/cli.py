@@ -90,7 +90,7 @@ def spark_session(master: str, app: str = "ksp-ingest"):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.master(master).appName(app)
-    if master.startswith("local"):
+    if re.fullmatch(r"local(\[[^\]]*\])?", master):  # not local-cluster[...]: executors apart
         # The JVM is driver and executor, and shares the cores with the receiver: C2, the
         # optimising JIT, took half its CPU here and was still compiling after 90 s
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's

@@ -156,6 +156,11 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
 
 def jvm_command_line(pid: int) -> str:
     """The command line of the JVM that process `pid` (the ingest) started, from /proc."""
+    return jvm_command_lines(pid)[0]
+
+
+def jvm_command_lines(pid: int) -> list[str]:
+    """The command lines of the JVMs under process `pid`, the driver's first, from /proc."""
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -169,11 +174,43 @@ def jvm_command_line(pid: int) -> str:
         more = {child for child, parent in parents.items() if parent in family} - family
         family |= more
         grew = bool(more)
-    for member in family:
-        command = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    commands = []
+    for member in sorted(family):
+        try:
+            command = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
         if "java" in command.split(" ")[0]:
-            return command
-    raise AssertionError(f"no JVM under process {pid}")
+            commands.append(command)
+    if not commands:
+        raise AssertionError(f"no JVM under process {pid}")
+    return sorted(commands, key=lambda c: "CoarseGrainedExecutorBackend" in c)
+
+
+def test_on_a_cluster_master_executors_of_their_own_take_the_rows(mosquitto, tmp_path):
+    """`--master` takes any Spark master: with `local-cluster[2,1,1024]` Spark starts two
+    executors, each a JVM of its own as on a cluster's machines, so the rows of each batch
+    travel in its tasks (the buffer stays on the driver's disk) and the parsing and the writes
+    run there: every reading once, the duplicates dropped, the broken messages dead letters."""
+    out = tmp_path / "data"
+    sent = list(messages(600, devices=6, duplicates=0.1, bad=0.05, seed=5))
+    with IngestProcess(*ingest_args(mosquitto, out, "--master",
+                                    "local-cluster[2,1,1024]")) as ingest:
+        counts = publish(mosquitto, sent)
+        until(lambda: count(out, "observations") >= 600
+              and count(out, "dead_letters") >= counts["bad"], 240,
+              "the observations and dead letters")
+        jvms = jvm_command_lines(ingest.proc.pid)
+        ingest.stop_when(lambda: True, "the end")
+    executors = [c for c in jvms if "CoarseGrainedExecutorBackend" in c]
+    assert len(executors) == 2 and LOCAL_JAVA_OPTIONS not in jvms[0]  # a driver only
+    assert_each_once(out, 600)
+    obs = table(out, "observations").to_pylist()
+    assert sorted((o["madeBySensor"], o["observedProperty"], o["hasSimpleResult"])
+                  for o in obs) == sorted(
+        (BASE + d, BASE + p, v) for d, p, v, *_ in (
+            parse(t, payload) for t, payload, kind in sent if kind == "ok"))
+    assert len(table(out, "dead_letters").to_pylist()) == counts["bad"]
 
 
 @pytest.mark.parametrize("receivers", [1, 2])
