@@ -116,13 +116,20 @@ def merge_directory(directory: Path, staging: Path, running: int,
         if not full:
             return merged
         group = sorted(levels[min(full)], key=lambda p: p.first)
+        if (directory / _merged_name(group)).exists():  # would be written through its link
+            raise FileExistsError(f"{directory}: {_merged_name(group)} exists: batch ids "
+                                  f"went back (a new checkpoint over this output?)")
         _replace(directory, staging, group)
         merged += len(group) - 1
 
 
-def _replace(directory: Path, staging: Path, group: list[Part]) -> None:
-    name = (f"merged-{group[0].level + 1}-{group[0].first:012d}-"
+def _merged_name(group: list[Part]) -> str:
+    return (f"merged-{group[0].level + 1}-{group[0].first:012d}-"
             f"{max(p.last for p in group):012d}{group[0].suffix}")
+
+
+def _replace(directory: Path, staging: Path, group: list[Part]) -> None:
+    name = _merged_name(group)
     shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt's
     staging.mkdir(parents=True)
     merging = {p.name for p in group}
@@ -199,6 +206,8 @@ class Compactor:
                 merged += merge_directory(directory, self.staging, batch_id, self.threshold)
             except FileNotFoundError:
                 continue  # gone (a re-run's stale partition)
+            except FileExistsError as exc:  # left as it is: nothing of it is lost
+                log.warning("not merged: %s", exc)
             except pa.ArrowException as exc:  # a damaged file: the stream goes on without
                 log.warning("%s not merged: %s", directory, exc)  # merging it
             except OSError as exc:  # no exchange or no hard links here, a full disk...:

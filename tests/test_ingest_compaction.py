@@ -303,3 +303,25 @@ def test_the_output_soak_benchmark_runs_both_ways(tmp_path, capsys):
     assert [r["batches"] for r in rows] == [40, 80]
     assert rows[-1]["files not merged"] == 2 * 80
     assert rows[-1]["files merged"] <= 2 * 3 * 4  # at most 4 per level, 3 levels, 2 devices
+
+
+def test_batch_ids_that_go_back_merge_nothing_over_an_earlier_merge(tmp_path, caplog):
+    """A new checkpoint over an old output numbers its batches from 0 again: the merge that
+    would be named as an existing file (hard-linked into the new content, so written through
+    to the old one) is not made."""
+    out, staging = tmp_path / "data", tmp_path / "staged"
+    compactor = Compactor(out, threshold=2, budget=60)
+    for batch in range(3):
+        compactor.after_batch(batch, [("observations", r)
+                                      for r in write_batch(out, staging, batch, ["a"])])
+    directory = out / "observations" / "date=2026-11-26" / "device=a"
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    assert "merged-1-000000000000-000000000001.parquet" in before
+    (directory / "batch-000000000002.parquet").rename(directory / "batch-000000000001.parquet")
+    (directory / "batch-000000000001.parquet").rename(directory / "batch-000000000000.parquet")
+    os.link(directory / "batch-000000000000.parquet", directory / "batch-000000000001.parquet")
+    with caplog.at_level(logging.WARNING, "ksp.ingest"):
+        assert compactor.after_batch(2, [("observations", Path("date=2026-11-26/device=a"))]) == 0
+    assert "batch ids went back" in caplog.text
+    merged = "merged-1-000000000000-000000000001.parquet"
+    assert (directory / merged).read_bytes() == before[merged]  # untouched

@@ -16,7 +16,8 @@ the hardware gives a single process. Reported: messages/s each, and the publishe
 
 A backlog: N readings published while `ksp-ingest` is stopped (its persistent session keeps
 them at the broker), then timed from its start to N observations — the ingest's own rate,
-with no publisher on the same cores.
+with no publisher on the same cores; and the same with `--master local[1]`, one executor core
+instead of two: how the executors' part of the work scales on this machine.
 
 Shards: the same with two `ksp-ingest-shard` processes (receivers as on other machines, here
 on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
@@ -106,12 +107,13 @@ def baseline(url: str, count: int, out: Path) -> dict:
     return {"seconds": seconds, "published": _published(publisher)}
 
 
-def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = ""):
+def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = "",
+         master: str = "local[2]"):
     from spark_ingest.testing import IngestProcess
 
     more = ("--shards", shards) if shards else ("--receivers", str(receivers))
     return IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
-                         "--status", "0", "--client-id", client_id, *more,
+                         "--status", "0", "--client-id", client_id, "--master", master, *more,
                          ready="ingest ready" if shards else "subscribed to")
 
 
@@ -159,15 +161,16 @@ def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
         return ingest(url, count, out / "job", shards=",".join(urls))
 
 
-def drain(url: str, count: int, out: Path) -> dict:
+def drain(url: str, count: int, out: Path, master: str = "local[2]") -> dict:
     """`ksp-ingest` alone: N readings published while it was stopped (the broker keeps them
     for its persistent session), then seconds from its start (Spark's session up, the
     receiver subscribed) to N observations: its own rate, no publisher sharing the cores."""
-    with _job(url, out, "bench-drain") as job:  # the session, at the broker
+    client_id = f"bench-drain-{master}"
+    with _job(url, out, client_id, master=master) as job:  # the session, at the broker
         job.proc.terminate()
         job.proc.wait(120)
     published = _published(_publisher(url, count, seed=3))
-    with _job(url, out, "bench-drain") as job:
+    with _job(url, out, client_id, master=master) as job:
         started = time.perf_counter()
         while _observed(job) < count:
             time.sleep(0.1)
@@ -232,16 +235,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"ingest, 2 shards: {remote}", file=sys.stderr)
         alone = drain(broker.url, args.messages, Path(tmp) / "drain")
         print(f"ingest, a backlog: {alone}", file=sys.stderr)
+        one = drain(broker.url, args.messages, Path(tmp) / "drain-1", master="local[1]")
+        print(f"ingest, a backlog, one executor core: {one}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
     for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
                     ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared),
                     ("ksp-ingest --shards: 2 ksp-ingest-shard processes", remote),
-                    ("ksp-ingest draining a backlog (published before it started)", alone)):
+                    ("ksp-ingest draining a backlog (published before it started)", alone),
+                    ("the same with one executor core (local[1])", one)):
         rate = args.messages / r["seconds"]
         pub = args.messages / r["published"]["seconds"]
         rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
-                     f"{pub:,.0f}" if r is not alone else f"({pub:,.0f}, before)"])
+                     f"{pub:,.0f}" if r not in (alone, one) else f"({pub:,.0f}, before)"])
     headers = ["consumer", "messages", "seconds", "messages/s", "publisher's messages/s"]
     env = environment("pyspark", "paho-mqtt", "pyarrow")
     title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
