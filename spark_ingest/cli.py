@@ -19,9 +19,10 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from .aggregates import interval_ms
-from .job import Ingest, IngestOptions
+from .job import Ingest, IngestOptions, lost_checkpoint
 from .mqtt import add_broker_flags, broker_login
 
 log = logging.getLogger("ksp.ingest")
@@ -161,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"ksp-ingest: {exc}", file=sys.stderr)
             return 2
+    lost = lost_checkpoint(Path(args.out))
+    if lost is not None:
+        print(f"ksp-ingest: {args.out} holds the output of batches up to {lost} of a checkpoint "
+              f"that is gone ({args.out}/_checkpoint has no committed batch): a new checkpoint "
+              f"would number its batches from 0 again and write over theirs. Use another "
+              f"--out, or move {args.out} away first.", file=sys.stderr)
+        return 2
     options = IngestOptions(mqtt=args.mqtt, topic=args.topic, out=args.out, sib=args.sib,
                             base=args.base, client_id=args.client_id,
                             watermark=args.watermark, trigger=args.trigger,

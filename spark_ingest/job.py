@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import time
 from collections import OrderedDict
@@ -54,7 +55,7 @@ from .compaction import THRESHOLD, Compactor
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Ingest", "IngestOptions"]
+__all__ = ["Ingest", "IngestOptions", "lost_checkpoint"]
 
 #: SOSA's namespace; the observation rows use its terms as column names.
 SOSA = "http://www.w3.org/ns/sosa/"
@@ -414,6 +415,23 @@ def _latest(partials: list[tuple]) -> list[_Reading]:
         if (device, prop) not in newest or newest[device, prop].ms < ms:
             newest[device, prop] = _Reading(device, prop, value, ms)
     return list(newest.values())
+
+
+def lost_checkpoint(out: Path) -> int | None:
+    """The last batch placed in `out` by a checkpoint that is gone — `out/_checkpoint` has no
+    committed batch (deleted, or replaced) while the tables' manifests or the aggregates'
+    state name a batch after the first — or None. A new checkpoint numbers its batches from 0
+    again, and its files would replace those of the batches of the same numbers. (Batch 0
+    alone is the first batch of a job killed before it committed it: run again, as it should.)
+    """
+    commits = out / "_checkpoint" / "commits"
+    if commits.is_dir() and any(p.name[0].isdigit() for p in commits.iterdir()):
+        return None
+    numbers = [int(m[1]) for path in [*(out / "_staging").glob("*/batch-*.files"),
+                                      *(out / "_aggregates_state").glob("batch-*.json")]
+               if (m := re.fullmatch(r"batch-(\d+)\.(?:files|json)", path.name))]
+    last = max(numbers, default=-1)
+    return last if last >= 1 else None
 
 
 def _never_committed(checkpoint: Path) -> None:

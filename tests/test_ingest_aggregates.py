@@ -159,6 +159,32 @@ def test_a_batch_placed_again_replaces_its_files_and_removes_what_it_no_longer_w
     assert manifests == ["batch-000000000008.files"]  # batch 7's went with batch 8
 
 
+def test_an_output_whose_checkpoint_is_gone_is_refused_before_spark_starts(tmp_path, capsys):
+    """A new checkpoint numbers its batches from 0 again: over the output of a checkpoint that
+    was deleted, its files would replace theirs, batch for batch."""
+    from spark_ingest.cli import main
+    from spark_ingest.job import lost_checkpoint, place_batch
+
+    out = tmp_path / "data"
+    for batch in range(3):
+        place_batch(out, "observations", batch, staged(tmp_path, batch, ["date=1/device=a"], "x"))
+    assert lost_checkpoint(out) == 2  # no checkpoint at all
+    assert main(["--out", str(out)]) == 2
+    assert "holds the output of batches up to 2 of a checkpoint that is gone" in \
+        capsys.readouterr().err
+    commits = out / "_checkpoint" / "commits"
+    commits.mkdir(parents=True)
+    assert lost_checkpoint(out) == 2  # a new checkpoint, nothing committed yet
+    (commits / "2").write_text("v1")
+    assert lost_checkpoint(out) is None  # the checkpoint that wrote them
+    first = tmp_path / "first"  # killed before it committed its first batch: run it again
+    place_batch(first, "observations", 0, staged(tmp_path, 0, ["date=1/device=a"], "x"))
+    assert lost_checkpoint(first) is None
+    (first / "_aggregates_state").mkdir()
+    (first / "_aggregates_state" / "batch-000000000004.json").write_text("{}")
+    assert lost_checkpoint(first) == 4  # the aggregates' state says so too
+
+
 def test_the_readings_sent_to_the_sib_are_remembered_within_a_bound():
     """A late reading never replaces a newer value in the SIB; the pairs remembered are
     bounded, the least recently sent forgotten first."""
