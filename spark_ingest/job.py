@@ -428,8 +428,8 @@ def lost_checkpoint(out: Path) -> int | None:
     if commits.is_dir() and any(p.name[0].isdigit() for p in commits.iterdir()):
         return None
     numbers = [int(m[1]) for path in [*(out / "_staging").glob("*/batch-*.files"),
-                                      *(out / "_aggregates_state").glob("batch-*.json")]
-               if (m := re.fullmatch(r"batch-(\d+)\.(?:files|json)", path.name))]
+                                      *(out / "_aggregates_state").glob("*.json")]
+               if (m := re.fullmatch(r"(?:batch|delta)-(\d+)\.(?:files|json)", path.name))]
     last = max(numbers, default=-1)
     return last if last >= 1 else None
 

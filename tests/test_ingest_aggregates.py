@@ -49,11 +49,25 @@ def test_a_batch_run_again_closes_the_same_minutes_into_the_same_rows(tmp_path):
     again = Minutes(tmp_path, delay_ms=90_000)  # batch 5 crashed after saving its state
     assert again.add(5, batches[5]) == outputs[5]  # from batch 3's state
     again.save(5)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "batch-000000000003.json", "batch-000000000005.json"]  # the one before kept, no more
+    assert sorted(p.name for p in tmp_path.iterdir()) == [  # what the state before batch 5
+        "batch-000000000002.json", "batch-000000000005.json",  # is made of, and batch 5's:
+        "delta-000000000003.json"]  # batch 2's whole state and batch 3's changes; no more
     fresh = Minutes(tmp_path, delay_ms=90_000)  # and the next batch in a new process
     assert fresh.add(6, [partial(7, "a", [1.0])]) == [
         (5 * M, d, "temperature", 5.0, 5.5, 5.25, 2) for d in "ab"]
+
+
+def test_a_batch_added_again_in_the_same_process_starts_from_the_state_before_it(tmp_path):
+    minutes = Minutes(tmp_path, delay_ms=30_000)
+    minutes.add(0, [partial(0, "a", [1.0]), partial(1, "a", [2.0], newest=M + 10_000)])
+    minutes.save(0)
+    batch = [partial(0, "a", [5.0]), partial(2, "a", [3.0], newest=2 * M + 40_000)]
+    first = minutes.add(1, batch)
+    assert first == [(0, "a", "temperature", 1.0, 5.0, 3.0, 2),
+                     (M, "a", "temperature", 2.0, 2.0, 2.0, 1)]  # the mark: 2:10
+    assert minutes.add(1, batch) == first  # not saved: from batch 0's state again
+    minutes.save(1)
+    assert minutes.add(1, batch) == first and minutes.open_count() == 1  # saved: the same
 
 
 def test_open_minutes_are_bounded_the_oldest_close_early(tmp_path):
@@ -104,6 +118,73 @@ def test_the_closed_minutes_are_those_of_the_readings_not_late(readings, batches
     assert len(got) == len(out)  # each minute once
     assert got == {k: (len(v), min(v), max(v)) for k, v in want.items()}
     assert minutes.late == late and minutes.open_count() == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 12), st.sampled_from("abcd"),
+                                   st.integers(-20, 20)), max_size=12), min_size=1, max_size=25),
+       st.sets(st.integers(0, 24)), st.booleans(), st.integers(0, 3), st.integers(3, 40))
+def test_a_crash_before_or_after_saving_changes_nothing(batches, crashes, after_save, delay,
+                                                        max_open):
+    """Batches of partials, run once straight and once with crashes (a new process that
+    runs the batch again, its state lost before or after `save`): every batch closes the
+    same minutes with the same figures, whatever the state files were (whole or changes)."""
+    import tempfile
+
+    def partials(group, batch):
+        merged: dict = {}
+        for minute, device, value in group:
+            merged.setdefault((minute + batch // 3, device), []).append(float(value))
+        return [partial(m, d, vs) for (m, d), vs in sorted(merged.items())]
+
+    def run(directory, crash_at):
+        minutes = Minutes(directory, delay_ms=delay * M, max_open=max_open)
+        outputs = []
+        for n, group in enumerate(batches):
+            rows = partials(group, n)
+            closed = minutes.add(n, rows)
+            if n in crash_at:
+                if after_save and (rows or closed):
+                    minutes.save(n)
+                minutes = Minutes(directory, delay_ms=delay * M, max_open=max_open)
+                closed = minutes.add(n, rows)
+            if rows or closed:
+                minutes.save(n)
+            outputs.append(closed)
+        return outputs
+
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        assert run(a, set()) == run(b, crashes)
+
+
+def test_saving_writes_the_changes_not_every_open_minute(tmp_path, monkeypatch):
+    """A fleet's open minutes are many; each batch changes a few: what a batch writes follows
+    those, and the state files do not pile up."""
+    from spark_ingest import aggregates
+
+    written: list[tuple[str, int]] = []
+    real = aggregates._write
+
+    def write(path, data):
+        real(path, data)
+        written.append((path.name.split("-")[0], path.stat().st_size))
+
+    monkeypatch.setattr(aggregates, "_write", write)
+    monkeypatch.setattr(aggregates, "MAX_DELTAS", 10)
+    minutes = Minutes(tmp_path, delay_ms=10 * M)
+    devices = [f"d{k}" for k in range(200)]
+    for n in range(600):  # a batch a second, a quarter of the devices' current minute updated
+        minutes.add(n, [partial(n // 60, d, [float(n)], newest=n * 1000) for d in devices[
+            n % 4::4]])
+        minutes.save(n)
+        assert len(list(tmp_path.iterdir())) <= 2 * 10 + 2  # two chains at most
+    assert minutes.open_count() >= 200 * 9  # ten minutes of 200 devices, about
+    wholes = [size for kind, size in written if kind == "batch"]
+    deltas = [size for kind, size in written if kind == "delta"]
+    assert len(wholes) <= 70 and len(deltas) >= 500  # a whole state every 11th batch
+    assert sum(deltas) / len(deltas) < max(wholes) / 20  # the changes, not every minute
+    again = Minutes(tmp_path, delay_ms=10 * M)  # and a new process reads the same state
+    assert again.add(600, []) == [] and again.open_count() == minutes.open_count()
 
 
 @pytest.mark.parametrize("text, ms", [("10 minutes", 600_000), ("30 seconds", 30_000),
@@ -183,6 +264,8 @@ def test_an_output_whose_checkpoint_is_gone_is_refused_before_spark_starts(tmp_p
     (first / "_aggregates_state").mkdir()
     (first / "_aggregates_state" / "batch-000000000004.json").write_text("{}")
     assert lost_checkpoint(first) == 4  # the aggregates' state says so too
+    (first / "_aggregates_state" / "delta-000000000005.json").write_text("{}")
+    assert lost_checkpoint(first) == 5
 
 
 def test_the_readings_sent_to_the_sib_are_remembered_within_a_bound():

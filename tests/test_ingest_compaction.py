@@ -294,7 +294,9 @@ def test_the_output_soak_benchmark_runs_both_ways(tmp_path, capsys):
     """`ksp bench ingest-files` in small (no timing asserted): every reading of device d0
     read back from both tables after each window, and far fewer files merged."""
     from tools.bench import ingest_files
+    from tools.cli import BENCH_SUITES
 
+    assert BENCH_SUITES["ingest-files"] == "tools.bench.ingest_files"
     assert ingest_files.main(["--batches", "80", "--devices", "2", "--window", "40",
                               "--compact-after", "4"]) == 0
     report = capsys.readouterr().out
