@@ -72,7 +72,8 @@ class Minutes:
     A batch's cost follows what it changes, not how many minutes are open (a fleet of 1,000
     devices with 10 properties keeps about 110,000): the open minutes are indexed by minute,
     and `save` writes only the batch's changes (`delta-N.json`), a whole state
-    (`batch-N.json`) once the changes written since the last one outweigh it."""
+    (`batch-N.json`) once the changes written since the last one outweigh it, or after
+    `MAX_DELTAS` batches."""
 
     def __init__(self, state_dir: Path, delay_ms: int, max_open: int = MAX_OPEN) -> None:
         self.dir = Path(state_dir)
