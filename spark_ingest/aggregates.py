@@ -29,7 +29,7 @@ from pathlib import Path
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Minutes", "interval_ms", "MAX_OPEN", "MAX_DELTAS"]
+__all__ = ["Minutes", "interval_ms", "MAX_OPEN", "MAX_DELTAS", "write_atomic"]
 
 MINUTE = 60_000
 
@@ -112,7 +112,7 @@ class Minutes:
         if newest is not None and (closed is None or newest - self.delay > closed):
             closed = newest - self.delay
         ending = [] if closed is None else sorted(m for m in by_minute if m + MINUTE <= closed)
-        count = sum(len(by_minute[m]) for m in ending)
+        count = due = sum(len(by_minute[m]) for m in ending)
         if len(opened) - count > self.max_open:  # the oldest minutes close early
             rest = sorted(m for m in by_minute if closed is None or m + MINUTE > closed)
             early = []
@@ -120,8 +120,7 @@ class Minutes:
                 early.append(rest.pop(0))
                 count += len(by_minute[early[-1]])
             log.warning("aggregates: %d minutes open, over %d: the %d oldest closed early",
-                        len(opened) - sum(len(by_minute[m]) for m in ending), self.max_open,
-                        sum(len(by_minute[m]) for m in early))
+                        len(opened) - due, self.max_open, count - due)
             ending += early
             closed = early[-1] + MINUTE
         rows = []
@@ -152,9 +151,9 @@ class Minutes:
             whole.unlink(missing_ok=True)
             self._since_whole += len(changes)
             self._deltas += 1
-        base = max((n for kind, n, _ in self._files() if kind == "batch" and n < batch_id),
-                   default=None)
-        for kind, n, path in self._files() if base is not None else ():
+        files = self._files()
+        base = max((n for kind, n, _ in files if kind == "batch" and n < batch_id), default=None)
+        for kind, n, path in files if base is not None else ():
             if n < base or (kind == "delta" and n == base):
                 path.unlink(missing_ok=True)
 
@@ -202,6 +201,12 @@ class Minutes:
 
 
 def _write(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` into `path`, written aside and renamed: a reader, or a process that starts after
+    a crash, finds the old content or the new, whole (the job's manifests use it too)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(text)
     os.replace(tmp, path)

@@ -116,10 +116,11 @@ def merge_directory(directory: Path, staging: Path, running: int,
         if not full:
             return merged
         group = sorted(levels[min(full)], key=lambda p: p.first)
-        if (directory / _merged_name(group)).exists():  # would be written through its link
-            raise FileExistsError(f"{directory}: {_merged_name(group)} exists: batch ids "
-                                  f"went back (a new checkpoint over this output?)")
-        _replace(directory, staging, group)
+        name = _merged_name(group)
+        if (directory / name).exists():  # would be written through its link
+            raise FileExistsError(f"{directory}: {name} exists: batch ids went back (a new "
+                                  f"checkpoint over this output?)")
+        _replace(directory, staging, group, name)
         merged += len(group) - 1
 
 
@@ -128,8 +129,7 @@ def _merged_name(group: list[Part]) -> str:
             f"{max(p.last for p in group):012d}{group[0].suffix}")
 
 
-def _replace(directory: Path, staging: Path, group: list[Part]) -> None:
-    name = _merged_name(group)
+def _replace(directory: Path, staging: Path, group: list[Part], name: str) -> None:
     shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt's
     staging.mkdir(parents=True)
     merging = {p.name for p in group}

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .aggregates import Minutes, interval_ms
+from .aggregates import Minutes, interval_ms, write_atomic
 from .compaction import THRESHOLD, Compactor
 
 log = logging.getLogger("ksp.ingest")
@@ -333,24 +333,18 @@ def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Pa
     targets = [str(rel / name) for _, rel in files]
     if targets or earlier:
         manifests.mkdir(parents=True, exist_ok=True)
-        _write_atomic(manifest, "\n".join(sorted(earlier | set(targets))))
+        write_atomic(manifest, "\n".join(sorted(earlier | set(targets))))
     for (path, rel), target in zip(files, targets):
         (root / rel).mkdir(parents=True, exist_ok=True)
         os.replace(path, root / target)
     for stale in earlier - set(targets):  # an earlier attempt's that this one did not make
         (root / stale).unlink(missing_ok=True)
     if earlier - set(targets):
-        _write_atomic(manifest, "\n".join(sorted(targets)))
+        write_atomic(manifest, "\n".join(sorted(targets)))
     for old in manifests.glob("batch-*.files") if manifests.exists() else ():
         if old.name < manifest.name:  # committed batches': never run again
             old.unlink(missing_ok=True)
     return [rel for _, rel in files]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class _Reading(NamedTuple):

@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         rate = args.messages / r["seconds"]
         pub = args.messages / r["published"]["seconds"]
         rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
-                     f"{pub:,.0f}" if r not in (alone, one) else f"({pub:,.0f}, before)"])
+                     f"({pub:,.0f}, before)" if r is alone or r is one else f"{pub:,.0f}"])
     headers = ["consumer", "messages", "seconds", "messages/s", "publisher's messages/s"]
     env = environment("pyspark", "paho-mqtt", "pyarrow")
     title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
