@@ -6,6 +6,7 @@ The TCP message layer of both sessions (`ksp.session`) reads its stream through 
 from __future__ import annotations
 
 from .codec import tcp_frame_length
+from .wire import _U32
 from .errors import DecodeError
 
 __all__ = ["FrameReader", "FRAME", "OVERSIZE", "BROKEN", "DEFAULT_MAX_TCP_MESSAGE"]
@@ -36,11 +37,16 @@ class FrameReader:
         out: list[tuple] = []
         if self.broken:
             return out
+        buf = self.buf
+        if not buf and not self.skip and len(data) >= 8:
+            # The usual read: whole messages, nothing held. Taken without copying through buf.
+            length = _U32.unpack_from(data, 4)[0]
+            if 8 <= length <= self.max_size and length == len(data):
+                return [(FRAME, bytes(data))]
         if self.skip:
             n = min(self.skip, len(data))
             self.skip -= n
             data = data[n:]
-        buf = self.buf
         buf += data
         pos = 0
         while len(buf) - pos >= 8:
