@@ -117,8 +117,10 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
     return (f"ingest: {rate:,.0f} readings/s, {s['observations']:,} in all, lag "
             f"{waiting:,} messages ({waited:.1f} s), {s['dead_letters']:,} dead letters, "
             f"last batch {s['last_batch_rows']:,} rows in {s['last_batch_seconds']:.2f} s, "
-            f"{s['sib_updates']:,} SIB updates, {s['late']:,} late readings dropped, "
-            f"{s['merged_files']:,} small files merged")
+            f"{s['sib_updates']:,} SIB updates, {s['late']:,} late readings (dead letters), "
+            f"{s['merged_files']:,} small files merged"
+            + (f", {s['late_dropped']:,} late readings dropped by Spark"
+               if s["late_dropped"] else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,15 +5,18 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
 
 - **de-duplication**: a reading is known by (device, property, time); repeats within the
   watermark (`watermark`, 10 minutes by default, on the reading's time) are dropped, as are
-  the copies an MQTT redelivery makes. A reading older than the watermark when it comes is
-  dropped too (Spark's rule) and counted (`stats["late"]`). Dead letters are never merged, and
-  have no event time: they neither move the watermark nor are dropped as late.
+  the copies an MQTT redelivery makes. A reading older than the watermark when it comes, which
+  Spark would drop, is a dead letter with reason `late` instead (tagged by the source, which
+  reads the watermark from the checkpoint: `spark_ingest.source.late_watermark`), counted in
+  `stats["late"]`; what Spark drops all the same is counted in `stats["late_dropped"]`. Dead
+  letters are never merged, and have no event time: they neither move the watermark nor are
+  dropped as late.
 - **observations** (`OUT/observations/date=…/device=…/*.parquet`): one row per reading, in
   SOSA's terms — `observation`, `madeBySensor` (``BASE + device``), `observedProperty`
   (``BASE + property``), `hasSimpleResult`, `unit`, `resultTime`; and with `ntriples`, the
   same as N-Triples (`OUT/ntriples/date=…/*.nt`).
 - **dead letters** (`OUT/dead_letters/date=…/`): the message as received, its topic, when it
-  came and why it was refused (`spark_ingest.telemetry.REASONS`).
+  came and why it was refused (`spark_ingest.telemetry.REASONS`, or `late`).
 - **the SIB**: the newest reading of each (device, property) in the batch, newer than what was
   sent before, as one KSP update (``DELETE { s p ?old } INSERT { s p value } WHERE { OPTIONAL
   { s p ?old } }`` for each; in chunks of 100 pairs, a Graph field's limit), so that the SIB's
@@ -52,6 +55,7 @@ from typing import NamedTuple
 
 from .aggregates import Minutes, interval_ms, write_atomic
 from .compaction import THRESHOLD, Compactor
+from .telemetry import LATE
 
 log = logging.getLogger("ksp.ingest")
 
@@ -100,7 +104,7 @@ class Ingest:
         self.spark, self.o = spark, options
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
-                      "aggregates": 0, "late": 0, "merged_files": 0,
+                      "aggregates": 0, "late": 0, "late_dropped": 0, "merged_files": 0,
                       "last_batch_seconds": 0.0, "last_batch_rows": 0}
         self._sent = SentReadings()
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
@@ -145,6 +149,7 @@ class Ingest:
                   .option("ca", o.mqtt_ca or "").option("user", o.mqtt_user or "")
                   .option("password", o.mqtt_password or "")
                   .option("shards", ",".join(o.shards))
+                  .option("checkpoint", str(self.out / "_checkpoint"))
                   .option("secret", o.shard_secret.decode()))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
@@ -193,6 +198,7 @@ class Ingest:
             letters = dead.select("seq", "topic", "payload", "received", "reason",
                                   F.to_date("received").alias("date"))
             n_dead = self._write(letters, "dead_letters", batch_id, ["date"])
+            n_late = dead.filter(F.col("reason") == LATE).count() if n_dead else 0
             if self.o.ntriples and n_obs:
                 self._ntriples(observations, batch_id)
             partials = self._minutes(readings) if n_obs else []
@@ -207,6 +213,7 @@ class Ingest:
             s["batches"] += 1
             s["observations"] += n_obs
             s["dead_letters"] += n_dead
+            s["late"] += n_late
             s["aggregates"] += len(closed)
             s["last_batch_rows"] = n_obs + n_dead
             s["last_batch_seconds"] = time.perf_counter() - started
@@ -355,9 +362,9 @@ class _Reading(NamedTuple):
 
 
 def _LateCounter(stats: dict):
-    """A listener counting into `stats["late"]` the readings Spark's de-duplication dropped
-    because they were older than the watermark when they came (Spark drops them; they are
-    counted here so that the status line and the metrics show them)."""
+    """A listener counting into `stats["late_dropped"]` the readings Spark's de-duplication
+    dropped as older than the watermark: none while the source tags them as dead letters, so
+    any here is a reading lost, shown by the status line and the metrics."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class LateCounter(StreamingQueryListener):
@@ -365,7 +372,7 @@ def _LateCounter(stats: dict):
             pass
 
         def onQueryProgress(self, event) -> None:
-            stats["late"] += sum(op.numRowsDroppedByWatermark
+            stats["late_dropped"] += sum(op.numRowsDroppedByWatermark
                                  for op in event.progress.stateOperators)
 
         def onQueryIdle(self, event) -> None:

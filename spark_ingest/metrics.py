@@ -7,7 +7,8 @@ SIB's), read from the job's figures when scraped.
 | `ksp_ingest_dead_letters_total` | counter | messages refused, with their reason |
 | `ksp_ingest_batches_total` | counter | micro-batches done |
 | `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
-| `ksp_ingest_late_total` | counter | readings older than the watermark when they came, dropped |
+| `ksp_ingest_late_total` | counter | readings older than the watermark when they came (dead letters, reason `late`) |
+| `ksp_ingest_late_dropped_total` | counter | such readings Spark's de-duplication dropped all the same (0 while the source reads the checkpoint) |
 | `ksp_ingest_merged_files_total` | counter | small files merged away (`spark_ingest.compaction`) |
 | `ksp_ingest_lag_messages` | gauge | received, not yet in a committed batch |
 | `ksp_ingest_lag_seconds` | gauge | how long the oldest of those has waited |
@@ -34,7 +35,9 @@ class _Collector:
                             ("batches", "Micro-batches done."),
                             ("sib_updates", "KSP updates sent to the SIB."),
                             ("late", "Readings older than the watermark when they came: "
-                                     "dropped by the de-duplication."),
+                                     "dead letters with reason late."),
+                            ("late_dropped", "Readings older than the watermark that the "
+                                             "de-duplication dropped, not dead-lettered."),
                             ("merged_files", "Small files merged away into bigger ones.")):
             yield CounterMetricFamily(f"ksp_ingest_{name}", help_, value=s[name])
         waiting, waited = self.ingest.lag()

@@ -13,6 +13,15 @@ readers on its own host). `commit` deletes what a committed batch read.
 Each row is one message, checked and parsed by `spark_ingest.telemetry.parse` on the
 executors: the reading's fields, or `reason` for a dead letter.
 
+With `checkpoint` (the query's checkpoint directory), a reading whose time is at or before the
+watermark Spark drops late rows by in the batch being read comes as a dead letter with reason
+`late` instead, so that it is kept (the message as received) rather than dropped without a
+trace. That watermark is the previous batch's (Spark's `PropagateWatermarkSimulator`: "we use
+watermark for previous microbatch to determine late events"), which the previous batch's entry
+of the checkpoint's offset log records (`batchWatermarkMs`); the driver reads it when it plans
+the batch (Spark writes the batch's own entry before), so a batch run again after a crash
+tags the same rows.
+
 With `receivers` N > 1, N receivers split the topic through an MQTT 5 shared subscription
 (`$share/<share>/<topic>`: the broker gives each message to one of them), each with its own
 persistent session (`<client_id>-<k>`) and its own buffer (`<buffer>/shard-<k>`); an offset is
@@ -27,6 +36,7 @@ readings go from receiver to executor, not through the driver); every request si
 
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
+`checkpoint` (the query's, for the late readings above),
 `partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
 `maxBuffered` (default 1000000, per shard), `receivers` (default 1), `share` (the shared
 subscription's group, default the client id); for a broker that wants them, `ca` (with an
@@ -39,6 +49,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from .telemetry import LATE
 
 __all__ = ["MqttTelemetry", "SCHEMA"]
 
@@ -77,6 +89,33 @@ class _Range(InputPartition):
     shard: int = 0
     shards: int = 1
     span: tuple[int, int] | None = None
+    late_ms: int = 0  # a reading at or before this (ms) is late: a dead letter
+
+
+def late_watermark(checkpoint: str | None) -> int:
+    """The watermark (ms) by which Spark drops late rows in the batch being planned: the one
+    recorded for the batch before it (the offset log's second newest entry), 0 without one."""
+    import json
+    import os
+
+    if not checkpoint:
+        return 0
+    directory = os.path.join(checkpoint, "offsets")
+    try:
+        numbers = [int(name) for name in os.listdir(directory) if name.isdigit()]
+    except FileNotFoundError:
+        return 0
+    if not numbers:
+        return 0
+    try:
+        with open(os.path.join(directory, str(max(numbers) - 1)), encoding="utf-8") as f:
+            f.readline()  # the log's version, "v1"
+            return max(0, int(json.loads(f.readline()).get("batchWatermarkMs", 0)))
+    except FileNotFoundError:  # the first batch: nothing is late
+        return 0
+
+
+_LATE_FIELDS = (None, None, None, None, None, LATE)
 
 
 def _log():
@@ -133,6 +172,7 @@ class _Reader(DataSourceStreamReader):
         self.shards = len(self.remote) or int(options.get("receivers", 1))
         if self.shards < 1:
             raise ValueError(f"receivers: {self.shards}; at least 1")
+        self.checkpoint = options.get("checkpoint") or None
         self._options = dict(options)
         self._receivers: list | None = None
 
@@ -214,17 +254,19 @@ class _Reader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         out = []
         receivers = self._started()
+        late = late_watermark(self.checkpoint)
         for k, (first, last) in enumerate(zip(self._seqs(start), self._seqs(end))):
             if last <= first:
                 continue
             if self.remote:  # numbers are contiguous in a shard: split the span evenly
                 step = -(-(last - first) // self.parts)
-                out += [_Range([], k, self.shards, (a, min(a + step, last)))
+                out += [_Range([], k, self.shards, (a, min(a + step, last)), late)
                         for a in range(first, last, step)]
                 continue
             rows = list(receivers[k].buffer.read(first, last))
             step = max(1, -(-len(rows) // self.parts))
-            out += [_Range(rows[i:i + step], k, self.shards) for i in range(0, len(rows), step)]
+            out += [_Range(rows[i:i + step], k, self.shards, None, late)
+                    for i in range(0, len(rows), step)]
         return out
 
     def read(self, partition: _Range):
@@ -239,10 +281,14 @@ class _Reader(DataSourceStreamReader):
 
             rows = RemoteShard(self.remote[k], self.secret).read(*partition.span)
         schema = _arrow_schema()
+        late = partition.late_ms  # times have milliseconds at most: compared exactly
         out = []
         for seq, topic, payload, received in rows:
+            fields = parse(topic, payload, received)
+            if late and fields[5] is None and round(fields[4].timestamp() * 1000) <= late:
+                fields = _LATE_FIELDS
             out.append((seq * n + k, topic, payload.decode("utf-8", "replace"),
-                        round(received * 1_000_000), *parse(topic, payload, received)))
+                        round(received * 1_000_000), *fields))
             if len(out) == ARROW_ROWS:
                 yield _batch(out, schema)
                 out = []

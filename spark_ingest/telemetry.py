@@ -26,7 +26,7 @@ import math
 import re
 from datetime import datetime, timezone
 
-__all__ = ["MAX_AHEAD", "REASONS", "TOPIC", "check", "parse", "reading", "topic_of"]
+__all__ = ["LATE", "MAX_AHEAD", "REASONS", "TOPIC", "check", "parse", "reading", "topic_of"]
 
 #: The topic a device publishes on; `+` in its place subscribes to every device.
 TOPIC = "ksp/{device}/telemetry"
@@ -44,6 +44,9 @@ REASONS = {
     "bad_time": "time missing or not RFC 3339 with a time zone (milliseconds at most)",
     "future_time": "time more than MAX_AHEAD after the message came",
 }
+#: The one reason not `parse`'s: a valid reading whose time was at or before the watermark when
+#: it came, which Spark's de-duplication would drop (set by the ingest's source).
+LATE = "late"
 #: Seconds a reading's time may be after the message's arrival (clocks differ a little).
 MAX_AHEAD = 300.0
 

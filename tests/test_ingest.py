@@ -368,9 +368,10 @@ def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(
         "future_time", "not_json"]
 
 
-def test_readings_older_than_the_watermark_are_counted_as_dropped(mosquitto, tmp_path):
-    """Spark's de-duplication drops a reading older than the watermark when it comes; the
-    ingest counts them (metrics, status line), so that none is lost without a trace."""
+def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_path):
+    """A reading older than the watermark when it comes, which Spark's de-duplication would
+    drop, is a dead letter `late` with the message as sent, counted (metrics, status line);
+    Spark drops none."""
     from datetime import datetime, timedelta, timezone
 
     from spark_ingest.telemetry import reading, topic_of
@@ -389,16 +390,20 @@ def test_readings_older_than_the_watermark_are_counted_as_dropped(mosquitto, tmp
         publish(mosquitto, old)
         port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
 
-        def late() -> float:
+        def metric(name: str) -> float:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-                return float(re.search(r"^ksp_ingest_late_total (\S+)$", r.read().decode(),
+                return float(re.search(rf"^ksp_ingest_{name}_total (\S+)$", r.read().decode(),
                                        re.MULTILINE)[1])
 
-        until(lambda: late() >= 7, 120, "the late readings counted")
-        assert late() == 7
+        until(lambda: metric("late") >= 7, 120, "the late readings dead-lettered")
+        assert metric("late") == 7 and metric("late_dropped") == 0
         ingest.stop_when(lambda: True, "the end")
     assert count(out, "observations") == 10
-    assert any(re.search(r", 7 late readings dropped", line) for line in ingest.lines)
+    dead = table(out, "dead_letters").to_pylist()
+    assert sorted(d["payload"].encode() for d in dead) == sorted(p for _, p, _ in old)
+    assert {d["reason"] for d in dead} == {"late"}
+    assert any(re.search(r", 7 late readings \(dead letters\)", line) for line in ingest.lines)
+    assert not any("dropped by Spark" in line for line in ingest.lines)
 
 
 def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):

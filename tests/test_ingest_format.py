@@ -147,6 +147,65 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
                 row["reason"]) == (device, prop, value, unit, time, reason)
 
 
+def _offsets(checkpoint, watermarks: dict[int, int]) -> None:
+    """An offset log as Spark writes it: per batch, "v1", the metadata, the source's offset."""
+    import json
+
+    directory = checkpoint / "offsets"
+    directory.mkdir(parents=True, exist_ok=True)
+    for batch, ms in watermarks.items():
+        (directory / str(batch)).write_text("v1\n" + json.dumps(
+            {"batchWatermarkMs": ms, "batchTimestampMs": 1, "conf": {}}) + '\n{"seq":5}\n')
+        (directory / f".{batch}.crc").write_text("not an entry")
+
+
+def test_late_readings_are_judged_by_the_previous_batch_s_watermark(tmp_path):
+    """Spark drops a row as late by the watermark of the batch before the one running
+    (`PropagateWatermarkSimulator.getInputWatermarkForLateEvents`): the offset log's second
+    newest entry, since Spark writes the running batch's entry before planning it."""
+    from spark_ingest.source import late_watermark
+
+    checkpoint = tmp_path / "_checkpoint"
+    assert late_watermark(None) == 0 and late_watermark(str(checkpoint)) == 0
+    _offsets(checkpoint, {0: 0})
+    assert late_watermark(str(checkpoint)) == 0  # the first batch: nothing is late
+    _offsets(checkpoint, {1: 5_000})
+    assert late_watermark(str(checkpoint)) == 0  # batch 1 runs: batch 0's watermark
+    _offsets(checkpoint, {2: 9_000})
+    assert late_watermark(str(checkpoint)) == 5_000
+    (checkpoint / "offsets" / "0").unlink()  # Spark purges old entries
+    _offsets(checkpoint, {3: 12_000})
+    assert late_watermark(str(checkpoint)) == 9_000
+
+
+def test_a_reading_at_or_before_the_watermark_comes_as_a_late_dead_letter():
+    """The partition carries the watermark; a valid reading at or before it (to the
+    millisecond, as Spark compares) is a dead letter `late` with the message kept; a broken one
+    keeps its own reason; one a millisecond after is a reading."""
+    from spark_ingest import source
+    from spark_ingest.telemetry import LATE
+
+    wm = datetime(2026, 11, 26, 12, 0, 0, tzinfo=timezone.utc)
+    received = wm.timestamp() + 3600
+    cases = [(wm - timedelta(minutes=5), LATE), (wm, LATE),
+             (wm + timedelta(milliseconds=1), None), (wm + timedelta(minutes=1), None)]
+    rows = [(k, topic_of("s1"), reading("s1", "t", float(k), "C", when), received)
+            for k, (when, _) in enumerate(cases, 1)]
+    rows.append((9, topic_of("s1"), b"{broken", received))
+    reader = source._Reader({"buffer": "unused"})
+    late_ms = round(wm.timestamp() * 1000)
+    got = [row for b in reader.read(source._Range(rows, late_ms=late_ms)) for row in b.to_pylist()]
+    assert [row["reason"] for row in got] == [reason for _, reason in cases] + ["not_json"]
+    for row, (seq, topic, payload, _) in zip(got, rows):
+        assert row["payload"] == payload.decode() and row["seq"] == seq
+        if row["reason"] == LATE:
+            assert row["time"] is None and row["device"] is None  # no event time: never dropped
+        elif row["reason"] is None:
+            assert row["time"] > wm
+    plain = [row for b in reader.read(source._Range(rows)) for row in b.to_pylist()]
+    assert [row["reason"] for row in plain] == [None] * 4 + ["not_json"]  # no watermark yet
+
+
 def test_a_password_over_plain_mqtt_is_refused_before_anything_starts(tmp_path, capsys,
                                                                       monkeypatch):
     from spark_ingest.cli import main
