@@ -105,6 +105,7 @@ class Ingest:
         self.out = Path(options.out)
         self.stats = {"batches": 0, "observations": 0, "dead_letters": 0, "sib_updates": 0,
                       "aggregates": 0, "late": 0, "late_dropped": 0, "merged_files": 0,
+                      "dead_reasons": {},
                       "last_batch_seconds": 0.0, "last_batch_rows": 0}
         self._sent = SentReadings()
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
@@ -197,8 +198,9 @@ class Ingest:
             n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
             letters = dead.select("seq", "topic", "payload", "received", "reason",
                                   F.to_date("received").alias("date"))
-            n_dead = self._write(letters, "dead_letters", batch_id, ["date"])
-            n_late = dead.filter(F.col("reason") == LATE).count() if n_dead else 0
+            reasons = dict(dead.groupBy("reason").count().collect())
+            n_dead = self._write(letters, "dead_letters", batch_id, ["date"],
+                                 sum(reasons.values()))
             if self.o.ntriples and n_obs:
                 self._ntriples(observations, batch_id)
             partials = self._minutes(readings) if n_obs else []
@@ -213,7 +215,9 @@ class Ingest:
             s["batches"] += 1
             s["observations"] += n_obs
             s["dead_letters"] += n_dead
-            s["late"] += n_late
+            s["late"] += reasons.get(LATE, 0)
+            for reason, n in reasons.items():
+                s["dead_reasons"][reason] = s["dead_reasons"].get(reason, 0) + n
             s["aggregates"] += len(closed)
             s["last_batch_rows"] = n_obs + n_dead
             s["last_batch_seconds"] = time.perf_counter() - started
@@ -232,13 +236,17 @@ class Ingest:
             F.min("value"), F.max("value"), F.sum("value"), F.count(F.lit(1)), F.max(ms),
             F.max_by("value", "time")).collect()]
 
-    def _write(self, frame, table: str, batch_id: int, partition_by: list[str]) -> int:
+    def _write(self, frame, table: str, batch_id: int, partition_by: list[str],
+               rows: int | None = None) -> int:
         """Write `frame` as this batch's files of `table`, replacing any earlier attempt's;
-        returns its row count."""
+        returns its row count (`rows`, if the caller knows it)."""
         staging = self.out / "_staging" / table / str(batch_id)
-        frame = frame.persist()
+        cached = rows is None  # counted, then written: computed once
+        if cached:
+            frame = frame.persist()
         try:
-            rows = frame.count()
+            if cached:
+                rows = frame.count()
             files = []
             if rows:
                 (frame.repartition(*partition_by).write.mode("overwrite")
@@ -249,7 +257,8 @@ class Ingest:
             shutil.rmtree(staging, ignore_errors=True)
             return rows
         finally:
-            frame.unpersist()
+            if cached:
+                frame.unpersist()
 
     def _write_aggregates(self, closed: list[tuple], batch_id: int) -> None:
         """The minutes this batch closed, one file per date and device (pyarrow, in the

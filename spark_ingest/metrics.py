@@ -5,6 +5,7 @@ SIB's), read from the job's figures when scraped.
 |---|---|---|
 | `ksp_ingest_observations_total` | counter | readings written as observations |
 | `ksp_ingest_dead_letters_total` | counter | messages refused, with their reason |
+| `ksp_ingest_dead_letter_reasons_total{reason}` | counter | the same by reason (`telemetry.REASONS`, `late`) |
 | `ksp_ingest_batches_total` | counter | micro-batches done |
 | `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
 | `ksp_ingest_late_total` | counter | readings older than the watermark when they came (dead letters, reason `late`) |
@@ -40,6 +41,11 @@ class _Collector:
                                              "de-duplication dropped, not dead-lettered."),
                             ("merged_files", "Small files merged away into bigger ones.")):
             yield CounterMetricFamily(f"ksp_ingest_{name}", help_, value=s[name])
+        reasons = CounterMetricFamily("ksp_ingest_dead_letter_reasons",
+                                      "Messages refused, by reason.", labels=["reason"])
+        for reason, n in sorted(dict(s["dead_reasons"]).items()):
+            reasons.add_metric([reason], n)
+        yield reasons
         waiting, waited = self.ingest.lag()
         yield GaugeMetricFamily("ksp_ingest_lag_messages",
                                 "Messages received and not yet in a committed batch.",
