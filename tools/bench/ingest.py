@@ -14,10 +14,13 @@ pyarrow every 10,000 readings — no buffer, no de-duplication, no restart safet
 the hardware gives a single process. Reported: messages/s each, and the publisher's own rate
 (neither side can be faster than it).
 
-A backlog: N readings published while `ksp-ingest` is stopped (its persistent session keeps
-them at the broker), then timed from its start to N observations — the ingest's own rate,
-with no publisher on the same cores; and the same with `--master local[1]`, one executor core
-instead of two: how the executors' part of the work scales on this machine.
+A backlog (`--backlog N`, 1,000,000 by default: long enough for a warm JVM to be most of it):
+N readings published while the consumer is stopped (its persistent session keeps them at the
+broker), then timed from its start to N rows — the consumer's own rate, with no publisher on
+the same cores: the plain subscriber (a persistent session instead of a clean one), then
+`ksp-ingest`, then `ksp-ingest --master local[1]`, one executor core instead of two: how the
+executors' part of the work scales on this machine. Every row also gives its second half's
+rate (from N/2 rows to N): for the backlog, the warm rate, without the JVM's start.
 
 Shards: the same with two `ksp-ingest-shard` processes (receivers as on other machines, here
 on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
@@ -55,8 +58,10 @@ def _published(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def baseline(url: str, count: int, out: Path) -> dict:
-    """The plain subscriber: seconds from the first publish to the last row in Parquet."""
+def baseline(url: str, count: int, out: Path, backlog: bool = False) -> dict:
+    """The plain subscriber: seconds from the first publish to the last row in Parquet; with
+    `backlog`, the N readings are published while it is away (a persistent session), and the
+    clock starts when it connects again."""
     import paho.mqtt.client as mqtt
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -69,6 +74,7 @@ def baseline(url: str, count: int, out: Path) -> dict:
     written = 0
     done = threading.Event()
     lock = threading.Lock()
+    marks: dict[str, float] = {}
 
     def flush() -> None:
         nonlocal rows, written
@@ -79,6 +85,8 @@ def baseline(url: str, count: int, out: Path) -> dict:
                                      "unit": units, "time": times}),
                            out / f"part-{written:09d}.parquet")
             written += len(taken)
+            if written * 2 >= count and "half" not in marks:
+                marks["half"] = time.perf_counter()
             if written >= count:
                 done.set()
 
@@ -91,20 +99,40 @@ def baseline(url: str, count: int, out: Path) -> dict:
                     flush()
 
     host, port = broker_address(url)
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-baseline",
-                         clean_session=True, protocol=mqtt.MQTTv311)
-    client.on_message = on_message
-    client.connect(host, port)
-    client.subscribe("ksp/+/telemetry", qos=1)
-    client.loop_start()
-    time.sleep(1)  # subscribed
-    started = time.perf_counter()
-    publisher = _publisher(url, count, seed=1)
+
+    def subscriber():
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
+                             client_id="bench-baseline-backlog" if backlog else "bench-baseline",
+                             clean_session=not backlog, protocol=mqtt.MQTTv311)
+        client.on_message = on_message
+        client.connect(host, port)
+        client.subscribe("ksp/+/telemetry", qos=1)
+        return client
+
+    if backlog:  # the session, at the broker; then the readings, while it is away
+        client = subscriber()
+        client.loop_start()
+        time.sleep(1)
+        client.loop_stop()
+        client.disconnect()
+        published = _published(_publisher(url, count, seed=1))
+        started = time.perf_counter()
+        client = subscriber()
+        client.loop_start()
+    else:
+        client = subscriber()
+        client.loop_start()
+        time.sleep(1)  # subscribed
+        started = time.perf_counter()
+        publisher = _publisher(url, count, seed=1)
     done.wait(3600)
     seconds = time.perf_counter() - started
     client.loop_stop()
     client.disconnect()
-    return {"seconds": seconds, "published": _published(publisher)}
+    if not backlog:
+        published = _published(publisher)
+    return {"seconds": seconds, "published": published,
+            "second_half": seconds - (marks["half"] - started)}
 
 
 def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = "",
@@ -128,19 +156,29 @@ def _observed(job) -> float:
     return 0.0
 
 
+def _until_observed(job, count: int, started: float) -> dict:
+    """Poll the job's metrics until N observations: seconds from `started`, and of the second
+    half (from N/2 to N)."""
+    half = None
+    while (n := _observed(job)) < count:
+        if half is None and n * 2 >= count:
+            half = time.perf_counter()
+        time.sleep(0.1)
+    end = time.perf_counter()
+    return {"seconds": end - started, "second_half": end - (end if half is None else half)}
+
+
 def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "") -> dict:
     """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
     with _job(url, out, f"bench-ingest-{receivers}", receivers, shards) as job:
         time.sleep(1)
         started = time.perf_counter()
         publisher = _publisher(url, count, seed=2)
-        while _observed(job) < count:
-            time.sleep(0.1)
-        seconds = time.perf_counter() - started
+        timed = _until_observed(job, count, started)
         published = _published(publisher)
         job.proc.terminate()
         job.proc.wait(120)
-    return {"seconds": seconds, "published": published}
+    return {**timed, "published": published}
 
 
 def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
@@ -171,13 +209,10 @@ def drain(url: str, count: int, out: Path, master: str = "local[2]") -> dict:
         job.proc.wait(120)
     published = _published(_publisher(url, count, seed=3))
     with _job(url, out, client_id, master=master) as job:
-        started = time.perf_counter()
-        while _observed(job) < count:
-            time.sleep(0.1)
-        seconds = time.perf_counter() - started
+        timed = _until_observed(job, count, time.perf_counter())
         job.proc.terminate()
         job.proc.wait(120)
-    return {"seconds": seconds, "published": published}
+    return {**timed, "published": published}
 
 
 def latency(url: str, samples: int, out: Path) -> list[float]:
@@ -218,10 +253,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser(__name__, __doc__, prog, "20,000 messages, 5 latency samples")
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--backlog", type=int, default=1_000_000,
+                        help="readings in the backlog rows (published before the consumer "
+                             "starts)")
     parser.add_argument("--samples", type=int, default=20, help="latency samples")
     args = parser.parse_args(argv)
     if args.quick:
-        args.messages, args.samples = 20_000, 5
+        args.messages, args.backlog, args.samples = 20_000, 20_000, 5
     from spark_ingest.testing import Mosquitto
 
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
@@ -233,22 +271,32 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"ingest, 2 receivers: {shared}", file=sys.stderr)
         remote = sharded(broker.url, args.messages, Path(tmp) / "shards")
         print(f"ingest, 2 shards: {remote}", file=sys.stderr)
-        alone = drain(broker.url, args.messages, Path(tmp) / "drain")
+        base_backlog = baseline(broker.url, args.backlog, Path(tmp) / "baseline-backlog",
+                                backlog=True)
+        print(f"baseline, a backlog: {base_backlog}", file=sys.stderr)
+        alone = drain(broker.url, args.backlog, Path(tmp) / "drain")
         print(f"ingest, a backlog: {alone}", file=sys.stderr)
-        one = drain(broker.url, args.messages, Path(tmp) / "drain-1", master="local[1]")
+        one = drain(broker.url, args.backlog, Path(tmp) / "drain-1", master="local[1]")
         print(f"ingest, a backlog, one executor core: {one}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
+    backlogs = (base_backlog, alone, one)
     for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
                     ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared),
                     ("ksp-ingest --shards: 2 ksp-ingest-shard processes", remote),
-                    ("ksp-ingest draining a backlog (published before it started)", alone),
+                    ("paho + pyarrow draining a backlog (published before it started)",
+                     base_backlog),
+                    ("ksp-ingest draining a backlog", alone),
                     ("the same with one executor core (local[1])", one)):
-        rate = args.messages / r["seconds"]
-        pub = args.messages / r["published"]["seconds"]
-        rows.append([name, f"{args.messages:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
-                     f"({pub:,.0f}, before)" if r is alone or r is one else f"{pub:,.0f}"])
-    headers = ["consumer", "messages", "seconds", "messages/s", "publisher's messages/s"]
+        n = args.backlog if any(r is b for b in backlogs) else args.messages
+        rate = n / r["seconds"]
+        pub = n / r["published"]["seconds"]
+        rows.append([name, f"{n:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
+                     f"{n / 2 / r['second_half']:,.0f}" if r["second_half"] > 0 else "–",
+                     f"({pub:,.0f}, before)" if any(r is b for b in backlogs)
+                     else f"{pub:,.0f}"])
+    headers = ["consumer", "messages", "seconds", "messages/s", "second half, messages/s",
+               "publisher's messages/s"]
     env = environment("pyspark", "paho-mqtt", "pyarrow")
     title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
              f"QoS 1) into Parquet, publish to the last row written, {env['python']}; "
