@@ -17,6 +17,7 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
     with Mosquitto(tmp_path / "mqtt") as broker:
         base = bench.baseline(broker.url, 2_000, tmp_path / "baseline")
         backlog = bench.baseline(broker.url, 2_000, tmp_path / "backlog", backlog=True)
+        light = bench.baseline(broker.url, 2_000, tmp_path / "light", raw=True)
         job = bench.ingest(broker.url, 2_000, tmp_path / "ingest")
         remote = bench.sharded(broker.url, 2_000, tmp_path / "shards")
         alone = bench.drain(broker.url, 2_000, tmp_path / "drain")
@@ -25,6 +26,8 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
 
     assert ds.dataset(str(tmp_path / "baseline")).count_rows() == 2_000
     assert ds.dataset(str(tmp_path / "backlog")).count_rows() == 2_000  # kept by its session
+    assert ds.dataset(str(tmp_path / "light")).count_rows() == 2_000
+    assert light["published"]["ok"] == 2_000
     assert backlog["published"]["ok"] == 2_000 and 0 < backlog["second_half"] <= backlog["seconds"]
     assert base["published"]["ok"] == job["published"]["ok"] == alone["published"]["ok"] == 2_000
     assert remote["published"]["ok"] == 2_000

@@ -1,7 +1,8 @@
 """`ksp telemetry`'s publisher (`tools.telemetry.publish`) against a real mosquitto: every
 message arrives, at the rate asked; a broker restarted mid-stream still gets every message
 (at least once, QoS 1); a broker that stops answering is given up on with an error, not
-waited on for ever; one that refuses the login is said so at once."""
+waited on for ever; one that refuses the login is said so at once. The same for the raw
+publisher (`publish_raw`, `ksp telemetry --raw`) where it applies."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ import time
 
 from spark_ingest.testing import Mosquitto, Subscriber, until
 from tools import telemetry
-from tools.telemetry import messages, publish
+from tools.telemetry import messages, publish, publish_raw
 
 
 def test_every_message_arrives_at_the_rate_asked():
@@ -115,3 +116,60 @@ def test_a_refused_login_is_an_error_at_once(tmp_path):
                                             "password": "pw-of-loader"})
     assert "refused the connection (Not authorized)" in refused and took < 10
     assert counts["ok"] == 10
+
+
+def test_the_raw_publisher_delivers_every_message_once():
+    """More messages than packet IDs (65,535) and than `MAX_UNACKED`: each arrives, once."""
+    items = list(messages(70_000, devices=7, duplicates=0.01, bad=0.001, seed=8))
+    with Mosquitto() as broker:
+        sub = Subscriber(broker.port)
+        try:
+            counts = publish_raw(broker.url, items)
+            until(lambda: len(sub.got) >= len(items), 60, "every message")
+            time.sleep(0.5)
+        finally:
+            sub.close()
+    assert sorted(sub.got) == sorted(payload for _, payload, _ in items)
+    assert counts["ok"] == 70_000 and counts["duplicate"] > 0 and counts["bad"] > 0
+    assert sum(v for k, v in counts.items() if k != "seconds") == len(items)
+
+
+def test_the_raw_publisher_gives_up_on_a_broker_that_stops_answering(monkeypatch):
+    import re
+
+    monkeypatch.setattr(telemetry, "ACK_TIMEOUT", 2.0)
+    items = list(messages(200_000, devices=10, seed=9))
+    with Mosquitto() as broker:
+        sub = Subscriber(broker.port)
+        result: dict = {}
+
+        def publishing() -> None:
+            try:
+                publish_raw(broker.url, items)
+            except OSError as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=publishing)
+        try:
+            thread.start()
+            until(lambda: len(sub.got) > 1000, 30, "the stream under way")
+            os.kill(broker.proc.pid, signal.SIGSTOP)
+            thread.join(60)
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+            thread.join(60)
+            sub.close()
+    assert not thread.is_alive()
+    assert "no acknowledgement from the broker for 2 s" in str(result.get("error")), result
+    unacknowledged, sent = map(int, re.search(r"\((\d+) of (\d+) messages unacknowledged\)",
+                                               str(result["error"])).groups())
+    assert unacknowledged <= telemetry.MAX_UNACKED + 100 and sent < len(items)
+
+
+def test_raw_is_refused_with_a_rate_or_over_tls(capsys):
+    from tools.cli import main
+
+    assert main(["telemetry", "--raw", "--rate", "5", "--duration", "1"]) == 1
+    assert "--raw publishes as fast as it can" in capsys.readouterr().err
+    assert main(["telemetry", "--raw", "--count", "1", "--mqtt", "mqtts://127.0.0.1:1"]) == 1
+    assert "plain mqtt:// only" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["add_parser", "messages", "publish"]
+__all__ = ["add_parser", "messages", "publish", "publish_raw"]
 
 PROPERTIES = (("temperature", "Cel", 22.0), ("humidity", "%", 55.0),
               ("luminosity", "lx", 500.0))
@@ -156,6 +156,93 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
     return counts
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        n, digit = n >> 7, n & 0x7F
+        out.append(digit | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def publish_raw(url: str, items, *, client_id: str = "") -> dict:
+    """`publish` for a plain `mqtt://` broker with neither TLS nor a password, as light as a
+    publisher gets: MQTT 3.1.1 PUBLISH packets (QoS 1) written straight to the socket, a
+    hundred per write, at most `MAX_UNACKED` waiting for their PUBACK. paho spends most of a
+    core on 10,000 messages/s; a benchmark whose publisher shares the cores with the consumer
+    measures the publisher. No reconnection: a lost connection fails it. Same counts. An empty
+    `client_id` (a clean session) lets the broker name it."""
+    import socket
+    import struct
+
+    from spark_ingest import mqtt as receiving
+
+    if not url.startswith("mqtt://"):
+        raise ValueError("the raw publisher speaks plain mqtt:// only")
+    host, port = receiving.broker_address(url)
+    sock = socket.create_connection((host, port), timeout=ACK_TIMEOUT)
+    ident = client_id.encode()
+    body = b"\x00\x04MQTT\x04\x02" + struct.pack(">HH", 30, len(ident)) + ident
+    sock.sendall(b"\x10" + _varint(len(body)) + body)
+    connack = b""
+    while len(connack) < 4:
+        chunk = sock.recv(4 - len(connack))
+        if not chunk:
+            raise OSError("the broker closed the connection before its CONNACK")
+        connack += chunk
+    if connack[0] != 0x20 or connack[3] != 0:
+        raise OSError(f"the broker refused the connection (CONNACK {connack.hex()})")
+    pending = b""
+    acked = sent = 0
+
+    def take_acks(block: bool) -> None:
+        nonlocal pending, acked
+        sock.settimeout(ACK_TIMEOUT if block else 0.0)
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        finally:
+            sock.settimeout(ACK_TIMEOUT)
+        if not data:
+            raise OSError(f"the broker closed the connection ({sent - acked} of {sent} "
+                          "messages unacknowledged)")
+        pending += data
+        whole = len(pending) - len(pending) % 4  # PUBACK: 0x40 0x02 and a packet id
+        if pending[0:whole:4].strip(b"\x40") or pending[1:whole:4].strip(b"\x02"):
+            raise OSError(f"unexpected packet from the broker: {pending[:8].hex()}")
+        acked += whole // 4
+        pending = pending[whole:]
+
+    counts: dict[str, int] = {}
+    started = time.monotonic()
+    out: list[bytes] = []
+    try:
+        for topic, payload, kind in items:
+            name = topic.encode()
+            rest = struct.pack(">H", len(name)) + name + struct.pack(">H", sent % 65535 + 1)
+            out.append(b"\x32" + _varint(len(rest) + len(payload)) + rest + payload)
+            sent += 1
+            counts[kind] = counts.get(kind, 0) + 1
+            if len(out) == 100:
+                sock.sendall(b"".join(out))
+                out.clear()
+                take_acks(False)
+                while sent - acked > MAX_UNACKED:
+                    take_acks(True)
+        sock.sendall(b"".join(out))
+        while acked < sent:
+            take_acks(True)
+        sock.sendall(b"\xe0\x00")  # DISCONNECT
+    except socket.timeout:
+        raise OSError(f"no acknowledgement from the broker for {ACK_TIMEOUT:g} s "
+                      f"({sent - acked} of {sent} messages unacknowledged)") from None
+    finally:
+        sock.close()
+    counts["seconds"] = round(time.monotonic() - started, 3)
+    return counts
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("telemetry", help="publish telemetry over MQTT: load for the ingest",
                        description=__doc__.split("\n\n")[0])
@@ -173,6 +260,9 @@ def add_parser(sub) -> None:
     p.add_argument("--duplicates", type=float, default=0.0, metavar="SHARE")
     p.add_argument("--bad", type=float, default=0.0, metavar="SHARE")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--raw", action="store_true",
+                   help="a minimal publisher (packets written straight to the socket, no "
+                        "paho) for benchmarks: plain mqtt:// only, no --rate")
     p.set_defaults(func=_command)
 
 
@@ -187,9 +277,16 @@ def _command(args: argparse.Namespace) -> int:
 
     try:
         login = broker_login(args)
-        counts = publish(args.mqtt, messages(count, args.devices, duplicates=args.duplicates,
-                                             bad=args.bad, seed=args.seed),
-                         rate=args.rate * args.devices or None, login=login)
+        items = messages(count, args.devices, duplicates=args.duplicates, bad=args.bad,
+                         seed=args.seed)
+        if args.raw:
+            if args.rate or any(login.values()):
+                raise ValueError("--raw publishes as fast as it can, to a broker with "
+                                 "neither TLS nor a password")
+            counts = publish_raw(args.mqtt, items)
+        else:
+            counts = publish(args.mqtt, items, rate=args.rate * args.devices or None,
+                             login=login)
     except (OSError, ValueError) as exc:
         print(f"ksp telemetry: {args.mqtt}: {exc}", file=sys.stderr)
         return 1

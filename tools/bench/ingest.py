@@ -14,8 +14,12 @@ pyarrow every 10,000 readings — no buffer, no de-duplication, no restart safet
 the hardware gives a single process. Reported: messages/s each, and the publisher's own rate
 (neither side can be faster than it).
 
-A backlog (`--backlog N`, 1,000,000 by default: long enough for a warm JVM to be most of it):
-N readings published while the consumer is stopped (its persistent session keeps them at the
+The light publisher (`ksp telemetry --raw`: packets written straight to the socket, an eighth
+of paho's CPU per message), N readings (`--long N`, 1,000,000 by default: long enough for a
+warm JVM to be most of it) to the plain subscriber, then to `ksp-ingest`: the live rate with
+a publisher that takes little of the two cores.
+
+A backlog: N (`--long`) readings published while the consumer is stopped (its persistent session keeps them at the
 broker), then timed from its start to N rows — the consumer's own rate, with no publisher on
 the same cores: the plain subscriber (a persistent session instead of a clean one), then
 `ksp-ingest`, then `ksp-ingest --master local[1]`, one executor core instead of two: how the
@@ -47,10 +51,11 @@ from .report import bench_parser, environment, print_report
 DEVICES = 100
 
 
-def _publisher(url: str, count: int, seed: int) -> subprocess.Popen:
+def _publisher(url: str, count: int, seed: int, raw: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tools.cli", "telemetry", "--mqtt", url,
                              "--devices", str(DEVICES), "--count", str(count), "--seed",
-                             str(seed)], stdout=subprocess.PIPE, text=True)
+                             str(seed), *(["--raw"] if raw else [])],
+                            stdout=subprocess.PIPE, text=True)
 
 
 def _published(proc: subprocess.Popen) -> dict:
@@ -58,7 +63,7 @@ def _published(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def baseline(url: str, count: int, out: Path, backlog: bool = False) -> dict:
+def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool = False) -> dict:
     """The plain subscriber: seconds from the first publish to the last row in Parquet; with
     `backlog`, the N readings are published while it is away (a persistent session), and the
     clock starts when it connects again."""
@@ -124,7 +129,7 @@ def baseline(url: str, count: int, out: Path, backlog: bool = False) -> dict:
         client.loop_start()
         time.sleep(1)  # subscribed
         started = time.perf_counter()
-        publisher = _publisher(url, count, seed=1)
+        publisher = _publisher(url, count, seed=1, raw=raw)
     done.wait(3600)
     seconds = time.perf_counter() - started
     client.loop_stop()
@@ -168,12 +173,13 @@ def _until_observed(job, count: int, started: float) -> dict:
     return {"seconds": end - started, "second_half": end - (end if half is None else half)}
 
 
-def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "") -> dict:
+def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "",
+           raw: bool = False) -> dict:
     """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
     with _job(url, out, f"bench-ingest-{receivers}", receivers, shards) as job:
         time.sleep(1)
         started = time.perf_counter()
-        publisher = _publisher(url, count, seed=2)
+        publisher = _publisher(url, count, seed=2, raw=raw)
         timed = _until_observed(job, count, started)
         published = _published(publisher)
         job.proc.terminate()
@@ -253,13 +259,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser(__name__, __doc__, prog, "20,000 messages, 5 latency samples")
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--backlog", type=int, default=1_000_000,
-                        help="readings in the backlog rows (published before the consumer "
-                             "starts)")
+    parser.add_argument("--long", type=int, default=1_000_000,
+                        help="readings in the long rows: the light publisher's and the "
+                             "backlogs (published before the consumer starts)")
     parser.add_argument("--samples", type=int, default=20, help="latency samples")
     args = parser.parse_args(argv)
     if args.quick:
-        args.messages, args.backlog, args.samples = 20_000, 20_000, 5
+        args.messages, args.long, args.samples = 20_000, 20_000, 5
     from spark_ingest.testing import Mosquitto
 
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
@@ -271,24 +277,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"ingest, 2 receivers: {shared}", file=sys.stderr)
         remote = sharded(broker.url, args.messages, Path(tmp) / "shards")
         print(f"ingest, 2 shards: {remote}", file=sys.stderr)
-        base_backlog = baseline(broker.url, args.backlog, Path(tmp) / "baseline-backlog",
+        base_light = baseline(broker.url, args.long, Path(tmp) / "baseline-light", raw=True)
+        print(f"baseline, the light publisher: {base_light}", file=sys.stderr)
+        light = ingest(broker.url, args.long, Path(tmp) / "ingest-light", raw=True)
+        print(f"ingest, the light publisher: {light}", file=sys.stderr)
+        base_backlog = baseline(broker.url, args.long, Path(tmp) / "baseline-backlog",
                                 backlog=True)
         print(f"baseline, a backlog: {base_backlog}", file=sys.stderr)
-        alone = drain(broker.url, args.backlog, Path(tmp) / "drain")
+        alone = drain(broker.url, args.long, Path(tmp) / "drain")
         print(f"ingest, a backlog: {alone}", file=sys.stderr)
-        one = drain(broker.url, args.backlog, Path(tmp) / "drain-1", master="local[1]")
+        one = drain(broker.url, args.long, Path(tmp) / "drain-1", master="local[1]")
         print(f"ingest, a backlog, one executor core: {one}", file=sys.stderr)
         lat = latency(broker.url, args.samples, Path(tmp) / "latency")
     rows = []
     backlogs = (base_backlog, alone, one)
+    long = (base_light, light, *backlogs)
     for name, r in (("paho + pyarrow, one process", base), ("ksp-ingest (Spark local[2])", job),
                     ("ksp-ingest --receivers 2 (MQTT 5 shared subscription)", shared),
                     ("ksp-ingest --shards: 2 ksp-ingest-shard processes", remote),
+                    ("paho + pyarrow, the light publisher (`ksp telemetry --raw`)", base_light),
+                    ("ksp-ingest (Spark local[2]), the light publisher", light),
                     ("paho + pyarrow draining a backlog (published before it started)",
                      base_backlog),
                     ("ksp-ingest draining a backlog", alone),
                     ("the same with one executor core (local[1])", one)):
-        n = args.backlog if any(r is b for b in backlogs) else args.messages
+        n = args.long if any(r is b for b in long) else args.messages
         rate = n / r["seconds"]
         pub = n / r["published"]["seconds"]
         rows.append([name, f"{n:,}", f"{r['seconds']:.1f}", f"**{rate:,.0f}**",
