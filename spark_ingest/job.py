@@ -382,7 +382,7 @@ def _LateCounter(stats: dict):
 
         def onQueryProgress(self, event) -> None:
             stats["late_dropped"] += sum(op.numRowsDroppedByWatermark
-                                 for op in event.progress.stateOperators)
+                                         for op in event.progress.stateOperators)
 
         def onQueryIdle(self, event) -> None:
             pass

@@ -5,11 +5,11 @@ SIB's), read from the job's figures when scraped.
 |---|---|---|
 | `ksp_ingest_observations_total` | counter | readings written as observations |
 | `ksp_ingest_dead_letters_total` | counter | messages refused, with their reason |
-| `ksp_ingest_dead_letter_reasons_total{reason}` | counter | the same by reason (`telemetry.REASONS`, `late`) |
+| `ksp_ingest_dead_letter_reasons_total{reason}` | counter | the same, by reason |
 | `ksp_ingest_batches_total` | counter | micro-batches done |
 | `ksp_ingest_sib_updates_total` | counter | KSP updates sent to the SIB |
-| `ksp_ingest_late_total` | counter | readings older than the watermark when they came (dead letters, reason `late`) |
-| `ksp_ingest_late_dropped_total` | counter | such readings Spark's de-duplication dropped all the same (0 while the source reads the checkpoint) |
+| `ksp_ingest_late_total` | counter | readings older than the watermark: dead letters `late` |
+| `ksp_ingest_late_dropped_total` | counter | those Spark dropped all the same (expected: 0) |
 | `ksp_ingest_merged_files_total` | counter | small files merged away (`spark_ingest.compaction`) |
 | `ksp_ingest_lag_messages` | gauge | received, not yet in a committed batch |
 | `ksp_ingest_lag_seconds` | gauge | how long the oldest of those has waited |

@@ -19,12 +19,13 @@ of paho's CPU per message), N readings (`--long N`, 1,000,000 by default: long e
 warm JVM to be most of it) to the plain subscriber, then to `ksp-ingest`: the live rate with
 a publisher that takes little of the two cores.
 
-A backlog: N (`--long`) readings published while the consumer is stopped (its persistent session keeps them at the
-broker), then timed from its start to N rows — the consumer's own rate, with no publisher on
-the same cores: the plain subscriber (a persistent session instead of a clean one), then
-`ksp-ingest`, then `ksp-ingest --master local[1]`, one executor core instead of two: how the
-executors' part of the work scales on this machine. Every row also gives its second half's
-rate (from N/2 rows to N): for the backlog, the warm rate, without the JVM's start.
+A backlog: N (`--long`) readings published while the consumer is stopped (its persistent
+session keeps them at the broker), then timed from its start to N rows — the consumer's own
+rate, with no publisher on the same cores: the plain subscriber (a persistent session instead
+of a clean one), then `ksp-ingest`, then `ksp-ingest --master local[1]`, one executor core
+instead of two: how the executors' part of the work scales on this machine. Every row also
+gives its second half's rate (from N/2 rows to N): for a backlog, the warm rate, without the
+JVM's start.
 
 Shards: the same with two `ksp-ingest-shard` processes (receivers as on other machines, here
 on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
