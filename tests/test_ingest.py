@@ -149,9 +149,7 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
                          line) for line in ingest.lines)
     assert figures["ksp_ingest_observations_total"] == 600
     assert figures["ksp_ingest_dead_letters_total"] == counts["bad"]
-    by_reason = {}
-    for d in dead:
-        by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
+    by_reason = Counter(d["reason"] for d in dead)
     assert {k: v for k, v in figures.items()
             if k.startswith("ksp_ingest_dead_letter_reasons_total")} == {
         f'ksp_ingest_dead_letter_reasons_total{{reason="{r}"}}': float(n)
