@@ -1,15 +1,43 @@
 """Smoke test of the ingest benchmark (tools/bench/ingest.py) — no timing assertions: both
 consumers (and the ingest reading two shard processes) take every reading through a real
-mosquitto, and the latency probe's readings reach a real SIB as INDs."""
+mosquitto, also from the paced publisher of the steady-stream rows, and the latency probe's
+readings reach a real SIB as INDs. What `steady` makes of a paced run's samples, on made-up
+timelines: a consumer that keeps up, one that falls behind."""
 from __future__ import annotations
 
 import pytest
 
 from tools.bench import ingest as bench
 
-pytestmark = pytest.mark.spark
 
 
+def test_steady_tells_a_consumer_that_keeps_up_from_one_that_falls_behind():
+    rate, seconds, count = 1000.0, 40.0, 40_000
+    # rows written every second, two seconds behind the pace, the last 2 s after the end;
+    # the publisher began 0.5 s after the consumer's clock
+    keeping = [(t + 0.5, max(0, rate * (t - 2))) for t in range(0, 43)]
+    kept = bench.steady(keeping, rate, seconds, count, late=0.5, total=42.5, publishing=40)
+    assert kept["kept"] == pytest.approx(1000)
+    assert kept["lag_q3"] == kept["lag_q4"] == kept["lag_max"] == pytest.approx(2)
+    assert kept["catch_up"] == pytest.approx(2)
+    # 800 rows/s: a fifth of a second more behind with each second
+    falling = [(float(t), 800.0 * t) for t in range(0, 51)]
+    fell = bench.steady(falling, rate, seconds, count, late=0.0, total=50, publishing=40)
+    assert fell["kept"] == pytest.approx(800)
+    assert fell["lag_q4"] - fell["lag_q3"] == pytest.approx(0.2 * 10)
+    assert fell["lag_max"] == pytest.approx(0.2 * 40)
+    # polled every 0.1 s, a batch of 5,000 rows every 5 s: the rate is batch to batch
+    polled = [(k / 10, 5000.0 * (k // 50)) for k in range(0, 431)]
+    batches = bench.steady(polled, rate, seconds, count, late=0.0, total=43, publishing=40)
+    assert batches["kept"] == pytest.approx(1000)
+    assert batches["lag_max"] == pytest.approx(5 - 0.1)
+    # ahead of the pace (a hundred written at once) is no lag; too few samples, no rate
+    ahead = bench.steady([(20.0, 20_100), (40.0, 40_000)], rate, seconds, count, 0, 40, 40)
+    assert ahead["lag_max"] == 0 and ahead["kept"] == pytest.approx(995)
+    assert bench.steady([(40.0, 40_000)], rate, seconds, count, 0, 40, 40)["kept"] is None
+
+
+@pytest.mark.spark
 def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
     pytest.importorskip("pyspark")
     from spark_ingest.testing import Mosquitto
@@ -21,6 +49,8 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
         job = bench.ingest(broker.url, 2_000, tmp_path / "ingest")
         remote = bench.sharded(broker.url, 2_000, tmp_path / "shards")
         alone = bench.drain(broker.url, 2_000, tmp_path / "drain")
+        paced = {consumer: bench.sustained(broker.url, 1000, 3, tmp_path / f"paced-{consumer}",
+                                           consumer) for consumer in ("baseline", "ingest")}
         lat = bench.latency(broker.url, 1, tmp_path / "latency")
     import pyarrow.dataset as ds
 
@@ -37,3 +67,6 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
     assert 0 < base["seconds"] and 0 < job["seconds"]
     assert 0 <= alone["second_half"] <= alone["seconds"]
     assert len(lat) == 1 and lat[0] > 0
+    for r in paced.values():  # 3,000 readings at 1,000/s: each in Parquet, once
+        assert r["published"]["ok"] == r["stored"] == 3_000
+        assert r["published"]["seconds"] >= 2.9 and r["catch_up"] >= 0

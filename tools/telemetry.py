@@ -165,13 +165,14 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def publish_raw(url: str, items, *, client_id: str = "") -> dict:
+def publish_raw(url: str, items, *, rate: float | None = None, client_id: str = "") -> dict:
     """`publish` for a plain `mqtt://` broker with neither TLS nor a password, as light as a
     publisher gets: MQTT 3.1.1 PUBLISH packets (QoS 1) written straight to the socket, a
-    hundred per write, at most `MAX_UNACKED` waiting for their PUBACK. paho spends most of a
-    core on 10,000 messages/s; a benchmark whose publisher shares the cores with the consumer
-    measures the publisher. No reconnection: a lost connection fails it. Same counts. An empty
-    `client_id` (a clean session) lets the broker name it."""
+    hundred per write (at most `rate` per second: a write waits for its time), at most
+    `MAX_UNACKED` waiting for their PUBACK. paho spends most of a core on 10,000 messages/s;
+    a benchmark whose publisher shares the cores with the consumer measures the publisher. No
+    reconnection: a lost connection fails it. Same counts. An empty `client_id` (a clean
+    session) lets the broker name it."""
     import socket
     import struct
 
@@ -217,6 +218,14 @@ def publish_raw(url: str, items, *, client_id: str = "") -> dict:
     counts: dict[str, int] = {}
     started = time.monotonic()
     out: list[bytes] = []
+
+    def write() -> None:
+        """The packets in `out`, at the time of the first of them."""
+        if rate and (ahead := (sent - len(out)) / rate - (time.monotonic() - started)) > 0:
+            time.sleep(ahead)
+        sock.sendall(b"".join(out))
+        out.clear()
+
     try:
         for topic, payload, kind in items:
             name = topic.encode()
@@ -225,12 +234,11 @@ def publish_raw(url: str, items, *, client_id: str = "") -> dict:
             sent += 1
             counts[kind] = counts.get(kind, 0) + 1
             if len(out) == 100:
-                sock.sendall(b"".join(out))
-                out.clear()
+                write()
                 take_acks(False)
                 while sent - acked > MAX_UNACKED:
                     take_acks(True)
-        sock.sendall(b"".join(out))
+        write()
         while acked < sent:
             take_acks(True)
         sock.sendall(b"\xe0\x00")  # DISCONNECT
@@ -262,7 +270,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--raw", action="store_true",
                    help="a minimal publisher (packets written straight to the socket, no "
-                        "paho) for benchmarks: plain mqtt:// only, no --rate")
+                        "paho) for benchmarks: plain mqtt:// only")
     p.set_defaults(func=_command)
 
 
@@ -275,20 +283,21 @@ def _command(args: argparse.Namespace) -> int:
         count = int(args.rate * args.devices * args.duration)
     from spark_ingest.mqtt import broker_login
 
+    began = time.time()  # the summary's: when the publishing began, for a paced benchmark
     try:
         login = broker_login(args)
         items = messages(count, args.devices, duplicates=args.duplicates, bad=args.bad,
                          seed=args.seed)
         if args.raw:
-            if args.rate or any(login.values()):
-                raise ValueError("--raw publishes as fast as it can, to a broker with "
-                                 "neither TLS nor a password")
-            counts = publish_raw(args.mqtt, items)
+            if any(login.values()):
+                raise ValueError("--raw publishes to a broker with neither TLS nor a "
+                                 "password")
+            counts = publish_raw(args.mqtt, items, rate=args.rate * args.devices or None)
         else:
             counts = publish(args.mqtt, items, rate=args.rate * args.devices or None,
                              login=login)
     except (OSError, ValueError) as exc:
         print(f"ksp telemetry: {args.mqtt}: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(counts))
+    print(json.dumps({**counts, "began": round(began, 3)}))
     return 0

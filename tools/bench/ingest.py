@@ -2,7 +2,7 @@
 (Spark, local[2]) against a plain paho subscriber writing the same Parquet with pyarrow, in one
 run, through the same mosquitto; and publish → SIB latency.
 
-Run as ``python -m tools.bench.ingest [--quick] [--messages N]``.
+Run as ``python -m tools.bench.ingest [--quick] [--messages N] [--sustained RATE]``.
 
 Both sides get the same N readings (`ksp telemetry`'s, 100 devices), published by a separate
 process as fast as the broker takes them (QoS 1). The clock runs from the first publish to the
@@ -30,6 +30,11 @@ JVM's start.
 Shards: the same with two `ksp-ingest-shard` processes (receivers as on other machines, here
 on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
 
+A steady stream (`--sustained RATE`, instead of the rows above): the light publisher paced at
+RATE readings/s for `--seconds` (120 by default) into the plain subscriber, `ksp-ingest` and
+`ksp-ingest --master local[1]`, one after the other: does each keep up, and how far behind the
+stream is it (`steady`)? Every reading is then counted in its Parquet.
+
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
 default) plus one micro-batch.
@@ -50,13 +55,28 @@ from pathlib import Path
 from .report import bench_parser, environment, print_report
 
 DEVICES = 100
+#: Seconds without a new observation after which a run is given up (a reading lost).
+STALLED = 300.0
 
 
-def _publisher(url: str, count: int, seed: int, raw: bool = False) -> subprocess.Popen:
+def _publisher(url: str, count: int, seed: int, raw: bool = False,
+               rate: float | None = None) -> subprocess.Popen:
+    """`ksp telemetry` in a process of its own; `rate`: readings per second in all."""
     return subprocess.Popen([sys.executable, "-m", "tools.cli", "telemetry", "--mqtt", url,
                              "--devices", str(DEVICES), "--count", str(count), "--seed",
-                             str(seed), *(["--raw"] if raw else [])],
+                             str(seed), *(["--raw"] if raw else []),
+                             *(["--rate", str(rate / DEVICES)] if rate else [])],
                             stdout=subprocess.PIPE, text=True)
+
+
+def _forget(url: str, *client_ids: str) -> None:
+    """End these clients' persistent sessions at the broker (a clean-session connect): a
+    session left behind would keep every later run's readings for its next connect, and make
+    the broker store them meanwhile."""
+    from tools.telemetry import publish_raw
+
+    for client_id in client_ids:
+        publish_raw(url, [], client_id=client_id)
 
 
 def _published(proc: subprocess.Popen) -> dict:
@@ -64,10 +84,12 @@ def _published(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool = False) -> dict:
+def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool = False,
+             rate: float | None = None, samples: list | None = None) -> dict:
     """The plain subscriber: seconds from the first publish to the last row in Parquet; with
     `backlog`, the N readings are published while it is away (a persistent session), and the
-    clock starts when it connects again."""
+    clock starts when it connects again. `rate`: the publisher's pace (readings/s in all);
+    `samples` gets (seconds from the start, rows in Parquet) at each file written."""
     import paho.mqtt.client as mqtt
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -91,6 +113,8 @@ def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool =
                                      "unit": units, "time": times}),
                            out / f"part-{written:09d}.parquet")
             written += len(taken)
+            if samples is not None:
+                samples.append((time.perf_counter() - started, written))
             if written * 2 >= count and "half" not in marks:
                 marks["half"] = time.perf_counter()
             if written >= count:
@@ -122,22 +146,24 @@ def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool =
         client.loop_stop()
         client.disconnect()
         published = _published(_publisher(url, count, seed=1))
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
         client = subscriber()
         client.loop_start()
     else:
         client = subscriber()
         client.loop_start()
         time.sleep(1)  # subscribed
-        started = time.perf_counter()
-        publisher = _publisher(url, count, seed=1, raw=raw)
+        started, wall = time.perf_counter(), time.time()
+        publisher = _publisher(url, count, seed=1, raw=raw, rate=rate)
     done.wait(3600)
     seconds = time.perf_counter() - started
     client.loop_stop()
     client.disconnect()
-    if not backlog:
+    if backlog:
+        _forget(url, "bench-baseline-backlog")
+    else:
         published = _published(publisher)
-    return {"seconds": seconds, "published": published,
+    return {"seconds": seconds, "published": published, "wall": wall,
             "second_half": seconds - (marks["half"] - started)}
 
 
@@ -162,30 +188,46 @@ def _observed(job) -> float:
     return 0.0
 
 
-def _until_observed(job, count: int, started: float) -> dict:
+def _until_observed(job, count: int, started: float, samples: list | None = None) -> dict:
     """Poll the job's metrics until N observations: seconds from `started`, and of the second
-    half (from N/2 to N)."""
+    half (from N/2 to N); `samples` gets (seconds from `started`, observations) at each
+    poll."""
     half = None
+    last, moved = 0.0, time.perf_counter()
     while (n := _observed(job)) < count:
+        now = time.perf_counter()
+        if samples is not None:
+            samples.append((now - started, n))
         if half is None and n * 2 >= count:
-            half = time.perf_counter()
+            half = now
+        if n != last:
+            last, moved = n, now
+        elif now - moved > STALLED:
+            raise RuntimeError(f"the ingest stalled at {n:,.0f} of {count:,} observations "
+                               f"({STALLED:g} s without one more)")
         time.sleep(0.1)
     end = time.perf_counter()
+    if samples is not None:
+        samples.append((end - started, count))
     return {"seconds": end - started, "second_half": end - (end if half is None else half)}
 
 
 def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "",
-           raw: bool = False) -> dict:
-    """`ksp-ingest`: seconds from the first publish to its observation count reaching N."""
-    with _job(url, out, f"bench-ingest-{receivers}", receivers, shards) as job:
+           raw: bool = False, rate: float | None = None, samples: list | None = None,
+           master: str = "local[2]") -> dict:
+    """`ksp-ingest`: seconds from the first publish to its observation count reaching N
+    (`rate`, `samples`: as `baseline`'s)."""
+    client_id = f"bench-ingest-{receivers}"
+    with _job(url, out, client_id, receivers, shards, master) as job:
         time.sleep(1)
-        started = time.perf_counter()
-        publisher = _publisher(url, count, seed=2, raw=raw)
-        timed = _until_observed(job, count, started)
+        started, wall = time.perf_counter(), time.time()
+        publisher = _publisher(url, count, seed=2, raw=raw, rate=rate)
+        timed = _until_observed(job, count, started, samples)
         published = _published(publisher)
         job.proc.terminate()
         job.proc.wait(120)
-    return {**timed, "published": published}
+    _forget(url, client_id, *(f"{client_id}-{k}" for k in range(receivers)))
+    return {**timed, "published": published, "wall": wall}
 
 
 def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
@@ -199,6 +241,8 @@ def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
 
     os.environ.setdefault("KSP_INGEST_SECRET", secrets.token_hex(16))
     with contextlib.ExitStack() as stack:
+        # last, once the shards have stopped
+        stack.callback(_forget, url, *(f"bench-shard-{k}" for k in range(n)))
         urls = [stack.enter_context(ShardProcess(
             "--mqtt", url, "--client-id", f"bench-shard-{k}", "--share-group", "bench-shards",
             "--buffer", str(out / f"shard-{k}"), "--listen", "127.0.0.1:0")).url
@@ -219,7 +263,65 @@ def drain(url: str, count: int, out: Path, master: str = "local[2]") -> dict:
         timed = _until_observed(job, count, time.perf_counter())
         job.proc.terminate()
         job.proc.wait(120)
+    _forget(url, client_id)
     return {**timed, "published": published}
+
+
+def sustained(url: str, rate: float, seconds: float, out: Path, consumer: str = "baseline",
+              master: str = "local[2]") -> dict:
+    """A steady stream: the light publisher paced at `rate` readings/s for `seconds`, into the
+    plain subscriber (`consumer` "baseline") or `ksp-ingest` ("ingest", on `master`); what
+    `steady` makes of the consumer's rows over time, and the rows in its Parquet at the end
+    (`stored`: the readings, each once)."""
+    count = int(rate * seconds)
+    samples: list[tuple[float, float]] = []
+    if consumer == "baseline":
+        r = baseline(url, count, out, raw=True, rate=rate, samples=samples)
+    else:
+        r = ingest(url, count, out, raw=True, rate=rate, samples=samples, master=master)
+    import pyarrow.dataset as ds
+
+    stored = (ds.dataset(str(out)) if consumer == "baseline" else
+              ds.dataset(str(out / "observations"), partitioning="hive")).count_rows()
+    late = r["published"]["began"] - r["wall"]
+    return {**r, "stored": stored, **steady(samples, rate, seconds, count, late, r["seconds"],
+                                            r["published"]["seconds"])}
+
+
+def steady(samples: list[tuple[float, float]], rate: float, seconds: float, count: int,
+           late: float, total: float, publishing: float) -> dict:
+    """What a paced run's (seconds, rows) samples say, on the publisher's clock (it began
+    `late` seconds after the consumer's clock and published for `publishing` seconds; the
+    consumer had every row after `total`):
+    `kept`, the consumer's rows/s over the second half of the publishing, from the first
+    batch written in it to the last (samples between batches repeat the count);
+    its lag behind the pace — readings due by then less rows written, over the rate, in
+    seconds of the stream (none when ahead of it, as a hundred written at once can be): the
+    trigger interval and a batch's work are in it — as means over the third and the last
+    quarter of the publishing (`lag_q3`, `lag_q4`) and at most over its second half
+    (`lag_max`); `catch_up`, seconds from the last publish to the last row. A consumer that
+    keeps up holds `kept` near the rate and a lag that does not grow from one quarter to the
+    next; one that does not falls behind by (rate − kept)/rate each second."""
+    timeline = [(t - late, n) for t, n in samples]
+    half = [(t, n) for t, n in timeline if seconds / 2 <= t <= seconds]
+    # rows arrive a batch (a file) at a time: the rate from the first batch to the last
+    commits = [(t, n) for k, (t, n) in enumerate(timeline)
+               if seconds / 2 <= t <= seconds and (k == 0 or n != timeline[k - 1][1])]
+    kept = None
+    if len(commits) >= 2 and commits[-1][0] > commits[0][0]:
+        kept = (commits[-1][1] - commits[0][1]) / (commits[-1][0] - commits[0][0])
+
+    def lag(t: float, n: float) -> float:
+        return max(0.0, (min(count, rate * t) - n) / rate)
+
+    def mean_lag(start: float, end: float) -> float | None:
+        lags = [lag(t, n) for t, n in half if start <= t <= end]
+        return sum(lags) / len(lags) if lags else None
+
+    return {"kept": kept, "lag_q3": mean_lag(seconds / 2, seconds * 3 / 4),
+            "lag_q4": mean_lag(seconds * 3 / 4, seconds),
+            "lag_max": max((lag(t, n) for t, n in half), default=None),
+            "catch_up": max(0.0, total - late - publishing)}
 
 
 def latency(url: str, samples: int, out: Path) -> list[float]:
@@ -264,9 +366,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="readings in the long rows: the light publisher's and the "
                              "backlogs (published before the consumer starts)")
     parser.add_argument("--samples", type=int, default=20, help="latency samples")
+    parser.add_argument("--sustained", type=float, metavar="RATE",
+                        help="instead: a steady stream of RATE readings/s (the light "
+                             "publisher, paced) for --seconds into each consumer; do they "
+                             "keep up?")
+    parser.add_argument("--seconds", type=float, default=120.0,
+                        help="the steady stream's length")
     args = parser.parse_args(argv)
     if args.quick:
-        args.messages, args.long, args.samples = 20_000, 20_000, 5
+        args.messages, args.long, args.samples, args.seconds = 20_000, 20_000, 5, 20.0
+    if args.sustained:
+        return _sustained(args, prog, argv)
     from spark_ingest.testing import Mosquitto
 
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
@@ -316,6 +426,41 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
              f"QoS 1) into Parquet, publish to the last row written, {env['python']}; "
              f"publish → SIB IND p50 {statistics.median(lat):.0f} ms, max {max(lat):.0f} ms "
              f"({len(lat)} samples)")
+    print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
+                 prog=prog, argv=argv, libraries=env["libraries"])
+    return 0
+
+
+def _sustained(args, prog: str | None, argv: list[str]) -> int:
+    from spark_ingest.testing import Mosquitto
+
+    rate, seconds = args.sustained, args.seconds
+    runs = (("paho + pyarrow, one process", "baseline", ""),
+            ("ksp-ingest (Spark local[2])", "ingest", "local[2]"),
+            ("ksp-ingest, one executor core (local[1])", "ingest", "local[1]"))
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
+        for k, (name, consumer, master) in enumerate(runs):
+            r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer,
+                          master or "local[2]")
+            print(f"{name}: {r}", file=sys.stderr)
+            results.append((name, r))
+
+    def fixed(v: float | None, form: str) -> str:
+        return "–" if v is None else format(v, form)
+
+    rows = [[name, f"{r['published']['ok'] / r['published']['seconds']:,.0f}",
+             f"**{fixed(r['kept'], ',.0f')}**", fixed(r["lag_q3"], ".1f"),
+             fixed(r["lag_q4"], ".1f"), fixed(r["lag_max"], ".1f"), f"{r['catch_up']:.1f}",
+             f"{r['stored']:,}"] for name, r in results]
+    headers = ["consumer", "publisher's readings/s", "consumer's readings/s, second half",
+               "mean lag, third quarter, s", "mean lag, last quarter, s",
+               "most lag, second half, s", "last row after the last publish, s",
+               "rows in Parquet"]
+    env = environment("pyspark", "paho-mqtt", "pyarrow")
+    title = (f"Ingest, a steady stream: {rate:,.0f} readings/s of {DEVICES} devices for "
+             f"{seconds:g} s ({int(rate * seconds):,} readings, the light publisher paced) "
+             f"into each consumer in turn, {env['python']}")
     print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
                  prog=prog, argv=argv, libraries=env["libraries"])
     return 0
