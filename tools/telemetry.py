@@ -283,6 +283,7 @@ def _command(args: argparse.Namespace) -> int:
         count = int(args.rate * args.devices * args.duration)
     from spark_ingest.mqtt import broker_login
 
+    rate = args.rate * args.devices or None  # in all
     began = time.time()  # the summary's: when the publishing began, for a paced benchmark
     try:
         login = broker_login(args)
@@ -292,10 +293,9 @@ def _command(args: argparse.Namespace) -> int:
             if any(login.values()):
                 raise ValueError("--raw publishes to a broker with neither TLS nor a "
                                  "password")
-            counts = publish_raw(args.mqtt, items, rate=args.rate * args.devices or None)
+            counts = publish_raw(args.mqtt, items, rate=rate)
         else:
-            counts = publish(args.mqtt, items, rate=args.rate * args.devices or None,
-                             login=login)
+            counts = publish(args.mqtt, items, rate=rate, login=login)
     except (OSError, ValueError) as exc:
         print(f"ksp telemetry: {args.mqtt}: {exc}", file=sys.stderr)
         return 1

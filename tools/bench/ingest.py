@@ -275,14 +275,14 @@ def sustained(url: str, rate: float, seconds: float, out: Path, consumer: str = 
     (`stored`: the readings, each once)."""
     count = int(rate * seconds)
     samples: list[tuple[float, float]] = []
-    if consumer == "baseline":
-        r = baseline(url, count, out, raw=True, rate=rate, samples=samples)
-    else:
-        r = ingest(url, count, out, raw=True, rate=rate, samples=samples, master=master)
     import pyarrow.dataset as ds
 
-    stored = (ds.dataset(str(out)) if consumer == "baseline" else
-              ds.dataset(str(out / "observations"), partitioning="hive")).count_rows()
+    if consumer == "baseline":
+        r = baseline(url, count, out, raw=True, rate=rate, samples=samples)
+        stored = ds.dataset(str(out)).count_rows()
+    else:
+        r = ingest(url, count, out, raw=True, rate=rate, samples=samples, master=master)
+        stored = ds.dataset(str(out / "observations"), partitioning="hive").count_rows()
     late = r["published"]["began"] - r["wall"]
     return {**r, "stored": stored, **steady(samples, rate, seconds, count, late, r["seconds"],
                                             r["published"]["seconds"])}
@@ -435,14 +435,13 @@ def _sustained(args, prog: str | None, argv: list[str]) -> int:
     from spark_ingest.testing import Mosquitto
 
     rate, seconds = args.sustained, args.seconds
-    runs = (("paho + pyarrow, one process", "baseline", ""),
+    runs = (("paho + pyarrow, one process", "baseline", "local[2]"),  # no Spark: unused
             ("ksp-ingest (Spark local[2])", "ingest", "local[2]"),
             ("ksp-ingest, one executor core (local[1])", "ingest", "local[1]"))
     results = []
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
         for k, (name, consumer, master) in enumerate(runs):
-            r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer,
-                          master or "local[2]")
+            r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer, master)
             print(f"{name}: {r}", file=sys.stderr)
             results.append((name, r))
 
