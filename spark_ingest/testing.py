@@ -17,15 +17,17 @@ __all__ = ["IngestProcess", "Mosquitto", "ShardProcess", "Subscriber", "secure_s
            "until"]
 
 ROOT = Path(__file__).resolve().parent.parent
+DROPPED = "$SYS/broker/publish/messages/dropped"
 
 
 class Mosquitto:
     """`with Mosquitto() as broker: broker.url` → `mqtt://127.0.0.1:PORT`. Again on the same
     `directory` and `port`: the same broker restarted, its store (sessions, queued messages)
-    read back."""
+    read back. `max_queued`: messages kept per client beyond its in-flight window, then
+    dropped (`dropped`)."""
 
     def __init__(self, directory: str | Path | None = None, port: int | None = None,
-                 settings: str = "") -> None:
+                 settings: str = "", max_queued: int = 1_000_000) -> None:
         self._own = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="mosquitto-") if directory is None
                               else directory)
@@ -35,6 +37,8 @@ class Mosquitto:
                 port = s.getsockname()[1]
         self.port = port
         self.url = f"mqtt://127.0.0.1:{self.port}"
+        self._watcher = None  # of `dropped`, and the newest count it saw
+        self._drops: int | None = None
         store = self.directory / "mqtt-store"
         store.mkdir(parents=True, exist_ok=True)
         # As root, mosquitto drops to the user `mosquitto`, who cannot write in a root-only
@@ -46,7 +50,8 @@ class Mosquitto:
         conf.write_text(f"listener {self.port} 127.0.0.1\n{settings}"
                         f"allow_anonymous {anonymous}\n{user}"
                         f"persistence true\npersistence_location {store}/\n"
-                        "max_queued_messages 1000000\nmax_inflight_messages 1000\n")
+                        f"max_queued_messages {max_queued}\nmax_inflight_messages 1000\n"
+                        "sys_interval 1\n")  # `dropped` reads $SYS at most 1 s old
         self.proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
@@ -59,10 +64,35 @@ class Mosquitto:
                     raise RuntimeError(f"mosquitto did not start: {self.proc.stderr.read()}")
                 time.sleep(0.05)
 
+    def dropped(self, timeout: float = 10.0) -> int:
+        """Messages the broker has dropped since it started (`$SYS/broker/publish/messages/
+        dropped`, refreshed every second): over a client's queue (`max_queued_messages`, also
+        for a client that is connected but falls behind), what no subscriber will receive.
+
+        Watched from the first call on: mosquitto publishes the value when it changes,
+        retained with an expiry (60 s, seen with 2.0), so a subscriber that comes later to an
+        unchanged count gets nothing. Call it first within a minute of the start. Asked
+        anonymously, without TLS: a broker started with plain `settings`."""
+        if self._watcher is None:
+            import paho.mqtt.client as mqtt
+
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+            client.on_message = lambda c, u, m: setattr(self, "_drops", int(m.payload))
+            client.on_connect = lambda c, *a: c.subscribe(DROPPED, 0)
+            client.connect("127.0.0.1", self.port)
+            client.loop_start()
+            self._watcher = client
+        until(lambda: self._drops is not None, timeout, f"{DROPPED} (its retained value "
+              "expires unchanged: watch it within a minute of the broker's start)", every=0.02)
+        return self._drops
+
     def __enter__(self) -> "Mosquitto":
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._watcher is not None:
+            self._watcher.disconnect()
+            self._watcher.loop_stop()
         self.proc.terminate()
         self.proc.wait(10)
         if self._own:

@@ -2,7 +2,8 @@
 consumers (and the ingest reading two shard processes) take every reading through a real
 mosquitto, also from the paced publisher of the steady-stream rows, and the latency probe's
 readings reach a real SIB as INDs. What `steady` makes of a paced run's samples, on made-up
-timelines: a consumer that keeps up, one that falls behind."""
+timelines: a consumer that keeps up, one that falls behind; which runs a sweep makes. Readings
+the broker dropped over a consumer's queue: counted, and not waited for."""
 from __future__ import annotations
 
 import pytest
@@ -34,6 +35,18 @@ def test_steady_tells_a_consumer_that_keeps_up_from_one_that_falls_behind():
     ahead = bench.steady([(20.0, 20_100), (40.0, 40_000)], rate, seconds, count, 0, 40, 40)
     assert ahead["lag_max"] == 0 and ahead["kept"] == pytest.approx(995)
     assert bench.steady([(40.0, 40_000)], rate, seconds, count, 0, 40, 40)["kept"] is None
+
+
+def test_a_sweep_runs_each_rate_through_the_consumers_asked_for():
+    runs = bench.sustained_runs([10_000.0, 20_000.0], "local2, paho")
+    assert [(rate, consumer, master) for rate, _, consumer, master in runs] == [
+        (10_000.0, "ingest", "local[2]"), (10_000.0, "baseline", "local[2]"),
+        (20_000.0, "ingest", "local[2]"), (20_000.0, "baseline", "local[2]")]
+    assert [m for *_, m in bench.sustained_runs([1.0], "local1")] == ["local[1]"]
+    assert len(bench.sustained_runs([1.0], ",".join(bench.SUSTAINED))) == 3
+    for rates, consumers in (([1.0], "local3"), ([1.0], ""), ([0.0], "paho"), ([-5.0], "paho")):
+        with pytest.raises(SystemExit):
+            bench.sustained_runs(rates, consumers)
 
 
 @pytest.mark.spark
@@ -71,3 +84,29 @@ def test_both_consumers_take_every_reading_and_the_sib_indicates(tmp_path):
     for r in paced.values():
         assert r["published"]["ok"] == r["stored"] == 3_000
         assert r["published"]["seconds"] >= 2.9 and r["catch_up"] >= 0
+
+
+@pytest.mark.spark
+def test_readings_the_broker_dropped_are_counted_and_not_waited_for(tmp_path):
+    # A backlog over the broker's queue for the consumer: mosquitto keeps 500 and drops the
+    # rest, says how many in $SYS, and each consumer's run ends with the 500 it got.
+    pytest.importorskip("pyspark")
+    import pyarrow.dataset as ds
+
+    from spark_ingest.testing import Mosquitto
+
+    with Mosquitto(tmp_path / "mqtt", max_queued=500) as broker:
+        def since():  # dropped from now on: this run's
+            start = broker.dropped()
+            return lambda: broker.dropped() - start
+
+        base = bench.baseline(broker.url, 2_000, tmp_path / "backlog", backlog=True,
+                              dropped=(base_dropped := since()))
+        assert base_dropped() == 1_500
+        job = bench.drain(broker.url, 2_000, tmp_path / "drain", dropped=(job_dropped := since()))
+        assert job_dropped() == 1_500
+    assert base["published"]["ok"] == job["published"]["ok"] == 2_000
+    assert ds.dataset(str(tmp_path / "backlog")).count_rows() == 500
+    observations = ds.dataset(str(tmp_path / "drain" / "observations"), partitioning="hive")
+    assert observations.count_rows() == 500
+    assert 0 < job["seconds"] < bench.STALLED  # stopped at the 500, not given up on

@@ -2,7 +2,8 @@
 (Spark, local[2]) against a plain paho subscriber writing the same Parquet with pyarrow, in one
 run, through the same mosquitto; and publish → SIB latency.
 
-Run as ``python -m tools.bench.ingest [--quick] [--messages N] [--sustained RATE]``.
+Run as ``python -m tools.bench.ingest [--quick] [--messages N]
+[--sustained RATE [RATE ...]] [--consumers C,...]``.
 
 Both sides get the same N readings (`ksp telemetry`'s, 100 devices), published by a separate
 process as fast as the broker takes them (QoS 1). The clock runs from the first publish to the
@@ -33,7 +34,9 @@ on the same two cores) read by `ksp-ingest --shards` over signed HTTP.
 A steady stream (`--sustained RATE`, instead of the rows above): the light publisher paced at
 RATE readings/s for `--seconds` (120 by default) into the plain subscriber, `ksp-ingest` and
 `ksp-ingest --master local[1]`, one after the other: does each keep up, and how far behind the
-stream is it (`steady`)? Every reading is then counted in its Parquet.
+stream is it (`steady`)? Every reading is then counted in its Parquet. Several rates
+(`--sustained 10000 20000 30000`) run each in turn, a sweep for where a consumer falls behind;
+`--consumers paho,local2,local1` picks the consumers.
 
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
@@ -50,6 +53,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from .report import bench_parser, environment, print_report
@@ -85,11 +89,13 @@ def _published(proc: subprocess.Popen) -> dict:
 
 
 def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool = False,
-             rate: float | None = None, samples: list | None = None) -> dict:
+             rate: float | None = None, samples: list | None = None,
+             dropped: Callable[[], int] | None = None) -> dict:
     """The plain subscriber: seconds from the first publish to the last row in Parquet; with
     `backlog`, the N readings are published while it is away (a persistent session), and the
     clock starts when it connects again. `rate`: the publisher's pace (readings/s in all);
-    `samples` gets (seconds from the start, rows in Parquet) at each file written."""
+    `samples` gets (seconds from the start, rows in Parquet) at each file written; `dropped`:
+    as `_until_observed`'s."""
     import paho.mqtt.client as mqtt
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -155,7 +161,13 @@ def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool =
         time.sleep(1)  # subscribed
         started, wall = time.perf_counter(), time.time()
         publisher = _publisher(url, count, seed=1, raw=raw, rate=rate)
-    done.wait(3600)
+    deadline = time.monotonic() + 3600
+    while not done.wait(2) and time.monotonic() < deadline:
+        lost = dropped() if dropped is not None else 0
+        with lock:
+            if lost and written + len(rows) >= count - lost:  # the rest will never come
+                flush()
+                break
     seconds = time.perf_counter() - started
     client.loop_stop()
     client.disconnect()
@@ -164,7 +176,7 @@ def baseline(url: str, count: int, out: Path, backlog: bool = False, raw: bool =
     else:
         published = _published(publisher)
     return {"seconds": seconds, "published": published, "wall": wall,
-            "second_half": seconds - (marks["half"] - started)}
+            "second_half": seconds - (marks.get("half", started + seconds) - started)}
 
 
 def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = "",
@@ -188,14 +200,19 @@ def _observed(job) -> float:
     return 0.0
 
 
-def _until_observed(job, count: int, started: float, samples: list | None = None) -> dict:
+def _until_observed(job, count: int, started: float, samples: list | None = None,
+                    dropped: Callable[[], int] | None = None) -> dict:
     """Poll the job's metrics until N observations: seconds from `started`, and of the second
     half (from N/2 to N); `samples` gets (seconds from `started`, observations) at each
-    poll."""
+    poll. `dropped`: how many of the N the broker dropped so far (asked every 2 s), which
+    will never come: then until N less those."""
     half = None
     last, moved = 0.0, time.perf_counter()
-    while (n := _observed(job)) < count:
+    lost, asked = 0, 0.0
+    while (n := _observed(job)) < count - lost:
         now = time.perf_counter()
+        if dropped is not None and now - asked >= 2:
+            lost, asked = dropped(), now
         if samples is not None:
             samples.append((now - started, n))
         if half is None and n * 2 >= count:
@@ -208,21 +225,21 @@ def _until_observed(job, count: int, started: float, samples: list | None = None
         time.sleep(0.1)
     end = time.perf_counter()
     if samples is not None:
-        samples.append((end - started, count))
+        samples.append((end - started, n))
     return {"seconds": end - started, "second_half": end - (end if half is None else half)}
 
 
 def ingest(url: str, count: int, out: Path, receivers: int = 1, shards: str = "",
            raw: bool = False, rate: float | None = None, samples: list | None = None,
-           master: str = "local[2]") -> dict:
+           master: str = "local[2]", dropped: Callable[[], int] | None = None) -> dict:
     """`ksp-ingest`: seconds from the first publish to its observation count reaching N
-    (`rate`, `samples`: as `baseline`'s)."""
+    (`rate`, `samples`: as `baseline`'s; `dropped`: as `_until_observed`'s)."""
     client_id = f"bench-ingest-{receivers}"
     with _job(url, out, client_id, receivers, shards, master) as job:
         time.sleep(1)
         started, wall = time.perf_counter(), time.time()
         publisher = _publisher(url, count, seed=2, raw=raw, rate=rate)
-        timed = _until_observed(job, count, started, samples)
+        timed = _until_observed(job, count, started, samples, dropped)
         published = _published(publisher)
         job.proc.terminate()
         job.proc.wait(120)
@@ -250,17 +267,19 @@ def sharded(url: str, count: int, out: Path, n: int = 2) -> dict:
         return ingest(url, count, out / "job", shards=",".join(urls))
 
 
-def drain(url: str, count: int, out: Path, master: str = "local[2]") -> dict:
+def drain(url: str, count: int, out: Path, master: str = "local[2]",
+          dropped: Callable[[], int] | None = None) -> dict:
     """`ksp-ingest` alone: N readings published while it was stopped (the broker keeps them
     for its persistent session), then seconds from its start (Spark's session up, the
-    receiver subscribed) to N observations: its own rate, no publisher sharing the cores."""
+    receiver subscribed) to N observations: its own rate, no publisher sharing the cores.
+    `dropped`: as `_until_observed`'s."""
     client_id = f"bench-drain-{master}"
     with _job(url, out, client_id, master=master) as job:  # the session, at the broker
         job.proc.terminate()
         job.proc.wait(120)
     published = _published(_publisher(url, count, seed=3))
     with _job(url, out, client_id, master=master) as job:
-        timed = _until_observed(job, count, time.perf_counter())
+        timed = _until_observed(job, count, time.perf_counter(), dropped=dropped)
         job.proc.terminate()
         job.proc.wait(120)
     _forget(url, client_id)
@@ -268,24 +287,33 @@ def drain(url: str, count: int, out: Path, master: str = "local[2]") -> dict:
 
 
 def sustained(url: str, rate: float, seconds: float, out: Path, consumer: str = "baseline",
-              master: str = "local[2]") -> dict:
+              master: str = "local[2]", broker=None) -> dict:
     """A steady stream: the light publisher paced at `rate` readings/s for `seconds`, into the
     plain subscriber (`consumer` "baseline") or `ksp-ingest` ("ingest", on `master`); what
     `steady` makes of the consumer's rows over time, and the rows in its Parquet at the end
-    (`stored`: the readings, each once)."""
+    (`stored`: the readings, each once). With `broker` (a `spark_ingest.testing.Mosquitto`),
+    also `dropped`: the readings it dropped over the consumer's queue (a consumer that fell
+    behind by more than `max_queued_messages` beyond its own buffer), which the ingest's run
+    then stops waiting for."""
     count = int(rate * seconds)
     samples: list[tuple[float, float]] = []
     import pyarrow.dataset as ds
 
+    before = broker.dropped() if broker is not None else 0
+    dropped = None if broker is None else (lambda: broker.dropped() - before)
     if consumer == "baseline":
-        r = baseline(url, count, out, raw=True, rate=rate, samples=samples)
+        r = baseline(url, count, out, raw=True, rate=rate, samples=samples, dropped=dropped)
         stored = ds.dataset(str(out)).count_rows()
     else:
-        r = ingest(url, count, out, raw=True, rate=rate, samples=samples, master=master)
+        r = ingest(url, count, out, raw=True, rate=rate, samples=samples, master=master,
+                   dropped=dropped)
         stored = ds.dataset(str(out / "observations"), partitioning="hive").count_rows()
+    if dropped is not None:
+        time.sleep(1.5)  # $SYS is refreshed every second
     late = r["published"]["began"] - r["wall"]
-    return {**r, "stored": stored, **steady(samples, rate, seconds, count, late, r["seconds"],
-                                            r["published"]["seconds"])}
+    return {**r, "stored": stored, "dropped": dropped() if dropped else None,
+            **steady(samples, rate, seconds, count, late, r["seconds"],
+                     r["published"]["seconds"])}
 
 
 def steady(samples: list[tuple[float, float]], rate: float, seconds: float, count: int,
@@ -358,6 +386,24 @@ def latency(url: str, samples: int, out: Path) -> list[float]:
         return asyncio.run(measure())
 
 
+SUSTAINED = {"paho": ("paho + pyarrow, one process", "baseline", "local[2]"),  # no Spark
+             "local2": ("ksp-ingest (Spark local[2])", "ingest", "local[2]"),
+             "local1": ("ksp-ingest, one executor core (local[1])", "ingest", "local[1]")}
+"""The steady stream's consumers by `--consumers` name: (row, `sustained`'s consumer, master)."""
+
+
+def sustained_runs(rates: list[float], consumers: str) -> list[tuple[float, str, str, str]]:
+    """(rate, row, consumer, master) for each rate in turn, each consumer within it."""
+    names = [c.strip() for c in consumers.split(",") if c.strip()]
+    unknown = [c for c in names if c not in SUSTAINED]
+    if unknown or not names:
+        raise SystemExit(f"--consumers: {', '.join(unknown) or 'none'}; "
+                         f"choose from {', '.join(SUSTAINED)}")
+    if any(rate <= 0 for rate in rates):
+        raise SystemExit("--sustained: rates are readings per second, above 0")
+    return [(rate, *SUSTAINED[c]) for rate in rates for c in names]
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser(__name__, __doc__, prog, "20,000 messages, 5 latency samples")
@@ -366,12 +412,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="readings in the long rows: the light publisher's and the "
                              "backlogs (published before the consumer starts)")
     parser.add_argument("--samples", type=int, default=20, help="latency samples")
-    parser.add_argument("--sustained", type=float, metavar="RATE",
+    parser.add_argument("--sustained", type=float, metavar="RATE", nargs="+",
                         help="instead: a steady stream of RATE readings/s (the light "
                              "publisher, paced) for --seconds into each consumer; do they "
-                             "keep up?")
+                             "keep up? Several rates: each in turn (a sweep)")
     parser.add_argument("--seconds", type=float, default=120.0,
                         help="the steady stream's length")
+    parser.add_argument("--consumers", default=",".join(SUSTAINED),
+                        help="the steady stream's consumers, comma-separated, of "
+                             f"{', '.join(SUSTAINED)} (default: all)")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.long, args.samples, args.seconds = 20_000, 20_000, 5, 20.0
@@ -434,15 +483,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def _sustained(args, prog: str | None, argv: list[str]) -> int:
     from spark_ingest.testing import Mosquitto
 
-    rate, seconds = args.sustained, args.seconds
-    runs = (("paho + pyarrow, one process", "baseline", "local[2]"),  # no Spark: unused
-            ("ksp-ingest (Spark local[2])", "ingest", "local[2]"),
-            ("ksp-ingest, one executor core (local[1])", "ingest", "local[1]"))
+    rates, seconds = args.sustained, args.seconds
+    runs = sustained_runs(rates, args.consumers)
     results = []
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
-        for k, (name, consumer, master) in enumerate(runs):
-            r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer, master)
-            print(f"{name}: {r}", file=sys.stderr)
+        for k, (rate, name, consumer, master) in enumerate(runs):
+            r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer, master,
+                          broker)
+            print(f"{name}, {rate:,.0f}/s: {r}", file=sys.stderr)
             results.append((name, r))
 
     def fixed(v: float | None, form: str) -> str:
@@ -451,15 +499,16 @@ def _sustained(args, prog: str | None, argv: list[str]) -> int:
     rows = [[name, f"{r['published']['ok'] / r['published']['seconds']:,.0f}",
              f"**{fixed(r['kept'], ',.0f')}**", fixed(r["lag_q3"], ".1f"),
              fixed(r["lag_q4"], ".1f"), fixed(r["lag_max"], ".1f"), f"{r['catch_up']:.1f}",
-             f"{r['stored']:,}"] for name, r in results]
+             f"{r['stored']:,}", f"{r['dropped']:,}"] for name, r in results]
     headers = ["consumer", "publisher's readings/s", "consumer's readings/s, second half",
                "mean lag, third quarter, s", "mean lag, last quarter, s",
                "most lag, second half, s", "last row after the last publish, s",
-               "rows in Parquet"]
+               "rows in Parquet", "dropped by the broker"]
     env = environment("pyspark", "paho-mqtt", "pyarrow")
-    title = (f"Ingest, a steady stream: {rate:,.0f} readings/s of {DEVICES} devices for "
-             f"{seconds:g} s ({int(rate * seconds):,} readings, the light publisher paced) "
-             f"into each consumer in turn, {env['python']}")
+    asked = ", ".join(f"{rate:,.0f}" for rate in rates)
+    title = (f"Ingest, a steady stream: {asked} readings/s of {DEVICES} devices for "
+             f"{seconds:g} s ({', '.join(f'{int(r * seconds):,}' for r in rates)} readings, "
+             f"the light publisher paced) into each consumer in turn, {env['python']}")
     print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
                  prog=prog, argv=argv, libraries=env["libraries"])
     return 0
