@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sib.testing import LoggedProcess
@@ -85,6 +86,12 @@ class Mosquitto:
         until(lambda: self._drops is not None, timeout, f"{DROPPED} (its retained value "
               "expires unchanged: watch it within a minute of the broker's start)", every=0.02)
         return self._drops
+
+    def drops_from_now(self) -> Callable[[], int]:
+        """A count of the messages dropped from this call on: one run's, on a broker that
+        served others before."""
+        start = self.dropped()
+        return lambda: self.dropped() - start
 
     def __enter__(self) -> "Mosquitto":
         return self

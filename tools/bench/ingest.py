@@ -204,15 +204,15 @@ def _until_observed(job, count: int, started: float, samples: list | None = None
                     dropped: Callable[[], int] | None = None) -> dict:
     """Poll the job's metrics until N observations: seconds from `started`, and of the second
     half (from N/2 to N); `samples` gets (seconds from `started`, observations) at each
-    poll. `dropped`: how many of the N the broker dropped so far (asked every 2 s), which
-    will never come: then until N less those."""
+    poll. `dropped`: how many of the N the broker dropped so far, which will never come:
+    then until N less those."""
     half = None
     last, moved = 0.0, time.perf_counter()
-    lost, asked = 0, 0.0
+    lost = 0
     while (n := _observed(job)) < count - lost:
         now = time.perf_counter()
-        if dropped is not None and now - asked >= 2:
-            lost, asked = dropped(), now
+        if dropped is not None:
+            lost = dropped()
         if samples is not None:
             samples.append((now - started, n))
         if half is None and n * 2 >= count:
@@ -299,8 +299,7 @@ def sustained(url: str, rate: float, seconds: float, out: Path, consumer: str = 
     samples: list[tuple[float, float]] = []
     import pyarrow.dataset as ds
 
-    before = broker.dropped() if broker is not None else 0
-    dropped = None if broker is None else (lambda: broker.dropped() - before)
+    dropped = None if broker is None else broker.drops_from_now()
     if consumer == "baseline":
         r = baseline(url, count, out, raw=True, rate=rate, samples=samples, dropped=dropped)
         stored = ds.dataset(str(out)).count_rows()
