@@ -304,15 +304,6 @@ def _failure(exc: Exception, status: Status, path: str, pos: int, tid: int) -> D
     return DecodeError(status, f"{reason} (after offset {pos})", path, tid)
 
 
-
-
-
-
-
-
-
-
-
 def _decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack:
     """The pure-Python decoder of REQs and ACKs (the C one's oracle, and its answer to errors)."""
     if type(transport) is not Transport:
@@ -542,20 +533,6 @@ def _resolve_options(options: Options, prefixes: tuple[str, ...]) -> Options:
         changes["binds"] = tuple(Bind(b.var, tuple(r(t, prefixes) for t in b.expr))
                                  for b in options.binds)
     return options._replace(**changes)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _decode_sib_message(buf: bytes, transport: Transport = UDP,

@@ -407,24 +407,6 @@ def _frame(transport: Transport, version: int, type_byte: int, tid: int, body: b
     return _HDR_UDP.pack(version, type_byte, tid) + body
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def retag(data: bytes, tid: int, seq: int | None = None) -> bytes:
     """The encoded RES/IND `data` with Transaction ID `tid` and, for a UDP IND, sequence
     number `seq`. Nothing else in a message depends on them (the header has a fixed size per

@@ -165,7 +165,6 @@ async def replay(ops, smart: bool):
             sib.core.evaluated_together)
 
 
-
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_smart_and_naive_send_identical_indications(seed):
