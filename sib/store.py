@@ -8,7 +8,10 @@ really appeared or disappeared — what the persistent-operation index is fed wi
 """
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import shutil
 import tempfile
 import threading
 import time
@@ -39,6 +42,55 @@ class Delta(NamedTuple):
 
 
 EMPTY_DELTA = Delta()
+
+TEMPORARY_PREFIX = "ksp-store-"
+ABANDONED_AFTER = 60.0
+"""Seconds a temporary store's directory must have been left alone before another SIB may
+take it for abandoned (a younger one may belong to a SIB still opening it)."""
+_ours: set[str] = set()  # this process's temporary stores: never probed (below)
+
+
+def sweep_abandoned(parent: str | None = None, min_age: float = ABANDONED_AFTER) -> list[str]:
+    """Delete the temporary stores (`ksp-sib --memory`) of SIBs that died without deleting
+    them — killed with SIGKILL, by the OOM killer, by a power cut — so that a gateway that
+    restarts now and then does not fill its temporary directory with copies of its store.
+
+    A directory is abandoned when no process holds its RocksDB LOCK (a live store holds it for
+    as long as it is open) and it was last changed over `min_age` seconds ago. This process's
+    own stores are never probed: POSIX locks belong to the process, and closing the probe's
+    descriptor would release the lock its own store holds. Returns the paths deleted."""
+    parent = os.path.realpath(parent if parent is not None else tempfile.gettempdir())
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(TEMPORARY_PREFIX)]
+    except OSError:
+        return []
+    gone = []
+    now = time.time()
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            if path in _ours or now - os.stat(path).st_mtime < min_age:
+                continue
+            fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR)
+        except FileNotFoundError:  # no LOCK: its SIB died before RocksDB opened it
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a SIB holds it
+            shutil.rmtree(path)
+        except OSError:
+            continue
+        finally:
+            if fd is not None:
+                os.close(fd)
+        gone.append(path)
+    if gone:
+        log.info("deleted %d temporary store(s) in %s left by SIBs that did not exit",
+                 len(gone), parent)
+        log.debug("deleted: %s", ", ".join(gone))
+    return gone
 
 
 def _has_bnode(quads: Iterable[Quad]) -> bool:
@@ -72,8 +124,13 @@ class QuadStore:
                  maintain_after: int | None = 10_000) -> None:
         self._tmp = None
         if temporary:
-            self._tmp = tempfile.TemporaryDirectory(prefix="ksp-store-")
+            sweep_abandoned()
+            # Errors ignored at cleanup: once its lock is let go, another SIB's sweep may
+            # delete an idle store's directory first.
+            self._tmp = tempfile.TemporaryDirectory(prefix=TEMPORARY_PREFIX,
+                                                    ignore_cleanup_errors=True)
             path = self._tmp.name
+            _ours.add(os.path.realpath(path))
         self.path = path
         self._store = ox.Store(path) if path is not None else ox.Store()
         self.maintain_after = maintain_after
@@ -166,6 +223,7 @@ class QuadStore:
         if self._tmp is not None:
             self._store = ox.Store()  # let go of the RocksDB files before deleting them
             self._tmp.cleanup()
+            _ours.discard(os.path.realpath(self._tmp.name))
             self._tmp = None
 
     # -- maintenance ----------------------------------------------------------------------
