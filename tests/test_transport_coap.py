@@ -373,3 +373,33 @@ def test_posts_waiting_for_an_answer_are_bounded():
             assert not server._waiting
 
     run(go())
+
+
+def test_resources_lingering_with_a_final_ind_are_bounded():
+    """An ended operation's resource answers GET with its final IND for FINAL_LINGER seconds;
+    at most `max_lingering` at once, the oldest unlinked first, so a KP that makes the SIB end
+    operations quickly (say, subscribing to a graph and dropping it, again and again) cannot
+    pile up resources for a minute each."""
+    async def go():
+        service = MemoryService()
+        async with serving(service, max_lingering=2) as (server, ctx, base):
+            uris = []
+            for tid in range(40, 45):
+                answer = await post(ctx, base, encode(SUB._replace(tid=tid), UDP))
+                assert answer.code == Code.CREATED
+                uris.append(f"{base}/{'/'.join(answer.opt.location_path)}")
+            service.end_all(Status.TERMINATED)
+            await until(lambda: not server._persistent)
+            assert len(server._lingering) == 2
+            codes = []
+            for uri in uris:
+                answer = await ctx.request(aiocoap.Message(code=Code.GET, uri=uri)).response
+                codes.append(answer.code)
+                if answer.code == Code.CONTENT:
+                    final = decode_sib_message(answer.payload, UDP, answers=SUB.tx)
+                    assert final.indication and final.status == Status.TERMINATED
+            assert codes == [Code.NOT_FOUND] * 3 + [Code.CONTENT] * 2
+            assert len(server._lingering) == 2 and len(server.site._resources) == 1 + 2
+        assert not server._lingering
+
+    run(go())

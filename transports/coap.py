@@ -42,6 +42,8 @@ RESOURCE = ("ksp",)
 PERSISTENT_PREFIX = ("ksp", "p")
 FINAL_LINGER = 60.0
 """Seconds an ended persistent transaction's resource keeps answering GET with its final IND."""
+MAX_LINGERING = 1024
+"""Ended transactions' resources lingering at once; over it, the oldest is unlinked early."""
 MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
 over it, the oldest is answered 5.03. The transactions waiting are at most the session's
@@ -161,8 +163,10 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
 
     transport_name = "coap"
 
-    def __init__(self, service: Service, timing: Timing | None = None, **session_args) -> None:
+    def __init__(self, service: Service, timing: Timing | None = None, *,
+                 max_lingering: int = MAX_LINGERING, **session_args) -> None:
         super().__init__(service, _CoapSession(self, timing=timing, **session_args))
+        self.max_lingering = max_lingering
         aiocoap.resource.Resource.__init__(self)
         self.port = 0
         self.site = aiocoap.resource.Site()
@@ -175,10 +179,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
-                    timing: Timing | None = None, **session_args) -> "CoapServer":
+                    timing: Timing | None = None, max_lingering: int = MAX_LINGERING,
+                    **session_args) -> "CoapServer":
         """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `session_args` go to
         the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
-        self = cls(service, timing, **session_args)
+        self = cls(service, timing, max_lingering=max_lingering, **session_args)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()
@@ -311,6 +316,10 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if linger:
             self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
                                                              resource)
+            if len(self._lingering) > self.max_lingering:
+                oldest = next(iter(self._lingering))
+                self._lingering[oldest].cancel()
+                self._unlink(oldest)
         else:
             self._unlink(resource)
         for observation in list(resource._observations) if notify else ():
