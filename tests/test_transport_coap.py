@@ -7,13 +7,17 @@ import contextlib
 
 import aiocoap
 from aiocoap.numbers.codes import Code
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import (
     UDP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
 )
+from ksp.secure import MAGIC
+from sib import Sib
 from transports import CoapServer
 
 from memory_service import MemoryService
+from strategies import requests
 from transport_helpers import run
 
 EX = "http://example.org/"
@@ -401,5 +405,58 @@ def test_resources_lingering_with_a_final_ind_are_bounded():
             assert codes == [Code.NOT_FOUND] * 3 + [Code.CONTENT] * 2
             assert len(server._lingering) == 2 and len(server.site._resources) == 1 + 2
         assert not server._lingering
+
+    run(go())
+
+
+def tx_of(payload: bytes) -> Tx | None:
+    try:
+        return Tx(payload[1] & 0x7F)
+    except ValueError:
+        return None
+
+
+def flipped(request: Request, at: int, mask: int) -> bytes:
+    """A valid request's encoding with one byte changed."""
+    data = bytearray(encode(request, UDP))
+    data[at % len(data)] ^= mask
+    return bytes(data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.one_of(
+    st.binary(max_size=64),
+    requests(small=True).map(lambda r: encode(r, UDP)),  # valid, NON or CON, persistent too
+    st.builds(flipped, requests(small=True), st.integers(0, 1 << 16), st.integers(1, 255)),
+).filter(lambda b: b[2:4] != b"\xff\xff"), st.sampled_from([KSP_CF, None])),
+    min_size=1, max_size=6))
+def test_random_payloads_get_an_answer_and_never_stop_the_server(posts):
+    """Whatever a POST carries, it is answered: a KSP status in a decodable RES, or a CoAP
+    error code when there is no KSP transaction to answer; and the server and the SIB behind it
+    serve on."""
+    query = Request(Tx.SELECT, 0xFFFF, projection=1, where=SUB.where)
+
+    async def go():
+        sib = await Sib().start()  # the real SIB: any request the codec takes may come
+        try:
+            async with serving(sib) as (server, ctx, base):
+                for payload, content_format in posts:
+                    answer = await post(ctx, base, payload, content_format)
+                    if payload[:1] == bytes((MAGIC,)):  # a sealed envelope (no key opens it)
+                        assert answer.code == Code.UNAUTHORIZED and not answer.payload
+                    elif len(payload) < 4:  # no Transaction ID: no KSP answer can name it
+                        assert answer.code == Code.BAD_REQUEST
+                    elif answer.payload:
+                        assert answer.code in (Code.CONTENT, Code.CREATED)
+                        res = decode_sib_message(answer.payload, UDP, answers=tx_of(payload))
+                        assert res.tid == int.from_bytes(payload[2:4], "little")
+                    else:  # a NON request that needs no RES (the NON rule)
+                        assert answer.code == Code.CHANGED and payload[1] & 0x80 == 0
+                answer = await post(ctx, base, encode(query, UDP))
+                assert decode_sib_message(answer.payload, UDP, answers=Tx.SELECT).status == \
+                    Status.OK
+                assert not server._waiting
+        finally:
+            await sib.close()
 
     run(go())
