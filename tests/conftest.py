@@ -1,10 +1,49 @@
 """Fixtures more than one test module uses."""
 from __future__ import annotations
 
+import asyncio
+import gc
 import subprocess
 from pathlib import Path
 
 import pytest
+
+#: What the event loops made during the current test reported to their exception handler: an
+#: exception in a callback, a task's or a future's exception nobody retrieved, an unclosed
+#: aiohttp session. asyncio only logs these, so without this a test passes over them.
+UNHANDLED: list[str] = []
+
+
+class _ReportingLoops(asyncio.DefaultEventLoopPolicy):
+    loops = 0
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        loop.set_exception_handler(_unhandled)
+        _ReportingLoops.loops += 1
+        return loop
+
+
+def _unhandled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    UNHANDLED.append(f"{context.get('message')}: {context.get('exception')!r}")
+    loop.default_exception_handler(context)
+
+
+asyncio.set_event_loop_policy(_ReportingLoops())
+
+
+@pytest.fixture(autouse=True)
+def no_unhandled_loop_errors():
+    """Fail a test whose event loops reported anything to their exception handler (a test
+    that expects such a report takes it out of `UNHANDLED`)."""
+    UNHANDLED.clear()
+    loops = _ReportingLoops.loops
+    yield
+    if _ReportingLoops.loops != loops:
+        gc.collect()  # a task or future nobody retrieved reports when it is collected
+    if UNHANDLED:
+        reports, UNHANDLED[:] = list(UNHANDLED), []
+        pytest.fail(f"the event loop reported: {reports}")
 
 
 @pytest.fixture(scope="session")

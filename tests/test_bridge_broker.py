@@ -87,7 +87,8 @@ def test_a_broker_that_is_down_silent_or_not_sparql_is_an_internal_error():
             assert status is Status.INTERNAL_ERROR and f"127.0.0.1:{port}" in reason
 
         async def silent(reader, writer):
-            await asyncio.sleep(30)
+            await reader.read()  # nothing said until the client goes (its session closed)
+            writer.close()
         server = await asyncio.start_server(silent, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with Broker(f"http://127.0.0.1:{port}", timeout=0.5) as broker:

@@ -140,8 +140,11 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         return _ksp_message(self.server._seal(self.latest, self.addr))
 
     async def add_observation(self, request, serverobservation) -> None:
-        if not self.ended:  # an ended one answers its final IND, unobserved
+        if not self.ended:
             await super().add_observation(request, serverobservation)
+        else:  # its final IND, unobserved (aiocoap 0.4.17's render needs it accepted)
+            serverobservation.accept(lambda: None)
+            serverobservation.deregister()
 
     def publish(self, data: bytes, final: bool) -> None:
         self.latest = data

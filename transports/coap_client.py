@@ -202,6 +202,10 @@ class CoapLink(Link):
             # removed the resource) or when the server ends the observation.
             sink.end(Status.TERMINATED)
         except asyncio.CancelledError:
+            # The response too, if it has not come: aiocoap 0.4.17 would otherwise report a
+            # 4.04 or unobserved answer to the cancelled observation, and raise from it in a
+            # task nobody awaits. Cancelling the response stops its runner.
+            pending.response.cancel()
             pending.observation.cancel()
             raise
         except (aiocoap.error.Error, DecodeError) as exc:
