@@ -776,11 +776,13 @@ class SIBSession:
 
     # -- API --------------------------------------------------------------------------------
 
-    @property
-    def recent_requests(self) -> int:
-        """Requests remembered as possible duplicates (UDP: for EXCHANGE_LIFETIME, at most
-        `max_entries`), for soak benchmarks and metrics."""
-        return len(self._cache)
+    def sizes(self) -> dict[str, int]:
+        """Entries in each table (timers: heap entries, stale ones included), for soak
+        benchmarks and metrics: each is bounded, by `max_entries` or `max_held`."""
+        return {"recent requests": len(self._cache), "executing": len(self._executing),
+                "deliveries": len(self._deliveries), "ack routes": len(self._ack_routes),
+                "bindings": len(self._bindings), "timers": len(self._timers._heap),
+                "held": len(self._held)}
 
     def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
         """Answer request `tid` of `kp` (call it for every RequestReceived, NON included).

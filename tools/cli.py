@@ -38,6 +38,7 @@ BENCH_SUITES = {
     "soak": "tools.bench.soak",
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
+    "transport-soak": "tools.bench.transport_soak",
     "wire": "tools.bench.wire",
 }
 

@@ -222,6 +222,12 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if self.context is not None:
             await self.context.shutdown()
 
+    def sizes(self) -> dict[str, int]:
+        """The session's tables and this server's: POSTs waiting, resources of active and of
+        ended (lingering) transactions."""
+        return {**self.session.sizes(), "posts waiting": len(self._waiting),
+                "resources": len(self._persistent), "lingering": len(self._lingering)}
+
     def transmit(self) -> None:
         """Nothing held: every answer completed its POST as the session sent it."""
 

@@ -206,7 +206,8 @@ class CoapLink(Link):
             # 4.04 or unobserved answer to the cancelled observation, and raise from it in a
             # task nobody awaits. Cancelling the response stops its runner.
             pending.response.cancel()
-            pending.observation.cancel()
+            if not pending.observation.cancelled:  # (that may have cancelled it, or an error)
+                pending.observation.cancel()
             raise
         except (aiocoap.error.Error, DecodeError) as exc:
             sink.fail(KspConnectionError(f"observation of transaction {tid}: {exc}"))

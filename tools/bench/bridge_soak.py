@@ -21,98 +21,34 @@ same size in every window, memory flat after warm-up.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
-import time
-
-from ksp.codes import Tx
-from ksp.model import Request
-from ksp.terms import XSD_INTEGER, IRI, Literal, Triple, Var
 
 from .report import bench_parser, environment, print_report, rss_mib
-
-EX = "http://example.org/soak#"
-SENSORS = 10
-VALUE, FAN, STATE = IRI(EX + "value"), IRI(EX + "fan"), IRI(EX + "state")
-
-
-def sensor(k: int) -> IRI:
-    return IRI(f"{EX}s{k}")
-
-
-def reading(n: int) -> Literal:
-    return Literal(str(2_000_000 + n), XSD_INTEGER)
-
-
-def watch(k: int) -> Request:
-    return Request(Tx.SELECT_PERSISTENT, projection=1, where=(Triple(sensor(k), VALUE, Var(0)),))
+from .sensors import SENSORS, drive
 
 
 def tables(bridge, server) -> dict[str, int]:
-    return {**bridge.sizes(), "recent": server.udp.session.recent_requests}
+    return {**bridge.sizes(), "recent": server.udp.session.sizes()["recent requests"]}
 
 
 async def soak(cycles: int, window: int, churn: int) -> list[dict]:
     from bridge.broker import Broker
     from bridge.service import Bridge
     from sib.testing import SibProcess
-    from transports import Server, connect
+    from transports import Server
 
     broker_process = await asyncio.to_thread(
         SibProcess, "--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
         "--sepa-http-port", "0", "--sepa-ws-port", "0")
     ports = broker_process.ports
-    rows: list[dict] = []
     try:
         async with Broker(f"http://127.0.0.1:{ports['http']}") as broker:
             bridge = await Bridge(broker, f"ws://127.0.0.1:{ports['ws']}/subscribe").start()
             server = await Server.start(bridge, udp=0)
-            url = f"udp://127.0.0.1:{server.udp.port}"
-            last = {k: reading(0) for k in range(SENSORS)}
-            async with connect(url) as device, connect(url) as watcher:
-                await device.request(Request(Tx.INSERT_DATA, insert=tuple(
-                    Triple(sensor(k), VALUE, last[k]) for k in range(SENSORS))
-                    + (Triple(FAN, STATE, last[0]),)))
-                subs = [watcher.subscribe(watch(k)) for k in range(SENSORS)]
-                for sub in subs:
-                    await sub.__aenter__()
-                    await asyncio.wait_for(anext(sub), 30)
-                await device.request(Request(
-                    Tx.UPDATE_PERSISTENT, delete=(Triple(FAN, STATE, Var(1)),),
-                    insert=(Triple(FAN, STATE, Var(0)),),
-                    where=(Triple(sensor(0), VALUE, Var(0)), Triple(FAN, STATE, Var(1)))),
-                    persistent=True)
-                latencies: list[float] = []
-                for n in range(1, cycles + 1):
-                    k = n % SENSORS
-                    new = reading(n)
-                    started = time.perf_counter()
-                    sent = asyncio.ensure_future(device.request(Request(
-                        Tx.UPDATE_DATA, delete=(Triple(sensor(k), VALUE, last[k]),),
-                        insert=(Triple(sensor(k), VALUE, new),))))
-                    ind = await asyncio.wait_for(anext(subs[k]), 30)
-                    latencies.append(time.perf_counter() - started)
-                    await sent
-                    assert [str(r[0]) for r in ind.result.rows] == [new.lexical], ind
-                    last[k] = new
-                    if n % churn == 0:
-                        async with connect(url) as visitor:
-                            async with visitor.subscribe(
-                                    f"SELECT ?v WHERE {{ <{sensor(k)}> <{VALUE}> ?v "
-                                    f"FILTER(?v > {-n}) }}") as own:
-                                await asyncio.wait_for(anext(own), 30)
-                    if n % window == 0:
-                        latencies.sort()
-                        rows.append({"cycles": n, "p50": statistics.median(latencies),
-                                     "p99": latencies[int(len(latencies) * 0.99)],
-                                     "rss": rss_mib(),
-                                     "broker_rss": rss_mib(broker_process.proc.pid),
-                                     **tables(bridge, server)})
-                        latencies = []
-                        print(f"{n:,} cycles: p99 {rows[-1]['p99'] * 1e3:.2f} ms, "
-                              f"{rows[-1]['rss']:.0f} MiB", file=sys.stderr)
-                for sub in subs:
-                    await sub.__aexit__(None, None, None)
+            rows = await drive(f"udp://127.0.0.1:{server.udp.port}", cycles, window, churn,
+                               lambda: {"rss": rss_mib(),
+                                        "broker_rss": rss_mib(broker_process.proc.pid),
+                                        **tables(bridge, server)})
             await bridge.close()
             await server.close()
     finally:
@@ -145,8 +81,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     title = (f"Bridge soak: {SENSORS} sensors' updates through ksp-bridge, {SENSORS} persistent "
              f"queries and a rule, a device coming and going every {args.churn} cycles, "
              f"{env['python']}")
-    print_report(title, *table(rows), markdown=args.markdown, module="tools.bench.bridge_soak", prog=prog,
-                 argv=argv, libraries=env["libraries"])
+    print_report(title, *table(rows), markdown=args.markdown, module="tools.bench.bridge_soak",
+                 prog=prog, argv=argv, libraries=env["libraries"])
     print(f"\np99 last window / first = {growth:.2f} (target ≤ 1.5): "
           f"{'met' if growth <= 1.5 else 'NOT MET'}")
     return 0
