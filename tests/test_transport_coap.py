@@ -460,3 +460,43 @@ def test_random_payloads_get_an_answer_and_never_stop_the_server(posts):
             await sib.close()
 
     run(go())
+
+
+def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes():
+    """At most `notification_budget` notifications in a window (aiocoap's one 16-bit Message ID
+    counter, NOTIFICATION_BUDGET): over it an operation's newest IND waits, superseding the
+    older ones, and goes when the window frees; a final IND waits the same way and still ends
+    the observation. An observer so never takes a new notification for a duplicate."""
+    async def go():
+        service = MemoryService()
+        async with serving(service, notification_budget=(3, 1.5)) as (server, ctx, base):
+            answer = await post(ctx, base, encode(SUB, UDP))
+            uri = f"{base}/{'/'.join(answer.opt.location_path)}"
+            obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uri, observe=0))
+            await asyncio.wait_for(obs.response, 30)
+            got: list = []
+
+            async def observe():
+                async for message in obs.observation:
+                    got.append(decode_sib_message(message.payload, UDP, answers=SUB.tx))
+            observing = asyncio.ensure_future(observe())
+            for n in range(1, 9):
+                await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
+            await until(lambda: len(got) == 3)
+            assert [i.seq for i in got] == [1, 2, 3] and len(server._due) == 1
+            await asyncio.sleep(0.3)
+            assert len(got) == 3  # the window is not over: INDs 4-8 wait as one, the newest
+            await until(lambda: len(got) == 4)
+            assert got[3].seq == 8 and len(got[3].result.rows) == 8 and not server._due
+            # 3 left the window: 9 and 10 go at once, the final IND waits, then ends the
+            # observation
+            for n in range(9, 11):
+                await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
+            await until(lambda: len(got) == 6)
+            service.end_all(Status.TERMINATED)
+            assert len(server._due) == 1
+            await asyncio.wait_for(observing, 30)
+            assert [i.seq for i in got] == [1, 2, 3, 8, 9, 10, 11]
+            assert got[-1].status == Status.TERMINATED and not server._due
+
+    run(go())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
@@ -44,6 +45,11 @@ FINAL_LINGER = 60.0
 """Seconds an ended persistent transaction's resource keeps answering GET with its final IND."""
 MAX_LINGERING = 1024
 """Ended transactions' resources lingering at once; over it, the oldest is unlinked early."""
+NOTIFICATION_BUDGET = (60_000, 247.0)
+"""Notifications sent in any 247 s (EXCHANGE_LIFETIME) at most. aiocoap numbers every message
+it originates from one 16-bit counter, for all peers, and a peer takes a Message ID it saw
+within EXCHANGE_LIFETIME for a duplicate (RFC 7252 4.4); the 5,536 IDs left are for separate
+responses. Over it a resource's newest IND waits, superseding older ones, as KSP states may."""
 MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
 over it, the oldest is answered 5.03. The transactions waiting are at most the session's
@@ -133,6 +139,7 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.addr = addr  # a SealedAddr: the KP spoke sealed, every IND leaves sealed
         self.path = PERSISTENT_PREFIX + (secrets.token_urlsafe(9),)
         self.latest = b""
+        self.final = False  # `latest` is the final IND: its notification ends the observations
         self.ended = False
         self.observed = False
 
@@ -147,9 +154,14 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
             serverobservation.deregister()
 
     def publish(self, data: bytes, final: bool) -> None:
-        self.latest = data
+        self.latest, self.final = data, final
+        self.server._notify(self)
+
+    def notify(self) -> None:
+        """Send the newest IND to every observer."""
         for observation in list(self._observations):
-            observation.trigger(_ksp_message(self.server._seal(data, self.addr)), is_last=final)
+            observation.trigger(_ksp_message(self.server._seal(self.latest, self.addr)),
+                                is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
@@ -167,9 +179,12 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     transport_name = "coap"
 
     def __init__(self, service: Service, timing: Timing | None = None, *,
-                 max_lingering: int = MAX_LINGERING, **session_args) -> None:
+                 max_lingering: int = MAX_LINGERING,
+                 notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
+                 **session_args) -> None:
         super().__init__(service, _CoapSession(self, timing=timing, **session_args))
         self.max_lingering = max_lingering
+        self.notification_budget = notification_budget
         aiocoap.resource.Resource.__init__(self)
         self.port = 0
         self.site = aiocoap.resource.Site()
@@ -179,14 +194,23 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self._taking: asyncio.Future | None = None  # the POST being read by the session
         self._persistent: dict[tuple[KPIdentity, int], _PersistentResource] = {}
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
+        #: Notifications sent within the budget's window, as [start, count] per slice of it
+        #: (`_spend`), and their sum.
+        self._spent: deque[list] = deque()
+        self._spent_total = 0
+        #: Resources whose newest IND waits for the budget, oldest first; when it is released.
+        self._due: dict[_PersistentResource, None] = {}
+        self._release_at: asyncio.TimerHandle | None = None
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     timing: Timing | None = None, max_lingering: int = MAX_LINGERING,
+                    notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
                     **session_args) -> "CoapServer":
         """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `session_args` go to
         the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
-        self = cls(service, timing, max_lingering=max_lingering, **session_args)
+        self = cls(service, timing, max_lingering=max_lingering,
+                   notification_budget=notification_budget, **session_args)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()
@@ -213,6 +237,9 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         mi.datagram_msg_received, mi.send = tapped_received, tapped_send
 
     async def close(self) -> None:
+        if self._release_at is not None:
+            self._release_at.cancel()
+        self._due.clear()
         for key in list(self._persistent):
             self._remove(*key)
         for resource, handle in list(self._lingering.items()):
@@ -322,6 +349,9 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if resource is None:
             return
         resource.ended = True
+        if notify:  # its pending IND is moot: the 4.04 below ends its observations
+            self._due.pop(resource, None)
+            self._spend(len(resource._observations), force=True)
         if linger:
             self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
                                                              resource)
@@ -342,3 +372,50 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if key in self._persistent:
             self.session.end_persistent(*key)
             self.service.kp_unreachable(*key)
+
+    # -- the notification budget (NOTIFICATION_BUDGET) ---------------------------------------
+
+    def _notify(self, resource: _PersistentResource) -> None:
+        """Notify `resource`'s observers now if the budget allows and nothing waits before it;
+        else its newest IND waits (an IND published meanwhile supersedes it)."""
+        if resource not in self._due:
+            if not self._due and self._spend(len(resource._observations)):
+                resource.notify()
+                return
+            self._due[resource] = None
+        if self._release_at is None:
+            self._release_at = self.loop.call_at(self._freed(), self._release)
+
+    def _release(self) -> None:
+        """Send what waits, oldest first, as far as the budget allows."""
+        self._release_at = None
+        while self._due:
+            resource = next(iter(self._due))
+            if not self._spend(len(resource._observations)):
+                self._release_at = self.loop.call_at(self._freed(), self._release)
+                return
+            del self._due[resource]
+            resource.notify()
+
+    def _freed(self) -> float:
+        """When the oldest notifications counted leave the budget's window."""
+        count, window = self.notification_budget
+        return self._spent[0][0] + window * (1 + 1 / 256) if self._spent else self.loop.time()
+
+    def _spend(self, n: int, force: bool = False) -> bool:
+        """Whether `n` more notifications fit the budget now (then they are counted); with
+        `force`, counted whether they fit or not. Counted per 1/256 of the window, each slice
+        leaving it a window after the slice ends (so at most 257 entries)."""
+        count, window = self.notification_budget
+        now, step, spent = self.loop.time(), window / 256, self._spent
+        while spent and spent[0][0] + step + window <= now:
+            self._spent_total -= spent.popleft()[1]
+        n = min(n, count)  # more observers than the budget: they go in one window of their own
+        if n and not force and self._spent_total + n > count:
+            return False
+        if spent and now - spent[-1][0] < step:
+            spent[-1][1] += n
+        elif n:
+            spent.append([now, n])
+        self._spent_total += n
+        return True
