@@ -45,11 +45,12 @@ FINAL_LINGER = 60.0
 """Seconds an ended persistent transaction's resource keeps answering GET with its final IND."""
 MAX_LINGERING = 1024
 """Ended transactions' resources lingering at once; over it, the oldest is unlinked early."""
-NOTIFICATION_BUDGET = (60_000, 247.0)
-"""Notifications sent in any 247 s (EXCHANGE_LIFETIME) at most. aiocoap numbers every message
-it originates from one 16-bit counter, for all peers, and a peer takes a Message ID it saw
-within EXCHANGE_LIFETIME for a duplicate (RFC 7252 4.4); the 5,536 IDs left are for separate
-responses. Over it a resource's newest IND waits, superseding older ones, as KSP states may."""
+NOTIFICATION_BUDGET = (2_400, 10.0)
+"""Notifications sent in any 10 s at most, so at most 60,000 in any 247 s (EXCHANGE_LIFETIME,
+25 such windows). aiocoap numbers every message it originates from one 16-bit counter, for all
+peers, and a peer takes a Message ID it saw within EXCHANGE_LIFETIME for a duplicate (RFC 7252
+4.4); the 5,536 IDs left are for separate responses. Over it a resource's newest IND waits,
+superseding older ones, as KSP states may; a short window keeps that wait short."""
 MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
 over it, the oldest is answered 5.03. The transactions waiting are at most the session's
