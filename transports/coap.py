@@ -243,8 +243,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self._due.clear()
         for key in list(self._persistent):
             self._remove(*key)
-        for resource, handle in list(self._lingering.items()):
-            handle.cancel()
+        for resource in list(self._lingering):
             self._unlink(resource)
         self.shut()
         if self.context is not None:
@@ -357,16 +356,18 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
                                                              resource)
             if len(self._lingering) > self.max_lingering:
-                oldest = next(iter(self._lingering))
-                self._lingering[oldest].cancel()
-                self._unlink(oldest)
+                self._unlink(next(iter(self._lingering)))
         else:
             self._unlink(resource)
         for observation in list(resource._observations) if notify else ():
             observation.trigger(aiocoap.Message(code=Code.NOT_FOUND), is_last=True)
 
     def _unlink(self, resource: _PersistentResource) -> None:
-        self._lingering.pop(resource, None)
+        """Take `resource` off the site, and off the lingering ones (its timer cancelled: a
+        no-op when it is the timer that calls)."""
+        handle = self._lingering.pop(resource, None)
+        if handle is not None:
+            handle.cancel()
         self.site.remove_resource(resource.path)
 
     def _lost_observers(self, key: tuple[KPIdentity, int]) -> None:
