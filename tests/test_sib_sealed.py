@@ -298,3 +298,67 @@ def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
         finally:
             await server.close()
     asyncio.run(go())
+
+
+def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401():
+    """A sealed KP's key removed (a reloaded configuration) while its IND waits for the CoAP
+    notification budget: when the window frees, nothing of the IND reaches the KP; its
+    observation ends with 4.01, a GET of its resource answers 4.01, and the SIB drops the
+    operation as one nobody listens to. The SIB goes on serving."""
+    import aiocoap
+    from aiocoap.numbers.codes import Code
+
+    from transports import connect
+    from transports.coap import CoapServer
+
+    async def until(predicate, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.02)
+
+    async def go():
+        sib = Sib(access=AccessPolicy.from_config(CONFIG))
+        server = await CoapServer.start(sib, "127.0.0.1", 0, notification_budget=(2, 6.0))
+        base = f"coap://127.0.0.1:{server.port}"
+        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+        try:
+            kp = await connect(base, kp_id="sensor", key=KEY)
+            text = f"SELECT ?o FROM <{G1}> WHERE {{ <{S}> <{P}> ?o }}"
+            got = []
+            async with kp.subscribe(text) as sub:
+                await until(lambda: any(r._observations for r in server._persistent.values()))
+                for n in range(3):  # two INDs go, the third waits for the window
+                    await kp.update(f"INSERT DATA {{ GRAPH <{G1}> {{ <{S}> <{P}> "
+                                    f"<{ex(f'v{n}')}> }} }}")
+                await until(lambda: len(server._due) == 1)
+                resource = next(iter(server._due))
+                no_key = {**CONFIG, "kp": [{"id": "sensor", "password_hash": HASH,
+                                            "read": ["*"], "write": ["*"]}]}
+                sib.set_access(AccessPolicy.from_config(no_key))
+                await sib.drain()
+                uri = f"{base}/{'/'.join(resource.path)}"
+                get = await asyncio.wait_for(
+                    ctx.request(aiocoap.Message(code=Code.GET, uri=uri)).response, 30)
+                assert str(get.code) == "4.01 Unauthorized" and not get.payload
+
+                async def rest() -> None:
+                    async for ind in sub:  # ends when the 4.01 comes
+                        got.append(ind)
+                await asyncio.wait_for(rest(), 30)
+                assert sub.status == Status.TERMINATED
+            # the RES's state and the two INDs sent; nothing of the third
+            assert [(i.seq, len(i.result.rows)) for i in got] == [(None, 0), (1, 1), (2, 2)]
+            assert not server._due
+            await until(lambda: not sib.core.registry.ops)
+            await until(lambda: server.sizes()["resources"] == 0)
+            await kp.close()
+            # the SIB goes on serving: the KP, with its new password in the clear, is answered
+            async with connect(base, kp_id="sensor", password="right") as other:
+                rows = await other.query(text)
+                assert {str(r[0]) for r in rows.rows} == {str(ex(f"v{n}")) for n in range(3)}
+        finally:
+            await ctx.shutdown()
+            await server.close()
+            await sib.close()
+    asyncio.run(go())

@@ -145,7 +145,10 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.observed = False
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
-        return _ksp_message(self.server._seal(self.latest, self.addr))
+        payload = self.server._seal(self.latest, self.addr)
+        if payload is None:  # its KP's key was removed meanwhile
+            return aiocoap.Message(code=Code.UNAUTHORIZED)
+        return _ksp_message(payload)
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:
@@ -159,10 +162,15 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.server._notify(self)
 
     def notify(self) -> None:
-        """Send the newest IND to every observer."""
+        """Send the newest IND to every observer; if its KP's key was removed meanwhile, end
+        the observations with 4.01, which carries nothing of it (as `_answer`), and the SIB
+        drops the operation as one nobody listens to."""
         for observation in list(self._observations):
-            observation.trigger(_ksp_message(self.server._seal(self.latest, self.addr)),
-                                is_last=self.final)
+            payload = self.server._seal(self.latest, self.addr)
+            if payload is None:
+                observation.trigger(aiocoap.Message(code=Code.UNAUTHORIZED), is_last=True)
+            else:
+                observation.trigger(_ksp_message(payload), is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
@@ -298,11 +306,12 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if answering is not None and answering[2] in PERSISTENT:
             resource = self._persistent.get(answering[:2])  # gone if it did not start
         location = {} if resource is None else {"location_path": resource.path}
-        try:
-            message = _ksp_message(self._seal(data, addr),
-                                   Code.CREATED if location else Code.CONTENT, **location)
-        except SealError:  # its key was removed meanwhile: nothing of it may reach the KP
+        payload = self._seal(data, addr)
+        if payload is None:
             message = aiocoap.Message(code=Code.UNAUTHORIZED)
+        else:
+            message = _ksp_message(payload, Code.CREATED if location else Code.CONTENT,
+                                   **location)
         self._complete((addr, peek_tid(data)), message)
 
     def _unanswered(self, key: tuple[Hashable, int]) -> None:
@@ -320,11 +329,15 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
         self._wait(to, self._waiting.pop(key, ()))
 
-    def _seal(self, payload: bytes, addr: Hashable) -> bytes:
-        """Sealed afresh for each message (a new counter), for a KP that spoke sealed."""
+    def _seal(self, payload: bytes, addr: Hashable) -> bytes | None:
+        """Sealed afresh for each message (a new counter), for a KP that spoke sealed; None
+        when its key was removed meanwhile: nothing of it may reach the KP."""
         if type(addr) is not SealedAddr or not payload:
             return payload
-        return self.session.sealers.seal(payload, addr)
+        try:
+            return self.session.sealers.seal(payload, addr)
+        except SealError:
+            return None
 
     # -- persistent operations -------------------------------------------------------------
 
