@@ -11,6 +11,8 @@ Public strategies:
 - `acks()`: ACKs, with or without the sequence number (UDP only: there are no TCP ACKs).
 - `messages(small=False)`: any of the three, as `(msg, answers)` (`answers` None unless a
   Response).
+- `kp_bytes(transport=UDP)`: the one exception to VALID: what may reach a SIB from a KP,
+  random bytes, valid REQs and valid REQs with one byte changed (`sent_tx` reads their type).
 - building blocks: `iris`, `graph_names`, `literals`, `terms`, `graphs`, `expressions`,
   `options_for`, `results_for`.
 
@@ -35,6 +37,7 @@ from hypothesis import strategies as st
 from ksp import (
     DEFAULT_GRAPH, IRI, Ack, AskResult, Bind, BNode, ConstructResult, Credentials, Literal, Op,
     Options, Order, Request, Response, SelectResult, SolutionModifier, Status, Triple, Tx, Var,
+    UDP, encode,
 )
 from ksp.codec import LAYOUT
 from ksp.codes import OPTION_APPLIES, OWL, RDF, RDFS, RESERVED_WORDS, XSD, Opt
@@ -48,7 +51,7 @@ __all__ = [
     "NAMESPACES", "iris", "graph_names", "literals", "bnodes", "variables", "terms", "triples",
     "graphs",
     "expressions", "options_for", "requests", "results_for", "responses", "acks", "messages",
-    "PERSISTENT", "QUERIES",
+    "kp_bytes", "sent_tx", "PERSISTENT", "QUERIES",
 ]
 
 #: Namespaces shared by generated IRIs, so that prefix lists get used. Some are prefixes of
@@ -426,6 +429,32 @@ def messages(small: bool = False):
         responses(small),
         acks().map(lambda m: (m, None)),
     )
+
+
+def kp_bytes(transport=UDP):
+    """What may reach a SIB from a KP, broken or not: random bytes, valid REQs (NON or CON,
+    persistent ones too) and valid REQs with one byte changed; never Transaction ID 0xFFFF,
+    which a test keeps for its own last request."""
+    return st.one_of(
+        st.binary(max_size=64),
+        requests(small=True).map(lambda r: encode(r, transport)),
+        st.builds(_flipped, requests(small=True), st.just(transport), st.integers(0, 1 << 16),
+                  st.integers(1, 255)),
+    ).filter(lambda b: b[2:4] != b"\xff\xff")
+
+
+def _flipped(request: Request, transport, at: int, mask: int) -> bytes:
+    data = bytearray(encode(request, transport))
+    data[at % len(data)] ^= mask
+    return bytes(data)
+
+
+def sent_tx(data: bytes) -> Tx | None:
+    """The transaction type a message's header names, if any (what its answer answers)."""
+    try:
+        return Tx(data[1] & 0x7F) if len(data) > 1 else None
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,11 +14,13 @@ from ksp import (
     tcp_frame_length,
 )
 from ksp.session import _Persistent
+from sib import Sib
 from transports import KspConnectionError, TcpServer, connect
 from transports.reads import READ_SIZE
 
 from memory_service import MemoryService
-from transport_helpers import FAST, run, tls_contexts
+from strategies import kp_bytes, requests
+from transport_helpers import FAST, answer_to, run, sent_to_sib, tls_contexts
 
 EX = "http://example.org/"
 INSERT = Request(Tx.INSERT_DATA, 5, insert=(Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("v")),))
@@ -29,15 +31,26 @@ TCP_REQ_VECTORS = [v for v in (json.loads(p.read_text()) for p in sorted(
     and v["name"] != "invalid_0x04_tcp_length_mismatch"]  # on a stream: waits for the rest
 
 
-async def read_message(reader: asyncio.StreamReader, answers: Tx | None = None):
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
     header = await asyncio.wait_for(reader.readexactly(8), 10)
-    body = await asyncio.wait_for(reader.readexactly(tcp_frame_length(header) - 8), 10)
-    return decode_sib_message(header + body, TCP, answers=answers)
+    return header + await asyncio.wait_for(reader.readexactly(tcp_frame_length(header) - 8), 10)
+
+
+async def read_message(reader: asyncio.StreamReader, answers: Tx | None = None):
+    return decode_sib_message(await read_frame(reader), TCP, answers=answers)
 
 
 async def open_raw(port: int, ssl=None):
     return await asyncio.open_connection("127.0.0.1", port, ssl=ssl,
                                          server_hostname="localhost" if ssl else None)
+
+
+async def still_serves(port: int) -> None:
+    """A new connection's SELECT is answered OK (after whatever a test did to the server)."""
+    reader, writer = await open_raw(port)
+    writer.write(encode(SELECT, TCP))
+    assert (await read_message(reader, Tx.SELECT)).status == Status.OK
+    await close_raw(writer)
 
 
 async def close_raw(writer: asyncio.StreamWriter) -> None:
@@ -214,6 +227,47 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
     run(scenario())
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(requests(small=True), kp_bytes(TCP)), min_size=1, max_size=4))
+def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
+    """Into the real SIB, one connection per pair: a valid request (a CON one gets its RES),
+    then random, valid or broken bytes and the end of the stream. Every message back is a RES
+    or IND that decodes and names a TID sent, the SIB closes the connection, and serves on."""
+    async def frames(reader: asyncio.StreamReader) -> list[bytes]:
+        """The messages of what a connection brings until the SIB closes it."""
+        data, out = b"", []
+        while chunk := await asyncio.wait_for(reader.read(65536), 10):
+            data += chunk
+            while (n := tcp_frame_length(data)) is not None and len(data) >= n:
+                out.append(data[:n])
+                data = data[n:]
+        return out
+
+    async def scenario():
+        sib = await Sib().start()
+        server = await TcpServer.start(sib, timing=FAST)
+        try:
+            for request, junk in pairs:
+                named, _ = sent_to_sib([(encode(request, TCP), request), (junk, None)])
+                reader, writer = await open_raw(server.port)
+                writer.write(encode(request, TCP))
+                while request.confirmable:  # its RES, after any IND
+                    answer = answer_to(await read_frame(reader), named, TCP)
+                    if not answer.indication and answer.tid == request.tid:
+                        break
+                writer.write(junk)
+                writer.write_eof()
+                for frame in await frames(reader):
+                    answer_to(frame, named, TCP)
+                await close_raw(writer)
+            await still_serves(server.port)
+        finally:
+            await server.close()
+            await sib.close()
+
+    run(scenario())
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_random_streams_never_crash_the_server(junk):
@@ -226,10 +280,7 @@ def test_random_streams_never_crash_the_server(junk):
             while await asyncio.wait_for(reader.read(65536), 10):  # answers, then EOF
                 pass
             await close_raw(writer)
-            reader, writer = await open_raw(server.port)  # the server still serves
-            writer.write(encode(SELECT, TCP))
-            assert (await read_message(reader, Tx.SELECT)).status == Status.OK
-            await close_raw(writer)
+            await still_serves(server.port)
         finally:
             await server.close()
 

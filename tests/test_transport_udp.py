@@ -13,11 +13,13 @@ from ksp import (
     decode_sib_message, encode,
 )
 from ksp.session import MAX_UDP_PAYLOAD
+from sib import Sib
 from transports import UdpServer, connect
 from transports.reads import READ_SIZE
 
 from memory_service import DEFAULT, MemoryService
-from transport_helpers import FAST, run
+from strategies import kp_bytes, requests
+from transport_helpers import FAST, answer_to, run, sent_to_sib
 
 VECTORS = [json.loads(p.read_text()) for p in
            sorted((Path(__file__).parent / "vectors").glob("invalid_*.json"))]
@@ -99,6 +101,41 @@ def test_random_datagrams_never_crash_the_server(datagrams):
         finally:
             transport.close()
             await server.close()
+
+    run(scenario())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(requests(small=True).filter(lambda r: r.tid != 0xFFFF),
+                          kp_bytes(UDP)), min_size=1, max_size=5))
+def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
+    """Valid requests, each followed by random, valid or broken bytes, into the real SIB (the
+    test double cannot evaluate every valid request): what comes back is RES and IND that
+    decode and name a TID sent, every valid CON request whose TID is its own gets its RES, and
+    the SIB serves on."""
+    datagrams = [m for r, b in pairs for m in ((encode(r, UDP), r), (b, None))]
+    named, owed = sent_to_sib(datagrams)
+    named[0xFFFF] = {Tx.SELECT}
+
+    async def scenario():
+        sib = await Sib().start()
+        server = await UdpServer.start(sib, timing=FAST)
+        transport, raw = await RawUdp.open(server.port)
+        try:
+            for data, _ in datagrams:
+                transport.sendto(data)
+            transport.sendto(encode(SELECT._replace(tid=0xFFFF), UDP))
+            answered: set[int] = set()
+            while not (owed <= answered and 0xFFFF in answered):
+                answer = answer_to(await raw.recv(), named, UDP)
+                if not answer.indication:
+                    answered.add(answer.tid)
+                if answer.tid == 0xFFFF:
+                    assert answer.status == Status.OK
+        finally:
+            transport.close()
+            await server.close()
+            await sib.close()
 
     run(scenario())
 

@@ -1,5 +1,6 @@
 """Helpers for the loopback transport tests: running a coroutine with leak checks, a TLS
-certificate made by the `openssl` CLI, and a server of any transport around a MemoryService."""
+certificate made by the `openssl` CLI, a server of any transport around a MemoryService, and
+checking what a SIB sent back against what a fuzz test sent it."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +9,10 @@ import gc
 import ssl
 import subprocess
 import warnings
+from collections import Counter
 from pathlib import Path
 
-from ksp import Timing
+from ksp import DecodeError, Response, Timing, decode_sib_message, peek_tid
 from transports import Server, connect
 
 from memory_service import MemoryService
@@ -93,3 +95,34 @@ async def client_of(transport: str, tmpdir: Path, service: MemoryService | None 
     async with serving(transport, tmpdir, service, **server_args) as (svc, server, url, args):
         async with await connect(url, kp_id=kp_id, password="pw", **args) as kp:
             yield svc, server, kp
+
+
+def sent_to_sib(messages) -> tuple[dict[int, set], set[int]]:
+    """What a fuzz test sends, as `(bytes, Request | None)` (the request when known valid):
+    TID -> the transaction types the headers with it named (what an answer may answer), and
+    the TIDs of valid CON requests no other message shares (each must get its RES)."""
+    from strategies import sent_tx
+
+    named: dict[int, set] = {}
+    count: Counter[int] = Counter()
+    for data, _ in messages:
+        if len(data) >= 4:
+            tid = peek_tid(data)
+            named.setdefault(tid, set()).add(sent_tx(data))
+            count[tid] += 1
+    owed = {r.tid for _, r in messages if r is not None and r.confirmable and count[r.tid] == 1}
+    return named, owed
+
+
+def answer_to(data: bytes, named: dict[int, set], transport) -> Response:
+    """`data` decoded as a RES or IND to one of the transactions sent with its TID (`named`):
+    the SIB names no TID it was not sent, and what it sends decodes."""
+    tid = peek_tid(data)
+    assert tid in named, f"an answer to TID {tid}, never sent"
+    errors = []
+    for tx in sorted(named[tid] - {None}, key=int) + [None]:
+        try:
+            return decode_sib_message(data, transport, answers=tx)
+        except DecodeError as exc:
+            errors.append(f"{tx}: {exc}")
+    raise AssertionError(f"an answer that does not decode: {data[:64].hex()} {errors}")
