@@ -331,8 +331,8 @@ def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401()
                 for n in range(3):  # two INDs go, the third waits for the window
                     await kp.update(f"INSERT DATA {{ GRAPH <{G1}> {{ <{S}> <{P}> "
                                     f"<{ex(f'v{n}')}> }} }}")
-                await until(lambda: len(server._due) == 1)
-                resource = next(iter(server._due))
+                await until(lambda: len(server.pacer) == 1)
+                resource = next(iter(server._persistent.values()))
                 no_key = {**CONFIG, "kp": [{"id": "sensor", "password_hash": HASH,
                                             "read": ["*"], "write": ["*"]}]}
                 sib.set_access(AccessPolicy.from_config(no_key))
@@ -349,7 +349,7 @@ def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401()
                 assert sub.status == Status.TERMINATED
             # the RES's state and the two INDs sent; nothing of the third
             assert [(i.seq, len(i.result.rows)) for i in got] == [(None, 0), (1, 1), (2, 2)]
-            assert not server._due
+            assert not server.pacer
             await until(lambda: not sib.core.registry.ops)
             await until(lambda: server.sizes()["resources"] == 0)
             await kp.close()

@@ -465,20 +465,20 @@ def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes(
             for n in range(1, 9):
                 await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
             await until(lambda: len(got) == 3)
-            assert [i.seq for i in got] == [1, 2, 3] and len(server._due) == 1
+            assert [i.seq for i in got] == [1, 2, 3] and len(server.pacer) == 1
             await asyncio.sleep(0.3)
             assert len(got) == 3  # the window is not over: INDs 4-8 wait as one, the newest
             await until(lambda: len(got) == 4)
-            assert got[3].seq == 8 and len(got[3].result.rows) == 8 and not server._due
+            assert got[3].seq == 8 and len(got[3].result.rows) == 8 and not server.pacer
             # 3 left the window: 9 and 10 go at once, the final IND waits, then ends the
             # observation
             for n in range(9, 11):
                 await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
             await until(lambda: len(got) == 6)
             service.end_all(Status.TERMINATED)
-            assert len(server._due) == 1
+            assert len(server.pacer) == 1
             await asyncio.wait_for(observing, 30)
             assert [i.seq for i in got] == [1, 2, 3, 8, 9, 10, 11]
-            assert got[-1].status == Status.TERMINATED and not server._due
+            assert got[-1].status == Status.TERMINATED and not server.pacer
 
     run(go())

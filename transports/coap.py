@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
@@ -31,6 +30,7 @@ from ksp.session import UdpSIBSession
 from ksp.transactions import PERSISTENT
 
 from ._sibadapter import SessionAdapter
+from .pacing import Pacer
 from .service import Service
 
 __all__ = ["CONTENT_FORMAT", "RESOURCE", "CoapServer"]
@@ -193,7 +193,10 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                  **session_args) -> None:
         super().__init__(service, _CoapSession(self, timing=timing, **session_args))
         self.max_lingering = max_lingering
-        self.notification_budget = notification_budget
+        #: Notifications to send within NOTIFICATION_BUDGET: a resource's newest IND waits
+        #: its turn there; `_release_at`, when the next that waits goes.
+        self.pacer: Pacer[_PersistentResource] = Pacer(
+            *notification_budget, cost=lambda resource: len(resource._observations))
         aiocoap.resource.Resource.__init__(self)
         self.port = 0
         self.site = aiocoap.resource.Site()
@@ -203,12 +206,6 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self._taking: asyncio.Future | None = None  # the POST being read by the session
         self._persistent: dict[tuple[KPIdentity, int], _PersistentResource] = {}
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
-        #: Notifications sent within the budget's window, as [start, count] per slice of it
-        #: (`_spend`), and their sum.
-        self._spent: deque[list] = deque()
-        self._spent_total = 0
-        #: Resources whose newest IND waits for the budget, oldest first; when it is released.
-        self._due: dict[_PersistentResource, None] = {}
         self._release_at: asyncio.TimerHandle | None = None
 
     @classmethod
@@ -248,7 +245,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     async def close(self) -> None:
         if self._release_at is not None:
             self._release_at.cancel()
-        self._due.clear()
+        self.pacer.clear()
         for key in list(self._persistent):
             self._remove(*key)
         for resource in list(self._lingering):
@@ -259,9 +256,10 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
 
     def sizes(self) -> dict[str, int]:
         """The session's tables and this server's: POSTs waiting, resources of active and of
-        ended (lingering) transactions."""
+        ended (lingering) transactions, notifications waiting for the budget."""
         return {**self.session.sizes(), "posts waiting": len(self._waiting),
-                "resources": len(self._persistent), "lingering": len(self._lingering)}
+                "resources": len(self._persistent), "lingering": len(self._lingering),
+                "notifications waiting": len(self.pacer)}
 
     def transmit(self) -> None:
         """Nothing held: every answer completed its POST as the session sent it."""
@@ -363,8 +361,8 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             return
         resource.ended = True
         if notify:  # its pending IND is moot: the 4.04 below ends its observations
-            self._due.pop(resource, None)
-            self._spend(len(resource._observations), force=True)
+            self.pacer.discard(resource)
+            self.pacer.spend(len(resource._observations), self.loop.time(), force=True)
         if linger:
             self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
                                                              resource)
@@ -393,44 +391,19 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     def _notify(self, resource: _PersistentResource) -> None:
         """Notify `resource`'s observers now if the budget allows and nothing waits before it;
         else its newest IND waits (an IND published meanwhile supersedes it)."""
-        if resource not in self._due:
-            if not self._due and self._spend(len(resource._observations)):
-                resource.notify()
-                return
-            self._due[resource] = None
-        if self._release_at is None:
-            self._release_at = self.loop.call_at(self._freed(), self._release)
+        if self.pacer.offer(resource, self.loop.time()):
+            resource.notify()
+        else:
+            self._schedule()
 
     def _release(self) -> None:
         """Send what waits, oldest first, as far as the budget allows."""
         self._release_at = None
-        while self._due:
-            resource = next(iter(self._due))
-            if not self._spend(len(resource._observations)):
-                self._release_at = self.loop.call_at(self._freed(), self._release)
-                return
-            del self._due[resource]
+        for resource in self.pacer.release(self.loop.time()):
             resource.notify()
+        self._schedule()
 
-    def _freed(self) -> float:
-        """When the oldest notifications counted leave the budget's window."""
-        count, window = self.notification_budget
-        return self._spent[0][0] + window * (1 + 1 / 256) if self._spent else self.loop.time()
-
-    def _spend(self, n: int, force: bool = False) -> bool:
-        """Whether `n` more notifications fit the budget now (then they are counted); with
-        `force`, counted whether they fit or not. Counted per 1/256 of the window, each slice
-        leaving it a window after the slice ends (so at most 257 entries)."""
-        count, window = self.notification_budget
-        now, step, spent = self.loop.time(), window / 256, self._spent
-        while spent and spent[0][0] + step + window <= now:
-            self._spent_total -= spent.popleft()[1]
-        n = min(n, count)  # more observers than the budget: they go in one window of their own
-        if n and not force and self._spent_total + n > count:
-            return False
-        if spent and now - spent[-1][0] < step:
-            spent[-1][1] += n
-        elif n:
-            spent.append([now, n])
-        self._spent_total += n
-        return True
+    def _schedule(self) -> None:
+        at = self.pacer.next_release(self.loop.time())
+        if at is not None and self._release_at is None:
+            self._release_at = self.loop.call_at(at, self._release)
