@@ -42,6 +42,10 @@ def test_a_sweep_runs_each_rate_through_the_consumers_asked_for():
     assert [(rate, consumer, master) for rate, _, consumer, master in runs] == [
         (10_000.0, "ingest", "local[2]"), (10_000.0, "baseline", "local[2]"),
         (20_000.0, "ingest", "local[2]"), (20_000.0, "baseline", "local[2]")]
+    assert [row for _, row, *_ in runs[:2]] == ["ksp-ingest (Spark local[2]), 10,000/s asked",
+                                                "paho + pyarrow, one process, 10,000/s asked"]
+    assert [row for _, row, *_ in bench.sustained_runs([1.0], "local1")] == [
+        "ksp-ingest, one executor core (local[1])"]  # one rate: it is in the title
     assert [m for *_, m in bench.sustained_runs([1.0], "local1")] == ["local[1]"]
     assert len(bench.sustained_runs([1.0], ",".join(bench.SUSTAINED))) == 3
     for rates, consumers in (([1.0], "local3"), ([1.0], ""), ([0.0], "paho"), ([-5.0], "paho")):

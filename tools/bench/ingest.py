@@ -35,8 +35,8 @@ A steady stream (`--sustained RATE`, instead of the rows above): the light publi
 RATE readings/s for `--seconds` (120 by default) into the plain subscriber, `ksp-ingest` and
 `ksp-ingest --master local[1]`, one after the other: does each keep up, and how far behind the
 stream is it (`steady`)? Every reading is then counted in its Parquet. Several rates
-(`--sustained 10000 20000 30000`) run each in turn, a sweep for where a consumer falls behind;
-`--consumers paho,local2,local1` picks the consumers.
+(`--sustained 10000 20000 30000`) run each in turn, a sweep for where a consumer falls behind
+(each row then names the rate asked); `--consumers paho,local2,local1` picks the consumers.
 
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
@@ -392,7 +392,8 @@ SUSTAINED = {"paho": ("paho + pyarrow, one process", "baseline", "local[2]"),  #
 
 
 def sustained_runs(rates: list[float], consumers: str) -> list[tuple[float, str, str, str]]:
-    """(rate, row, consumer, master) for each rate in turn, each consumer within it."""
+    """(rate, row, consumer, master) for each rate in turn, each consumer within it; with
+    several rates, a row names its rate."""
     names = [c.strip() for c in consumers.split(",") if c.strip()]
     unknown = [c for c in names if c not in SUSTAINED]
     if unknown or not names:
@@ -400,7 +401,8 @@ def sustained_runs(rates: list[float], consumers: str) -> list[tuple[float, str,
                          f"choose from {', '.join(SUSTAINED)}")
     if any(rate <= 0 for rate in rates):
         raise SystemExit("--sustained: rates are readings per second, above 0")
-    return [(rate, *SUSTAINED[c]) for rate in rates for c in names]
+    return [(rate, SUSTAINED[c][0] + ("" if len(rates) == 1 else f", {rate:,.0f}/s asked"),
+             *SUSTAINED[c][1:]) for rate in rates for c in names]
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
