@@ -105,35 +105,46 @@ def test_random_datagrams_never_crash_the_server(datagrams):
     run(scenario())
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(requests(small=True).filter(lambda r: r.tid != 0xFFFF),
-                          kp_bytes(UDP)), min_size=1, max_size=5))
-def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
-    """Valid requests, each followed by random, valid or broken bytes, into the real SIB (the
-    test double cannot evaluate every valid request): what comes back is RES and IND that
-    decode and name a TID sent, every valid CON request whose TID is its own gets its RES, and
-    the SIB serves on."""
+FUZZ_PAIRS = st.lists(st.tuples(requests(small=True).filter(lambda r: r.tid != 0xFFFF),
+                                kp_bytes(UDP)), min_size=1, max_size=5)
+"""Valid requests, each followed by random, valid or one-byte-changed bytes (`fuzz_exchange`)."""
+
+
+async def fuzz_exchange(port: int, pairs, timeout: float = 10.0) -> dict[int, Response]:
+    """Send `pairs` (FUZZ_PAIRS) to a UDP server, then a SELECT with TID 0xFFFF, and read until
+    every valid CON request whose TID is its own, and the SELECT, has its RES: what comes back
+    must decode and name a TID sent, and the SELECT be answered OK. The RES by TID."""
     datagrams = [m for r, b in pairs for m in ((encode(r, UDP), r), (b, None))]
     named, owed = sent_to_sib(datagrams)
     named[0xFFFF] = {Tx.SELECT}
+    transport, raw = await RawUdp.open(port)
+    try:
+        for data, _ in datagrams:
+            transport.sendto(data)
+        transport.sendto(encode(SELECT._replace(tid=0xFFFF), UDP))
+        answered: dict[int, Response] = {}
+        while not (owed <= answered.keys() and 0xFFFF in answered):
+            answer = answer_to(await raw.recv(timeout), named, UDP)
+            if not answer.indication:
+                answered[answer.tid] = answer
+        assert answered[0xFFFF].status == Status.OK
+        return {tid: answered[tid] for tid in owed}
+    finally:
+        transport.close()
 
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(FUZZ_PAIRS)
+def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
+    """Into the real SIB (the test double cannot evaluate every valid request): what comes back
+    is RES and IND that decode and name a TID sent, every valid CON request whose TID is its own
+    gets its RES, and the SIB serves on."""
     async def scenario():
         sib = await Sib().start()
         server = await UdpServer.start(sib, timing=FAST)
-        transport, raw = await RawUdp.open(server.port)
         try:
-            for data, _ in datagrams:
-                transport.sendto(data)
-            transport.sendto(encode(SELECT._replace(tid=0xFFFF), UDP))
-            answered: set[int] = set()
-            while not (owed <= answered and 0xFFFF in answered):
-                answer = answer_to(await raw.recv(), named, UDP)
-                if not answer.indication:
-                    answered.add(answer.tid)
-                if answer.tid == 0xFFFF:
-                    assert answer.status == Status.OK
+            await fuzz_exchange(server.port, pairs)
         finally:
-            transport.close()
             await server.close()
             await sib.close()
 
