@@ -444,6 +444,22 @@ def test_random_payloads_get_an_answer_and_never_stop_the_server(posts):
     run(go())
 
 
+async def observed(ctx, base: str) -> tuple[list, asyncio.Future]:
+    """Start SUB and observe its resource: the INDs it notifies (decoded), and the task that
+    ends with the observation."""
+    answer = await post(ctx, base, encode(SUB, UDP))
+    uri = f"{base}/{'/'.join(answer.opt.location_path)}"
+    obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uri, observe=0))
+    await asyncio.wait_for(obs.response, 30)
+    got: list = []
+
+    async def observe():
+        async for message in obs.observation:
+            if message.payload:
+                got.append(decode_sib_message(message.payload, UDP, answers=SUB.tx))
+    return got, asyncio.ensure_future(observe())
+
+
 def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes():
     """At most `notification_budget` notifications in a window (aiocoap's one 16-bit Message ID
     counter, NOTIFICATION_BUDGET): over it an operation's newest IND waits, superseding the
@@ -452,16 +468,7 @@ def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes(
     async def go():
         service = MemoryService()
         async with serving(service, notification_budget=(3, 1.5)) as (server, ctx, base):
-            answer = await post(ctx, base, encode(SUB, UDP))
-            uri = f"{base}/{'/'.join(answer.opt.location_path)}"
-            obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uri, observe=0))
-            await asyncio.wait_for(obs.response, 30)
-            got: list = []
-
-            async def observe():
-                async for message in obs.observation:
-                    got.append(decode_sib_message(message.payload, UDP, answers=SUB.tx))
-            observing = asyncio.ensure_future(observe())
+            got, observing = await observed(ctx, base)
             for n in range(1, 9):
                 await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
             await until(lambda: len(got) == 3)
@@ -480,5 +487,49 @@ def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes(
             await asyncio.wait_for(observing, 30)
             assert [i.seq for i in got] == [1, 2, 3, 8, 9, 10, 11]
             assert got[-1].status == Status.TERMINATED and not server.pacer
+
+    run(go())
+
+
+class HoldingSome(Holding):
+    """Holds the TIDs in `hold` until told (so answered late: a separate response), answers
+    others at once (piggybacked)."""
+
+    def __init__(self, hold) -> None:
+        super().__init__()
+        self.hold = set(hold)
+
+    def submit(self, request, channel) -> None:
+        if request.tid in self.hold:
+            super().submit(request, channel)
+        else:
+            MemoryService.submit(self, request, channel)
+
+
+def test_separate_responses_and_ends_of_observations_count_in_the_budget():
+    """Every message aiocoap numbers anew takes from the one Message ID counter, so the budget
+    counts separate responses and the 4.04 that ends an observation as they go (piggybacked
+    answers reuse the request's ID and count nothing): after one separate response, a budget
+    of 3 lets two INDs go and the third waits."""
+    async def go():
+        service = HoldingSome(hold={9})
+        async with serving(service, notification_budget=(3, 4.0)) as (server, ctx, base):
+            now = server.loop.time
+            await post(ctx, base, encode(insert(1, "a"), UDP))  # piggybacked
+            assert server.pacer.spent(now()) == 0
+            late = asyncio.ensure_future(post(ctx, base, encode(insert(9, "late"), UDP)))
+            await asyncio.sleep(0.4)  # past EMPTY_ACK_DELAY: an empty ACK went, then ...
+            service.release()
+            answer = await late  # ... the separate response, numbered anew
+            assert decode_sib_message(answer.payload, UDP).status == Status.OK
+            assert server.pacer.spent(now()) == 1
+            got, observing = await observed(ctx, base)
+            for n in range(2, 5):
+                await post(ctx, base, encode(insert(n, f"v{n}"), UDP))
+            await until(lambda: len(got) == 2)
+            assert len(server.pacer) == 1 and server.pacer.spent(now()) == 3
+            await post(ctx, base, encode(Request(Tx.TERMINATE, SUB.tid), UDP))
+            await asyncio.wait_for(observing, 30)  # the 4.04 ended it
+            assert not server.pacer and server.pacer.spent(now()) == 4
 
     run(go())

@@ -22,6 +22,7 @@ from typing import Any
 import aiocoap
 import aiocoap.resource
 from aiocoap.numbers.codes import Code
+from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery
@@ -46,10 +47,11 @@ FINAL_LINGER = 60.0
 MAX_LINGERING = 1024
 """Ended transactions' resources lingering at once; over it, the oldest is unlinked early."""
 NOTIFICATION_BUDGET = (2_400, 10.0)
-"""Notifications sent in any 10 s at most, so at most 60,000 in any 247 s (EXCHANGE_LIFETIME,
-25 such windows). aiocoap numbers every message it originates from one 16-bit counter, for all
-peers, and a peer takes a Message ID it saw within EXCHANGE_LIFETIME for a duplicate (RFC 7252
-4.4); the 5,536 IDs left are for separate responses. Over it a resource's newest IND waits,
+"""Messages numbered anew in any 10 s at most, so at most 60,000 in any 247 s
+(EXCHANGE_LIFETIME, 25 such windows). aiocoap numbers every message it originates from one
+16-bit counter, for all peers, and a peer takes a Message ID it saw within EXCHANGE_LIFETIME for
+a duplicate (RFC 7252 4.4); 5,536 IDs are left as a margin. Separate responses and the codes
+that end observations are counted as they go; over the budget a resource's newest IND waits,
 superseding older ones, as KSP states may; a short window keeps that wait short."""
 MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
@@ -220,7 +222,22 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()
+        self._count_originated(self.context.request_interfaces[0].token_interface)
         return self
+
+    def _count_originated(self, manager) -> None:
+        """Count in the budget every message aiocoap's message manager numbers anew that is
+        not a notification (those the budget counts before they go): separate responses, and
+        the 4.04 or 4.01 that ends observations. Piggybacked answers reuse the request's ID."""
+        send = manager.send_message
+
+        def counted(message, *args, **kwargs):
+            send(message, *args, **kwargs)
+            if (message.mid is not None and message.mtype is not ACK
+                    and message.opt.observe is None):
+                self.pacer.spend(1, self.loop.time(), force=True)
+
+        manager.send_message = counted
 
     def _interface(self):
         return self.context.request_interfaces[0].token_interface.message_interface
@@ -362,7 +379,6 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         resource.ended = True
         if notify:  # its pending IND is moot: the 4.04 below ends its observations
             self.pacer.discard(resource)
-            self.pacer.spend(len(resource._observations), self.loop.time(), force=True)
         if linger:
             self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
                                                              resource)

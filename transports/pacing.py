@@ -66,6 +66,11 @@ class Pacer(Generic[T]):
             return now
         return max(now, self._spent[0][0] + self.window * (1 + 1 / SLICES))
 
+    def spent(self, now: float) -> int:
+        """Sends counted in the window ending `now` (slices that have not left it)."""
+        self.spend(0, now)
+        return self._total
+
     def discard(self, item: T) -> None:
         """`item` no longer waits (it is gone, or its last state went another way)."""
         self._due.pop(item, None)
