@@ -4,14 +4,13 @@ WebSocket. Every one gets a typed answer (a JSON error with a 4xx or 501 status,
 never a dropped connection), a refused update changes nothing, and the gate serves on."""
 from __future__ import annotations
 
-import asyncio
 import json
 
 import aiohttp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_sepa_gate import PRE, UPDATE, Lab, receive, run
+from test_sepa_gate import PRE, UPDATE, Lab, run
 
 QUERIES = [
     PRE + "SELECT ?s ?v WHERE { ?s ex:v ?v FILTER(?v > 1) } ORDER BY ?v LIMIT 3",
