@@ -13,6 +13,7 @@ from ksp import (
     TCP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
     tcp_frame_length,
 )
+from ksp.framing import DEFAULT_MAX_TCP_MESSAGE, FRAME, FrameReader
 from ksp.session import _Persistent
 from sib import Sib
 from transports import KspConnectionError, TcpServer, connect
@@ -234,13 +235,13 @@ def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(
     then random, valid or broken bytes and the end of the stream. Every message back is a RES
     or IND that decodes and names a TID sent, the SIB closes the connection, and serves on."""
     async def frames(reader: asyncio.StreamReader) -> list[bytes]:
-        """The messages of what a connection brings until the SIB closes it."""
-        data, out = b"", []
+        """The messages of what a connection brings until the SIB closes it (whole frames
+        only: nothing oversize, no broken Length)."""
+        cut, out = FrameReader(DEFAULT_MAX_TCP_MESSAGE), []
         while chunk := await asyncio.wait_for(reader.read(65536), 10):
-            data += chunk
-            while (n := tcp_frame_length(data)) is not None and len(data) >= n:
-                out.append(data[:n])
-                data = data[n:]
+            for kind, *frame in cut.feed(chunk):
+                assert kind == FRAME, (kind, frame)
+                out.append(frame[0])
         return out
 
     async def scenario():
