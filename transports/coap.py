@@ -222,7 +222,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()
-        self._count_originated(self.context.request_interfaces[0].token_interface)
+        self._count_originated(self._manager())
         return self
 
     def _count_originated(self, manager) -> None:
@@ -239,8 +239,12 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
 
         manager.send_message = counted
 
+    def _manager(self):
+        """aiocoap's message manager: it numbers the messages this server originates."""
+        return self.context.request_interfaces[0].token_interface
+
     def _interface(self):
-        return self.context.request_interfaces[0].token_interface.message_interface
+        return self._manager().message_interface
 
     def tap(self, pcap, host: str) -> None:
         """Write every CoAP datagram in and out (KSP in their payloads) to `pcap`, a
