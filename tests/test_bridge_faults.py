@@ -23,6 +23,7 @@ from transports.udp import open_udp_link
 
 from test_bridge_broker import serve  # noqa: I001 - tests/ is on the path
 from test_sib_sockets import _Sink
+from transport_helpers import until
 
 GATE_ONLY = ("--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1")
 WATCH = Request(Tx.SELECT_PERSISTENT, projection=1, where=(Triple(ex("s"), ex("p"), Var(0)),))
@@ -43,13 +44,6 @@ def _against_a_gate(main, seconds: float):
                     "--sepa-ws-port", "0") as broker:
         return asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]),
                                             seconds))
-
-
-async def _until(predicate, seconds: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "not reached"
-        await asyncio.sleep(0.02)
 
 
 def test_a_slow_answer_for_one_device_does_not_hold_up_another():
@@ -73,7 +67,7 @@ def test_a_slow_answer_for_one_device_does_not_hold_up_another():
             bridge.submit(held._replace(tid=1), RecordingChannel(slow, 1, log))
             bridge.submit(ask._replace(tid=2), RecordingChannel(slow, 2, log))
             bridge.submit(ask._replace(tid=3), RecordingChannel(quick, 3, log))
-            await _until(lambda: len(log) == 1)
+            await until(lambda: len(log) == 1)
             answered_while_held = [(entry[1], entry[2]) for entry in log]
             release.set()
             await bridge.close()
@@ -146,19 +140,19 @@ def test_a_dropped_socket_is_made_again_and_what_changed_meanwhile_is_indicated(
                 sub = await link.request(WATCH, sink)
                 assert _values(sub.result.rows) == {1}
                 await relay.cut()
-                await _until(lambda: not bridge.subscriber.up.is_set())
+                await until(lambda: not bridge.subscriber.up.is_set())
                 refused = await link.request(WATCH._replace(
                     where=(Triple(ex("s"), ex("q"), Var(0)),)), _Sink())
                 await broker.update(f"INSERT DATA {{ <{ex('s')}> <{ex('p')}> 2 }}")
                 tries = relay.handshakes
-                await _until(lambda: relay.handshakes >= tries + 2)  # it keeps trying
+                await until(lambda: relay.handshakes >= tries + 2)  # it keeps trying
                 inds_while_away = list(sink.inds)
                 relay.mend()
-                await _until(lambda: bridge.subscriber.up.is_set())
-                await _until(lambda: sink.inds)
+                await until(lambda: bridge.subscriber.up.is_set())
+                await until(lambda: sink.inds)
                 after_reconnect = sink.inds[-1]
                 await link.request(_insert(3))
-                await _until(lambda: _values(sink.inds[-1].result.rows) == {1, 2, 3})
+                await until(lambda: _values(sink.inds[-1].result.rows) == {1, 2, 3})
                 return (refused.status, inds_while_away, after_reconnect,
                         bridge.subscriber.reconnects)
             finally:
@@ -204,7 +198,7 @@ def test_a_broker_killed_and_restarted_mid_stream_loses_nothing_acknowledged(tmp
                             processes.append(await asyncio.to_thread(SibProcess, *flags))
                         await asyncio.sleep(0.05)
                     acked.add(value)
-                await _until(lambda: sink.inds and _values(sink.inds[-1].result.rows) == acked)
+                await until(lambda: sink.inds and _values(sink.inds[-1].result.rows) == acked)
                 answer = await link.request(WATCH._replace(tx=Tx.SELECT))
                 return acked, _values(answer.result.rows), refusals, bridge.subscriber.reconnects
             finally:
@@ -246,7 +240,7 @@ def test_a_broker_down_at_start_gives_clear_statuses_and_is_used_once_up():
                     sink = _Sink()
                     sub = await link.request(WATCH, sink)
                     await link.request(_insert(3))
-                    await _until(lambda: sink.inds)
+                    await until(lambda: sink.inds)
                     return down, sub, sink.inds[-1]
             finally:
                 await link.close()
@@ -281,10 +275,10 @@ def test_a_device_that_stops_acking_is_dropped_and_its_subscription_freed():
                 before = (len(bridge.ops), len(bridge._shared), bridge.subscriber.live)
                 await gone.close()  # no ACK will come from it again
                 await stays.request(_insert(1))
-                await _until(lambda: len(bridge.ops) == 1)
-                await _until(lambda: bridge.subscriber.live == 1)
+                await until(lambda: len(bridge.ops) == 1)
+                await until(lambda: bridge.subscriber.live == 1)
                 await stays.request(_insert(2))
-                await _until(lambda: len(sink.inds) >= 2)
+                await until(lambda: len(sink.inds) >= 2)
                 return before, (len(bridge.ops), len(bridge._shared)), \
                     server.ind_retransmissions, sink.inds[-1]
             finally:

@@ -19,6 +19,7 @@ from sib.testing import ex
 from transports import Server
 from transports.client import kp_id_bytes
 
+from transport_helpers import until
 from test_sib_security import G1, HASH, SECRET, P, S, Peer, creds, select
 
 KEY = bytes(range(32))
@@ -310,12 +311,6 @@ def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401()
 
     from transports import connect
     from transports.coap import CoapServer
-
-    async def until(predicate, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.02)
 
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG))

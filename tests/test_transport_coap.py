@@ -18,7 +18,7 @@ from transports import CoapServer
 
 from memory_service import MemoryService
 from strategies import kp_bytes, sent_tx
-from transport_helpers import run
+from transport_helpers import run, until
 
 EX = "http://example.org/"
 KSP_CF = 65000
@@ -71,14 +71,6 @@ class Holding(MemoryService):
         held, self.held = self.held, []
         for request, channel in held:
             self._execute(request, channel)
-
-
-async def until(condition) -> None:
-    for _ in range(300):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
 
 
 def test_requests_errors_and_coap_level_codes():

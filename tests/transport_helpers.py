@@ -1,6 +1,6 @@
 """Helpers for the loopback transport tests: running a coroutine with leak checks, a TLS
 certificate made by the `openssl` CLI, a server of any transport around a MemoryService, and
-checking what a SIB sent back against what a fuzz test sent it."""
+checking what a SIB sent back against what a fuzz test sent it, waiting for a condition."""
 from __future__ import annotations
 
 import asyncio
@@ -42,6 +42,17 @@ def run(coro, timeout: float = 120.0):
     leaks = [w for w in caught if issubclass(w.category, ResourceWarning)]
     assert not leaks, [str(w.message) for w in leaks]
     return result
+
+
+
+async def until(predicate, timeout: float = 30.0, what: str = "the condition") -> None:
+    """Wait in the running loop until `predicate()` holds; AssertionError naming `what` after
+    `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"not reached in {timeout} s: {what}"
+        await asyncio.sleep(0.02)
 
 
 _CERT: tuple[Path, Path] | None = None
