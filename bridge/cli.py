@@ -115,6 +115,7 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
                       ssl=tls) as broker:
         bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
                               max_persistent_per_kp=config.max_persistent_per_kp,
+                              max_persistent=config.max_persistent,
                               max_subscriptions=config.max_subscriptions,
                               rule_firing_limit=config.rule_firing_limit,
                               cascade_limit=config.cascade_limit,

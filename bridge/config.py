@@ -53,6 +53,7 @@ class BridgeConfig(ServingConfig):
     # [limits]
     max_queued: int = 10_000
     max_persistent_per_kp: int = 256
+    max_persistent: int = 50_000
     max_subscriptions: int = 10_000  # and ServingConfig's max_session_entries
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
@@ -65,8 +66,9 @@ class BridgeConfig(ServingConfig):
                 "broker": ("jsap", "url", "subscribe", "timeout", "max_concurrent", "backoff",
                            "max_backoff", "register", "token", "anonymous_identity",
                            "ca_file"),
-                "limits": ("max_queued", "max_persistent_per_kp", "max_subscriptions",
-                           "max_session_entries", "rule_firing_limit", "cascade_limit"),
+                "limits": ("max_queued", "max_persistent_per_kp", "max_persistent",
+                           "max_subscriptions", "max_session_entries", "rule_firing_limit",
+                           "cascade_limit"),
                 "timing": ("ack_timeout", "max_retransmit"),
                 "capture": ("file", "max_bytes", "max_files")}
     PREFIXED = {"broker": "broker_", "capture": "capture_"}
@@ -75,6 +77,7 @@ class BridgeConfig(ServingConfig):
         check_ranges(self, ports=("udp_port", "tcp_port", "coap_port", "metrics_port"),
                      positive=("broker_timeout", "broker_max_concurrent", "broker_backoff",
                                "broker_max_backoff", "max_queued", "max_persistent_per_kp",
+                               "max_persistent",
                                "max_subscriptions", "max_session_entries", "ack_timeout",
                                "rule_firing_limit", "cascade_limit"),
                      non_negative=("max_retransmit", "capture_max_bytes", "capture_max_files"))

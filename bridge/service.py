@@ -117,15 +117,17 @@ class _Shared:
 class Bridge:
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
-                 max_subscriptions: int = 10_000, backoff: float = 0.25,
-                 max_backoff: float = 15.0, rule_firing_limit: int = 16,
+                 max_persistent: int = 50_000, max_subscriptions: int = 10_000,
+                 backoff: float = 0.25, max_backoff: float = 15.0, rule_firing_limit: int = 16,
                  cascade_limit: int = 1024, journal: Journal | None = None,
                  access: AccessPolicy | None = None,
                  registrations: Registrations | None = None,
                  anonymous_identity: str | None = None, auth_options: dict | None = None,
                  metrics: Metrics | None = None) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
-        without it persistent queries are answered INVALID_TRANSACTION_TYPE. `backoff`,
+        without it persistent queries are answered INVALID_TRANSACTION_TYPE.
+        `max_persistent_per_kp`, `max_persistent`: persistent operations of one KP and of all
+        (equal queries share a broker subscription, but each is an operation). `backoff`,
         `max_backoff`: the first and the longest wait between attempts to reach the broker's
         socket again. `rule_firing_limit`, `cascade_limit`: the SIB's cascade protection
         (docs/sib.md). `journal`: the SIB's, keeping the persistent operations of durable
@@ -149,6 +151,7 @@ class Bridge:
         self.anonymous_identity = anonymous_identity
         self.max_queued = max_queued
         self.max_persistent_per_kp = max_persistent_per_kp
+        self.max_persistent = max_persistent
         self.max_subscriptions = max_subscriptions
         self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
         self.journal = journal
@@ -157,6 +160,7 @@ class Bridge:
         self._screen = Screen()  # the triple patterns of `_shared`'s subscriptions
         self.flushes_skipped = 0  # updates that could not reach a subscription (stats)
         self._per_kp: Counter = Counter()
+        self._joining = 0  # operations past the caps, waiting for their broker subscription
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
         self._rules: dict[int, _Member] = {}  # by number, in registration order
@@ -457,8 +461,6 @@ class Bridge:
         kp, key = channel.kp, (channel.kp, request.tid)
         if key in self.ops:  # the TID again: the old operation gives way, as in the SIB
             self._end(key, None)
-        if self._per_kp[kp] >= self.max_persistent_per_kp:
-            raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
         member = await self._register(request, channel)
         self.forwarded += 1
         if self.journal is not None and member.channel.journal is not None:
@@ -470,8 +472,20 @@ class Bridge:
         return Response(request.tid)
 
     async def _register(self, request: Request, channel: Channel) -> _Member:
-        shared = await self._subscription(_solutions_query(request), self._identity(channel.kp))
+        """Within the caps (those still waiting for their subscription count): a new
+        operation, or one restored after a restart past a cap lowered meanwhile."""
         key = (channel.kp, request.tid)
+        if self._per_kp[key[0]] >= self.max_persistent_per_kp:
+            raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
+        if len(self.ops) + self._joining >= self.max_persistent:
+            raise RequestError(Status.LIMIT_EXCEEDED, f"the bridge holds {self.max_persistent}"
+                                                      " persistent operations, its limit")
+        self._joining += 1
+        try:
+            shared = await self._subscription(_solutions_query(request),
+                                              self._identity(channel.kp))
+        finally:
+            self._joining -= 1
         member = _Member(request, TrackedChannel(channel, self.journal), shared)
         shared.members[key] = self.ops[key] = member
         self._per_kp[key[0]] += 1

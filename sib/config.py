@@ -59,6 +59,7 @@ class Config(ServingConfig):
     smart: bool = True
     # [limits]
     max_persistent_per_kp: int = 256
+    max_persistent: int = 50_000
     max_queued: int = 10_000
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
@@ -92,8 +93,9 @@ class Config(ServingConfig):
 
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "metrics_host", "log_level", "smart"),
-                "limits": ("max_persistent_per_kp", "max_queued", "rule_firing_limit",
-                           "cascade_limit", "max_session_entries", "max_tcp_connections",
+                "limits": ("max_persistent_per_kp", "max_persistent", "max_queued",
+                           "rule_firing_limit", "cascade_limit", "max_session_entries",
+                           "max_tcp_connections",
                            "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
                            "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
@@ -181,8 +183,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: older clients (sepa-js, sepy) read.
 TOKEN_REPLIES = ("both", "flat", "wrapped")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
-_POSITIVE = ("max_persistent_per_kp", "max_queued", "rule_firing_limit", "cascade_limit",
-             "max_session_entries", "ack_timeout", "max_tcp_connections",
+_POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "rule_firing_limit",
+             "cascade_limit", "max_session_entries", "ack_timeout", "max_tcp_connections",
              "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
              "sepa_max_subscriptions", "sepa_max_socket_subscriptions",
              "sepa_token_lifetime")

@@ -60,13 +60,15 @@ class SibCore:
     def __init__(self, store: QuadStore, *, smart: bool = True, rule_firing_limit: int = 16,
                  cascade_limit: int = 1024, fresh: Fresh | None = None,
                  access: AccessPolicy | None = None, max_persistent_per_kp: int | None = None,
-                 journal: Journal | None = None, metrics: Metrics | None = None) -> None:
+                 max_persistent: int | None = None, journal: Journal | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.store = store
         self.journal = journal
         self.metrics = metrics or Metrics()
         self.registry = Registry(store, access=access or AccessPolicy.open(), journal=journal,
                                  metrics=self.metrics,
-                                 max_persistent_per_kp=max_persistent_per_kp)
+                                 max_persistent_per_kp=max_persistent_per_kp,
+                                 max_persistent=max_persistent)
         self.propagation = Propagation(store, self.registry, fresh or fresh_labels(),
                                        smart=smart, rule_firing_limit=rule_firing_limit,
                                        cascade_limit=cascade_limit)
@@ -162,28 +164,35 @@ class SibCore:
         current solutions as seen (it does not fire again for a state it already acted on).
 
         It is checked first against the access policy in force, by its KP ID (the saved copy
-        has no password): one the policy no longer allows ends with an ACCESS_DENIED IND."""
+        has no password), and against the limits in force: one the policy no longer allows
+        ends with an ACCESS_DENIED IND, one past a limit (lowered meanwhile) with
+        LIMIT_EXCEEDED."""
         req, kp = saved.request, saved.kp
         channel.restore(saved.state)  # numbering, endpoint and what the KP has, as they were
         tracked = TrackedChannel(channel, self.journal, self.metrics.indicated)
+        pattern = Pattern(req)
         try:
             self.access.check_by_id(kp.kp_id, req)
+            if req.tx.is_query:
+                response = self.registry.subscribe(req, tracked, kp, pattern, restored=True)
+            else:
+                rule = self.registry.add_rule(req, tracked, kp, pattern, restored=True)
         except RequestError as exc:
             log.warning("%s tid %d: %s not restored: %s", self.access.who(kp), req.tid,
                         req.tx.name, exc)
-            self.metrics.denied += 1
+            if exc.status == Status.ACCESS_DENIED:
+                self.metrics.denied += 1
+            elif exc.status == Status.LIMIT_EXCEEDED:
+                self.metrics.limited += 1
             if self.journal is not None:
                 self.journal.remove(kp, req.tid)
             tracked.indicate(Response(req.tid, exc.status, indication=True))
             return
-        pattern = Pattern(req)
         if req.tx.is_query:
-            response = self.registry.subscribe(req, tracked, kp, pattern, restored=True)
             # Sent if it changed while down or may never have arrived; the delivery drops it
             # if the KP ACKed this very result (`ksp.delivery.Delivery.redundant`).
             tracked.indicate(Response(req.tid, Status.OK, response.result, indication=True))
         else:
-            rule = self.registry.add_rule(req, tracked, kp, pattern, restored=True)
             rule.last = frozenset(pattern.solutions(self.store))
         log.info("%s tid %d: %s restored (%s, endpoint %s)", self.access.who(kp), req.tid,
                  req.tx.name, saved.transport, saved.endpoint)

@@ -33,12 +33,16 @@ class Registry:
 
     def __init__(self, store: QuadStore, *, access: AccessPolicy,
                  journal: Journal | None = None, metrics: Metrics | None = None,
-                 max_persistent_per_kp: int | None = None) -> None:
+                 max_persistent_per_kp: int | None = None,
+                 max_persistent: int | None = None) -> None:
         self.store = store
         self.access = access
         self.journal = journal
         self.metrics = metrics or Metrics()
         self.max_persistent_per_kp = max_persistent_per_kp
+        #: Persistent operations of all KPs at once: a KP identity is only an address when it
+        #: gives no KP ID, so the per-KP cap alone would not bound a SIB open to anyone.
+        self.max_persistent = max_persistent
         self.ops: dict[OpKey, Subscription | Rule] = {}
         self.groups: dict[object, QueryGroup] = {}
         self.group_by_id: dict[int, QueryGroup] = {}
@@ -95,12 +99,18 @@ class Registry:
 
     def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
                restored: bool) -> Channel:
-        """The cap on persistent operations per KP; the channel, tracked and journaled."""
+        """The caps on persistent operations, per KP and in all (reusing an active TID takes
+        no new slot); the channel, tracked and journaled."""
         key = (kp, req.tid)
-        cap = self.max_persistent_per_kp
-        if cap is not None and key not in self.ops and self._per_kp[kp] >= cap:
-            raise RequestError(Status.LIMIT_EXCEEDED,
-                               f"{cap} persistent operations per KP")
+        if key not in self.ops:
+            cap = self.max_persistent_per_kp
+            if cap is not None and self._per_kp[kp] >= cap:
+                raise RequestError(Status.LIMIT_EXCEEDED,
+                                   f"{cap} persistent operations per KP")
+            cap = self.max_persistent
+            if cap is not None and len(self.ops) >= cap:
+                raise RequestError(Status.LIMIT_EXCEEDED,
+                                   f"the SIB holds {cap} persistent operations, its limit")
         self.replace(key)
         if restored:
             return channel

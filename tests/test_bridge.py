@@ -201,7 +201,8 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
     broker is held busy here); past `max_persistent_per_kp`, a KP's next persistent query is
     refused LIMIT_EXCEEDED and the broker gets no subscription for it; past `max_subscriptions`
     at the broker, a persistent query that would need a new one is refused, while one equal to
-    an existing one shares it."""
+    an existing one shares it; past `max_persistent`, KPs asking the same query (one broker
+    subscription) are refused all the same, those still waiting for the broker counted."""
     from aiohttp import web
 
     from ksp.session import KPIdentity
@@ -251,15 +252,80 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
                 shared.append((await bridge.answer(sub, RecordingChannel(other, 1, []))).status)
             shared.append(len(bridge._shared))
             await bridge.close()
-        return refused, capped, subscriptions, shared
+
+        in_all = []  # past max_persistent, counting those still waiting for the broker
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker, f"ws://127.0.0.1:{ws_port}/subscribe",
+                                  max_persistent=3).start()
+            sub = Request(Tx.SELECT_PERSISTENT, 1, projection=1,
+                          where=(Triple(ex("s"), ex("a"), Var(0)),))
+            kps = [KPIdentity(None, ("device", n)) for n in range(7)]
+            answers = await asyncio.gather(*(bridge.answer(sub, RecordingChannel(k, 1, []))
+                                             for k in kps[:6]))  # all at once
+            in_all.append([r.status for r in answers])
+            in_all.append((len(bridge.ops), len(bridge._shared)))
+            end = Request(Tx.TERMINATE, 1)
+            in_all.append((await bridge.answer(end, RecordingChannel(kps[0], 1, []))).status)
+            in_all.append((await bridge.answer(sub, RecordingChannel(kps[6], 1, []))).status)
+            in_all.append(len(bridge.ops))
+            await bridge.close()
+        return refused, capped, subscriptions, shared, in_all
 
     with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
-        refused, capped, subscriptions, shared = asyncio.run(asyncio.wait_for(
+        refused, capped, subscriptions, shared, in_all = asyncio.run(asyncio.wait_for(
             held(broker.ports["http"], broker.ports["ws"]), 60))
     assert refused == [(4, Status.LIMIT_EXCEEDED)]
     assert capped == [Status.OK, Status.LIMIT_EXCEEDED] and subscriptions == 1
     assert shared == [Status.OK, Status.LIMIT_EXCEEDED, Status.OK, 1]
+    assert in_all == [[Status.OK] * 3 + [Status.LIMIT_EXCEEDED] * 3, (3, 1), Status.OK,
+                      Status.OK, 3]
+
+
+def test_operations_restored_past_a_cap_lowered_meanwhile_end_with_limit_exceeded(tmp_path):
+    """Journaled operations of a bridge restarted with a lower `max_persistent`: those within
+    it are restored, the rest end with a LIMIT_EXCEEDED IND (their KPs are told) and leave
+    the journal, as in the SIB."""
+    from ksp.session import KPIdentity
+    from sib.journal import Journal
+    from sib.testing import RecordingChannel
+
+    kp = KPIdentity(None, ("device", 1))
+    sub = [Request(Tx.SELECT_PERSISTENT, tid, projection=1,
+                   where=(Triple(ex("s"), ex(f"p{tid}"), Var(0)),)) for tid in (1, 2, 3)]
+    log: list = []
+
+    class Listener:  # where restored operations find their channels, as `Server` does
+        udp = True
+
+        def channel(self, transport, kp, tid):
+            return RecordingChannel(kp, tid, log, transport)
+
+    async def main(http_port: int, ws_port: int):
+        urls = (f"http://127.0.0.1:{http_port}", f"ws://127.0.0.1:{ws_port}/subscribe")
+        journal = Journal(str(tmp_path / "journal.sqlite3"))
+        async with Broker(urls[0]) as broker:
+            bridge = await Bridge(broker, urls[1], journal=journal).start()
+            for request in sub:
+                channel = RecordingChannel(kp, request.tid, [])
+                assert (await bridge.answer(request, channel)).status == Status.OK
+            await bridge.close()  # durable channels: saved, not ended
+        journal.close()
+        journal = Journal(str(tmp_path / "journal.sqlite3"))
+        async with Broker(urls[0]) as broker:
+            bridge = await Bridge(broker, urls[1], journal=journal, max_persistent=2).start()
+            restored = await bridge.restore(Listener())
+            kept = (restored, sorted(tid for _, tid in bridge.ops), [s.tid for s in journal])
+            await bridge.close()
+        journal.close()
+        return kept
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--sepa-http-port", "0", "--sepa-ws-port", "0") as broker:
+        kept = asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]), 60))
+    assert kept == (2, [1, 2], [1, 2])
+    assert [(tid, r.status) for kind, _, tid, r in log if r.status != Status.OK] == \
+        [(3, Status.LIMIT_EXCEEDED)]
 
 
 def test_a_rule_fires_on_a_change_made_by_another_client_of_the_broker():

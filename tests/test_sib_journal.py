@@ -25,11 +25,11 @@ def insert(tid: int, value: int) -> Request:
     return Request(Tx.INSERT_DATA, tid, insert=(Triple(S, P, Literal.of(value)),))
 
 
-def restart(tmp_path, before, after, acked: bool = True):
+def restart(tmp_path, before, after, acked: bool = True, **options):
     """Run `before(sib, kp)` on a SIB with a journal, close it, reopen store and journal,
     restore every saved operation onto recording channels, run `after(sib, kp, saved, log)`.
     `acked`: the clean stop found every IND ACKed (`ksp-sib` asks its UDP session); False is
-    what a crash leaves."""
+    what a crash leaves. `options` go to the restarted `Sib` (its limits, say)."""
     async def first():
         journal = Journal(str(tmp_path / "j.sqlite3"))
         sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal)
@@ -43,7 +43,7 @@ def restart(tmp_path, before, after, acked: bool = True):
 
     async def second(identity):
         journal = Journal(str(tmp_path / "j.sqlite3"))
-        sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal)
+        sib = Sib(QuadStore(str(tmp_path / "db")), journal=journal, **options)
         saved = list(journal)
         log: list = []
         for s in saved:
@@ -150,6 +150,28 @@ def test_rule_does_not_fire_again_and_ended_ops_are_forgotten(tmp_path):
         assert len(sib.store.match(S, Q)) == 2
 
     restart(tmp_path, before, after)
+
+
+def test_operations_past_a_limit_lowered_meanwhile_end_with_limit_exceeded(tmp_path):
+    """Restarted with `max_persistent=2`, the first two saved operations come back; the third
+    ends with a LIMIT_EXCEEDED IND (its KP is told, not left waiting) and leaves the journal."""
+    async def before(sib, kp):
+        await kp.call(insert(1, 1))
+        for tid in (5, 7):
+            assert (await kp.call(SUB._replace(tid=tid))).status == Status.OK
+        assert (await kp.call(RULE)).status == Status.OK
+
+    async def after(sib, kp, saved, log):
+        assert [s.tid for s in saved] == [5, 7, 6]
+        assert sib.core.persistent_count == 2 and sib.core.metrics.limited == 1
+        assert [(tid, r.status) for kind, _, tid, r in log if r.status != Status.OK] == \
+            [(6, Status.LIMIT_EXCEEDED)]
+        assert [s.tid for s in sib.core.journal] == [5, 7]
+        assert len(sib.store.match(S, Q)) == 1  # what the rule wrote before the restart
+        await kp.call(insert(2, 2))  # a new solution, but the rule is gone: nothing fires
+        assert len(sib.store.match(S, Q)) == 1
+
+    restart(tmp_path, before, after, max_persistent=2)
 
 
 def test_a_kp_that_spoke_sealed_is_restored_sealed(tmp_path):

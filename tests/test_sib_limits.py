@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 from ksp import Literal, Request, Status, Timing, Triple, Tx, Var
 from ksp.codec import UDP, decode_sib_message, encode
 from sib import Sib
@@ -38,6 +40,62 @@ def test_cap_on_persistent_operations_per_kp():
         await sib.close()
 
     asyncio.run(go())
+
+
+def test_cap_on_persistent_operations_in_all():
+    """`max_persistent` bounds every KP's operations together: past it a new one is refused
+    whoever asks; reusing an active TID takes no new slot; an ended one frees its slot."""
+    async def go():
+        sib = Sib(max_persistent=3)
+        a, b, c, d = (Client(sib, name) for name in "abcd")
+        for kp in (a, b, c):
+            assert (await kp.call(sub(1))).status == Status.OK
+        assert (await d.call(sub(1))).status == Status.LIMIT_EXCEEDED
+        rule = Request(Tx.INSERT_PERSISTENT, 2, insert=(Triple(S, ex("q"), Var(0)),),
+                       where=(Triple(S, P, Var(0)),))
+        assert (await d.call(rule)).status == Status.LIMIT_EXCEEDED
+        assert not sib.core.registry.rules and len(sib.core.registry.groups) == 1
+        assert (await a.call(sub(1))).status == Status.OK  # replaces its own: no new slot
+        assert sib.core.persistent_count == 3 and sib.core.metrics.limited == 2
+        assert (await b.call(Request(Tx.TERMINATE, 1))).status == Status.OK
+        assert (await d.call(rule)).status == Status.OK
+        assert (await c.call(sub(2))).status == Status.LIMIT_EXCEEDED
+        assert sib.core.persistent_count == 3 and len(sib.core.registry.rules) == 1
+        await sib.close()
+
+    asyncio.run(go())
+
+
+def test_kps_known_only_by_their_address_hold_no_more_than_the_cap_over_real_udp():
+    """Without a KP ID a KP is its address, so one host sending from many ports is many KPs,
+    each within `max_persistent_per_kp`: only the cap in all bounds what they hold."""
+    async def go():
+        sib = Sib(max_persistent=5)
+        async with await Server.start(sib, udp=0) as server:
+            loop = asyncio.get_running_loop()
+            socks = []
+            try:
+                statuses = []
+                for k in range(12):
+                    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    socks.append(sock)
+                    sock.bind(("127.0.0.1", 0))
+                    sock.setblocking(False)
+                    request = Request(Tx.SELECT_PERSISTENT, 9, projection=1,
+                                      where=(Triple(ex(f"s{k}"), P, Var(0)),))
+                    await loop.sock_sendto(sock, encode(request, UDP),
+                                           ("127.0.0.1", server.udp.port))
+                    data = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
+                    statuses.append(decode_sib_message(data, UDP, Tx.SELECT).status)
+                assert statuses == [Status.OK] * 5 + [Status.LIMIT_EXCEEDED] * 7
+                assert sib.core.persistent_count == 5
+                assert server.udp.session.sizes()["deliveries"] <= 5
+            finally:
+                for sock in socks:
+                    sock.close()
+        await sib.close()
+
+    asyncio.run(asyncio.wait_for(go(), 120))
 
 
 def test_cap_on_queued_requests_refuses_at_once_and_applies_nothing():
@@ -133,7 +191,7 @@ def test_more_persistent_operations_than_the_session_keeps_still_number_their_in
 def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
     """`Server.start(max_entries=)` sizes both sessions; `ksp-sib` takes it from
     `[limits] max_session_entries`, by default large enough for 10,000+ subscriptions."""
-    from sib.config import load
+    from sib.config import ConfigError, load
 
     async def go():
         sib = Sib()
@@ -143,6 +201,14 @@ def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
 
     asyncio.run(asyncio.wait_for(go(), 60))
     assert load().max_session_entries >= 10_000
+    # the cap on persistent operations in all stays below the session tables' size
+    assert 10_000 <= load().max_persistent < load().max_session_entries
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[limits]\nmax_persistent = 7\n")
+    assert load(limits).max_persistent == 7
+    limits.write_text("[limits]\nmax_persistent = 0\n")
+    with pytest.raises(ConfigError, match="max_persistent"):
+        load(limits)
     toml = tmp_path / "sib.toml"
     toml.write_text("[limits]\nmax_session_entries = 20000\n")
     assert load(toml).max_session_entries == 20_000
