@@ -162,8 +162,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 journal.remove(saved.kp, saved.tid)
                 continue
             try:
-                sib.core.restore(saved, server.channel(saved.transport, saved.kp, saved.tid))
-                restored += 1
+                channel = server.channel(saved.transport, saved.kp, saved.tid)
+                restored += sib.core.restore(saved, channel)
             except Exception:
                 log.exception("%s tid %d: could not be restored; forgotten", saved.kp,
                               saved.tid)

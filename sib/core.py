@@ -157,7 +157,7 @@ class SibCore:
         """The SIB shuts down (`Registry.terminate_all`)."""
         self.registry.terminate_all()
 
-    def restore(self, saved: Saved, channel: Channel) -> None:
+    def restore(self, saved: Saved, channel: Channel) -> bool:
         """Re-register a journaled persistent operation after a restart, without a RES: a
         query sends an IND when its current result is not the one last sent, or the last IND
         was not known to be ACKed when the SIB stopped; a rule takes its
@@ -166,7 +166,7 @@ class SibCore:
         It is checked first against the access policy in force, by its KP ID (the saved copy
         has no password), and against the limits in force: one the policy no longer allows
         ends with an ACCESS_DENIED IND, one past a limit (lowered meanwhile) with
-        LIMIT_EXCEEDED."""
+        LIMIT_EXCEEDED. Returns whether it was restored."""
         req, kp = saved.request, saved.kp
         channel.restore(saved.state)  # numbering, endpoint and what the KP has, as they were
         tracked = TrackedChannel(channel, self.journal, self.metrics.indicated)
@@ -187,7 +187,7 @@ class SibCore:
             if self.journal is not None:
                 self.journal.remove(kp, req.tid)
             tracked.indicate(Response(req.tid, exc.status, indication=True))
-            return
+            return False
         if req.tx.is_query:
             # Sent if it changed while down or may never have arrived; the delivery drops it
             # if the KP ACKed this very result (`ksp.delivery.Delivery.redundant`).
@@ -196,6 +196,7 @@ class SibCore:
             rule.last = frozenset(pattern.solutions(self.store))
         log.info("%s tid %d: %s restored (%s, endpoint %s)", self.access.who(kp), req.tid,
                  req.tx.name, saved.transport, saved.endpoint)
+        return True
 
     def set_access(self, access: AccessPolicy) -> int:
         """Put `access` in force (a reloaded configuration) and end, with an ACCESS_DENIED

@@ -406,6 +406,7 @@ def test_a_revoked_read_permission_ends_the_persistent_query(tmp_path, how):
                 assert denied.value.status is Status.ACCESS_DENIED
         text = log.log()
         assert ("not restored" if how == "restart" else "ended by the new access policy") in text
+        assert "persistent operations restored" not in text  # the only one was not
         if how == "sighup":
             assert "SIGHUP: access policy reloaded" in text
 
