@@ -95,7 +95,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 reload: Callable[[], Config] | None = None) -> None:
     """Run the SIB until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
-    from transports.limits import ConnectionLimits
+    from transports.limits import ConnectionLimits, Guard
     from transports.server import Server
 
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
@@ -179,6 +179,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         from .sepa.secure import Clients, Tokens
 
         data_dir = None if config.memory else Path(config.data_dir)
+        # The KSP TCP listener's limits on connections, in all and per address (no timeouts:
+        # aiohttp's keep-alive closes silent HTTP connections; subscribers are silent).
+        connections = Guard(ConnectionLimits(config.sepa_max_connections,
+                                             config.sepa_max_connections_per_address,
+                                             max_buffered_bytes=None, frame_timeout=0.0),
+                            "sepa", lambda conn: conn.transport.abort())
         gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
                               ws_port=config.sepa_ws_port,
                               max_subscriptions=config.sepa_max_subscriptions,
@@ -188,8 +194,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                               clients=Clients(data_dir, config.sepa_identities),
                               tokens=Tokens(data_dir, config.sepa_token_lifetime,
                                             config.sepa_token_reply),
-                              ksp=ksp_ports,
-                              namespaces=config.sepa_namespaces).start()
+                              ksp=ksp_ports, namespaces=config.sepa_namespaces,
+                              connections=connections).start()
         if gate.http_port is not None:
             log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
                      gate.http_port)

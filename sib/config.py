@@ -78,6 +78,8 @@ class Config(ServingConfig):
     sepa_ws_port: int = 9000
     sepa_max_subscriptions: int = 10_000
     sepa_max_socket_subscriptions: int = 1_000
+    sepa_max_connections: int = 1024
+    sepa_max_connections_per_address: int = 64
     #: The secure mode (on with a certificate): HTTPS and WSS ports, who may register, tokens.
     sepa_certificate: str = ""
     sepa_key: str = ""
@@ -102,7 +104,8 @@ class Config(ServingConfig):
                 "tls": ("cert", "key", "client_ca"),
                 "capture": ("file", "max_bytes", "max_files"),
                 "sepa": ("http_port", "ws_port", "max_subscriptions",
-                         "max_socket_subscriptions", "certificate", "key", "https_port",
+                         "max_socket_subscriptions", "max_connections",
+                         "max_connections_per_address", "certificate", "key", "https_port",
                          "wss_port", "identities", "token_lifetime", "token_reply", "namespaces")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
@@ -186,7 +189,8 @@ TOKEN_REPLIES = ("both", "flat", "wrapped")
 _POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "rule_firing_limit",
              "cascade_limit", "max_session_entries", "ack_timeout", "max_tcp_connections",
              "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
-             "sepa_max_subscriptions", "sepa_max_socket_subscriptions",
+             "sepa_max_subscriptions", "sepa_max_socket_subscriptions", "sepa_max_connections",
+             "sepa_max_connections_per_address",
              "sepa_token_lifetime")
 
 

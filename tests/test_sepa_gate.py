@@ -828,3 +828,105 @@ def test_shutdown_does_not_wait_on_a_client_that_never_reads():
         assert sock.transport_gone()
         stalled.close()
     run(main())
+
+
+def test_connections_past_the_gate_s_limits_are_closed_at_accept():
+    """With the guard `ksp-sib` gives the gate (`transports.limits.Guard`, its four listeners
+    together): past the connections per address a new one from that address is closed before
+    aiohttp reads a byte, past the connections in all one from any address; the connections
+    admitted go on serving (a subscriber gets its notification, past the keep-alive too), idle
+    ones count, and one that ends, or that the keep-alive closes, frees its slot."""
+    from transports.limits import ConnectionLimits, Guard
+
+    async def dial(port: int, source: str):
+        return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+    async def closed(conn) -> bool:
+        try:
+            return await asyncio.wait_for(conn[0].read(1), 10) == b""
+        except ConnectionResetError:
+            return True
+
+    async def ask(conn, head: str, body: bytes = b"") -> bytes:
+        reader, writer = conn
+        writer.write(f"{head}\r\nHost: gate\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+
+    async def go():
+        limits = ConnectionLimits(4, 2, max_buffered_bytes=None, frame_timeout=0.0)
+        guard = Guard(limits, "sepa", lambda conn: conn.transport.abort())
+        async with Lab(connections=guard) as lab:
+            port, conns = lab.gate.http_port, []
+            ws = await lab.http.ws_connect(lab.ws_url)  # 1 (127.0.0.1)
+            await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
+            for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.3"):
+                conns.append(await dial(port, source))
+            refused = [await closed(conns[k]) for k in (1, 4)]  # per address; in all
+            assert refused == [True, True]
+            assert dict(guard.refused) == {"per address": 1, "connections": 1}
+            assert len(guard) == 4 and lab.sib.core.metrics.gauges["ksp_sepa_connections"][1]() == 4
+            assert (await ask(conns[0], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
+            update = (PRE + "INSERT DATA { ex:s ex:p 1 }").encode()
+            head = "POST /update HTTP/1.1\r\nContent-Type: application/sparql-update"
+            assert (await ask(conns[3], head, update)).startswith(b"HTTP/1.1 200")
+            note = (await receive(ws))["notification"]
+            assert values(note["addedResults"]["results"]["bindings"], "o") == ["1"]
+            conns[2][1].close()  # conns[2] idled until now; its end frees a slot
+            for _ in range(500):
+                if len(guard) == 3:
+                    break
+                await asyncio.sleep(0.02)
+            conns.append(await dial(port, "127.0.0.3"))
+            assert (await ask(conns[-1], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
+            assert len(guard) == 4
+            await ws.close()
+            for _, writer in conns:
+                writer.close()
+
+        # Past the keep-alive, a connection that says nothing (more) is closed, its slot free.
+        guard = Guard(limits, "sepa", lambda conn: conn.transport.abort())
+        async with Lab(connections=guard, keepalive=1.0) as lab:
+            silent = await dial(lab.gate.http_port, "127.0.0.1")
+            asked = await dial(lab.gate.http_port, "127.0.0.1")
+            assert (await ask(asked, "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
+            assert len(guard) == 2
+            await asyncio.wait_for(asked[0].read(), 10)  # the rest of the answer, then EOF
+            assert await closed(silent)
+            for _ in range(500):
+                if not len(guard):
+                    break
+                await asyncio.sleep(0.02)
+            assert len(guard) == 0 and not guard.refused
+            for _, writer in (silent, asked):
+                writer.close()
+
+    run(go())
+
+
+def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
+    """`[sepa] max_connections_per_address` reaches the gate of a `ksp-sib` process: one
+    connection more from the same address is closed at accept, counted on the metrics
+    endpoint; the first goes on serving."""
+    import socket
+    import urllib.request
+
+    from sib.testing import SibProcess
+
+    config = tmp_path / "sib.toml"
+    config.write_text("[sepa]\nmax_connections_per_address = 1\n")
+    with SibProcess("--config", str(config), "--memory", "--udp-port", "-1", "--tcp-port", "-1",
+                    "--coap-port", "-1", "--sepa-http-port", "0", "--metrics-port", "0") as sib:
+        with socket.create_connection(("127.0.0.1", sib.ports["http"]), timeout=10) as first, \
+                socket.create_connection(("127.0.0.1", sib.ports["http"]), timeout=10) as second:
+            try:
+                assert second.recv(1) == b""
+            except ConnectionResetError:
+                pass
+            first.sendall(b"GET /jsap HTTP/1.1\r\nHost: sib\r\nConnection: close\r\n\r\n")
+            assert first.recv(12) == b"HTTP/1.1 200"
+        text = urllib.request.urlopen(f"http://127.0.0.1:{sib.ports['metrics']}/",
+                                      timeout=30).read().decode()
+    assert "ksp_sepa_connections_refused_total 1.0" in text
+    assert "connection closed: 1 connections from 127.0.0.1" in sib.log()

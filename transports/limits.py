@@ -1,7 +1,8 @@
 """Limits on a server's connections, the same for every stream listener the SIB opens (KSP over
-TCP today; the SEPA gate's HTTP and WebSocket later): how many connections in all and per
-address, how many bytes of unfinished messages buffered across all of them, how long a
-connection may stay silent, and how long one message may take to arrive (slowloris).
+TCP, and the SEPA gate's HTTP and WebSocket listeners, which `sib.cli` gives a `Guard`): how
+many connections in all and per address, how many bytes of unfinished messages buffered across
+all of them, how long a connection may stay silent, and how long one message may take to arrive
+(slowloris).
 
 A connection over a limit is closed, with one log line per limit and minute (not one per
 connection: a flood must not flood the log too); the others are not affected.

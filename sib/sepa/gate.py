@@ -12,6 +12,7 @@ has `head.vars`; later ones count up from 1 and go only when something was added
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -105,6 +106,46 @@ def _error(exc: SepaError) -> web.Response:
     return web.json_response(exc.json(), status=exc.status)
 
 
+class _Admitted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, behind the gate's connection limits: one over a
+    limit is aborted at accept, before aiohttp reads a byte of it. `guard`: anything with
+    `admit(conn, address) -> bool` and `release(conn)` (`ksp-sib` passes
+    `transports.limits.Guard`, as its KSP TCP listener has)."""
+
+    __slots__ = ("factory", "guard", "inner", "transport")
+
+    def __init__(self, factory, guard) -> None:
+        self.factory, self.guard = factory, guard
+        self.inner: asyncio.Protocol | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        peer = transport.get_extra_info("peername")
+        if not self.guard.admit(self, peer[0] if peer else None):
+            transport.abort()
+            return
+        self.transport, self.inner = transport, self.factory()
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc) -> None:
+        if self.inner is not None:
+            self.guard.release(self)
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self):
+        return None if self.inner is None else self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 class _Socket:
     """One subscriber WebSocket: what the broker sends goes through a bounded queue to a
     writer task, so a client that never reads costs at most `max_queued` frames (beside what
@@ -174,12 +215,16 @@ class SepaGate:
                  heartbeat: float = 30.0, ssl_context=None, https_port: int = 8443,
                  wss_port: int = 9443, clients: Clients | None = None,
                  tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
-                 namespaces: Mapping[str, str] | None = None) -> None:
+                 namespaces: Mapping[str, str] | None = None, connections=None,
+                 keepalive: float = 75.0) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
         (`sib.sepa.secure`). `GET /jsap` describes the SIB (`sib.sepa.jsap`): these ports, the
-        KSP listeners' `ksp` ports by URL scheme, and `namespaces`."""
+        KSP listeners' `ksp` ports by URL scheme, and `namespaces`. `connections`: the limits
+        on the connections of all four listeners together (`_Admitted`; None: none).
+        `keepalive`: seconds an HTTP connection may stay silent before its first request and
+        between requests (`web.run_app`'s default; aiohttp's own is an hour)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -193,10 +238,13 @@ class SepaGate:
         self.heartbeat = heartbeat
         self.ksp = dict(ksp or {})
         self.namespaces = dict(namespaces or {})
+        self.connections = connections
+        self.keepalive = keepalive
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
                                  max_per_owner=max_socket_subscriptions)
         self.sockets: set[_Socket] = set()
         self._runners: list[web.AppRunner] = []
+        self._servers: list[asyncio.Server] = []
         self.requests: Counter[str] = Counter()  # by kind (stats)
         self.errors: Counter[int] = Counter()  # error answers and frames, by status code
         self.overflowed = 0  # sockets aborted for not reading
@@ -214,6 +262,14 @@ class SepaGate:
             "SEPA error answers and frames, by HTTP status code.", "status",
             lambda: self.errors)
         metrics.gauges["ksp_sepa_sockets"] = ("Open SEPA WebSockets.", lambda: len(self.sockets))
+        guard = self.connections
+        if guard is not None:
+            metrics.gauges["ksp_sepa_connections"] = (
+                "Open connections to the SEPA gate's listeners (HTTP and WebSocket).",
+                lambda: len(guard))
+            metrics.counters["ksp_sepa_connections_refused_total"] = (
+                "Connections to the SEPA gate closed at accept by a connection limit.",
+                lambda: sum(guard.refused.values()))
         metrics.gauges["ksp_sepa_subscriptions"] = (
             "SEPA subscriptions.", lambda: len(b.subscriptions))
         metrics.gauges["ksp_sepa_evaluations_shared"] = (
@@ -256,26 +312,36 @@ class SepaGate:
         wss = web.Application()
         wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
+        loop = asyncio.get_running_loop()
         for app, port, tls in ((http, self.http_port, None), (ws, self.ws_port, None),
                                (https, self.https_port, self.ssl_context),
                                (wss, self.wss_port, self.ssl_context)):
             if port is None or port < 0:
                 ports.append(None)
                 continue
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   keepalive_timeout=self.keepalive)
             await runner.setup()
-            site = web.TCPSite(runner, self.host, port, ssl_context=tls)
-            await site.start()
             self._runners.append(runner)
-            ports.append(runner.addresses[0][1])
+            factory = runner.server  # what aiohttp's TCPSite listens with
+            if self.connections is not None:
+                factory = functools.partial(_Admitted, runner.server, self.connections)
+            server = await loop.create_server(factory, self.host, port, ssl=tls)
+            self._servers.append(server)
+            ports.append(server.sockets[0].getsockname()[1])
         self.http_port, self.ws_port, self.https_port, self.wss_port = ports
         return self
 
     async def close(self) -> None:
+        for server in self._servers:
+            server.close()  # no new connections
         await asyncio.gather(*(s.shut(1001, b"SIB shutting down") for s in list(self.sockets)))
         for runner in self._runners:
             await runner.cleanup()
+        for server in self._servers:
+            await server.wait_closed()
         self._runners.clear()
+        self._servers.clear()
 
     # -- HTTP -----------------------------------------------------------------------------
 
