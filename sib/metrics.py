@@ -76,27 +76,38 @@ class Metrics:
         return generate_latest(self.registry).decode()
 
 
-    async def serve(self, host: str, port: int) -> asyncio.Server:
-        """`GET /metrics` (any path answers the same); port 0 = ephemeral."""
+    async def serve(self, host: str, port: int, *, max_connections: int = 16,
+                    timeout: float = 10.0) -> asyncio.Server:
+        """`GET /metrics` (any path answers the same); port 0 = ephemeral. Bounded as the
+        ingest's shard server is: at most `max_connections` at once (a scraper needs one), one
+        more closed unanswered, and each answered or closed within `timeout` seconds of its
+        accept, however slowly its request comes."""
+        active = 0
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal active
+            if active >= max_connections:
+                writer.close()
+                return
+            active += 1
             try:
-                line = await asyncio.wait_for(reader.readline(), 10)
-                while (h := await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n",
-                                                                                   b"\n", b""):
-                    pass
-                if line.split(b" ")[0] not in (b"GET", b"HEAD"):
-                    status, body = "405 Method Not Allowed", b""
-                else:
-                    status, body = "200 OK", self.render().encode()
-                head = (f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE_PLAIN_0_0_4}\r\n"
-                        f"Content-Length: {len(body)}\r\n"
-                        f"Connection: close\r\n\r\n").encode()
-                writer.write(head + (body if not line.startswith(b"HEAD") else b""))
-                await writer.drain()
-            except (asyncio.TimeoutError, ConnectionError):
+                async with asyncio.timeout(timeout):
+                    line = await reader.readline()
+                    while await reader.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    if line.split(b" ")[0] not in (b"GET", b"HEAD"):
+                        status, body = "405 Method Not Allowed", b""
+                    else:
+                        status, body = "200 OK", self.render().encode()
+                    head = (f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE_PLAIN_0_0_4}\r\n"
+                            f"Content-Length: {len(body)}\r\n"
+                            f"Connection: close\r\n\r\n").encode()
+                    writer.write(head + (body if not line.startswith(b"HEAD") else b""))
+                    await writer.drain()
+            except (TimeoutError, ConnectionError, ValueError):  # ValueError: a line too long
                 pass
             finally:
+                active -= 1
                 writer.close()
 
         return await asyncio.start_server(handle, host, port)

@@ -216,3 +216,49 @@ def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
     args = build_parser().parse_args(["--max-session-entries", "30000"])
     assert load(toml, {"max_session_entries": args.max_session_entries}).max_session_entries \
         == 30_000
+
+
+def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_for_a_bounded_time():
+    """`Metrics.serve`: past `max_connections` a connection is closed unanswered; one whose
+    request trickles in (a header line now and then, each well within the deadline) is closed
+    at `timeout` all the same, so its slot comes back; then a scrape is answered."""
+    from sib.metrics import Metrics
+
+    async def closed(reader, within: float = 10.0) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(), within) == b""
+        except ConnectionError:  # reset, or a broken pipe from a write after the close
+            return True
+
+    async def go():
+        metrics = Metrics()
+        server = await metrics.serve("127.0.0.1", 0, max_connections=2, timeout=3.0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for _, writer in slow:
+                writer.write(b"GET /metrics HTTP/1.1\r\n")
+            await asyncio.sleep(0.2)  # both accepted and reading
+            extra = await asyncio.open_connection("127.0.0.1", port)
+            assert await closed(extra[0], 1.5)  # over the limit: closed unanswered, at once
+            started = asyncio.get_running_loop().time()
+            for _ in range(8):  # a header line every 0.5 s, until the deadline cuts it off
+                await asyncio.sleep(0.5)
+                for _, writer in slow:
+                    try:
+                        writer.write(b"X-Slow: 1\r\n")
+                    except ConnectionError:  # cut off already
+                        pass
+            assert all([await closed(reader) for reader, _ in slow])
+            assert asyncio.get_running_loop().time() - started < 8
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: sib\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 10)
+            assert answer.startswith(b"HTTP/1.1 200") and b"ksp_requests_total" in answer
+            for _, w in (*slow, extra, (reader, writer)):
+                w.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
