@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics import serve
 
         log.info("metrics on http://%s:%d/metrics", args.metrics_host,
-                 serve(ingest, args.metrics_host, args.metrics_port))
+                 serve(ingest, args.metrics_host, args.metrics_port).server_port)
     log.info("ingest ready: %s %s → %s%s", ", ".join(shards) if shards else args.mqtt,
              args.topic, args.out, f", latest readings to {args.sib}" if args.sib else "")
     previous: dict = {}

@@ -19,8 +19,13 @@ The process's own (`process_resident_memory_bytes`, CPU, descriptors) come with 
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+import threading
+
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import MetricsHandler
+
+from .bounded_http import BoundedHTTPServer
 
 __all__ = ["serve"]
 
@@ -60,10 +65,17 @@ class _Collector:
                                 value=s["last_batch_rows"])
 
 
-def serve(ingest, host: str, port: int) -> int:
-    """Serve `GET /metrics` on a thread; returns the port bound (0: any free one)."""
+def serve(ingest, host: str, port: int, *, max_connections: int = 16,
+          timeout: float = 10.0) -> BoundedHTTPServer:
+    """Serve `GET /metrics` on a thread (0: any free port; `server_port` is the one bound).
+    prometheus_client's own server takes any number of connections, a thread each, and waits
+    on a silent one forever: this one takes `max_connections` at once, each read waiting
+    `timeout` seconds at most."""
     registry = CollectorRegistry()
     registry.register(_Collector(ingest))
     ProcessCollector(registry=registry)
-    server, _ = start_http_server(port, host, registry)
-    return server.server_port
+    handler = type("IngestMetricsHandler", (MetricsHandler,),
+                   {"registry": registry, "timeout": timeout})
+    server = BoundedHTTPServer((host, port), handler, max_connections=max_connections)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -34,9 +34,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from .bounded_http import BoundedHTTPServer
 from .buffer import Buffer
 
 __all__ = ["ShardServer", "RemoteShard", "MAX_SKEW", "read_secret", "main"]
@@ -67,7 +68,7 @@ def _signature(secret: bytes, method: str, target: str, when: str) -> str:
     return hmac.new(secret, f"{method} {target} {when}".encode(), hashlib.sha256).hexdigest()
 
 
-class ShardServer(ThreadingHTTPServer):
+class ShardServer(BoundedHTTPServer):
     """Serves one `Buffer` (see the module docstring). `ShardServer((host, port), buffer,
     secret)`; `serve_forever()` in a thread, `shutdown()` at the end.
 
@@ -75,33 +76,12 @@ class ShardServer(ThreadingHTTPServer):
     reading spans need a handful), a connection over it closed unanswered, and one that sends
     nothing for `idle_timeout` seconds dropped, so its slot comes back."""
 
-    daemon_threads = True
-
     def __init__(self, address: tuple[str, int], buffer: Buffer, secret: bytes, *,
                  max_connections: int = 16, idle_timeout: float = 30.0) -> None:
         self.buffer, self.secret = buffer, secret
         self.idle_timeout = idle_timeout
         self.refused = 0  # requests without a valid signature
-        self.busy = 0  # connections closed for want of a slot
-        self._slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, _Handler)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.busy += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)  # its thread releases the slot
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+        super().__init__(address, _Handler, max_connections=max_connections)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -175,3 +175,35 @@ def test_the_shard_command_is_installed():
     command = Path(sys.executable).parent / "ksp-ingest-shard"
     done = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--listen HOST:PORT" in done.stdout
+
+
+def test_the_metrics_endpoint_is_bounded_as_the_shards_are(tmp_path):
+    """`ksp-ingest --metrics-port`: two slots, two silent connections hold them and a third
+    is closed unanswered; past the read timeout the silent ones are dropped and a scrape reads
+    the job's figures (prometheus_client's own server would start a thread for each and wait
+    on them forever)."""
+    import socket
+
+    from spark_ingest.job import Ingest, IngestOptions
+    from spark_ingest.metrics import serve
+
+    ingest = Ingest(None, IngestOptions(out=str(tmp_path)))  # its figures; no Spark needed
+    ingest.stats["observations"] = 7
+    server = serve(ingest, "127.0.0.1", 0, max_connections=2, timeout=1.0)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        silent = [socket.create_connection(server.server_address[:2]) for _ in range(2)]
+        time.sleep(0.3)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5).read()
+        assert server.busy == 1
+        time.sleep(1.5)  # past the timeout: both silent connections dropped
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert "ksp_ingest_observations_total 7.0" in text.splitlines()
+        for s in silent:
+            s.settimeout(5)
+            assert s.recv(1024) == b""
+            s.close()
+    finally:
+        server.shutdown()
+        server.server_close()
