@@ -3,6 +3,7 @@ Protocol over WebSocket (aiohttp's client), and KSP devices over UDP on the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 
@@ -892,6 +893,15 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
             asked = await dial(lab.gate.http_port, "127.0.0.1")
             assert (await ask(asked, "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
             assert len(guard) == 2
+            trickling = await dial(lab.gate.http_port, "127.0.0.2")
+            trickling[1].write(b"GET /jsap HTTP/1.1\r\n")
+            for _ in range(10):  # a header line every 0.3 s: never a whole request
+                await asyncio.sleep(0.3)
+                if trickling[0].at_eof() or trickling[1].is_closing():
+                    break
+                with contextlib.suppress(ConnectionError):
+                    trickling[1].write(b"X-Slow: 1\r\n")
+            assert await closed(trickling)
             await asyncio.wait_for(asked[0].read(), 10)  # the rest of the answer, then EOF
             assert await closed(silent)
             for _ in range(500):
@@ -899,7 +909,7 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
                     break
                 await asyncio.sleep(0.02)
             assert len(guard) == 0 and not guard.refused
-            for _, writer in (silent, asked):
+            for _, writer in (silent, asked, trickling):
                 writer.close()
 
     run(go())
