@@ -164,6 +164,10 @@ def test_unreachable_sib_names_its_address(env):
     port = free_port("tcp")
     one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", f"tcp://127.0.0.1:{port}", env=env),
                    1, f"tcp://127.0.0.1:{port}")
+    url = f"udp://127.0.0.1:{free_port()}"  # the OS says so at once (ICMP): named once
+    out = ksp("query", "ASK { ?s ?p ?o }", "-s", url, "--timeout", "20", env=env)
+    one_line_error(out, 1, "nothing listens there")
+    assert out.stderr.count(url) == 1, out.stderr
 
 
 def test_credentials_from_a_file_or_the_environment(tmp_path):

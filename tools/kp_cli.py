@@ -338,7 +338,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: the SIB answered {exc}", file=sys.stderr)
         return 1
     except (ClientError, OSError, TimeoutError) as exc:
-        print(f"{name}: {sib_url(args)}: {exc or type(exc).__name__}", file=sys.stderr)
+        url, text = sib_url(args), str(exc) or type(exc).__name__
+        print(f"{name}: {text if text.startswith(url) else f'{url}: {text}'}", file=sys.stderr)
         return 1
     except (KspError, ValueError) as exc:  # SPARQL outside the subset, or not SPARQL
         print(f"{name}: {exc}", file=sys.stderr)
