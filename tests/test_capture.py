@@ -306,8 +306,8 @@ def test_replay_against_a_fresh_sib_matches_and_a_different_one_shows_a_diff(tmp
             async with connect(f"udp://127.0.0.1:{other.ports['udp']}") as kp:
                 await kp.update(f"INSERT DATA {{ <{EX}udp> <{EX}p> 99 }}")
         asyncio.run(seed())
-        diff = ksp("replay", str(out), "--to", f"udp://127.0.0.1:{other.ports['udp']}",
-                   "--timeout", "3")
+        diff = ksp("replay", str(out), "--sib", f"udp://127.0.0.1:{other.ports['udp']}",
+                   "--timeout", "3")  # --sib: the KP commands' name for --to
     assert diff.returncode == 1, diff.stdout + diff.stderr
     assert "extra ['(99)']" in diff.stdout and "SELECT_PERSISTENT" in diff.stdout
 

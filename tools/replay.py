@@ -276,7 +276,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="re-send a capture's KP side to a SIB and compare answers",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("file", metavar="FILE", help="pcap/pcapng capture")
-    p.add_argument("--to", required=True, metavar="URL", help="udp://, tcp:// or coap://HOST:PORT")
+    p.add_argument("--to", "--sib", "-s", dest="to", required=True, metavar="URL",
+                   help="udp://, tcp:// or coap://HOST:PORT (also --sib, -s, as the KP commands)")
     p.add_argument("--sib-port", type=int, action="append", metavar="N",
                    help="a port the recorded SIB listened on (default 7000, 7001, 5683)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
