@@ -33,7 +33,8 @@ __all__ = ["Broker", "BrokerError", "STATUS_OF_HTTP"]
 
 STATUS_OF_HTTP = {400: Status.INVALID_DATA_FORMAT, 401: Status.ACCESS_DENIED,
                   403: Status.ACCESS_DENIED, 413: Status.LIMIT_EXCEEDED,
-                  429: Status.LIMIT_EXCEEDED, 503: Status.LIMIT_EXCEEDED}
+                  429: Status.LIMIT_EXCEEDED, 503: Status.LIMIT_EXCEEDED,
+                  507: Status.LIMIT_EXCEEDED}
 
 
 class BrokerError(Exception):

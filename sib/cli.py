@@ -114,7 +114,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     metrics = Metrics()
     sib = Sib(store, smart=config.smart, max_queued=config.max_queued,
               access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
-              max_persistent=config.max_persistent,
+              max_persistent=config.max_persistent, max_quads=config.max_quads or None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
               journal=journal, metrics=metrics)
     ports = {t: config.port(t) for t in TRANSPORTS}

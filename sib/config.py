@@ -60,6 +60,7 @@ class Config(ServingConfig):
     # [limits]
     max_persistent_per_kp: int = 256
     max_persistent: int = 50_000
+    max_quads: int = 0  # 0: no cap on the store's size
     max_queued: int = 10_000
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
@@ -95,7 +96,7 @@ class Config(ServingConfig):
 
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "metrics_host", "log_level", "smart"),
-                "limits": ("max_persistent_per_kp", "max_persistent", "max_queued",
+                "limits": ("max_persistent_per_kp", "max_persistent", "max_quads", "max_queued",
                            "rule_firing_limit", "cascade_limit", "max_session_entries",
                            "max_tcp_connections",
                            "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
@@ -201,7 +202,8 @@ def _check_values(config: Config) -> None:
                                 "sepa_http_port", "sepa_ws_port", "sepa_https_port",
                                 "sepa_wss_port"),
                  positive=_POSITIVE,
-                 non_negative=("max_retransmit", "tcp_idle_timeout", "tcp_frame_timeout"))
+                 non_negative=("max_retransmit", "max_quads", "tcp_idle_timeout",
+                               "tcp_frame_timeout"))
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
     if not all(isinstance(k, str) and isinstance(v, str) and v

@@ -60,8 +60,8 @@ class SibCore:
     def __init__(self, store: QuadStore, *, smart: bool = True, rule_firing_limit: int = 16,
                  cascade_limit: int = 1024, fresh: Fresh | None = None,
                  access: AccessPolicy | None = None, max_persistent_per_kp: int | None = None,
-                 max_persistent: int | None = None, journal: Journal | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 max_persistent: int | None = None, max_quads: int | None = None,
+                 journal: Journal | None = None, metrics: Metrics | None = None) -> None:
         self.store = store
         self.journal = journal
         self.metrics = metrics or Metrics()
@@ -71,7 +71,7 @@ class SibCore:
                                  max_persistent=max_persistent)
         self.propagation = Propagation(store, self.registry, fresh or fresh_labels(),
                                        smart=smart, rule_firing_limit=rule_firing_limit,
-                                       cascade_limit=cascade_limit)
+                                       cascade_limit=cascade_limit, max_quads=max_quads)
         #: Called with each new policy, after the KSP operations are re-checked: other holders
         #: of persistent operations (the SEPA gate's subscriptions) end what it no longer
         #: allows, and return how many.

@@ -12,6 +12,7 @@ from typing import Protocol
 from ksp.codes import Status
 from ksp.model import Response
 
+from .errors import RequestError
 from .persistent import QueryGroup, Rule
 from .query import evaluate
 from .registry import Registry
@@ -42,13 +43,16 @@ class Propagation:
 
     def __init__(self, store: QuadStore, registry: Registry, fresh: Fresh, *,
                  smart: bool = True, rule_firing_limit: int = 16,
-                 cascade_limit: int = 1024) -> None:
+                 cascade_limit: int = 1024, max_quads: int | None = None) -> None:
         self.store = store
         self.registry = registry
         self.fresh = fresh
         self.smart = smart
         self.rule_firing_limit = rule_firing_limit
         self.cascade_limit = cascade_limit
+        #: The store's size cap: a write that would grow it past this many quads is refused
+        #: (LIMIT_EXCEEDED) before anything of it is written; None: no cap.
+        self.max_quads = max_quads
         # What the writes of the current request (and its cascade) changed and can affect.
         self._changed = False
         self._dirty_groups: set[int] = set()
@@ -65,12 +69,18 @@ class Propagation:
         for observer in self.observers:
             observer.begin()
 
-    def write(self, delta: Delta, create=(), drop=()) -> set[int]:
+    def write(self, delta: Delta, create=(), drop=(), *, capped: bool = True) -> set[int]:
         """Write `delta`; note the query groups it can affect; return the rules it can affect.
-        Removed quads are screened against the state before the write, added ones after."""
+        Removed quads are screened against the state before the write, added ones after.
+        Within `max_quads` unless not `capped` (a write taken back restores a size that was)."""
         r = self.registry
         if not (delta or create or drop):
             return set()
+        growth = len(delta.added) - len(delta.removed)
+        if capped and self.max_quads is not None and growth > 0 \
+                and self.store.size + growth > self.max_quads:
+            raise RequestError(Status.LIMIT_EXCEEDED,
+                               f"the store holds at most {self.max_quads} quads")
         rules: set[int] = set()
         if self.smart:
             self._screen(delta.removed, rules)
@@ -149,6 +159,10 @@ class Propagation:
                 try:
                     d = template_delta(self.store, rule.request, solutions, self.fresh)
                     affected = self.write(d)
+                except RequestError as exc:  # the store's cap: the rule ends, the rest goes on
+                    log.warning("rule %d of %s ended: %s", rule.tid, r.who(rule.kp), exc)
+                    r.terminate((rule.kp, rule.tid), exc.status)
+                    continue
                 except Exception:
                     log.exception("rule %d of %s failed", rule.tid, r.who(rule.kp))
                     r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)

@@ -152,6 +152,11 @@ class QuadStore:
     def __len__(self) -> int:
         return len(self._store)
 
+    @property
+    def size(self) -> int:
+        """Quads in the store, kept by the writes (`len()` may scan the whole store)."""
+        return self._size
+
     def contains(self, q: Quad) -> bool:
         return quad_to_ox(q) in self._store
 

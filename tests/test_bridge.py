@@ -399,3 +399,32 @@ def test_tcp_and_coap_devices_through_the_bridge():
         values = asyncio.run(asyncio.wait_for(main(broker.ports["http"], broker.ports["ws"]),
                                               90))
     assert values == [1, 2]
+
+
+def test_a_broker_at_its_store_s_cap_is_limit_exceeded_for_the_device(tmp_path):
+    """A `ksp-sib` broker configured with `[limits] max_quads = 2` answers an update that would
+    pass it 507; the bridge tells the device LIMIT_EXCEEDED (not INTERNAL_ERROR), and an update
+    within the cap goes through."""
+    from ksp.session import KPIdentity
+    from sib.testing import RecordingChannel
+
+    config = tmp_path / "sib.toml"
+    config.write_text("[limits]\nmax_quads = 2\n")
+    kp = KPIdentity(None, ("device", 1))
+
+    def insert(tid: int, *values: int) -> Request:
+        return Request(Tx.INSERT_DATA, tid, insert=tuple(
+            Triple(ex("s"), ex("p"), Literal.of(v)) for v in values))
+
+    async def main(http_port: int) -> list:
+        async with Broker(f"http://127.0.0.1:{http_port}") as broker:
+            bridge = await Bridge(broker).start()
+            statuses = [(await bridge.answer(r, RecordingChannel(kp, r.tid, []))).status
+                        for r in (insert(1, 1, 2, 3), insert(2, 1, 2))]
+            await bridge.close()
+        return statuses
+
+    with SibProcess("--config", str(config), "--memory", "--udp-port", "-1", "--tcp-port", "-1",
+                    "--coap-port", "-1", "--sepa-http-port", "0", "--sepa-ws-port", "0") as sib:
+        statuses = asyncio.run(asyncio.wait_for(main(sib.ports["http"]), 60))
+    assert statuses == [Status.LIMIT_EXCEEDED, Status.OK]

@@ -32,11 +32,14 @@ def run(coro):
 class Lab:
     """A SIB with its SEPA gate (free ports) and, if asked, its KSP UDP listener."""
 
-    def __init__(self, ksp: bool = False, smart: bool = True, **gate_args) -> None:
+    def __init__(self, ksp: bool = False, smart: bool = True, sib_options: dict | None = None,
+                 **gate_args) -> None:
         self.ksp, self.smart, self.gate_args = ksp, smart, gate_args
+        self.sib_options = sib_options or {}
 
     async def __aenter__(self) -> "Lab":
-        self.sib = await Sib(access=self.gate_args.pop("access", None), smart=self.smart).start()
+        self.sib = await Sib(access=self.gate_args.pop("access", None), smart=self.smart,
+                             **self.sib_options).start()
         self.gate = await SepaGate(self.sib, http_port=0, ws_port=0, **self.gate_args).start()
         self.http = aiohttp.ClientSession()
         self.base = f"http://127.0.0.1:{self.gate.http_port}"
@@ -940,3 +943,25 @@ def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
                                       timeout=30).read().decode()
     assert "ksp_sepa_connections_refused_total 1.0" in text
     assert "connection closed: 1 connections from 127.0.0.1" in sib.log()
+
+
+def test_an_update_past_the_store_s_cap_is_507_and_none_of_it_applies():
+    """`[limits] max_quads` over SEPA: an update whose operations would grow the store past it
+    is answered 507 `insufficient_storage`, and its earlier operations are taken back (the
+    store reads as before, the subscriber hears nothing); one that does not grow it passes."""
+    async def main():
+        async with Lab(sib_options={"max_quads": 3}) as lab, lab.http.ws_connect(lab.ws_url) as ws:
+            await lab.update(PRE + "INSERT DATA { ex:s ex:p 1 . ex:s ex:p 2 }")
+            await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
+            grow = "INSERT DATA { ex:s ex:p 3 . ex:s ex:p 4 . ex:s ex:p 5 }"
+            body = await lab.update(PRE + "DELETE DATA { ex:s ex:p 1 } ; " + PRE + grow,
+                                    status=507)
+            assert body["error"] == "insufficient_storage" and body["status_code"] == 507
+            rows = await lab.select(PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
+            assert sorted(values(rows, "o")) == ["1", "2"]
+            await lab.update(PRE + "DELETE DATA { ex:s ex:p 1 } ; "
+                             + PRE + "INSERT DATA { ex:s ex:p 3 . ex:s ex:p 4 }")  # 3: at the cap
+            note = (await receive(ws))["notification"]  # the first one the subscriber gets
+            assert note["sequence"] == 1
+            assert sorted(values(note["addedResults"]["results"]["bindings"], "o")) == ["3", "4"]
+    run(main())

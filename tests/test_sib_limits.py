@@ -209,6 +209,10 @@ def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
     limits.write_text("[limits]\nmax_persistent = 0\n")
     with pytest.raises(ConfigError, match="max_persistent"):
         load(limits)
+    assert load().max_quads == 0  # no cap on the store unless asked
+    limits.write_text("[limits]\nmax_quads = -1\n")
+    with pytest.raises(ConfigError, match="max_quads"):
+        load(limits)
     toml = tmp_path / "sib.toml"
     toml.write_text("[limits]\nmax_session_entries = 20000\n")
     assert load(toml).max_session_entries == 20_000
@@ -262,3 +266,42 @@ def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_for_a_bounde
             await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_the_store_s_size_cap_refuses_growth_and_nothing_else():
+    """`max_quads`: a write that would grow the store past it is refused 0x0a with nothing of
+    it written; one that does not grow it passes at the cap; a rule whose firing the cap
+    refuses ends with a LIMIT_EXCEEDED IND while the INDs of the write go on."""
+    async def go():
+        sib = Sib(max_quads=4)
+        kp, watcher = Client(sib, "kp"), Client(sib, "watcher")
+        assert (await watcher.call(sub(1))).status == Status.OK
+        rule = Request(Tx.INSERT_PERSISTENT, 2, insert=(Triple(S, ex("copy"), Var(0)),),
+                       where=(Triple(S, P, Var(0)),))
+        assert (await kp.call(rule)).status == Status.OK
+
+        def insert(tid: int, *values: int) -> Request:
+            return Request(Tx.INSERT_DATA, tid,
+                           insert=tuple(Triple(S, P, Literal.of(v)) for v in values))
+
+        def values(p) -> set:
+            return {q[2] for q in sib.store.match(S, p)}
+
+        assert (await kp.call(insert(3, 1, 2))).status == Status.OK  # 2, and 2 copies: 4
+        assert sib.store.size == 4 and values(ex("copy")) == {Literal.of(1), Literal.of(2)}
+        assert (await kp.call(insert(4, 3))).status == Status.LIMIT_EXCEEDED
+        assert sib.store.size == 4 and values(P) == {Literal.of(1), Literal.of(2)}
+        swap = Request(Tx.UPDATE_DATA, 5, delete=(Triple(S, P, Literal.of(2)),),
+                       insert=(Triple(S, P, Literal.of(3)),))
+        assert (await kp.call(swap)).status == Status.OK  # no growth: passes at the cap
+        assert values(P) == {Literal.of(1), Literal.of(3)}
+        # the rule's next firing (a copy of 3) would make 5: the rule ends, the rest goes on
+        ended = [r for kind, _, tid, r in kp.log if kind == "ind" and tid == 2]
+        assert [r.status for r in ended] == [Status.LIMIT_EXCEEDED]
+        assert not sib.core.registry.rules and sib.store.size == 4 == len(sib.store)
+        assert "ksp_store_quads 4.0" in sib.core.metrics.render().splitlines()
+        inds = [r for kind, _, tid, r in watcher.log if kind == "ind" and tid == 1]
+        assert {row[0] for row in inds[-1].result.rows} == {Literal.of(1), Literal.of(3)}
+        await sib.close()
+
+    asyncio.run(go())

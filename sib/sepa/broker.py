@@ -32,6 +32,7 @@ import pyoxigraph as ox
 from ksp.errors import SparqlSyntaxError
 
 from ..access import ALL, Grant, graph_names
+from ..errors import RequestError
 from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
@@ -206,12 +207,15 @@ class SepaBroker:
                     change = op.change(self.store)
                 except UpdateRefused as exc:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
-                rules |= prop.write(change.delta, change.create, change.drop)
+                try:
+                    rules |= prop.write(change.delta, change.create, change.drop)
+                except RequestError as exc:  # the store's cap (`[limits] max_quads`)
+                    raise SepaError(507, "insufficient_storage", str(exc)) from None
                 written.append(change)
         except BaseException:
             for change in reversed(written):  # exact deltas: their inverses undo them
                 prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
-                           change.create)
+                           change.create, capped=False)
             prop.begin()  # nothing changed in the end: nothing to notify
             raise
         dropped = [g for change in written for g in change.drop]
