@@ -77,9 +77,8 @@ class BridgeConfig(ServingConfig):
         check_ranges(self, ports=("udp_port", "tcp_port", "coap_port", "metrics_port"),
                      positive=("broker_timeout", "broker_max_concurrent", "broker_backoff",
                                "broker_max_backoff", "max_queued", "max_persistent_per_kp",
-                               "max_persistent",
-                               "max_subscriptions", "max_session_entries", "ack_timeout",
-                               "rule_firing_limit", "cascade_limit"),
+                               "max_persistent", "max_subscriptions", "max_session_entries",
+                               "ack_timeout", "rule_firing_limit", "cascade_limit"),
                      non_negative=("max_retransmit", "capture_max_bytes", "capture_max_files"))
         if not (self.broker_jsap or self.broker_url):
             raise ConfigError("say where the broker is: --jsap FILE, or --broker URL (and "

@@ -98,9 +98,8 @@ class Config(ServingConfig):
                         "metrics_port", "metrics_host", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_persistent", "max_quads", "max_queued",
                            "rule_firing_limit", "cascade_limit", "max_session_entries",
-                           "max_tcp_connections",
-                           "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
-                           "tcp_idle_timeout", "tcp_frame_timeout"),
+                           "max_tcp_connections", "max_tcp_connections_per_address",
+                           "max_tcp_buffered_bytes", "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
                 "tls": ("cert", "key", "client_ca"),
                 "capture": ("file", "max_bytes", "max_files"),
@@ -191,8 +190,7 @@ _POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "rule_firi
              "cascade_limit", "max_session_entries", "ack_timeout", "max_tcp_connections",
              "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
              "sepa_max_subscriptions", "sepa_max_socket_subscriptions", "sepa_max_connections",
-             "sepa_max_connections_per_address",
-             "sepa_token_lifetime")
+             "sepa_max_connections_per_address", "sepa_token_lifetime")
 
 
 def _check_values(config: Config) -> None:

@@ -76,11 +76,11 @@ class Propagation:
         r = self.registry
         if not (delta or create or drop):
             return set()
-        growth = len(delta.added) - len(delta.removed)
-        if capped and self.max_quads is not None and growth > 0 \
-                and self.store.size + growth > self.max_quads:
-            raise RequestError(Status.LIMIT_EXCEEDED,
-                               f"the store holds at most {self.max_quads} quads")
+        if capped and self.max_quads is not None:
+            growth = len(delta.added) - len(delta.removed)
+            if growth > 0 and self.store.size + growth > self.max_quads:
+                raise RequestError(Status.LIMIT_EXCEEDED,
+                                   f"the store holds at most {self.max_quads} quads")
         rules: set[int] = set()
         if self.smart:
             self._screen(delta.removed, rules)
