@@ -20,6 +20,8 @@ from sib.sepa import SepaGate
 from transports import Server
 from transports.client import connect
 
+from transport_helpers import closed_by_peer
+
 EX = "http://example.org/"
 PRE = f"PREFIX ex: <{EX}> "
 UPDATE = {"Content-Type": "application/sparql-update"}
@@ -846,10 +848,7 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
         return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
 
     async def closed(conn) -> bool:
-        try:
-            return await asyncio.wait_for(conn[0].read(1), 10) == b""
-        except ConnectionResetError:
-            return True
+        return await closed_by_peer(conn[0])
 
     async def ask(conn, head: str, body: bytes = b"") -> bytes:
         reader, writer = conn

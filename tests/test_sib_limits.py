@@ -227,12 +227,7 @@ def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_for_a_bounde
     request trickles in (a header line now and then, each well within the deadline) is closed
     at `timeout` all the same, so its slot comes back; then a scrape is answered."""
     from sib.metrics import Metrics
-
-    async def closed(reader, within: float = 10.0) -> bool:
-        try:
-            return await asyncio.wait_for(reader.read(), within) == b""
-        except ConnectionError:  # reset, or a broken pipe from a write after the close
-            return True
+    from transport_helpers import closed_by_peer as closed
 
     async def go():
         metrics = Metrics()

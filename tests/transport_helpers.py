@@ -55,6 +55,15 @@ async def until(predicate, timeout: float = 30.0, what: str = "the condition") -
         await asyncio.sleep(0.02)
 
 
+async def closed_by_peer(reader: asyncio.StreamReader, within: float = 10.0) -> bool:
+    """Whether the server ends the connection within `within` seconds with nothing (more) to
+    say: EOF right away, or a reset (or a broken pipe from a write after its close)."""
+    try:
+        return await asyncio.wait_for(reader.read(), within) == b""
+    except ConnectionError:
+        return True
+
+
 _CERT: tuple[Path, Path] | None = None
 
 
