@@ -18,6 +18,12 @@ clients run in the SIB's process and event loop, so the numbers include both end
 sockets. The smart and naive SIBs of each n take their updates alternately, so noise hits them
 alike. Reported per n and writer: updates/s and p50/p99 latency for each mode, and the ratio of
 the update rates.
+
+``--guard`` compares instead the gate behind the connection limits `ksp-sib` gives it (a
+`transports.limits.Guard`: 1,024 connections in all, 64 per address, as `[sepa]`'s defaults)
+against the gate without them, both smart, with two HTTP writers: ``http`` (one kept-alive
+connection, as above) and ``http-new`` (a new connection for each update, where the guard's
+admission is paid). Reported: the guarded rate over the plain one.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from sib import Sib
 from sib.sepa import SepaGate
 from transports import Server
 from transports.client import connect
+from transports.limits import ConnectionLimits, Guard
 
 from .report import bench_parser, environment, percentile, print_report
 from .sib import EX, WATCHED, seed_store
@@ -51,10 +58,13 @@ def update(k: int, value: int) -> str:
 
 
 class Side:
-    """One SIB with its gate, n subscriptions and a writer."""
+    """One SIB with its gate, n subscriptions and a writer; `guarded`: the gate behind the
+    connection limits `ksp-sib` gives it."""
 
-    def __init__(self, triples: int, n: int, smart: bool) -> None:
+    def __init__(self, triples: int, n: int, smart: bool, guarded: bool = False) -> None:
         self.triples, self.n, self.smart = triples, n, smart
+        self.guard = Guard(ConnectionLimits(1024, 64, max_buffered_bytes=None, frame_timeout=0.0),
+                           "sepa", lambda conn: conn.transport.abort()) if guarded else None
         self.latencies: list[float] = []  # ms, one per update
         self.received = 0  # notifications after the first ones
         self._waiting = 0
@@ -65,9 +75,11 @@ class Side:
         self.sib = await Sib(seed_store(self.triples), smart=self.smart).start()
         self.gate = await SepaGate(self.sib, http_port=0, ws_port=0,
                                    max_subscriptions=max(10_000, self.n),
-                                   max_socket_subscriptions=PER_SOCKET).start()
+                                   max_socket_subscriptions=PER_SOCKET,
+                                   connections=self.guard).start()
         self.server = await Server.start(self.sib, "127.0.0.1", udp=0)
         self.http = aiohttp.ClientSession()
+        self.http_new = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
         self.kp = await connect(f"udp://127.0.0.1:{self.server.udp.port}")
         ws_url = f"ws://127.0.0.1:{self.gate.ws_port}/subscribe"
         self.sockets = []
@@ -96,8 +108,9 @@ class Side:
         affected = len(range(k, self.n, WATCHED))
         self._waiting, self._done = affected, asyncio.Event()
         start = time.perf_counter()
-        if writer == "http":
-            async with self.http.post(
+        if writer in ("http", "http-new"):
+            http = self.http if writer == "http" else self.http_new
+            async with http.post(
                     f"http://127.0.0.1:{self.gate.http_port}/update", data=update(k, value),
                     headers={"Content-Type": "application/sparql-update"}) as r:
                 assert r.status == 200, await r.text()
@@ -113,16 +126,26 @@ class Side:
             task.cancel()
         await self.kp.close()
         await self.http.close()
+        await self.http_new.close()
         await self.server.close()
         await self.gate.close()
         await self.sib.close()
 
 
-async def run(triples: int, sizes: list[int], updates: int, naive_updates: int) -> list[dict]:
+MODES = {False: ("smart", "naive"), True: ("plain", "guarded")}
+WRITERS = {False: ("http", "ksp"), True: ("http", "http-new")}
+
+
+async def run(triples: int, sizes: list[int], updates: int, naive_updates: int,
+              guard: bool = False) -> list[dict]:
+    """Rows per n and writer; `guard`: plain against guarded (both smart, each `updates`
+    updates) rather than smart against naive."""
     out = []
+    first, second = MODES[guard]
     for n in sizes:
-        for writer in ("http", "ksp"):
-            sides = {mode: Side(triples, n, mode == "smart") for mode in ("smart", "naive")}
+        for writer in WRITERS[guard]:
+            sides = {mode: Side(triples, n, smart=mode != "naive", guarded=mode == "guarded")
+                     for mode in (first, second)}
             for side in sides.values():
                 await side.setup()
             gc.collect()
@@ -137,26 +160,35 @@ async def run(triples: int, sizes: list[int], updates: int, naive_updates: int) 
             for mode, side in sides.items():
                 lat = side.latencies
                 row[mode] = {"rate": len(lat) / (sum(lat) / 1e3),  # updates / time in them
-                             "p50": percentile(lat, 50), "p99": percentile(lat, 99), "updates": len(lat),
-                             "evaluations": side.gate.broker.evaluations,
+                             "p50": percentile(lat, 50), "p99": percentile(lat, 99),
+                             "updates": len(lat), "evaluations": side.gate.broker.evaluations,
                              "notifications": side.received}
+                if side.guard is not None:
+                    row[mode]["held"] = len(side.guard)
+                    row[mode]["refused"] = sum(side.guard.refused.values())
                 await side.close()
             out.append(row)
-            print(f"n={n} {writer}: smart {row['smart']['rate']:.0f}/s p99 "
-                  f"{row['smart']['p99']:.2f} ms, naive {row['naive']['rate']:.1f}/s",
+            print(f"n={n} {writer}: {first} {row[first]['rate']:.0f}/s p99 "
+                  f"{row[first]['p99']:.2f} ms, {second} {row[second]['rate']:.1f}/s",
                   file=sys.stderr)
     return out
 
 
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["subscriptions", "writer", "smart updates/s", "smart p50 ms", "smart p99 ms",
-               "naive updates/s", "naive p50 ms", "naive p99 ms", "smart ÷ naive"]
+    """Smart against naive (smart ÷ naive), or plain against guarded (guarded ÷ plain)."""
+    guard = "guarded" in rows[0]
+    first, second = MODES[guard]
+    headers = ["subscriptions", "writer"]
+    for mode in (first, second):
+        headers += [f"{mode} updates/s", f"{mode} p50 ms", f"{mode} p99 ms"]
+    headers.append("guarded ÷ plain" if guard else "smart ÷ naive")
     body = []
     for r in rows:
-        s, v = r["smart"], r["naive"]
+        s, v = r[first], r[second]
+        ratio = f"{v['rate'] / s['rate']:.2f}" if guard else f"{s['rate'] / v['rate']:.1f}"
         body.append([f"{r['n']:,}", r["writer"], f"{s['rate']:,.0f}", f"{s['p50']:.2f}",
-                     f"{s['p99']:.2f}", f"{v['rate']:,.1f}", f"{v['p50']:.2f}",
-                     f"{v['p99']:.2f}", f"**{s['rate'] / v['rate']:.1f}×**"])
+                     f"{s['p99']:.2f}", f"{v['rate']:,.{0 if guard else 1}f}",
+                     f"{v['p50']:.2f}", f"{v['p99']:.2f}", f"**{ratio}×**"])
     return headers, body
 
 
@@ -170,17 +202,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                         help="updates per mode and writer (the smart side)")
     parser.add_argument("--naive-updates", type=int, default=40,
                         help="at most this many for the naive side (it is slow)")
+    parser.add_argument("--guard", action="store_true",
+                        help="the gate behind ksp-sib's connection limits against without")
     args = parser.parse_args(argv)
     if args.quick:
         args.triples, args.subscriptions, args.updates, args.naive_updates = \
             10_000, "10,100", 20, 20
     sizes = [int(x) for x in args.subscriptions.split(",")]
-    rows = asyncio.run(run(args.triples, sizes, args.updates, args.naive_updates))
+    rows = asyncio.run(run(args.triples, sizes, args.updates, args.naive_updates, args.guard))
     headers, body = table(rows)
     env = environment("pyoxigraph", "aiohttp")
-    title = (f"SEPA gate: HTTP or KSP update → WebSocket notification, {args.triples:,} "
-             f"triples, ~1 % of the subscriptions affected per update, clients in the SIB's "
-             f"process, {env['python']}")
+    what = ("behind its connection limits and without, HTTP update on a kept-alive or a new "
+            "connection" if args.guard else "HTTP or KSP update")
+    title = (f"SEPA gate: {what} → WebSocket notification, {args.triples:,} triples, ~1 % of "
+             f"the subscriptions affected per update, clients in the SIB's process, "
+             f"{env['python']}")
     print_report(title, headers, body, markdown=args.markdown, module="tools.bench.sepa", prog=prog,
                  argv=argv, libraries=env["libraries"])
 
