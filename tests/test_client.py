@@ -12,7 +12,7 @@ from ksp import IRI, Literal as KspLiteral, Request, Status, Timing, Triple, Tx,
 from transports import KspStatusError, KspTimeout, connect
 from ksp.kpid import kp_id_bytes
 
-from transport_helpers import TRANSPORTS, client_of, run
+from transport_helpers import TRANSPORTS, client_of, run, until
 
 EX = "http://example.org/"
 S1, S2 = URIRef(EX + "s1"), URIRef(EX + "s2")
@@ -90,6 +90,32 @@ def test_subscribe_delivers_states_and_leaving_terminates(transport, tmp_path):
             # a later change reaches nobody; the client keeps working
             await kp.insert_data([(S1, TEMP, Literal(4))])
             assert len((await kp.query(SELECT_TEMP)).rows) == 4
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("over", ["udp", "tcp"])
+def test_a_subscription_read_slower_than_its_states_keeps_the_newest(over, tmp_path, caplog):
+    """Each IND reaches the client (over CoAP an observation may skip states, so the counts
+    below would not be fixed); the queue keeps the newest `max_queued`, counts the rest, and
+    says so once."""
+    async def scenario():
+        async with client_of(over, tmp_path) as (svc, server, kp):
+            with pytest.raises(ValueError):
+                kp.subscribe(SELECT_TEMP._replace(tx=Tx.SELECT_PERSISTENT), max_queued=0)
+            await kp.insert_data([(S1, TEMP, Literal(1))])
+            query = SELECT_TEMP._replace(tx=Tx.SELECT_PERSISTENT)
+            async with kp.subscribe(query, max_queued=3) as sub:
+                for value in range(2, 9):  # 7 INDs after the initial state: 8 states, unread
+                    await kp.insert_data([(S1, TEMP, Literal(value))])
+                await until(lambda: sub.dropped == 5, what="5 states dropped")
+                states = [await anext(sub) for _ in range(3)]
+                assert [len(s.result.rows) for s in states] == [6, 7, 8]
+                await kp.insert_data([(S1, TEMP, Literal(9))])  # nothing older was left
+                assert len((await anext(sub)).result.rows) == 9
+                assert sub.dropped == 5
+        dropped = [r for r in caplog.records if "oldest of 3 waiting" in r.getMessage()]
+        assert len(dropped) == 1 and dropped[0].levelname == "WARNING"
 
     run(scenario())
 

@@ -45,6 +45,8 @@ __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "
 log = logging.getLogger("transports.client")
 
 DEFAULT_COAP_PORT = 5683
+MAX_QUEUED = 1024
+"""States a `Subscription` keeps for an iteration that falls behind, by default."""
 _OK = Status.OK  # a global read: `Status.X` goes through EnumType.__getattr__'s hook (3.11)
 
 # What `KP.update` accepts, as one set lookup instead of four Tx properties per call.
@@ -338,13 +340,15 @@ class KP:
     # -- persistent operations --------------------------------------------------------------
 
     def subscribe(self, request: Request | str, *,
-                  bindings: Mapping[str, Any] | None = None) -> "Subscription":
+                  bindings: Mapping[str, Any] | None = None,
+                  max_queued: int = MAX_QUEUED) -> "Subscription":
         """A persistent SELECT/ASK/CONSTRUCT or update, as an async context manager that is an
-        async iterator of `Indication`s. SPARQL text is compiled as persistent."""
+        async iterator of `Indication`s. SPARQL text is compiled as persistent. `max_queued`:
+        states kept for an iteration that falls behind (see `Subscription`)."""
         req, names = self._prepare(request, persistent=True, bindings=bindings)
         if not req.tx.persistent:
             raise ValueError(f"{req.tx.name} is not a persistent transaction")
-        return Subscription(self, req._replace(confirmable=True), names)
+        return Subscription(self, req._replace(confirmable=True), names, max_queued)
 
     async def terminate(self, tid: int) -> None:
         """End persistent transaction `tid` (raises `KspStatusError` UNKNOWN_TRANSACTION if the
@@ -374,16 +378,27 @@ def _checked(response: Response | None) -> Response | None:
 class Subscription:
     """One persistent transaction. Iterating yields its states, newest last, never a stale one:
     first the RES's initial state (unless an IND overtook it), then each IND. Iteration stops
-    when the SIB ends it with TERMINATED; another final status raises `KspStatusError`."""
+    when the SIB ends it with TERMINATED; another final status raises `KspStatusError`.
 
-    def __init__(self, kp: KP, request: Request, names: tuple[str, ...] | None = None) -> None:
+    States wait for the iteration in a queue of at most `max_queued`: an application that
+    reads them slower than they come (or not at all for a while) loses the oldest, counted in
+    `dropped`, never the newest. Each state is the whole result, so what it reads next is
+    still current; only intermediate states are gone. The SIB cannot be asked to wait: its
+    INDs are acknowledged as they arrive, or it would end the operation as unreachable."""
+
+    def __init__(self, kp: KP, request: Request, names: tuple[str, ...] | None = None,
+                 max_queued: int = MAX_QUEUED) -> None:
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be at least 1, not {max_queued}")
         self._kp = kp
         self._request = request
         self._names = names
         self.tid: int | None = None
         self.initial: Any = None
         self.status: Status | int | None = None  # set when it has ended
-        self._queue: collections.deque[Indication] = collections.deque()
+        self.dropped = 0
+        """States dropped unread because `max_queued` were waiting."""
+        self._queue: collections.deque[Indication] = collections.deque(maxlen=max_queued)
         self._error: BaseException | None = None
         self._wakeup = asyncio.Event()
         self._delivered_any = False
@@ -392,6 +407,12 @@ class Subscription:
 
     def deliver(self, response: Response) -> None:
         self._delivered_any = True
+        if len(self._queue) == self._queue.maxlen:  # the deque's bound drops the oldest
+            if not self.dropped:
+                log.warning("%s: persistent transaction %s: states come faster than they are "
+                            "read; the oldest of %d waiting are dropped", self._kp.url,
+                            self.tid, self._queue.maxlen)
+            self.dropped += 1
         self._queue.append(Indication(response.tid, convert_result(response.result, self._names),
                                       response.seq))
         self._wakeup.set()
@@ -495,10 +516,10 @@ def connect(url: str | None = None, *, kp_id: Any = None, password: str = "",
     `ssl` or the system's trust store), `coap://host[:port]`. With `kp_id` every request
     carries CREDENTIALS (the KP identity of R12), with `password`. `keep_persistent`: see
     `KP.close`. `jsap`: a JSAP file (or `Jsap`) whose queries and updates can then be used by
-    name, its namespaces as prefixes; without `url`, its SIB (`ksp-sib jsap`). With `key` instead of a password (udp:// or coap://) every
-    message is sealed (docs/wire-format.md section 13) from `counter` on
-    (`ksp.secure.initial_counter` of the clock if omitted). Use it as `kp = await connect(...)` or
-    `async with connect(...) as kp:`. A SIB that cannot be reached raises
+    name, its namespaces as prefixes; without `url`, its SIB (`ksp-sib jsap`). With `key`
+    instead of a password (udp:// or coap://) every message is sealed (docs/wire-format.md
+    section 13) from `counter` on (`ksp.secure.initial_counter` of the clock if omitted). Use
+    it as `kp = await connect(...)` or `async with connect(...) as kp:`. A SIB that cannot be reached raises
     `KspConnectionError` naming the URL."""
     if isinstance(jsap, (str, Path)):
         jsap = Jsap.load(jsap)
