@@ -8,6 +8,8 @@ readings into the SIB, on PySpark Structured Streaming — local[2] by default.
 Until SIGINT/SIGTERM, which stop the query after its current batch (exit 0). A one-line status
 goes to stderr every `--status` seconds: readings/s, the buffer's backlog, the last batch, dead
 letters. `--readings N` stops after N observations (for tests and demos).
+
+    ksp-ingest backfill --out data/                # the late readings, with the job stopped
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from .aggregates import interval_ms
 from .job import Ingest, IngestOptions, lost_checkpoint
 from .mqtt import add_broker_flags, broker_login
+from .outlock import Busy, hold
 
 log = logging.getLogger("ksp.ingest")
 
@@ -124,6 +127,11 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["backfill"]:
+        from .backfill import main as backfill
+
+        return backfill(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -164,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"ksp-ingest: {exc}", file=sys.stderr)
             return 2
+    try:  # held while the job runs (released when this returns, or the process dies)
+        lock = hold(Path(args.out), "ksp-ingest")
+    except Busy as exc:
+        print(f"ksp-ingest: {exc}", file=sys.stderr)
+        return 2
     lost = lost_checkpoint(Path(args.out))
     if lost is not None:
         print(f"ksp-ingest: {args.out} holds the output of batches up to {lost} of a checkpoint "
@@ -213,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             running.stop()
         spark.stop()
     log.info("stopped: %s", status_line(ingest, previous, 1.0))
+    lock.close()
     return 0
 
 

@@ -307,13 +307,8 @@ class Ingest:
                     (staging / rel).mkdir(parents=True)
                     path = staging / rel / "part.nt"
                     files[day] = (open(path, "w", encoding="utf-8"), path, rel)
-                o = f"<{r.observation}>"
-                files[day][0].write(
-                    f"{o} <{RDF_TYPE}> <{SOSA}Observation> .\n"
-                    f"{o} <{SOSA}madeBySensor> <{r.madeBySensor}> .\n"
-                    f"{o} <{SOSA}observedProperty> <{r.observedProperty}> .\n"
-                    f'{o} <{SOSA}hasSimpleResult> "{r.hasSimpleResult!r}"^^<{XSD_DOUBLE}> .\n'
-                    f'{o} <{SOSA}resultTime> "{r.at}"^^<{XSD_DATETIME}> .\n')
+                files[day][0].write(ntriples(r.observation, r.madeBySensor,
+                                             r.observedProperty, r.hasSimpleResult, r.at))
         finally:
             for f, _, _ in files.values():
                 f.close()
@@ -331,6 +326,21 @@ class Ingest:
         asyncio.run(_send(self.o.sib, texts))
         self._sent.record(fresh)
         self.stats["sib_updates"] += len(texts)
+
+
+def observation_iri(base: str, device: str, prop: str, ms: int) -> str:
+    """An observation's IRI: one per (device, property, time), as the de-duplication's key."""
+    return f"{base}observation/{device}/{prop}/{ms}"
+
+
+def ntriples(observation: str, sensor: str, prop: str, value: float, at: str) -> str:
+    """One observation's N-Triples; `at`, its time as xsd:dateTime (milliseconds, Z)."""
+    o = f"<{observation}>"
+    return (f"{o} <{RDF_TYPE}> <{SOSA}Observation> .\n"
+            f"{o} <{SOSA}madeBySensor> <{sensor}> .\n"
+            f"{o} <{SOSA}observedProperty> <{prop}> .\n"
+            f'{o} <{SOSA}hasSimpleResult> "{value!r}"^^<{XSD_DOUBLE}> .\n'
+            f'{o} <{SOSA}resultTime> "{at}"^^<{XSD_DATETIME}> .\n')
 
 
 def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Path]],

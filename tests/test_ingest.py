@@ -8,6 +8,8 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,6 +25,7 @@ from tools.telemetry import messages, publish
 
 pytestmark = pytest.mark.spark
 pa = pytest.importorskip("pyarrow.dataset")  # the spark extra brings it
+pq = pytest.importorskip("pyarrow.parquet")
 
 BASE = "http://example.org/greenhouse#"
 
@@ -81,6 +84,12 @@ def assert_minutes(out: Path, sent, delay: float) -> int:
         assert (r["count"], r["min"], r["max"]) == (len(values), min(values), max(values))
         assert r["mean"] == pytest.approx(sum(values) / len(values))
     return len(want)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`ksp-ingest ARGS` run to its end (a backfill, or a job refused before Spark starts)."""
+    return subprocess.run([sys.executable, "-m", "spark_ingest.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
 
 
 def ingest_args(mqtt: str, out: Path, *more: str) -> list[str]:
@@ -402,6 +411,10 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
 
         until(lambda: metric("late") >= 7, 120, "the late readings dead-lettered")
         assert metric("late") == 7 and metric("late_dropped") == 0
+        # the running job holds its output: neither a backfill nor a second job may start
+        for args in (["backfill", "--out", str(out)], ingest_args(mosquitto, out)):
+            refused = cli(*args)
+            assert refused.returncode == 2 and "in use by ksp-ingest (pid" in refused.stderr
         ingest.stop_when(lambda: True, "the end")
     assert count(out, "observations") == 10
     dead = table(out, "dead_letters").to_pylist()
@@ -409,6 +422,18 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
     assert {d["reason"] for d in dead} == {"late"}
     assert any(re.search(r", 7 late readings \(dead letters\)", line) for line in ingest.lines)
     assert not any("dropped by Spark" in line for line in ingest.lines)
+    # stopped, the late readings can be told from copies: the backfill adds them, once
+    done = cli("backfill", "--out", str(out))
+    assert done.returncode == 0 and "7 late readings in the dead letters: 7 added" in done.stdout
+    assert_each_once(out, 17)
+    times = {o["resultTime"] for o in table(out, "observations").to_pylist()}
+    assert {parse(t, p)[4].replace(tzinfo=None) for t, p, _ in old} <= times
+    job_file = next((out / "observations").rglob("batch-*.parquet"))
+    for path in (out / "observations").rglob("backfill-*.parquet"):
+        assert pq.ParquetFile(path).schema == pq.ParquetFile(job_file).schema
+    again = cli("backfill", "--out", str(out))
+    assert "7 late readings in the dead letters: 0 added" in again.stdout, again.stdout
+    assert count(out, "observations") == 17
 
 
 def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):
