@@ -434,6 +434,14 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
     again = cli("backfill", "--out", str(out))
     assert "7 late readings in the dead letters: 0 added" in again.stdout, again.stdout
     assert count(out, "observations") == 17
+    # Spark reads the job's files and the backfill's as one table
+    spark = subprocess.run([sys.executable, "-c", (
+        "import sys; from spark_ingest.cli import spark_session; "
+        "s = spark_session('local[1]', 'read'); d = s.read.parquet(sys.argv[1]); "
+        "print(d.count(), d.select('device', 'observedProperty', 'resultTime').distinct()"
+        ".count(), d.where(d.hasSimpleResult.isNull()).count()); s.stop()"),
+        str(out / "observations")], capture_output=True, text=True, timeout=300)
+    assert spark.stdout.split() == ["17", "17", "0"], spark.stderr[-2000:]
 
 
 def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):
