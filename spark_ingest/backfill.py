@@ -256,8 +256,9 @@ def _xsd(when: datetime) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ksp-ingest backfill",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ksp-ingest backfill", description=(
+        "The late readings (dead letters 'late') into the observations, each once; run it "
+        "with the job stopped."))
     p.add_argument("--out", default=IngestOptions.out, metavar="DIR",
                    help="the job's output directory (default %(default)s/)")
     p.add_argument("--base", default=IngestOptions.base, metavar="IRI",

@@ -33,7 +33,9 @@ log = logging.getLogger("ksp.ingest")
 
 def build_parser() -> argparse.ArgumentParser:
     d = IngestOptions()
-    p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0],
+                                epilog="ksp-ingest backfill --out DIR: the late readings into "
+                                       "the observations, with the job stopped (--help)")
     p.add_argument("--mqtt", default=d.mqtt, metavar="URL",
                    help="the MQTT broker: mqtt://HOST[:PORT], or mqtts://HOST[:PORT] (TLS)")
     add_broker_flags(p)
