@@ -329,7 +329,8 @@ class Ingest:
 
 
 def observation_iri(base: str, device: str, prop: str, ms: int) -> str:
-    """An observation's IRI: one per (device, property, time), as the de-duplication's key."""
+    """An observation's IRI: one per (device, property, time), as the de-duplication's key
+    (the job's own Spark expression, in `Ingest._batch`, makes the same)."""
     return f"{base}observation/{device}/{prop}/{ms}"
 
 
