@@ -26,7 +26,7 @@ from pathlib import Path
 from .aggregates import interval_ms
 from .job import Ingest, IngestOptions, lost_checkpoint
 from .mqtt import add_broker_flags, broker_login
-from .outlock import Busy, hold
+from .outlock import hold
 
 log = logging.getLogger("ksp.ingest")
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:  # held while the job runs (released when this returns, or the process dies)
         lock = hold(Path(args.out), "ksp-ingest")
-    except Busy as exc:
+    except OSError as exc:  # `Busy`: another job or a backfill has it; or not writable
         print(f"ksp-ingest: {exc}", file=sys.stderr)
         return 2
     lost = lost_checkpoint(Path(args.out))

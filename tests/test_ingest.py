@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from spark_ingest.cli import LOCAL_JAVA_OPTIONS
+from spark_ingest.job import observation_iri
 from spark_ingest.telemetry import REASONS, parse
 from spark_ingest.testing import IngestProcess, until
 from tools.telemetry import messages, publish
@@ -426,8 +427,12 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
     done = cli("backfill", "--out", str(out))
     assert done.returncode == 0 and "7 late readings in the dead letters: 7 added" in done.stdout
     assert_each_once(out, 17)
-    times = {o["resultTime"] for o in table(out, "observations").to_pylist()}
-    assert {parse(t, p)[4].replace(tzinfo=None) for t, p, _ in old} <= times
+    rows = table(out, "observations").to_pylist()
+    assert {parse(t, p)[4].replace(tzinfo=None) for t, p, _ in old} <= {
+        o["resultTime"] for o in rows}
+    for o in rows:  # the job's IRIs and the backfill's are made alike
+        ms = round(o["resultTime"].replace(tzinfo=timezone.utc).timestamp() * 1000)
+        assert o["observation"] == observation_iri(BASE, o["device"], "t", ms)
     job_file = next((out / "observations").rglob("batch-*.parquet"))
     for path in (out / "observations").rglob("backfill-*.parquet"):
         assert pq.ParquetFile(path).schema == pq.ParquetFile(job_file).schema
