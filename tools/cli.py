@@ -25,6 +25,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 #: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
 #: since the benchmarks import pyoxigraph and rdflib).
 BENCH_SUITES = {
+    "backfill": "tools.bench.backfill",
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
     "bridge": "tools.bench.bridge",
