@@ -47,7 +47,7 @@ class Backfill:
 
     late: int = 0  # late dead letters read
     stored: int = 0  # already an observation
-    repeated: int = 0  # the same reading twice among the late ones
+    repeated: int = 0  # the same reading twice in a chunk of late ones (in two: `stored`)
     added: int = 0
     partitions: set[str] = field(default_factory=set)  # date=…/device=… written to
 
@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the job's output directory (default %(default)s/)")
     p.add_argument("--base", default=IngestOptions.base, metavar="IRI",
                    help="the job's --base (default %(default)s)")
-    p.add_argument("--dry-run", action="store_true", help="count, write nothing")
+    p.add_argument("--dry-run", action="store_true", help="count, write nothing (a reading "
+                   f"whose copies lie over {CHUNK:,} letters apart counts as added twice)")
     args = p.parse_args(argv)
     try:
         report = backfill(Path(args.out), args.base, dry_run=args.dry_run)
