@@ -29,7 +29,7 @@ from pathlib import Path
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Minutes", "interval_ms", "MAX_OPEN", "MAX_DELTAS", "write_atomic"]
+__all__ = ["Minutes", "closed_after", "interval_ms", "MAX_OPEN", "MAX_DELTAS", "write_atomic"]
 
 MINUTE = 60_000
 
@@ -198,6 +198,15 @@ class Minutes:
         self._by_minute = {}
         for key in s.open:
             self._by_minute.setdefault(key[0], set()).add(key)
+
+
+def closed_after(state_dir: Path, batch_id: int) -> int | None:
+    """The time (ms) at or before which the job had closed every minute after `batch_id` (a
+    minute ending by then is written, or never will be: a reading for it is late), from the
+    saved state; None if it saved none."""
+    minutes = Minutes(state_dir, 0)
+    minutes._load(batch_id + 1)
+    return minutes._state.closed
 
 
 def _write(path: Path, data: dict) -> None:

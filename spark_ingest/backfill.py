@@ -11,8 +11,14 @@ stored reading (an MQTT redelivery after the watermark passed) is left where it 
 What it writes: one file per partition directory and run, `backfill-<ns>.parquet` (`.nt`),
 written aside and renamed into place, with the schema of the job's own files (Spark's INT96
 timestamps), so that every reader takes them as the job's. The job's compaction keeps them as
-they are. The aggregates are not changed: they hold the readings that came in time, each
-minute written once (a reading added here may fall in a minute already written).
+they are.
+
+The aggregates: a minute the job closed without a row (every reading of it came late: a board
+back from an outage) gets its row here, from every observation of it; one the job wrote keeps
+the job's row (the readings that came in time), and one still open is the job's to write. So
+each minute still has one row. Which minutes the job closed is its saved state after the last
+committed batch (`aggregates.closed_after`); what an earlier backfill wrote in a partition is
+replaced whole, the directory exchanged as compaction does.
 
 It holds the output directory's lock (`spark_ingest.outlock`) while it runs, and refuses to
 start while `ksp-ingest` runs on the same `--out`: the job's compaction exchanges whole
@@ -30,7 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .job import IngestOptions, ntriples, observation_iri
+from .aggregates import MINUTE, closed_after
+from .job import IngestOptions, aggregate_table, ntriples, observation_iri
 from .outlock import hold
 from .telemetry import LATE, parse
 
@@ -50,12 +57,14 @@ class Backfill:
     repeated: int = 0  # the same reading twice in a chunk of late ones (in two: `stored`)
     added: int = 0
     partitions: set[str] = field(default_factory=set)  # date=…/device=… written to
+    minutes: int = 0  # aggregate rows written (minutes the job never wrote)
 
     def __str__(self) -> str:
-        n = len(self.partitions)
+        n, m = len(self.partitions), self.minutes
         return (f"{self.late:,} late readings in the dead letters: {self.added:,} added to the "
                 f"observations ({n:,} partition{'' if n == 1 else 's'}), {self.stored:,} "
-                f"already there, {self.repeated:,} repeated")
+                f"already there, {self.repeated:,} repeated; aggregates written for {m:,} "
+                f"minute{'' if m == 1 else 's'}")
 
 
 def backfill(out: Path, base: str = IngestOptions.base, *, dry_run: bool = False,
@@ -75,6 +84,8 @@ def backfill(out: Path, base: str = IngestOptions.base, *, dry_run: bool = False
         for letters in _late_letters(out, chunk):
             report.late += len(letters)
             writer.add(letters, report)
+        if not dry_run:
+            writer.aggregates(report)
         return report
     finally:
         lock.close()
@@ -147,6 +158,73 @@ class _Writer:
                 self._write_ntriples(day, rows)
         for (day, device), new in adding.items():
             self._write_parquet(day, device, new)
+
+    def aggregates(self, report: Backfill) -> None:
+        """The aggregates of the minutes the job closed without writing them (every reading
+        of theirs came late), in the partitions this run added to."""
+        commits = self.out / "_checkpoint" / "commits"
+        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if (
+            commits.is_dir()) else []
+        closed = closed_after(self.out / "_aggregates_state", max(done)) if done else None
+        if closed is not None:
+            for rel in sorted(report.partitions):
+                report.minutes += self._aggregate(rel, closed)
+
+    def _aggregate(self, rel: str, closed: int) -> int:
+        """Write the rows of `rel`'s minutes that ended by `closed` and have no row of the
+        job's, computed from every observation of theirs; replaces what an earlier backfill
+        wrote there (one file, the directory exchanged whole as compaction does). Returns the
+        rows written."""
+        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
+
+        from .compaction import exchange
+
+        device = rel.rpartition("device=")[2]
+        obs = ds.dataset(str(self.out / "observations" / rel), format="parquet").to_table(
+            columns=["observedProperty", "hasSimpleResult", "resultTime"])
+        minutes: dict[tuple[int, str], list] = {}
+        prefix = len(self.base)
+        for prop, value, ms in zip(obs.column("observedProperty").to_pylist(),
+                                   obs.column("hasSimpleResult").to_pylist(),
+                                   _ms(obs.column("resultTime"))):
+            minute = ms // MINUTE * MINUTE
+            if minute + MINUTE > closed:  # still open in the job, or to come: the job's
+                continue
+            entry = minutes.setdefault((minute, prop[prefix:]), [value, value, 0.0, 0])
+            entry[0], entry[1] = min(entry[0], value), max(entry[1], value)
+            entry[2] += value
+            entry[3] += 1
+        directory = self.out / "aggregates" / rel
+        written, earlier = set(), []
+        for entry in os.scandir(directory) if directory.is_dir() else ():
+            if entry.name.startswith("backfill-"):
+                earlier.append(entry.name)
+            elif entry.name.endswith(".parquet"):
+                rows = pq.read_table(entry.path, columns=["minute", "observedProperty"])
+                written.update(zip(_ms(rows.column("minute")),
+                                   (p[prefix:] for p in rows.column("observedProperty")
+                                    .to_pylist())))
+        rows = [(minute, device, prop, lo, hi, total / n, n)
+                for (minute, prop), (lo, hi, total, n) in sorted(minutes.items())
+                if (minute, prop) not in written]
+        if not rows and not earlier:
+            return 0
+        table = aggregate_table(self.base, rows)
+        if not earlier:
+            self._place(directory, ".parquet", lambda path: pq.write_table(table, path))
+            return len(rows)
+        staging = self.out / "_staging" / "backfill" / "aggregates"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for entry in os.scandir(directory):
+            if entry.name not in earlier:
+                os.link(entry.path, staging / entry.name)
+        if rows:
+            self._place(staging, ".parquet", lambda path: pq.write_table(table, path))
+        exchange(staging, directory)  # a reader sees the earlier rows or these, never both
+        shutil.rmtree(staging)
+        return len(rows)
 
     def check_base(self) -> None:
         """ValueError unless the stored observations were made with `base` (the first file

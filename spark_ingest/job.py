@@ -263,7 +263,6 @@ class Ingest:
     def _write_aggregates(self, closed: list[tuple], batch_id: int) -> None:
         """The minutes this batch closed, one file per date and device (pyarrow, in the
         driver: a few rows per device and minute)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         staging = self.out / "_staging" / "aggregates" / str(batch_id)
@@ -276,13 +275,7 @@ class Ingest:
             rel = Path(f"date={day}") / f"device={device}"
             path = staging / rel / "part.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.table({
-                "minute": pa.array([r[0] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
-                "observedProperty": [self.o.base + r[2] for r in rows],
-                "min": pa.array([r[3] for r in rows], pa.float64()),
-                "max": pa.array([r[4] for r in rows], pa.float64()),
-                "mean": pa.array([r[5] for r in rows], pa.float64()),
-                "count": pa.array([r[6] for r in rows], pa.int64())}), path)
+            pq.write_table(aggregate_table(self.o.base, rows), path)
             files.append((path, rel))
         self._placed("aggregates", place_batch(self.out, "aggregates", batch_id, files))
         shutil.rmtree(staging, ignore_errors=True)
@@ -326,6 +319,20 @@ class Ingest:
         asyncio.run(_send(self.o.sib, texts))
         self._sent.record(fresh)
         self.stats["sib_updates"] += len(texts)
+
+
+def aggregate_table(base: str, rows: list[tuple]):
+    """Closed minutes — (minute ms, device, property, min, max, mean, count) — as the rows of
+    an aggregates file (one date and device)."""
+    import pyarrow as pa
+
+    return pa.table({
+        "minute": pa.array([r[0] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+        "observedProperty": [base + r[2] for r in rows],
+        "min": pa.array([r[3] for r in rows], pa.float64()),
+        "max": pa.array([r[4] for r in rows], pa.float64()),
+        "mean": pa.array([r[5] for r in rows], pa.float64()),
+        "count": pa.array([r[6] for r in rows], pa.int64())})
 
 
 def observation_iri(base: str, device: str, prop: str, ms: int) -> str:

@@ -436,9 +436,23 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
     job_file = next((out / "observations").rglob("batch-*.parquet"))
     for path in (out / "observations").rglob("backfill-*.parquet"):
         assert pq.ParquetFile(path).schema == pq.ParquetFile(job_file).schema
+    # their minutes had no reading in time and the job closed them: the backfill wrote them
+    def late_minutes() -> dict:
+        rows = table(out, "aggregates").to_pylist()
+        keys = {(r["device"], r["observedProperty"], r["minute"]) for r in rows}
+        assert len(keys) == len(rows)  # each minute once
+        return {r["minute"]: r for r in rows if r["minute"] < now - timedelta(minutes=30)}
+
+    got = late_minutes()
+    want = Counter(parse(t, p)[4].replace(second=0, microsecond=0) for t, p, _ in old)
+    assert {m: r["count"] for m, r in got.items()} == dict(want)
+    assert (min(r["min"] for r in got.values()), max(r["max"] for r in got.values())) == (
+        0.0, 6.0)
+    assert f"aggregates written for {len(want)} minute" in done.stdout, done.stdout
     again = cli("backfill", "--out", str(out))
     assert "7 late readings in the dead letters: 0 added" in again.stdout, again.stdout
     assert count(out, "observations") == 17
+    assert late_minutes() == got
     # Spark reads the job's files and the backfill's as one table
     spark = subprocess.run([sys.executable, "-c", (
         "import sys; from spark_ingest.cli import spark_session; "

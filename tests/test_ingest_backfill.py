@@ -12,7 +12,7 @@ import pytest
 
 from spark_ingest import outlock
 from spark_ingest.backfill import backfill
-from spark_ingest.job import ntriples, observation_iri
+from spark_ingest.job import aggregate_table, ntriples, observation_iri
 from spark_ingest.telemetry import reading, topic_of
 
 pa = pytest.importorskip("pyarrow")
@@ -47,7 +47,7 @@ def stored(out: Path, device: str, prop: str, value: float, when: datetime,
         use_deprecated_int96_timestamps=True)
 
 
-def letters(out: Path, rows: list[tuple[str, bytes, str]]) -> None:
+def letters(out: Path, rows: list[tuple[str, bytes, str]], batch: int = 2) -> None:
     """Dead letters (topic, payload, reason), received an hour after DAY."""
     received = naive(DAY + timedelta(hours=1))
     directory = out / "dead_letters" / f"date={received:%Y-%m-%d}"
@@ -56,7 +56,7 @@ def letters(out: Path, rows: list[tuple[str, bytes, str]]) -> None:
         "seq": list(range(len(rows))), "topic": [t for t, _, _ in rows],
         "payload": [p.decode() for _, p, _ in rows], "received": [received] * len(rows),
         "reason": [r for _, _, r in rows]}, schema=LETTER),
-        directory / "batch-000000000002.parquet", use_deprecated_int96_timestamps=True)
+        directory / f"batch-{batch:012d}.parquet", use_deprecated_int96_timestamps=True)
 
 
 def observations(out: Path) -> list[dict]:
@@ -159,3 +159,62 @@ def test_a_running_job_keeps_a_backfill_and_a_second_job_out(out):
     assert done.returncode == 0, done.stderr
     assert "5 late readings in the dead letters: 3 added" in done.stdout
     assert len(observations(out)) == 4
+
+
+def job_closed(out: Path, batch: int, closed: datetime, minutes: list[tuple] = ()) -> None:
+    """The job's state after committing `batch`: minutes ending by `closed` closed, and
+    `minutes` — (minute, device, property, min, max, mean, count) — the rows it wrote."""
+    import json
+
+    (out / "_checkpoint" / "commits").mkdir(parents=True)
+    (out / "_checkpoint" / "commits" / str(batch)).write_text("v1\n{}\n")
+    (out / "_aggregates_state").mkdir()
+    ms = round(closed.timestamp() * 1000)
+    (out / "_aggregates_state" / f"batch-{batch:012d}.json").write_text(json.dumps(
+        {"newest": ms + 60_000, "closed": ms, "open": []}))
+    for row in minutes:
+        day = datetime.fromtimestamp(row[0] / 1000, timezone.utc)
+        directory = out / "aggregates" / f"date={day:%Y-%m-%d}" / f"device={row[1]}"
+        directory.mkdir(parents=True, exist_ok=True)
+        pq.write_table(aggregate_table(BASE, [row]), directory / f"batch-{batch:012d}.parquet")
+
+
+def aggregates(out: Path) -> dict:
+    rows = ds.dataset(str(out / "aggregates"), format="parquet",
+                      partitioning="hive").to_table().to_pylist()
+    got = {(r["device"], r["observedProperty"], r["minute"]): r for r in rows}
+    assert len(got) == len(rows)  # each minute once
+    return got
+
+
+def test_minutes_the_job_never_wrote_get_their_aggregates_once(tmp_path):
+    out = tmp_path / "data"
+    minute = round(DAY.timestamp() * 1000)
+    stored(out, "s1", "t", 20.0, DAY)  # in time: the job wrote its minute
+    job_closed(out, 3, DAY + timedelta(hours=1), [(minute, "s1", "t", 20.0, 20.0, 20.0, 1)])
+    at = DAY + timedelta(minutes=5)
+    letters(out, [late("s1", "t", 25.0, DAY + timedelta(seconds=30)),  # the job's minute
+                  late("s2", "h", 50.0, at + timedelta(seconds=10)),  # a minute with no row
+                  late("s2", "h", 60.0, at + timedelta(seconds=20)),
+                  late("s2", "h", 70.0, DAY + timedelta(hours=1, minutes=1))])  # still open
+    report = backfill(out, BASE)
+    assert (report.added, report.minutes) == (4, 1)
+    rows = aggregates(out)
+    assert set(rows) == {("s1", BASE + "t", DAY), ("s2", BASE + "h", at)}
+    assert rows[("s1", BASE + "t", DAY)]["count"] == 1  # the job's row, as it was
+    r = rows[("s2", BASE + "h", at)]
+    assert (r["count"], r["min"], r["max"], r["mean"]) == (2, 50.0, 60.0, 55.0)
+    # a later reading of the same minute: the backfill's row replaced, still one
+    letters(out, [late("s2", "h", 40.0, at + timedelta(seconds=40))], batch=7)
+    again = backfill(out, BASE)
+    assert (again.added, again.minutes) == (1, 1)
+    r = aggregates(out)[("s2", BASE + "h", at)]
+    assert (r["count"], r["min"], r["max"], r["mean"]) == (3, 40.0, 60.0, 50.0)
+    directory = out / "aggregates" / f"date={at:%Y-%m-%d}" / "device=s2"
+    assert len(list(directory.glob("backfill-*.parquet"))) == 1
+    assert len(aggregates(out)) == 2
+
+
+def test_no_aggregates_without_a_committed_batch(out):
+    assert backfill(out, BASE).minutes == 0
+    assert not (out / "aggregates").exists()

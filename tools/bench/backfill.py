@@ -4,8 +4,10 @@ each (the baseline) — in the same run.
 
 No Spark and no MQTT: an output laid out as the job leaves it, made with pyarrow in the job's
 schema (INT96 timestamps): `--devices` devices with `--stored` observations each on one day
-(one merged file per device, as compaction leaves a day), and for each size L, L late dead
-letters across the devices, half of them late copies of stored readings and half new. Each
+(one merged file per device, as compaction leaves a day, and the job's aggregates of them),
+and for each size L, L late dead letters across the devices, half of them late copies of
+stored readings and half new readings of the next day, whose minutes the job closed without a
+row (so the backfill writes their aggregates, reading each touched day's observations). Each
 measurement runs in a process of its own (its peak RSS is its own), baseline and backfill
 alternating over `--rounds`, each backfill on a fresh copy of the output. Reported per L: late
 readings per second for each, the backfill's time over the baseline's, and the peak RSS of
@@ -51,7 +53,8 @@ def make_output(out: Path, devices: int, stored: int, late: int) -> None:
             "resultTime": pa.array(ms, pa.int64()).cast(pa.timestamp("ms")).cast(
                 pa.timestamp("ns"))}), directory / f"merged-1-000000000000-{stored:012d}.parquet",
             use_deprecated_int96_timestamps=True)
-    received = DAY + timedelta(days=1)
+    received = DAY + timedelta(days=2)
+    _job_state(out, devices, stored, received)
     directory = out / "dead_letters" / f"date={received:%Y-%m-%d}"
     directory.mkdir(parents=True)
     per_file = 100_000
@@ -60,8 +63,10 @@ def make_output(out: Path, devices: int, stored: int, late: int) -> None:
         for k in range(first, min(late, first + per_file)):
             device = f"s{k % devices}"
             step = (k // devices) % stored
-            # even k: a copy of a stored reading; odd k: a new one, 5 s after a stored one
-            when = DAY + timedelta(milliseconds=step * STEP_MS + (0 if k % 2 == 0 else 5_000))
+            # even k: a copy of a stored reading; odd k: a new one, on the next day (no reading
+            # of it came in time: the backfill writes its minutes' aggregates)
+            when = DAY + timedelta(milliseconds=step * STEP_MS) + (
+                timedelta(0) if k % 2 == 0 else timedelta(days=1, seconds=5))
             topics.append(topic_of(device))
             payloads.append(reading(device, "t", float(k % 40), "Cel", when).decode())
         n = len(topics)
@@ -71,6 +76,31 @@ def make_output(out: Path, devices: int, stored: int, late: int) -> None:
             "received": pa.array([received.replace(tzinfo=None)] * n, pa.timestamp("ns")),
             "reason": ["late"] * n}), directory / f"batch-{first:012d}.parquet",
             use_deprecated_int96_timestamps=True)
+
+
+def _job_state(out: Path, devices: int, stored: int, closed: datetime) -> None:
+    """What the job leaves beside: a committed batch, its minutes closed up to `closed`, and
+    the aggregates it wrote for the stored readings (one file per device)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from spark_ingest.job import aggregate_table
+
+    (out / "_checkpoint" / "commits").mkdir(parents=True)
+    (out / "_checkpoint" / "commits" / "1").write_text("v1\n{}\n")
+    (out / "_aggregates_state").mkdir()
+    ms = int(closed.timestamp() * 1000)
+    (out / "_aggregates_state" / "batch-000000000001.json").write_text(json.dumps(
+        {"newest": ms, "closed": ms, "open": []}))
+    first = int(DAY.timestamp() * 1000)
+    minutes = sorted({(first + k * STEP_MS) // 60_000 * 60_000 for k in range(stored)})
+    for d in range(devices):
+        directory = out / "aggregates" / "date=2026-11-20" / f"device=s{d}"
+        directory.mkdir(parents=True)
+        pq.write_table(aggregate_table(BASE, [(m, f"s{d}", "t", 0.0, 39.0, 19.5, 6)
+                                              for m in minutes]),
+                       directory / "merged-1-000000000000-000000000001.parquet")
 
 
 CHILD = """
@@ -90,7 +120,8 @@ if mode == "baseline":
 else:
     from spark_ingest.backfill import backfill
     r = backfill(out, sys.argv[3])
-    result = {"late": r.late, "added": r.added, "stored": r.stored, "repeated": r.repeated}
+    result = {"late": r.late, "added": r.added, "stored": r.stored, "repeated": r.repeated,
+              "minutes": r.minutes}
 result["seconds"] = time.perf_counter() - started
 result["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(result))
@@ -118,7 +149,7 @@ def run(devices: int, stored: int, sizes: list[int], rounds: int, root: Path) ->
         shutil.rmtree(source)
         b = runs["backfill"][-1]
         assert b["late"] == late and b["added"] + b["stored"] + b["repeated"] == late, b
-        row = {"late": late, "added": b["added"]}
+        row = {"late": late, "added": b["added"], "minutes": b["minutes"]}
         for mode, results in runs.items():
             seconds = statistics.median(r["seconds"] for r in results)
             row[mode] = {"rate": late / seconds, "seconds": seconds,
@@ -131,9 +162,11 @@ def run(devices: int, stored: int, sizes: list[int], rounds: int, root: Path) ->
 
 
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["late letters", "added", "baseline readings/s", "baseline peak RSS MiB",
-               "backfill readings/s", "backfill peak RSS MiB", "backfill ÷ baseline (time)"]
-    body = [[f"{r['late']:,}", f"{r['added']:,}", f"{r['baseline']['rate']:,.0f}",
+    headers = ["late letters", "added", "minutes aggregated", "baseline readings/s",
+               "baseline peak RSS MiB", "backfill readings/s", "backfill peak RSS MiB",
+               "backfill ÷ baseline (time)"]
+    body = [[f"{r['late']:,}", f"{r['added']:,}", f"{r['minutes']:,}",
+             f"{r['baseline']['rate']:,.0f}",
              f"{r['baseline']['rss']:.0f}", f"{r['backfill']['rate']:,.0f}",
              f"{r['backfill']['rss']:.0f}",
              f"**{r['backfill']['seconds'] / r['baseline']['seconds']:.2f}×**"]
