@@ -57,14 +57,16 @@ class Backfill:
     repeated: int = 0  # the same reading twice in a chunk of late ones (in two: `stored`)
     added: int = 0
     partitions: set[str] = field(default_factory=set)  # date=…/device=… written to
-    minutes: int = 0  # aggregate rows written (minutes the job never wrote)
+    minutes: int | None = None  # aggregate rows written; None: not looked at (a dry run, or
+    # no committed batch: the job closed no minute)
 
     def __str__(self) -> str:
         n, m = len(self.partitions), self.minutes
         return (f"{self.late:,} late readings in the dead letters: {self.added:,} added to the "
                 f"observations ({n:,} partition{'' if n == 1 else 's'}), {self.stored:,} "
-                f"already there, {self.repeated:,} repeated; aggregates written for {m:,} "
-                f"minute{'' if m == 1 else 's'}")
+                f"already there, {self.repeated:,} repeated; " + (
+                    "aggregates not looked at" if m is None else
+                    f"aggregates written for {m:,} minute{'' if m == 1 else 's'}"))
 
 
 def backfill(out: Path, base: str = IngestOptions.base, *, dry_run: bool = False,
@@ -167,8 +169,8 @@ class _Writer:
             commits.is_dir()) else []
         closed = closed_after(self.out / "_aggregates_state", max(done)) if done else None
         if closed is not None:
-            for rel in sorted(report.partitions):
-                report.minutes += self._aggregate(rel, closed)
+            report.minutes = sum(self._aggregate(rel, closed) for rel in sorted(
+                report.partitions))
 
     def _aggregate(self, rel: str, closed: int) -> int:
         """Write the rows of `rel`'s minutes that ended by `closed` and have no row of the

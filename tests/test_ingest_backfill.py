@@ -215,6 +215,10 @@ def test_minutes_the_job_never_wrote_get_their_aggregates_once(tmp_path):
     assert len(aggregates(out)) == 2
 
 
-def test_no_aggregates_without_a_committed_batch(out):
-    assert backfill(out, BASE).minutes == 0
+def test_no_aggregates_without_a_committed_batch_nor_in_a_dry_run(out):
+    report = backfill(out, BASE)
+    assert report.minutes is None and "aggregates not looked at" in str(report)
     assert not (out / "aggregates").exists()
+    job_closed(out, 3, DAY + timedelta(days=1))
+    dry = backfill(out, BASE, dry_run=True)
+    assert dry.minutes is None and not (out / "aggregates").exists()
