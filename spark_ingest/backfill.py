@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .aggregates import MINUTE, closed_after
+from .compaction import durable, parquet_schema, rebuild
 from .job import IngestOptions, aggregate_table, ntriples, observation_iri
 from .outlock import hold
 from .telemetry import LATE, parse
@@ -180,8 +181,6 @@ class _Writer:
         import pyarrow.dataset as ds
         import pyarrow.parquet as pq
 
-        from .compaction import exchange
-
         device = rel.rpartition("device=")[2]
         obs = ds.dataset(str(self.out / "observations" / rel), format="parquet").to_table(
             columns=["observedProperty", "hasSimpleResult", "resultTime"])
@@ -213,19 +212,15 @@ class _Writer:
         if not rows and not earlier:
             return 0
         table = aggregate_table(self.base, rows)
+
+        def write(path: Path) -> None:
+            pq.write_table(table, path)
+
         if not earlier:
-            self._place(directory, ".parquet", lambda path: pq.write_table(table, path))
-            return len(rows)
-        staging = self.out / "_staging" / "backfill" / "aggregates"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for entry in os.scandir(directory):
-            if entry.name not in earlier:
-                os.link(entry.path, staging / entry.name)
-        if rows:
-            self._place(staging, ".parquet", lambda path: pq.write_table(table, path))
-        exchange(staging, directory)  # a reader sees the earlier rows or these, never both
-        shutil.rmtree(staging)
+            self._place(directory, ".parquet", write)
+        else:  # a reader sees the earlier rows or these, never both
+            rebuild(directory, self.out / "_staging" / "backfill" / "aggregates", set(earlier),
+                    f"backfill-{time.time_ns()}.parquet" if rows else None, write)
         return len(rows)
 
     def check_base(self) -> None:
@@ -264,14 +259,11 @@ class _Writer:
     def _job_schema(self):
         """The schema of the job's observation files (Spark's), or the same written anew."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         if self.schema is None:
             first = next((self.out / "observations").rglob("*.parquet"), None)
             if first is not None:
-                f = pq.ParquetFile(first)
-                self.schema = (f.schema_arrow, any(c.physical_type == "INT96" for c in f.schema))
-                f.close()
+                self.schema = parquet_schema(first)
             else:
                 self.schema = (pa.schema([
                     ("observation", pa.string()), ("madeBySensor", pa.string()),
@@ -313,11 +305,7 @@ class _Writer:
         name = f"backfill-{time.time_ns()}{suffix}"
         path = staging / name
         write(path)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        durable(path)
         directory.mkdir(parents=True, exist_ok=True)
         os.replace(path, directory / name)
 

@@ -35,7 +35,7 @@ import shutil
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 log = logging.getLogger("ksp.ingest")
 
@@ -130,40 +130,68 @@ def _merged_name(group: list[Part]) -> str:
 
 
 def _replace(directory: Path, staging: Path, group: list[Part], name: str) -> None:
+    paths = [directory / p.name for p in group]
+
+    def merge(target: Path) -> None:
+        if group[0].suffix == ".nt":
+            with open(target, "wb") as merged:
+                for path in paths:
+                    with open(path, "rb") as f:
+                        shutil.copyfileobj(f, merged)
+        else:
+            _merge_parquet(paths, target)
+
+    # the running batch's file is kept as it is
+    rebuild(directory, staging, {p.name for p in group}, name, merge)
+
+
+def rebuild(directory: Path, staging: Path, drop: set[str], name: str | None,
+            write: Callable[[Path], None]) -> None:
+    """Give `directory` its content without the files `drop` and with a file `name` made by
+    `write(path)` (none if `name` is None), in one step: the new content is built in `staging`
+    (hard links to what stays), exchanged with the directory, and the old content deleted.
+    The backfill replaces its own aggregates files so too."""
     shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt's
     staging.mkdir(parents=True)
-    merging = {p.name for p in group}
     for entry in os.scandir(directory):
-        if entry.name not in merging:  # kept as they are, and the running batch's file
+        if entry.name not in drop:
             os.link(entry.path, staging / entry.name)
-    paths = [directory / p.name for p in group]
-    if group[0].suffix == ".nt":
-        with open(staging / name, "wb") as merged:
-            for path in paths:
-                with open(path, "rb") as f:
-                    shutil.copyfileobj(f, merged)
-    else:
-        _merge_parquet(paths, staging / name)
-    fd = os.open(staging / name, os.O_RDONLY)
-    try:  # durable before the files it replaces are deleted
+    if name is not None:
+        write(staging / name)
+        durable(staging / name)  # before the files it replaces are deleted
+    exchange(staging, directory)
+    shutil.rmtree(staging)  # the old content now
+
+
+def durable(path: Path) -> None:
+    """`path`'s content on disk (fsync)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    exchange(staging, directory)
-    shutil.rmtree(staging)  # the old content now
+
+
+def parquet_schema(path: Path):
+    """(arrow schema, whether it has INT96 columns) of a Parquet file: Spark writes timestamps
+    as INT96 (pyarrow reads them as nanoseconds, which Spark could not read back as INT64), so
+    a file written beside the job's keeps the physical types of the job's."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    try:
+        return f.schema_arrow, any(column.physical_type == "INT96" for column in f.schema)
+    finally:
+        f.close()
 
 
 def _merge_parquet(paths: list[Path], target: Path) -> None:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    first = pq.ParquetFile(paths[0])
-    # Spark writes timestamps as INT96 (pyarrow reads them as nanoseconds, which Spark could
-    # not read back as INT64): the merged file keeps the physical types of what it replaces.
-    int96 = any(column.physical_type == "INT96" for column in first.schema)
+    schema, int96 = parquet_schema(paths[0])
     table = ds.dataset([str(p) for p in paths], format="parquet",
-                       schema=first.schema_arrow).to_table(use_threads=False)
-    first.close()
+                       schema=schema).to_table(use_threads=False)
     pq.write_table(table, target, use_deprecated_int96_timestamps=int96)
 
 
