@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .aggregates import MINUTE, closed_after
 from .compaction import durable, parquet_schema, rebuild
-from .job import IngestOptions, aggregate_table, ntriples, observation_iri
+from .job import IngestOptions, aggregate_table, last_committed, ntriples, observation_iri
 from .outlock import hold
 from .telemetry import LATE, parse
 
@@ -165,10 +165,8 @@ class _Writer:
     def aggregates(self, report: Backfill) -> None:
         """The aggregates of the minutes the job closed without writing them (every reading
         of theirs came late), in the partitions this run added to."""
-        commits = self.out / "_checkpoint" / "commits"
-        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if (
-            commits.is_dir()) else []
-        closed = closed_after(self.out / "_aggregates_state", max(done)) if done else None
+        done = last_committed(self.out / "_checkpoint")
+        closed = None if done is None else closed_after(self.out / "_aggregates_state", done)
         if closed is not None:
             report.minutes = sum(self._aggregate(rel, closed) for rel in sorted(
                 report.partitions))

@@ -445,6 +445,15 @@ def _latest(partials: list[tuple]) -> list[_Reading]:
     return list(newest.values())
 
 
+def last_committed(checkpoint: Path) -> int | None:
+    """The newest batch the query of `checkpoint` committed (its commit log's files are named
+    by batch; Spark's temporary ones start with a dot), or None."""
+    commits = checkpoint / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if (
+        commits.is_dir()) else []
+    return max(done, default=None)
+
+
 def lost_checkpoint(out: Path) -> int | None:
     """The last batch placed in `out` by a checkpoint that is gone — `out/_checkpoint` has no
     committed batch (deleted, or replaced) while the tables' manifests or the aggregates'
@@ -452,8 +461,7 @@ def lost_checkpoint(out: Path) -> int | None:
     again, and its files would replace those of the batches of the same numbers. (Batch 0
     alone is the first batch of a job killed before it committed it: run again, as it should.)
     """
-    commits = out / "_checkpoint" / "commits"
-    if commits.is_dir() and any(p.name[0].isdigit() for p in commits.iterdir()):
+    if last_committed(out / "_checkpoint") is not None:
         return None
     numbers = [int(m[1]) for path in [*(out / "_staging").glob("*/batch-*.files"),
                                       *(out / "_aggregates_state").glob("*.json")]
@@ -467,9 +475,8 @@ def _never_committed(checkpoint: Path) -> None:
     Spark refuses to start a stateful query on that (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY).
     It has nothing to resume: start it afresh. (The MQTT source re-reads from the buffer's
     committed number, 0 then; a re-run batch 0 writes the same file names.)"""
-    offsets, commits = checkpoint / "offsets", checkpoint / "commits"
-    if offsets.is_dir() and any(offsets.iterdir()) and not (
-            commits.is_dir() and any(p for p in commits.iterdir() if p.name[0].isdigit())):
+    offsets = checkpoint / "offsets"
+    if offsets.is_dir() and any(offsets.iterdir()) and last_committed(checkpoint) is None:
         log.warning("%s: no batch was committed; starting that query afresh", checkpoint)
         shutil.rmtree(checkpoint)
 
