@@ -95,7 +95,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                 reload: Callable[[], Config] | None = None) -> None:
     """Run the SIB until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
-    from transports.limits import ConnectionLimits, Guard
+    from transports.limits import ConnectionLimits
     from transports.server import Server
 
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
@@ -179,12 +179,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         from .sepa.secure import Clients, Tokens
 
         data_dir = None if config.memory else Path(config.data_dir)
-        # The KSP TCP listener's limits on connections, in all and per address (no timeouts:
-        # aiohttp's keep-alive closes silent HTTP connections; subscribers are silent).
-        connections = Guard(ConnectionLimits(config.sepa_max_connections,
-                                             config.sepa_max_connections_per_address,
-                                             max_buffered_bytes=None, frame_timeout=0.0),
-                            "sepa", lambda conn: conn.transport.abort())
+        connections = sepa_connections(config)
         gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
                               ws_port=config.sepa_ws_port,
                               max_subscriptions=config.sepa_max_subscriptions,
@@ -250,6 +245,19 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
             pcap.close()
         store.close()  # a temporary store's directory goes
         log.info("stopped")
+
+
+def sepa_connections(config: Config):
+    """The SEPA gate's connection limits (`[sepa] max_connections`,
+    `max_connections_per_address`): the KSP TCP listener's `transports.limits.Guard`, in all
+    and per address, with no timeouts (aiohttp's keep-alive closes silent HTTP connections;
+    subscribers are silent). `ksp bench sepa --guard` measures the gate behind it."""
+    from transports.limits import ConnectionLimits, Guard
+
+    return Guard(ConnectionLimits(config.sepa_max_connections,
+                                  config.sepa_max_connections_per_address,
+                                  max_buffered_bytes=None, frame_timeout=0.0),
+                 "sepa", lambda conn: conn.transport.abort())
 
 
 def _ksp_ports(server, tls: bool) -> dict[str, int]:

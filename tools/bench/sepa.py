@@ -19,11 +19,11 @@ sockets. The smart and naive SIBs of each n take their updates alternately, so n
 alike. Reported per n and writer: updates/s and p50/p99 latency for each mode, and the ratio of
 the update rates.
 
-``--guard`` compares instead the gate behind the connection limits `ksp-sib` gives it (a
-`transports.limits.Guard`: 1,024 connections in all, 64 per address, as `[sepa]`'s defaults)
-against the gate without them, both smart, with two HTTP writers: ``http`` (one kept-alive
-connection, as above) and ``http-new`` (a new connection for each update, where the guard's
-admission is paid). Reported: the guarded rate over the plain one.
+``--guard`` compares instead the gate behind the connection limits `ksp-sib` gives it
+(`sib.cli.sepa_connections` of the default configuration: 1,024 connections in all, 64 per
+address) against the gate without them, both smart, with two HTTP writers: ``http`` (one
+kept-alive connection, as above) and ``http-new`` (a new connection for each update, where
+the guard's admission is paid). Reported: the guarded rate over the plain one.
 """
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ import time
 import aiohttp
 
 from sib import Sib
+from sib.cli import sepa_connections
+from sib.config import Config
 from sib.sepa import SepaGate
 from transports import Server
 from transports.client import connect
-from transports.limits import ConnectionLimits, Guard
 
 from .report import bench_parser, environment, percentile, print_report
 from .sib import EX, WATCHED, seed_store
@@ -63,8 +64,7 @@ class Side:
 
     def __init__(self, triples: int, n: int, smart: bool, guarded: bool = False) -> None:
         self.triples, self.n, self.smart = triples, n, smart
-        self.guard = Guard(ConnectionLimits(1024, 64, max_buffered_bytes=None, frame_timeout=0.0),
-                           "sepa", lambda conn: conn.transport.abort()) if guarded else None
+        self.guard = sepa_connections(Config()) if guarded else None
         self.latencies: list[float] = []  # ms, one per update
         self.received = 0  # notifications after the first ones
         self._waiting = 0
