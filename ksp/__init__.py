@@ -19,7 +19,7 @@ from .seqnum import is_newer, next_seq
 from .session import (
     AckReceived, CredentialsPending, Event, IndicationReceived, KPIdentity, KPSession,
     KPUnreachable, PersistentEnded, ProtocolError, RequestReceived, RequestRefused,
-    RequestTimedOut, ResponseReceived, SessionError, SIBSession, Timing,
+    RequestTimedOut, ResponseReceived, SessionError, SIBSession, TidsBusy, Timing,
 )
 from .terms import DEFAULT_GRAPH, IRI, BNode, Literal, Term, Triple, Var
 from .sparql import (
@@ -38,7 +38,7 @@ __all__ = [
     "AckReceived", "CredentialsPending", "RequestRefused", "Event", "IndicationReceived",
     "KPIdentity", "KPSession", "KPUnreachable",
     "PersistentEnded", "ProtocolError", "RequestReceived", "RequestTimedOut", "ResponseReceived",
-    "SessionError", "SIBSession", "Timing",
+    "SessionError", "SIBSession", "TidsBusy", "Timing",
     "NoSparqlEquivalent", "SparqlError", "SparqlSyntaxError", "UnsupportedSparql",
     "render_sparql", "render_sparql_where", "compile_sparql", "compile_sparql_named", "results_json",
     "from_results_json", "reads_union",

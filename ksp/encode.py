@@ -408,9 +408,10 @@ def _frame(transport: Transport, version: int, type_byte: int, tid: int, body: b
 
 
 def retag(data: bytes, tid: int, seq: int | None = None) -> bytes:
-    """The encoded RES/IND `data` with Transaction ID `tid` and, for a UDP IND, sequence
+    """The encoded message `data` with Transaction ID `tid` and, for a UDP IND, sequence
     number `seq`. Nothing else in a message depends on them (the header has a fixed size per
-    transport), so the subscribers of one result can share one encoding."""
+    transport), so the subscribers of one result can share one encoding, and a KP can move a
+    request to another TID."""
     buf = bytearray(data)
     _U16.pack_into(buf, 2, _check_u16(tid, "transaction ID"))
     if seq is not None:

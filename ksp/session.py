@@ -47,7 +47,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .codec import TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid
+from .codec import (
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, retag,
+)
 from .codes import Status, Tx
 from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
 from .errors import DecodeError, EncodeError
@@ -55,7 +57,8 @@ from .framing import DEFAULT_MAX_TCP_MESSAGE, FRAME as _FRAME, OVERSIZE as _OVER
 from .model import Ack, Credentials, Request, Response
 from .secure import MAGIC, SealedAddr, SealError, Sealer, SealerTable
 from .transactions import (
-    STATEFUL as _STATEFUL, Exchange, KpTransactions, SessionError, SibTransactions,
+    STATEFUL as _STATEFUL, Exchange, KpTransactions, SessionError, SibTransactions, TidsBusy,
+    request_digest,
 )
 from .transactions import _Persistent  # noqa: F401  (where tests plant a kept TID)
 from .seqnum import is_newer
@@ -66,9 +69,11 @@ __all__ = [
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
     "RequestRefused", "UdpKPSession", "TcpKPSession", "UdpSIBSession", "TcpSIBSession",
+    "TidsBusy",
 ]
 
 _OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
+_TERMINATE = Tx.TERMINATE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,8 +396,11 @@ class KPSession:
             self._timers.cancel(tid)
             self._give_up(tid, p, now)
 
-    def send(self, request: Request, now: float) -> None:
-        """Queue `request` (its TID from `next_tid`, or for TERMINATE the target's TID)."""
+    def send(self, request: Request, now: float) -> int:
+        """Queue `request` (its TID from `next_tid`, or for TERMINATE the target's TID) and
+        return its TID. Over UDP that is another TID from `next_tid` when the SIB may still
+        hold the same request under this one (`KpTransactions.fit`); `TidsBusy` when none
+        may carry it yet (nothing sent)."""
         tx, tid = request.tx, request.tid
         if type(tx) is not Tx:
             tx = Tx(tx)
@@ -408,6 +416,8 @@ class KPSession:
         if len(data) > self.max_message_size:
             raise EncodeError(f"request of {len(data)} bytes exceeds the "
                               f"{self.max_message_size}-byte message limit")
+        if tx is not _TERMINATE:  # TERMINATE's TID is its target's
+            tid, data = self._place(tid, data, now)
         p = _Pending(tx, bool(request.confirmable), data)
         # NON: a RES may never come; TCP: no retransmission, but no waiting forever
         p.timeout = self._first_timeout(p)
@@ -415,6 +425,7 @@ class KPSession:
         self.transactions.sent(tid, tx, p)
         self._timers.set(tid, p.deadline)
         self._out(data)
+        return tid
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -459,6 +470,8 @@ class KPSession:
             return  # a late or duplicated RES: nothing waits for it
         del self._pending[tid]
         self._timers.cancel(tid)
+        if p.retransmits:  # the SIB answers every copy: another RES of it may be on its way
+            self.transactions.hold(tid, now)
         tx = p.tx
         try:
             response = decode_sib_message(data, self.transport, answers=tx)
@@ -500,6 +513,10 @@ class KPSession:
 
     def receive_data(self, data: bytes, now: float) -> None:
         raise SessionError(f"this is a {self.transport.name} session")
+
+    def _place(self, tid: int, data: bytes, now: float) -> tuple[int, bytes]:
+        """The TID request `data` goes under, and its bytes with that TID."""
+        return tid, data
 
     def _first_timeout(self, p: _Pending) -> float:
         return self.timing.exchange_lifetime
@@ -545,6 +562,17 @@ class UdpKPSession(KPSession):
                 self.sealed_dropped += 1
                 return
         self._on_message(bytes(data), now)
+
+    def _place(self, tid: int, data: bytes, now: float) -> tuple[int, bytes]:
+        # The SIB's duplicate cache remembers each request for EXCHANGE_LIFETIME: a TID may
+        # come back within it (past 65 536 requests), but not for a request of the same bytes.
+        transactions = self.transactions
+        digest = request_digest(data)
+        placed = transactions.fit(tid, digest, now)
+        if placed != tid:
+            data = retag(data, placed)
+        transactions.kept(placed, digest, now)
+        return placed, data
 
     def _first_timeout(self, p: _Pending) -> float:
         if p.confirmable:
@@ -635,13 +663,17 @@ class TcpKPSession(KPSession):
 
 
 class DuplicateCache:
-    """Requests seen within EXCHANGE_LIFETIME, keyed by (KP identity, TID, transaction type):
-    a copy of one is a duplicate, answered from its entry and never executed again.
+    """Requests seen within EXCHANGE_LIFETIME: a copy of one is a duplicate, answered from its
+    entry and never executed again.
 
-    Entries are any objects with an `expires` time and a `response` (bytes, or None until the
-    answer is known; its length counts against `max_bytes`). Oldest first, which is soonest
-    to expire; over `max_entries` or `max_bytes` the oldest go. UDP's message layer keeps one
-    (so does CoAP's server, which runs that layer over aiocoap)."""
+    Keys are (KP identity, TID, transaction type, hash of the request's bytes) and entries
+    `Exchange`s (their `key`, an `expires` time and a `response`: bytes, or None until the
+    answer is known, whose length counts against `max_bytes`). One entry per KP and TID (a
+    TERMINATE apart: it carries its target's TID): a request with other bytes under a TID is a
+    new request and takes the place of the one before, as the KP has moved on from it (R12).
+    Oldest first, which is soonest to expire; over `max_entries` or `max_bytes` the oldest go.
+    UDP's message layer keeps one (so does CoAP's server, which runs that layer over
+    aiocoap)."""
 
     __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
 
@@ -655,20 +687,31 @@ class DuplicateCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable):
-        return self._entries.get(key)
+    @staticmethod
+    def _slot(key: tuple) -> tuple:
+        return key[0], key[1], key[2] is _TERMINATE
 
-    def add(self, key: Hashable, entry, now: float) -> None:
-        """Remember `entry` (its `expires` set from `now`)."""
+    def get(self, key: tuple):
+        """The entry of request `key`: None if unseen, or if another request took its place."""
+        entry = self._entries.get(self._slot(key))
+        return entry if entry is not None and entry.key == key else None
+
+    def add(self, key: tuple, entry, now: float) -> None:
+        """Remember `entry` (its `expires` set from `now`), in the place of any request before
+        it under the same TID."""
         entry.expires = now + self.lifetime
         entries = self._entries
-        entries[key] = entry
+        slot = self._slot(key)
+        before = entries.pop(slot, None)
+        if before is not None:
+            self._drop(before)
+        entries[slot] = entry
         if len(entries) > self.max_entries or self.bytes > self.max_bytes:
             self._evict()
 
-    def answered(self, key: Hashable, entry, response: bytes) -> None:
+    def answered(self, key: tuple, entry, response: bytes) -> None:
         """`entry`'s answer is `response` (if the entry is still there)."""
-        if self._entries.get(key) is entry:
+        if self._entries.get(self._slot(key)) is entry:
             entry.response = response
             self.bytes += len(response)
             if self.bytes > self.max_bytes:
@@ -762,7 +805,7 @@ class SIBSession:
         #: retransmission and ACKs, or TCP's framing, and where each KP is.
         self.transactions = SibTransactions(self.transport, max_entries=max_entries,
                                             on_forget=self._forget, **self.IND_DELIVERY)
-        # (kp, tid, tx) -> exchange. Only UDP's message layer adds to it.
+        # (kp, tid, tx, hash of the bytes) -> exchange. Only UDP's message layer adds to it.
         self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
         self._executing = self.transactions.executing
         # KP-ID identity -> (serial of the request that set it, endpoint).
@@ -772,7 +815,7 @@ class SIBSession:
         self._timers = _Timers()
         self._events: deque[Event] = deque()
         # Requests waiting for a verdict on their credentials, in arrival order.
-        self._held: deque[tuple[Request, Hashable]] = deque()
+        self._held: deque[tuple[Request, Hashable, bytes]] = deque()
 
     # -- API --------------------------------------------------------------------------------
 
@@ -892,8 +935,8 @@ class SIBSession:
         """Look again at the requests held for `authenticate`'s verdict (call it when a
         verification is done); those still without a verdict stay held, in order."""
         held, self._held = self._held, deque()
-        for request, addr in held:
-            self._on_request(request, addr, now)
+        for request, addr, data in held:
+            self._on_request(request, addr, now, data)
 
     @property
     def held(self) -> int:
@@ -956,13 +999,15 @@ class SIBSession:
         if isinstance(msg, Ack):
             self._on_ack(msg, addr, now)
         else:
-            self._on_request(msg, addr, now)
+            self._on_request(msg, addr, now, data)
 
-    def _on_request(self, request: Request, addr: Hashable, now: float) -> None:
+    def _on_request(self, request: Request, addr: Hashable, now: float, data: bytes) -> None:
+        """`data`: the request's bytes (opened, if it came sealed), which tell a copy of a
+        request from a new request under the same TID (R12)."""
         options = request.options
         creds = options.credentials
         if self._held and self._behind_held(addr):
-            self._hold(request, addr)  # a stream keeps its order behind a request still held
+            self._hold(request, addr, data)  # a stream keeps its order behind one still held
             return
         sealed = type(addr) is SealedAddr
         if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)
@@ -973,28 +1018,31 @@ class SIBSession:
             # gets nothing of that KP's (cached answers, its exchanges, its address) unproven.
             verdict = self.authenticate(bytes(creds.kp_id), creds.password, addr)
             if verdict is None:
-                self._hold(request, addr)
+                self._hold(request, addr, data)
                 return
             if verdict != _OK:
                 self._refuse(request, addr, Status(verdict))
                 return
         kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
-        key = (kp, tid, tx)
+        # A copy is byte for byte the same request: another request under a TID (a KP past
+        # 65 536 requests per EXCHANGE_LIFETIME) is a new exchange, executed (R12).
+        key = (kp, tid, tx, hash(data))
         if self._duplicate(key, addr):
             return
         ex = self.transactions.begin(kp, request, addr, next(self._serial),
-                                     now + self.timing.exchange_lifetime)
+                                     now + self.timing.exchange_lifetime, key)
         self._remember(key, ex, now)
         self._events.append(RequestReceived(kp, addr, request))
 
-    def _hold(self, request: Request, addr: Hashable) -> None:
+    def _hold(self, request: Request, addr: Hashable, data: bytes) -> None:
         if len(self._held) >= self.max_held:
             self._refuse(request, addr, Status.LIMIT_EXCEEDED)
             return
         creds = request.options.credentials
-        new = creds is not None and not any(r.options.credentials == creds for r, _ in self._held)
-        self._held.append((request, addr))
+        new = creds is not None and not any(
+            item[0].options.credentials == creds for item in self._held)
+        self._held.append((request, addr, data))
         if new:  # one verification for every request that waits on the same credentials
             self._events.append(CredentialsPending(bytes(creds.kp_id), creds.password, addr))
 
@@ -1253,7 +1301,7 @@ class TcpSIBSession(SIBSession):
         """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
         self._readers.pop(conn, None)
         self._streams.pop(conn, None)
-        if any(addr == conn for _, addr in self._held):
+        if any(item[1] == conn for item in self._held):
             self._held = deque(item for item in self._held if item[1] != conn)
 
     def _out(self, data: bytes, addr: Hashable) -> None:
@@ -1270,4 +1318,4 @@ class TcpSIBSession(SIBSession):
         return addr in self._readers
 
     def _behind_held(self, addr: Hashable) -> bool:
-        return any(a == addr for _, a in self._held)
+        return any(item[1] == addr for item in self._held)

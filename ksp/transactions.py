@@ -25,6 +25,7 @@ stale-IND rule (§9: only an IND newer than every one delivered is delivered).
 from __future__ import annotations
 
 import random
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
@@ -35,8 +36,8 @@ from .errors import KspError
 from .model import Request, Response
 from .seqnum import is_newer
 
-__all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "PERSISTENT",
-           "STATEFUL"]
+__all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "TidsBusy",
+           "PERSISTENT", "STATEFUL", "request_digest"]
 
 # `tx in PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a Python
 # call, on every request and RES. STATEFUL: transactions whose RES starts or ends persistent
@@ -52,6 +53,23 @@ OpKey = tuple[Hashable, int]
 
 class SessionError(KspError):
     """A call the session's state does not allow: the caller's fault, never the peer's."""
+
+
+class TidsBusy(SessionError):
+    """No TID may carry this request now: under each one tried, the SIB may still hold a request
+    with the same bytes (R12). Nothing was sent; send it again at `retry_at` (the clock of
+    `now`). Only a KP sending the same request over 65 536 times per EXCHANGE_LIFETIME meets
+    this."""
+
+    def __init__(self, retry_at: float) -> None:
+        super().__init__("every transaction ID tried carries this very request within "
+                         "EXCHANGE_LIFETIME")
+        self.retry_at = retry_at
+
+
+def request_digest(data: bytes) -> int:
+    """What tells two requests under one TID apart: a hash of their bytes less the TID."""
+    return hash(data[:2] + data[4:])
 
 
 class Exchange:
@@ -104,12 +122,14 @@ class SibTransactions:
     # -- requests and their RES ------------------------------------------------------------
 
     def begin(self, kp: Hashable, request: Request, addr: Hashable, serial: int = 0,
-              expires: float = 0.0) -> Exchange:
+              expires: float = 0.0, cache_key: tuple | None = None) -> Exchange:
         """A new request to execute; a persistent one gets (or keeps) its delivery, whose
-        fallback endpoint is where the request came from."""
+        fallback endpoint is where the request came from. `cache_key`: the message layer's
+        key for the exchange (its duplicate cache's), else (kp, tid, tx)."""
         tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
         key = (kp, tid)
-        ex = Exchange((kp, tid, tx), tx, addr, request.confirmable, max_size, serial, expires)
+        ex = Exchange(cache_key or (kp, tid, tx), tx, addr, request.confirmable, max_size,
+                      serial, expires)
         executing = self.executing
         executing[key] = ex
         executing.move_to_end(key)
@@ -277,13 +297,19 @@ class KpTransactions:
         self.persistent: dict[int, _Persistent] = {}
         # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
         self.ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
+        # Per TID, the last request sent under it while the SIB may keep it in its duplicate
+        # cache: until when, the `request_digest` of its bytes, and whether no request at all
+        # may follow under it meanwhile (`hold`). Fixed arrays of 65 536: bounded, one lookup
+        # per request.
+        self._kept_until = array("d", bytes(8 * 0x10000))
+        self._kept_digest = array("q", bytes(8 * 0x10000))
+        self._held = bytearray(0x10000)
 
     def next_tid(self) -> int:
         """A TID no pending request, active or recently ended persistent transaction uses (R12).
 
         TIDs are handed out in sequence from a random start, so one comes back only after
-        65 536 others (the SIB's duplicate cache must have forgotten it: keep below
-        65 536 requests per EXCHANGE_LIFETIME).
+        65 536 others; over UDP and CoAP `fit` then says whether it may carry the request.
         """
         for _ in range(0x10000):
             tid = self._next
@@ -291,6 +317,42 @@ class KpTransactions:
             if tid not in self.pending and tid not in self.persistent and tid not in self.ended:
                 return tid
         raise SessionError("every transaction ID is in use")
+
+    def fit(self, tid: int, digest: int, now: float, tries: int = 64) -> int:
+        """A TID for a request whose bytes less the TID have `digest`: `tid` itself, or else the
+        next TID (`next_tid`) that may carry it. A TID may not while the SIB may still hold a
+        request of the same bytes under it (its duplicate cache would answer that one's RES
+        for this one, which would never be executed: R12), nor while it is held (`hold`). Raises `TidsBusy` after `tries` TIDs, `next_tid`
+        left where it was (the TID whose hold ends first is then tried first)."""
+        if self._usable(tid, digest, now):
+            return tid
+        start = self._next
+        for _ in range(tries):
+            candidate = self.next_tid()
+            if self._usable(candidate, digest, now):
+                return candidate
+        self._next = start
+        raise TidsBusy(self._kept_until[start])
+
+    def kept(self, tid: int, digest: int, now: float) -> None:
+        """Request `tid` (bytes less the TID: `digest`) left: the SIB may keep it for
+        EXCHANGE_LIFETIME."""
+        self._kept_until[tid] = now + self.lifetime
+        self._kept_digest[tid] = digest
+        self._held[tid] = 0
+
+    def hold(self, tid: int, now: float) -> None:
+        """No request goes under `tid` for EXCHANGE_LIFETIME: its request timed out (the SIB may
+        still be executing it, and would answer it for the next), or was sent more than once
+        (the SIB answers each copy: a RES of it may still be on its way, which would be taken
+        for the next request's)."""
+        self._kept_until[tid] = now + self.lifetime
+        self._held[tid] = 1
+
+    def _usable(self, tid: int, digest: int, now: float) -> bool:
+        if self._kept_until[tid] <= now:
+            return True
+        return not self._held[tid] and self._kept_digest[tid] != digest
 
     def check(self, tid: int, tx: Tx) -> None:
         """Refuse what R12 forbids before a request is sent."""
@@ -329,6 +391,8 @@ class KpTransactions:
         out of use meanwhile."""
         if tx in PERSISTENT and self.persistent.pop(tid, None) is not None:
             self.tombstone(tid, now, ack=False)
+        if self._kept_until[tid] > now:
+            self.hold(tid, now)
 
     def active(self, tid: int) -> Tx | None:
         """The type of active persistent transaction `tid` (its INDs are decoded by it), None

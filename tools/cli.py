@@ -31,6 +31,7 @@ BENCH_SUITES = {
     "bridge": "tools.bench.bridge",
     "bridge-soak": "tools.bench.bridge_soak",
     "indicate": "tools.bench.indicate",
+    "rate": "tools.bench.rate",
     "ingest": "tools.bench.ingest",
     "ingest-files": "tools.bench.ingest_files",
     "secure": "tools.bench.secure",

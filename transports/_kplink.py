@@ -10,7 +10,7 @@ from typing import Protocol
 
 from ksp import (
     IndicationReceived, KPSession, PersistentEnded, ProtocolError, Request, RequestTimedOut,
-    Response, ResponseReceived, Status, Tx,
+    Response, ResponseReceived, Status, TidsBusy, Tx,
 )
 
 from ._timer import SessionTimer
@@ -67,11 +67,17 @@ class SessionLink(Link):
         session = self.session
         if request.tx is not _TERMINATE:
             request = _with_tid(request, session.next_tid())
-        tid = request.tid
+        while True:
+            try:  # the TID the request went under: another if the SIB may still hold its twin
+                tid = session.send(request, self.loop.time())
+                break
+            except TidsBusy as busy:  # the same request 65 536 times in EXCHANGE_LIFETIME
+                await asyncio.sleep(max(0.0, busy.retry_at - self.loop.time()))
+                if self._lost is not None:
+                    raise KspConnectionError(str(self._lost)) from self._lost
         fut: asyncio.Future[Response] | None = None
         if request.confirmable:
             fut = self.loop.create_future()
-        session.send(request, self.loop.time())
         if fut is not None:
             self._waiters[tid] = fut
         if sink is not None:

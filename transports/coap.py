@@ -80,7 +80,7 @@ class _CoapSession(UdpSIBSession):
     def __init__(self, server: "CoapServer", **kwargs) -> None:
         super().__init__(UDP, **kwargs)
         self.server = server
-        self.answering: tuple | None = None  # (kp, tid, tx) of the request being answered
+        self.answering: tuple | None = None  # the cache key of the request being answered
 
     def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
         ex = self.transactions.executing.get((kp, tid))
