@@ -124,3 +124,16 @@ def canonical(term: Term) -> Term:
     if isinstance(term, Literal) and (term.lang is not None or term.datatype != XSD_STRING):
         return _canonical_literal(term)
     return term
+
+
+def resolve_iri(base: str, iri: str) -> str:
+    """`iri` (an IRIREF's text, without the angle brackets) resolved against the absolute IRI
+    `base` by RFC 3986 §5.2, with pyoxigraph's resolver (the one its parsers use): an empty
+    fragment (`ns#`) is kept, dot segments removed, an absolute IRI unchanged. ValueError if
+    `base` is not absolute or the result is not an IRI."""
+    try:
+        (triple,) = ox.parse(f"<{iri}> <urn:p> <urn:o> .", format=ox.RdfFormat.TURTLE,
+                             base_iri=base)
+    except SyntaxError as exc:
+        raise ValueError(str(exc)) from None
+    return triple.subject.value

@@ -13,10 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sib import Sib
+from ksp.errors import SparqlSyntaxError
 from ksp.terms import IRI, Literal
 from sib.access import AccessPolicy
+from sib.oxterms import resolve_iri
 from sib.store import Delta
 from sib.sepa import SepaGate
+from sib.sepa.update import parse_update
 from transports import Server
 from transports.client import connect
 
@@ -228,6 +231,56 @@ def test_every_update_operation():
             body = await lab.update(PRE + "DROP GRAPH ex:nothing", status=400)
             assert "no such graph" in body["error_description"]
             await lab.update(PRE + "DROP SILENT GRAPH ex:nothing")
+    run(main())
+
+
+#: RFC 3986 §5.4's examples against its base `http://a/b/c/d;p?q`, normal and abnormal, and an
+#: empty fragment (what `urllib.parse.urljoin` drops).
+RFC3986 = {
+    "g:h": "g:h", "g": "http://a/b/c/g", "./g": "http://a/b/c/g", "g/": "http://a/b/c/g/",
+    "/g": "http://a/g", "//g": "http://g", "?y": "http://a/b/c/d;p?y",
+    "g?y": "http://a/b/c/g?y", "#s": "http://a/b/c/d;p?q#s", "g#s": "http://a/b/c/g#s",
+    "g?y#s": "http://a/b/c/g?y#s", ";x": "http://a/b/c/;x", "g;x?y#s": "http://a/b/c/g;x?y#s",
+    "": "http://a/b/c/d;p?q", ".": "http://a/b/c/", "..": "http://a/b/", "../g": "http://a/b/g",
+    "../..": "http://a/", "../../g": "http://a/g", "../../../g": "http://a/g",
+    "/./g": "http://a/g", "/../g": "http://a/g", "g.": "http://a/b/c/g.", "..g": "http://a/b/c/..g",
+    "./../g": "http://a/b/g", "./g/.": "http://a/b/c/g/", "g/../h": "http://a/b/c/h",
+    "g;x=1/../y": "http://a/b/c/y", "g?y/../x": "http://a/b/c/g?y/../x",
+    "g#s/../x": "http://a/b/c/g#s/../x", "http:g": "http:g",
+    "#": "http://a/b/c/d;p?q#", "http://example.org/ns#": "http://example.org/ns#",
+}
+
+
+@pytest.mark.parametrize("relative, resolved", RFC3986.items())
+def test_update_iris_resolve_by_rfc_3986(relative, resolved):
+    text = f"BASE <http://a/b/c/d;p?q> CREATE GRAPH <{relative}>"
+    assert parse_update(text)[0].graphs == (IRI(resolved),)
+    (op,) = parse_update(f"BASE <http://a/b/c/d;p?q> INSERT DATA {{ <{relative}> <p> 1 }}")
+    assert op.insert[0].subject.value == resolved
+    assert resolve_iri("http://a/b/c/d;p?q", relative) == resolved
+
+
+def test_a_relative_iri_without_a_base_is_a_syntax_error():
+    for text in ("CREATE GRAPH <g>", "BASE <b/> CREATE GRAPH <http://a/g>"):
+        with pytest.raises(SparqlSyntaxError, match="no BASE"):
+            parse_update(text)
+
+
+def test_base_before_a_prefix_ending_in_hash_keeps_the_hash():
+    """The prologue's IRIs resolve by RFC 3986: `ns#` against another base stays `ns#`, so what
+    INSERT DATA stores is `…/ns#s`, and DELETE DATA with the same prologue removes it."""
+    prologue = "BASE <http://example.org/b/> PREFIX : <http://example.org/ns#> "
+
+    async def main():
+        async with Lab() as lab:
+            assert await lab.update(prologue + "INSERT DATA { :s :p 1 }") == {
+                "added": 1, "removed": 0}
+            stored = await lab.select("SELECT ?s ?p WHERE { ?s ?p 1 }")
+            assert values(stored, "s") == ["http://example.org/ns#s"]
+            assert values(stored, "p") == ["http://example.org/ns#p"]
+            assert await lab.update(prologue + "DELETE DATA { :s :p 1 }") == {
+                "added": 0, "removed": 1}
+            assert await lab.select("SELECT * WHERE { ?s ?p ?o }") == []
     run(main())
 
 

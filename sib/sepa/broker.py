@@ -5,7 +5,8 @@ same store, so an update from either side reaches the persistent operations of b
 - A SEPA update is cut into operations (`sib.sepa.update`); each one's exact delta is written
   through `Propagation.write`, as a KSP update's is, so the rules' cascade, the KSP INDs and
   the SEPA notifications follow from the same deltas. If an operation fails, the ones before
-  it are written back (their deltas are exact, so the inverse is too) and nothing is notified.
+  it are written back (their deltas are exact, so the inverse is too; a graph one created,
+  by writing into it too, is dropped, one it dropped created again) and nothing is notified.
 - A subscription keeps its last result as a multiset; after a change that can affect it, its
   query is evaluated again and the notification carries the exact multiset difference (SELECT:
   rows added and removed; ASK: the boolean before and after; CONSTRUCT: triples added and
@@ -36,7 +37,7 @@ from ..errors import RequestError
 from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
-from ..updates import GraphChange
+from ..updates import GraphChange, new_graphs
 from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
@@ -197,6 +198,7 @@ class SepaBroker:
         prop = self.core.propagation
         prop.begin()
         written: list[GraphChange] = []
+        made: list[list] = []  # by each written change: the graphs its insertions brought in
         rules: set[int] = set()
         try:
             for op in ops:
@@ -207,15 +209,19 @@ class SepaBroker:
                     change = op.change(self.store)
                 except UpdateRefused as exc:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
+                new = new_graphs(self.store, change.delta.added)
                 try:
                     rules |= prop.write(change.delta, change.create, change.drop)
                 except RequestError as exc:  # the store's cap (`[limits] max_quads`)
                     raise SepaError(507, "insufficient_storage", str(exc)) from None
                 written.append(change)
+                made.append(new)
         except BaseException:
-            for change in reversed(written):  # exact deltas: their inverses undo them
+            # Exact deltas: their inverses undo them; the graph set comes back too (a graph
+            # a change made, by CREATE or by writing into it, is dropped; one dropped, created).
+            for change, new in zip(reversed(written), reversed(made)):
                 prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
-                           change.create, capped=False)
+                           (*change.create, *new), capped=False)
             prop.begin()  # nothing changed in the end: nothing to notify
             raise
         dropped = [g for change in written for g in change.drop]

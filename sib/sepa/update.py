@@ -19,7 +19,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from urllib.parse import urljoin
 
 import pyoxigraph as ox
 
@@ -27,7 +26,7 @@ from ksp.errors import SparqlSyntaxError
 from ksp.sparql.lexer import _syntax, _Tok, _tokens, unescape_codepoints
 from ksp.terms import DEFAULT_GRAPH, IRI
 
-from ..oxterms import Quad, canonical, quad_from_ox
+from ..oxterms import Quad, canonical, quad_from_ox, resolve_iri
 from ..store import Delta, QuadStore
 from ..updates import GraphChange, emptied, net_delta, transfer
 
@@ -230,9 +229,18 @@ class _Scan:
                 return
 
     def iri_text(self, tok: _Tok, where: str) -> str:
+        """An IRIREF resolved against the BASE in force (RFC 3986); without one, it must be
+        absolute."""
         if tok.kind != "iri":
             raise self.error(f"expected an IRI after {where}")
-        return urljoin(self.base, tok.text[1:-1]) if self.base else tok.text[1:-1]
+        text = tok.text[1:-1]
+        try:
+            if self.base is None:
+                return ox.NamedNode(text).value  # refused unless absolute
+            return resolve_iri(self.base, text)
+        except ValueError as exc:
+            against = f"BASE <{self.base}>" if self.base is not None else "no BASE"
+            raise self.error(f"<{text}> ({against}): {exc}") from None
 
     def iri(self) -> IRI:
         tok = self.tok
