@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import pyoxigraph as ox
 
 from ksp.errors import SparqlSyntaxError
+from transports.ratelog import RateLimitedLog
 
 from ..access import ALL, Grant, graph_names
 from ..errors import RequestError
@@ -41,6 +42,8 @@ from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["SepaBroker", "SepaError", "Subscription", "term_json"]
 
@@ -345,7 +348,8 @@ class SepaBroker:
             try:
                 diff = self._evaluate(ev)
             except SepaError as exc:
-                log.warning("subscription query failed, ended: %s", exc.description)
+                peer_log.warning("subscription failed", "subscription query failed, ended: %s",
+                                 exc.description)
                 for sub in list(ev.members.values()):
                     sub.notify(exc.json(sub.alias))
                     self.unsubscribe(sub.spuid)
