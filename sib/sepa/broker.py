@@ -33,7 +33,7 @@ from ksp.errors import SparqlSyntaxError
 from transports.ratelog import RateLimitedLog
 
 from ..access import ALL, Grant, graph_names
-from ..errors import RequestError
+from ..errors import RequestError, StoreUnwritable
 from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
@@ -212,13 +212,19 @@ class SepaBroker:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
                 try:
                     rules |= prop.write(change.delta, change.create, change.drop)
+                except StoreUnwritable as exc:  # a full disk: the next write may pass
+                    raise SepaError(503, "disk_full" if exc.disk_full else "store_unwritable",
+                                    str(exc)) from None
                 except RequestError as exc:  # the store's cap (`[limits] max_quads`)
                     raise SepaError(507, "insufficient_storage", str(exc)) from None
                 written.append(change)
         except BaseException:
             for change in reversed(written):  # exact deltas: their inverses undo them
-                prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
-                           change.create, capped=False)
+                try:
+                    prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
+                               change.create, capped=False)
+                except StoreUnwritable as exc:  # the disk filled between two operations
+                    log.error("SEPA update: an operation could not be taken back: %s", exc)
             prop.begin()  # nothing changed in the end: nothing to notify
             raise
         dropped = [g for change in written for g in change.drop]
