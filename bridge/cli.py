@@ -7,17 +7,16 @@
 The devices get the SIB's transports and sessions (UDP, TCP, CoAP); requests go to the broker
 over HTTP, persistent queries over its WebSocket (docs/bridge.md). SIGHUP re-reads the
 configuration's `[access]`, as ksp-sib does: persistent operations the new policy does not allow
-end with an ACCESS_DENIED IND. The persistent operations of
-UDP devices are journaled in --data-dir (default ./ksp-bridge-data) and resume after a restart,
-as the SIB's do; shutdown ends the others with a TERMINATED IND (all of them with --memory),
-unsubscribes, closes the sockets, exit status 0.
+end with an ACCESS_DENIED IND; without --config it is logged, nothing else. The persistent
+operations of UDP devices are journaled in --data-dir (default ./ksp-bridge-data) and resume
+after a restart, as the SIB's do; shutdown ends the others with a TERMINATED IND (all of them
+with --memory), unsubscribes, closes the sockets, exit status 0.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -154,17 +153,9 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
                      f"as {config.broker_anonymous_identity!r}"
                      if config.broker_anonymous_identity else "refused")
         stop = stop or asyncio.Event()
-        loop = asyncio.get_running_loop()
-        handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
-        if reload is not None:
-            from sib.cli import reload_access
+        from sib.cli import on_signals, reload_access
 
-            handlers[signal.SIGHUP] = lambda: reload_access(bridge, reload)
-        for sig, handler in handlers.items():
-            try:
-                loop.add_signal_handler(sig, handler)
-            except (NotImplementedError, RuntimeError):  # not the main thread
-                pass
+        on_signals(stop, reload and (lambda: reload_access(bridge, reload)))
         log.info("bridge ready")
         try:
             await stop.wait()

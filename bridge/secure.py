@@ -26,10 +26,13 @@ import aiohttp
 
 from ksp.codes import Status
 from sib.sepa.secure import write_private
+from transports.ratelog import RateLimitedLog
 
 from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["Registrations"]
 
@@ -97,8 +100,9 @@ class Registrations:
             if exc.http_status != 401:
                 raise
             # The broker no longer knows this client (an operator forgot it): register anew.
-            log.warning("the broker refused %r's client credentials (%s); registering again",
-                        identity, exc.reason)
+            peer_log.warning("credentials refused",
+                             "the broker refused %r's client credentials (%s); registering again",
+                             identity, exc.reason)
             self._forget(identity)
             return await self._ask_token(await self._register(identity))
 

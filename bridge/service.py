@@ -60,6 +60,7 @@ from sib.metrics import Metrics
 from sib.pattern import Pattern
 from sib.query import results_of
 from sib.validate import check_request
+from transports.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
 from .screen import Screen
@@ -67,6 +68,8 @@ from .secure import Registrations
 from .subscriber import Subscriber, Subscription
 
 log = logging.getLogger("ksp.bridge")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["Bridge"]
 
@@ -266,8 +269,9 @@ class Bridge:
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """IND retries ran out: the KP's persistent queries end, as in the SIB."""
-        log.warning("%s unreachable (no ACK for tid %d): dropping its persistent queries", kp,
-                    tid)
+        peer_log.warning("unreachable",
+                         "%s unreachable (no ACK for tid %d): dropping its persistent queries", kp,
+                         tid)
         self._drop_kp(kp)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -308,7 +312,8 @@ class Bridge:
                 try:
                     response = await self.answer(request, channel)
                 except Exception:  # a bug: said as one, and the bridge goes on
-                    log.exception("%s tid %d failed", request.tx.name, request.tid)
+                    peer_log.exception("request failed", "%s tid %d failed", request.tx.name,
+                                       request.tid)
                     response = Response(request.tid, Status.INTERNAL_ERROR)
                 channel.respond(response)
                 if request.tx.persistent and response.status == Status.OK:
@@ -319,8 +324,8 @@ class Bridge:
                     try:
                         await self._cascade()
                     except Exception:
-                        log.exception("after %s tid %d: the rules failed", request.tx.name,
-                                      request.tid)
+                        peer_log.exception("rules failed", "after %s tid %d: the rules failed",
+                                           request.tx.name, request.tid)
         finally:
             del self._waiting[kp], self._workers[kp]
 
@@ -362,14 +367,14 @@ class Bridge:
                 self.metrics.limited += 1
             elif exc.status is Status.ACCESS_DENIED:
                 self.metrics.denied += 1
-                log.info("%s %s tid %d: %s", self.access.who(channel.kp), tx.name, request.tid,
-                         exc)
+                peer_log.info("refused", "%s %s tid %d: %s", self.access.who(channel.kp), tx.name,
+                              request.tid, exc)
             return Response(request.tid, exc.status)
         except NoSparqlEquivalent as exc:  # valid KSP that one SPARQL request cannot say
-            log.info("%s tid %d: %s", tx.name, request.tid, exc)
+            peer_log.info("undecodable", "%s tid %d: %s", tx.name, request.tid, exc)
             return Response(request.tid, Status.INVALID_DATA_FORMAT)
         except BrokerError as exc:
-            log.warning("%s tid %d: the broker: %s", tx.name, request.tid, exc)
+            peer_log.warning("broker error", "%s tid %d: the broker: %s", tx.name, request.tid, exc)
             self.broker_errors[exc.status.name] += 1
             return Response(request.tid, exc.status)
 
@@ -405,8 +410,9 @@ class Bridge:
         except BrokerError as exc:
             if authorization is None or exc.http_status != 401:
                 raise
-            log.info("the broker refused %r's token (%s); asking for a new one", identity,
-                     exc.reason)
+            peer_log.info("token refused",
+                          "the broker refused %r's token (%s); asking for a new one", identity,
+                          exc.reason)
             self.registrations.expire(identity, authorization)
             return await send(text, await self._authorization(identity))
 
@@ -652,7 +658,7 @@ class Bridge:
             return False
         key = (member.channel.kp, member.request.tid)
         if fired[rid] >= self.rule_firing_limit or sum(fired.values()) >= self.cascade_limit:
-            log.warning("rule %d of %s ended: cascade limit", key[1], key[0])
+            peer_log.warning("cascade limit", "rule %d of %s ended: cascade limit", key[1], key[0])
             self._end(key, Status.TERMINATED)
             return False
         fired[rid] += 1
@@ -664,11 +670,12 @@ class Bridge:
         except BrokerError as exc:
             self.broker_errors[exc.status.name] += 1
             if exc.status is Status.INTERNAL_ERROR:  # unreachable: it fires when it is back
-                log.warning("rule %d of %s not fired: %s", key[1], key[0], exc)
+                peer_log.warning("rule not fired", "rule %d of %s not fired: %s", key[1], key[0],
+                                 exc)
                 member.last = before
             else:  # refused: as a SIB ends a rule whose write fails
-                log.warning("rule %d of %s ended: the broker refused it: %s", key[1], key[0],
-                            exc)
+                peer_log.warning("rule refused", "rule %d of %s ended: the broker refused it: %s",
+                                 key[1], key[0], exc)
                 self._end(key, exc.status)
             return False
         await self._flush(member.shared.identity)
@@ -691,7 +698,7 @@ class Bridge:
             await self.subscriber.flush(
                 None if identity is None else lambda: self._authorization(identity))
         except BrokerError as exc:
-            log.warning("after an update: %s", exc)
+            peer_log.warning("after an update", "after an update: %s", exc)
 
     async def _settle(self, started: float, identity: str | None = None) -> None:
         """The update's notifications read, the rules they reach fired, and the INDs of both
@@ -743,7 +750,7 @@ class Bridge:
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("bridge work failed", exc_info=task.exception())
+            peer_log.error("work failed", "bridge work failed", exc_info=task.exception())
 
 
 def _solutions_query(request: Request) -> Request:

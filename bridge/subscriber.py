@@ -26,10 +26,13 @@ from dataclasses import dataclass
 import aiohttp
 
 from ksp.codes import Status
+from transports.ratelog import RateLimitedLog
 
 from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["Subscriber", "Subscription"]
 
@@ -188,7 +191,8 @@ class Subscriber:
                     try:
                         self._frame(json.loads(msg.data))
                     except (ValueError, KeyError, TypeError) as exc:
-                        log.warning("%s: a frame the bridge cannot read: %s", self.url, exc)
+                        peer_log.warning("unreadable frame",
+                                         "%s: a frame the bridge cannot read: %s", self.url, exc)
         finally:
             self.up.clear()
             for first, _ in self._pending.values():
@@ -197,8 +201,9 @@ class Subscriber:
                                                     f"{self.url}: the socket closed"))
             self._by_spuid.clear()
             if not self._closing and self._reconnecting is None and self._live:
-                log.warning("%s: the broker's socket closed; %d subscriptions to make again",
-                            self.url, len(self._live))
+                peer_log.warning("socket closed",
+                                 "%s: the broker's socket closed; %d subscriptions to make again",
+                                 self.url, len(self._live))
                 self._reconnecting = asyncio.create_task(self._reconnect())
 
     async def _reconnect(self) -> None:
@@ -216,7 +221,8 @@ class Subscriber:
                     except BrokerError as exc:
                         if ws.closed:
                             raise
-                        log.warning("the broker refused %s again: %s", sub.sparql[:80], exc)
+                        peer_log.warning("refused again", "the broker refused %s again: %s",
+                                         sub.sparql[:80], exc)
                         self._live.pop(sub, None)
                         self.on_end(sub, exc.status)
             except BrokerError as exc:
@@ -258,6 +264,6 @@ class Subscriber:
             if first is not None and not first.done():
                 first.set_exception(BrokerError(status, reason))
             elif (sub := self._by_spuid.pop(frame.get("spuid"), None)) is not None:
-                log.warning("the broker ended %s: %s", sub.spuid, reason)
+                peer_log.warning("ended", "the broker ended %s: %s", sub.spuid, reason)
                 self._live.pop(sub, None)
                 self.on_end(sub, status)

@@ -30,10 +30,13 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 from ksp.codes import Status
+from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy, hash_password, verify_password
 
 log = logging.getLogger("ksp.sib.auth")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 #: Verified against when the KP ID is unknown: same scrypt parameters as real hashes.
 _DUMMY_HASH = hash_password("ksp-gateway: no such KP", salt=bytes(16))
@@ -170,9 +173,10 @@ class Authenticator:
         per_source = self._by_source.add(host, now)
         per_kp = self._by_kp.add(key[0], now)
         if max(per_source, per_kp) == self.max_failures:
-            log.warning("authentication: %d failures from %s or for KP ID %s within %.0f s; "
-                        "new passwords refused (LIMIT_EXCEEDED) until the window ends",
-                        self.max_failures, host, key[0].hex(), self._by_kp.length)
+            peer_log.warning("failures",
+                             "authentication: %d failures from %s or for KP ID %s within %.0f "
+                             "s; new passwords refused (LIMIT_EXCEEDED) until the window ends",
+                             self.max_failures, host, key[0].hex(), self._by_kp.length)
 
     def close(self) -> None:
         """Stop the worker thread (a later `verify` starts another)."""

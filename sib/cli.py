@@ -8,7 +8,7 @@
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
 IND, every SEPA subscription with a 403 error frame (a bad file is logged and the old policy
-kept).
+kept). Without --config, SIGHUP is logged: there is nothing to reload.
 
 Shutdown (SIGINT/SIGTERM): the queue is finished, TCP/CoAP persistent operations get
 TERMINATED INDs (UDP ones are journaled and resume after a restart; with --memory they are
@@ -208,15 +208,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         port = metrics_server.sockets[0].getsockname()[1]
         log.info("metrics on http://%s:%d/metrics", config.metrics_host, port)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set}
-    if reload is not None:
-        handlers[signal.SIGHUP] = lambda: reload_access(sib, reload)
-    for sig, handler in handlers.items():
-        try:
-            loop.add_signal_handler(sig, handler)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
+    on_signals(stop, reload and (lambda: reload_access(sib, reload)))
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
     # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
     # ~10,000 persistent operations (observed in the benchmark).
@@ -268,6 +260,21 @@ def _ksp_ports(server, tls: bool) -> dict[str, int]:
         if adapter is not None:
             ports["tcps" if t == "tcp" and tls else t] = adapter.port
     return ports
+
+
+def on_signals(stop: asyncio.Event, reload: Callable[[], None] | None) -> None:
+    """SIGINT and SIGTERM set `stop`; SIGHUP calls `reload`, or, without a configuration file
+    to read again, says so in the log: it never kills the process (its default action). The
+    SIB's and the bridge's."""
+    loop = asyncio.get_running_loop()
+    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set,
+                signal.SIGHUP: reload or (lambda: log.info(
+                    "SIGHUP: no configuration file (--config), nothing to reload"))}
+    for sig, handler in handlers.items():
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
 
 
 def reload_access(sib, reload: Callable[[], ServingConfig]) -> None:

@@ -35,6 +35,7 @@ from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from ksp.terms import IRI, Literal
+from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .errors import RequestError
@@ -51,6 +52,8 @@ from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
 
 log = logging.getLogger("ksp.sib")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 
 class SibCore:
@@ -121,15 +124,16 @@ class SibCore:
             self.access.check_from(kp.kp_id, request)
             response, after = self._dispatch(request, channel, kp)
         except RequestError as exc:
-            log.info("%s %s tid %d: %s (%s)", self.access.who(kp), request.tx.name, request.tid,
-                     exc.status.name, exc)
+            peer_log.info(("refused", exc.status), "%s %s tid %d: %s (%s)", self.access.who(kp),
+                          request.tx.name, request.tid, exc.status.name, exc)
             if exc.status == Status.ACCESS_DENIED:
                 metrics.denied += 1
             elif exc.status == Status.LIMIT_EXCEEDED:
                 metrics.limited += 1
             response = Response(request.tid, exc.status)
         except Exception:  # a bug or an I/O error: the request changed nothing it reports
-            log.exception("%s %s tid %d failed", self.access.who(kp), request.tx.name, request.tid)
+            peer_log.exception("request failed", "%s %s tid %d failed", self.access.who(kp),
+                               request.tx.name, request.tid)
             response = Response(request.tid, Status.INTERNAL_ERROR)
             after = None
         channel.respond(response)
@@ -144,8 +148,8 @@ class SibCore:
             try:
                 self.propagation.propagate(*after)
             except Exception:  # the request itself is done and answered
-                log.exception("persistent operations after %s tid %d", request.tx.name,
-                              request.tid)
+                peer_log.exception("after a request", "persistent operations after %s tid %d",
+                                   request.tx.name, request.tid)
         if is_update and self.metrics.indications != inds_before:
             metrics.notification_latency.observe(time.perf_counter() - since)
 

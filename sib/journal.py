@@ -19,6 +19,7 @@ restart lets no recorded message in again (docs/wire-format.md 13.5).
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -29,8 +30,15 @@ from ksp.model import Request, Response
 from ksp.secure import SealedAddr
 from ksp.service import Channel
 from ksp.session import KPIdentity
+from transports.ratelog import RateLimitedLog
+
+from .errors import StoreUnwritable
 
 FILE = "persistent.sqlite3"
+log = logging.getLogger("ksp.sib")
+#: A journal that cannot write says so once a minute.
+unwritable_log = RateLimitedLog(log)
+MAX_PENDING_REMOVALS = 65_536
 
 
 def _endpoint_json(endpoint: Hashable | None) -> str:
@@ -61,6 +69,9 @@ def _kp_of(kp_id: bytes, addr: str) -> KPIdentity:
     return KPIdentity(addr=tuple(a) if isinstance(a, list) else a)
 
 
+_DELETE = "DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?"
+
+
 @dataclass
 class Saved:
     kp: KPIdentity
@@ -80,8 +91,15 @@ class Saved:
 
 
 class Journal:
+    """The table. A write that fails (a full disk) writes nothing (each statement is its own
+    sqlite transaction): a new operation is refused (`add` raises `StoreUnwritable`); a state
+    not saved is logged — after a restart its KP gets the last state again, at least once; a
+    removal not made is made at the next write that succeeds, so an ended operation does not
+    come back."""
+
     def __init__(self, path: str) -> None:
         self._db = sqlite3.connect(path, isolation_level=None)
+        self._unremoved: dict[tuple, None] = {}
         self._db.execute("PRAGMA journal_mode=WAL")
         # No fsync per commit: survives the death of the process, not a power loss — the same
         # stance as the store (docs/sib.md, Durability); one fsync per IND would cost ms.
@@ -101,17 +119,19 @@ class Journal:
 
     def add(self, kp: KPIdentity, tid: int, transport: str, request: Request) -> None:
         request = request._replace(options=request.options._replace(credentials=None))
-        self._db.execute("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL, 0)",
-                         (*_kp_key(kp), tid, transport, encode(request, UDP)))
+        key = (*_kp_key(kp), tid)
+        if not self._write("INSERT OR REPLACE INTO ops VALUES (?, ?, ?, ?, NULL, ?, NULL, NULL, 0)",
+                           (*key, transport, encode(request, UDP))):
+            raise StoreUnwritable(f"the journal of persistent operations: {self.unwritable}")
+        self._unremoved.pop(key, None)
 
     def sent(self, kp: KPIdentity, tid: int, seq: int | None, digest: bytes | None,
              endpoint: Hashable | None, delivered: bool) -> None:
         """After a RES (`delivered`: the KP retransmits its request until it has the RES) or an
         IND (not yet known to be ACKed): what the KP was sent, and where it was last seen."""
-        self._db.execute("UPDATE ops SET seq = ?, digest = ?, endpoint = ?, delivered = ? "
-                         "WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
-                         (seq, digest, _endpoint_json(endpoint), int(delivered), *_kp_key(kp),
-                          tid))
+        self._write("UPDATE ops SET seq = ?, digest = ?, endpoint = ?, delivered = ? "
+                    "WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
+                    (seq, digest, _endpoint_json(endpoint), int(delivered), *_kp_key(kp), tid))
 
     def save(self, kp: KPIdentity, tid: int, state: DeliveryState) -> None:
         """A channel's `export()`: what the KP was sent, and where it is."""
@@ -125,12 +145,32 @@ class Journal:
                                 "WHERE delivered = 0").fetchall()
         for kp_id, addr, tid, transport in rows:
             if not awaiting_ack(_kp_of(kp_id, addr), tid, transport):
-                self._db.execute("UPDATE ops SET delivered = 1 WHERE kp_id = ? AND kp_addr = ? "
-                                 "AND tid = ?", (kp_id, addr, tid))
+                self._write("UPDATE ops SET delivered = 1 WHERE kp_id = ? AND kp_addr = ? "
+                            "AND tid = ?", (kp_id, addr, tid))
 
     def remove(self, kp: KPIdentity, tid: int) -> None:
-        self._db.execute("DELETE FROM ops WHERE kp_id = ? AND kp_addr = ? AND tid = ?",
-                         (*_kp_key(kp), tid))
+        key = (*_kp_key(kp), tid)
+        if not self._write(_DELETE, key) and len(self._unremoved) < MAX_PENDING_REMOVALS:
+            self._unremoved[key] = None
+
+    #: Why the last write failed (None: it did not).
+    unwritable: str | None = None
+
+    def _write(self, sql: str, params: tuple) -> bool:
+        """Execute one writing statement; False (logged) if sqlite could not."""
+        try:
+            self._db.execute(sql, params)
+            while self._unremoved:
+                key = next(iter(self._unremoved))
+                self._db.execute(_DELETE, key)
+                del self._unremoved[key]
+        except sqlite3.OperationalError as exc:  # "database or disk is full", an I/O error
+            self.unwritable = str(exc)
+            unwritable_log.error("journal", "journal of persistent operations not written: %s",
+                                 exc)
+            return False
+        self.unwritable = None
+        return True
 
     def __iter__(self) -> Iterator[Saved]:
         rows = self._db.execute("SELECT kp_id, kp_addr, tid, transport, endpoint, request, seq, "

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from ksp.codes import Status
 from ksp.model import Response
+from transports.ratelog import RateLimitedLog
 
 from .errors import RequestError
 from .persistent import QueryGroup, Rule
@@ -22,6 +23,8 @@ from .store import Delta, QuadStore
 from .updates import Fresh, template_delta
 
 log = logging.getLogger("ksp.sib")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 
 class Observer(Protocol):
@@ -120,7 +123,7 @@ class Propagation:
                 try:
                     observer.changed()
                 except Exception:
-                    log.exception("after a change: %r failed", observer)
+                    peer_log.exception("observer failed", "after a change: %r failed", observer)
 
     def _cascade(self, current: list[int]) -> None:
         r = self.registry
@@ -139,7 +142,8 @@ class Propagation:
                 try:
                     solutions = rule.pattern.solutions(self.store)
                 except Exception:
-                    log.exception("rule %d of %s failed", rule.tid, r.who(rule.kp))
+                    peer_log.exception("rule failed", "rule %d of %s failed", rule.tid,
+                                       r.who(rule.kp))
                     r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
                     continue
                 self.evaluations += 1
@@ -150,8 +154,8 @@ class Propagation:
                 if not now:
                     continue
                 if fired[rid] >= self.rule_firing_limit or total >= self.cascade_limit:
-                    log.warning("rule %d of %s ended: cascade limit", rule.tid,
-                                r.who(rule.kp))
+                    peer_log.warning("cascade limit", "rule %d of %s ended: cascade limit",
+                                     rule.tid, r.who(rule.kp))
                     r.terminate((rule.kp, rule.tid))
                     continue
                 fired[rid] += 1
@@ -160,11 +164,13 @@ class Propagation:
                     d = template_delta(self.store, rule.request, solutions, self.fresh)
                     affected = self.write(d)
                 except RequestError as exc:  # the store's cap: the rule ends, the rest goes on
-                    log.warning("rule %d of %s ended: %s", rule.tid, r.who(rule.kp), exc)
+                    peer_log.warning("rule refused", "rule %d of %s ended: %s", rule.tid,
+                                     r.who(rule.kp), exc)
                     r.terminate((rule.kp, rule.tid), exc.status)
                     continue
                 except Exception:
-                    log.exception("rule %d of %s failed", rule.tid, r.who(rule.kp))
+                    peer_log.exception("rule failed", "rule %d of %s failed", rule.tid,
+                                       r.who(rule.kp))
                     r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
                     continue
                 for other in affected:
@@ -194,7 +200,7 @@ class Propagation:
                 try:
                     result = evaluate(self.store, group.request, group.pattern)
                 except Exception:
-                    log.exception("persistent query group %d failed", group.id)
+                    peer_log.exception("group failed", "persistent query group %d failed", group.id)
                     for key in list(group.members):
                         r.terminate(key, Status.INTERNAL_ERROR)
                     continue

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
+from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .errors import RequestError
@@ -24,6 +25,8 @@ from .shapes import shape_of
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
+#: A persistent operation started or ended: ten lines a minute (`transports.ratelog`).
+op_log = RateLimitedLog(log, burst=10)
 
 
 class Registry:
@@ -122,8 +125,8 @@ class Registry:
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
         self.ops[key] = op
         self._per_kp[key[0]] += 1
-        log.info("%s tid %d: persistent %s started", self.who(key[0]), key[1],
-                 request_of(op).tx.name)
+        op_log.info("started", "%s tid %d: persistent %s started", self.who(key[0]), key[1],
+                    request_of(op).tx.name)
 
     # -- ending ---------------------------------------------------------------------------
 
@@ -139,7 +142,7 @@ class Registry:
             del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
-        log.info("%s tid %d: persistent operation ended", self.who(key[0]), key[1])
+        op_log.info("ended", "%s tid %d: persistent operation ended", self.who(key[0]), key[1])
         if isinstance(op, Rule):
             op.ended = True
             del self.rules[op.id]

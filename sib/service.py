@@ -13,6 +13,7 @@ from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
 from ksp.session import KPIdentity
+from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .auth import Authenticator
@@ -21,6 +22,10 @@ from .persistent import Channel
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
+#: A new KP's first request: ten lines a minute, the rest counted.
+connected_log = RateLimitedLog(log, burst=10)
 
 _STOP = object()
 
@@ -102,9 +107,9 @@ class Sib:
 
     def submit(self, request: Request, channel: Channel) -> None:
         if self._full():
-            log.warning("%s %s tid %d refused: %d requests queued",
-                        self.core.access.who(channel.kp), request.tx.name, request.tid,
-                        self.max_queued)
+            peer_log.warning("queue full", "%s %s tid %d refused: %d requests queued",
+                             self.core.access.who(channel.kp), request.tx.name, request.tid,
+                             self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
         self._queue.put_nowait((request, channel, time.perf_counter()))
@@ -140,7 +145,8 @@ class Sib:
         self._kps[key] = None
         if len(self._kps) > 4096:
             self._kps.popitem(last=False)
-        log.info("%s connected over %s", self.core.access.who(channel.kp), channel.transport)
+        connected_log.info("connected", "%s connected over %s", self.core.access.who(channel.kp),
+                           channel.transport)
 
     def set_access(self, access: AccessPolicy) -> None:
         """Put a new access policy in force between two requests (a reloaded configuration):
@@ -153,8 +159,9 @@ class Sib:
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """Not capped: it frees memory."""
         self._ensure_started()
-        log.warning("%s unreachable (no ACK for tid %d): dropping its persistent operations",
-                    self.core.access.who(kp), tid)
+        peer_log.warning("unreachable",
+                         "%s unreachable (no ACK for tid %d): dropping its persistent operations",
+                         self.core.access.who(kp), tid)
         self._queue.put_nowait((None, kp, None))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -199,7 +206,7 @@ class Sib:
                 if self.store.maintenance_due():  # between two requests (sib.store)
                     self.store.maintain()
             except Exception:  # never let one request stop the scheduler
-                log.exception("scheduler: unhandled error")
+                peer_log.exception("scheduler", "scheduler: unhandled error")
             finally:
                 queue.task_done()
             # Let the transports run between requests (the core itself never awaits).

@@ -16,15 +16,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import pyoxigraph as ox
 
 from ksp.terms import DEFAULT_GRAPH, IRI, BNode, Term
+from transports.ratelog import RateLimitedLog
 
+from .errors import StoreUnwritable
 from .oxterms import Quad, graph_from_ox, graph_to_ox, quad_from_ox, quad_to_ox, to_ox
 
 log = logging.getLogger("ksp.sib")
+#: A store refusing writes says so once a minute, however many writes it refuses.
+unwritable_log = RateLimitedLog(log)
+REOPEN_FREE_BYTES = 1 << 20
+"""Free space a data directory's file system needs before a store whose writes failed is
+reopened (an attempt at most once a second)."""
 
 
 class Delta(NamedTuple):
@@ -118,7 +125,13 @@ class QuadStore:
     the SIB's scheduler calls `maintain()` between two requests: an on-disk store is compacted
     (`Store.optimize`) in a background thread while requests go on (RocksDB allows it, and
     the call releases the GIL); an in-memory store is copied into a fresh one, which pauses
-    the scheduler (about 190 ms for 100,000 quads)."""
+    the scheduler (about 190 ms for 100,000 quads).
+
+    **A failed write** (a full disk, an I/O error) writes nothing, and RocksDB then refuses
+    every write until it is reopened; so the store refuses writes itself (`StoreUnwritable`,
+    one log line a minute) while reads go on, and reopens itself at the next write once the file
+    system has room again (`REOPEN_FREE_BYTES`): what was acknowledged is in RocksDB's log,
+    which the reopening reads back."""
 
     def __init__(self, path: str | None = None, *, temporary: bool = False,
                  maintain_after: int | None = 10_000) -> None:
@@ -141,6 +154,9 @@ class QuadStore:
         self.maintenance_runs = 0
         self.maintenance_seconds = 0.0
         self._compaction: threading.Thread | None = None
+        #: Why writes fail (None: they do not), and when a reopening may be tried next.
+        self.unwritable: str | None = None
+        self._reopen_at = 0.0
 
     @property
     def oxigraph(self) -> ox.Store:
@@ -193,6 +209,15 @@ class QuadStore:
         create, drop = list(create), list(drop)
         if not (delta or create or drop):
             return
+        if self.unwritable is not None:
+            self._reopen()
+        try:
+            self._write(delta, create, drop)
+        except OSError as exc:  # RocksDB: an I/O error, a full disk
+            self._refuse(str(exc))
+        self._counted(delta)
+
+    def _write(self, delta: Delta, create: list[IRI], drop: list[IRI]) -> None:
         if _has_bnode(delta.quads):
             store = self._store
             for g in drop:
@@ -202,7 +227,6 @@ class QuadStore:
             store.extend(quad_to_ox(q) for q in delta.added)
             for g in create:
                 store.add_graph(graph_to_ox(g))
-            self._counted(delta)
             return
         parts = [f"DROP SILENT GRAPH <{g}>" for g in drop]
         if delta.removed:
@@ -211,7 +235,39 @@ class QuadStore:
             parts.append(f"INSERT DATA {{\n{_data_block(delta.added)}\n}}")
         parts += [f"CREATE SILENT GRAPH <{g}>" for g in create]
         self._store.update(" ;\n".join(parts))
-        self._counted(delta)
+
+    def _refuse(self, reason: str) -> NoReturn:
+        """Writes fail from now on, until `_reopen` succeeds: raise `StoreUnwritable`."""
+        self.unwritable = reason
+        unwritable_log.error("unwritable", "store: writes refused until it can write again: %s",
+                             reason)
+        raise StoreUnwritable(reason) from None
+
+    def _reopen(self) -> None:
+        """Open the store again if its file system has room (RocksDB leaves the error state
+        only so); else, or if that fails, refuse the write (`_refuse`). Reads go on throughout
+        (a store that cannot be opened for writing is opened read-only)."""
+        if self.path is None:  # in memory: no error state to leave
+            self.unwritable = None
+            return
+        now = time.monotonic()
+        try:
+            stat = os.statvfs(self.path)
+            room = stat.f_bavail * stat.f_frsize >= REOPEN_FREE_BYTES
+        except OSError:
+            room = False
+        if now < self._reopen_at or not room:
+            self._refuse(self.unwritable)
+        self._reopen_at = now + 1.0
+        self._wait_for_compaction()
+        self._store = None  # closes RocksDB, and its error state with it
+        try:
+            self._store = ox.Store(self.path)
+        except OSError as exc:
+            self._store = ox.Store.read_only(self.path)
+            self._refuse(str(exc))
+        self.unwritable = None
+        log.warning("store: writable again (reopened)")
 
     def load(self, quads: Iterable[Quad]) -> None:
         """Bulk-load quads (no delta, no notifications): for seeding a store."""
@@ -219,8 +275,13 @@ class QuadStore:
         self._size = len(self._store)
 
     def flush(self) -> None:
+        """Write the memory tables out; on a store that cannot write, logged (what it
+        acknowledged is in RocksDB's log, read back at the next start)."""
         self._wait_for_compaction()
-        self._store.flush()
+        try:
+            self._store.flush()
+        except (OSError, RuntimeError) as exc:
+            log.error("store not flushed (its log keeps every acknowledged write): %s", exc)
 
     def close(self) -> None:
         """Flush; a temporary store's directory is deleted."""
@@ -240,7 +301,7 @@ class QuadStore:
     def maintenance_due(self) -> bool:
         after = self.maintain_after
         return (after is not None and self.removed >= max(after, self._size)
-                and self._compaction is None)
+                and self._compaction is None and self.unwritable is None)
 
     def maintain(self) -> None:
         """Compact (on disk, in the background) or rebuild (in memory) now."""

@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    # Its settings are its flags: a SIGHUP (a closed terminal, a reload by habit) is logged.
+    signal.signal(signal.SIGHUP, lambda *_: log.info("SIGHUP: nothing to reload (the "
+                                                     "settings are the command line's)"))
     if args.metrics_port >= 0:
         from .metrics import serve
 

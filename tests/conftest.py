@@ -33,6 +33,15 @@ asyncio.set_event_loop_policy(_ReportingLoops())
 
 
 @pytest.fixture(autouse=True)
+def full_log_allowance():
+    """Each test starts with every rate-limited log line allowed again (`transports.ratelog`:
+    the limiters are per module, and the tests share one process)."""
+    from transports import ratelog
+
+    ratelog.reset()
+
+
+@pytest.fixture(autouse=True)
 def no_unhandled_loop_errors():
     """Fail a test whose event loops reported anything to their exception handler (a test
     that expects such a report takes it out of `UNHANDLED`)."""

@@ -20,8 +20,11 @@ from ksp.delivery import Delivery, DeliveryState
 
 from ._timer import SessionTimer
 from .service import Channel, Service
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger("transports.server")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 
 _PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
@@ -132,8 +135,9 @@ class SessionAdapter:
                 elif kind is CredentialsPending:
                     self._verify(event)
                 elif kind is RequestRefused:
-                    log.info("%s: tid %d from %s refused before execution (%s)",
-                             self.transport_name, event.tid, event.addr, event.status.name)
+                    peer_log.info(("refused", event.status),
+                                  "%s: tid %d from %s refused before execution (%s)",
+                                  self.transport_name, event.tid, event.addr, event.status.name)
                 elif kind is ProtocolError:
                     log.debug("%s: %s from %s (status %s)", self.transport_name, event.message,
                               event.addr, event.status)

@@ -38,11 +38,14 @@ from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
 from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
+from .ratelog import RateLimitedLog
 
 __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples",
            "kp_id_bytes"]
 
 log = logging.getLogger("transports.client")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 DEFAULT_COAP_PORT = 5683
 MAX_QUEUED = 1024
@@ -409,9 +412,10 @@ class Subscription:
         self._delivered_any = True
         if len(self._queue) == self._queue.maxlen:  # the deque's bound drops the oldest
             if not self.dropped:
-                log.warning("%s: persistent transaction %s: states come faster than they are "
-                            "read; the oldest of %d waiting are dropped", self._kp.url,
-                            self.tid, self._queue.maxlen)
+                peer_log.warning("states too fast",
+                                 "%s: persistent transaction %s: states come faster than they are "
+                                                    "read; the oldest of %d waiting are dropped",
+                                 self._kp.url, self.tid, self._queue.maxlen)
             self.dropped += 1
         self._queue.append(Indication(response.tid, convert_result(response.result, self._names),
                                       response.seq))

@@ -4,8 +4,8 @@ many connections in all and per address, how many bytes of unfinished messages b
 all of them, how long a connection may stay silent, and how long one message may take to arrive
 (slowloris).
 
-A connection over a limit is closed, with one log line per limit and minute (not one per
-connection: a flood must not flood the log too); the others are not affected.
+A connection over a limit is closed, with one log line per limit and minute
+(`transports.ratelog`: a flood must not flood the log too); the others are not affected.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger("transports.limits")
 
@@ -44,7 +46,7 @@ class Guard:
         self._conns: dict[Hashable, list] = {}  # conn -> [address, last read, frame start, bytes]
         self.total_buffered = 0
         self.refused: Counter[str] = Counter()  # closed connections, by limit
-        self._logged: dict[str, float] = {}
+        self._log = RateLimitedLog(log)
         self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
@@ -120,9 +122,6 @@ class Guard:
 
     def _refuse(self, limit: str, what: str) -> bool:
         self.refused[limit] += 1
-        now = time.monotonic()
-        if now - self._logged.get(limit, -60.0) >= 60.0:
-            self._logged[limit] = now
-            log.warning("%s: connection closed: %s (limit %r; %d so far)", self.name, what,
-                        limit, self.refused[limit])
+        self._log.warning(limit, "%s: connection closed: %s (limit %r; %d so far)", self.name,
+                          what, limit, self.refused[limit])
         return False

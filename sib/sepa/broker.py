@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 import pyoxigraph as ox
 
 from ksp.errors import SparqlSyntaxError
+from transports.ratelog import RateLimitedLog
 
 from ..access import ALL, Grant, graph_names
-from ..errors import RequestError
+from ..errors import RequestError, StoreUnwritable
 from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
@@ -42,6 +43,8 @@ from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["SepaBroker", "SepaError", "Subscription", "term_json"]
 
@@ -212,6 +215,9 @@ class SepaBroker:
                 new = new_graphs(self.store, change.delta.added)
                 try:
                     rules |= prop.write(change.delta, change.create, change.drop)
+                except StoreUnwritable as exc:  # a full disk: the next write may pass
+                    raise SepaError(503, "disk_full" if exc.disk_full else "store_unwritable",
+                                    str(exc)) from None
                 except RequestError as exc:  # the store's cap (`[limits] max_quads`)
                     raise SepaError(507, "insufficient_storage", str(exc)) from None
                 written.append(change)
@@ -220,8 +226,11 @@ class SepaBroker:
             # Exact deltas: their inverses undo them; the graph set comes back too (a graph
             # a change made, by CREATE or by writing into it, is dropped; one dropped, created).
             for change, new in zip(reversed(written), reversed(made)):
-                prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
-                           (*change.create, *new), capped=False)
+                try:
+                    prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
+                               (*change.create, *new), capped=False)
+                except StoreUnwritable as exc:  # the disk filled between two operations
+                    log.error("SEPA update: an operation could not be taken back: %s", exc)
             prop.begin()  # nothing changed in the end: nothing to notify
             raise
         dropped = [g for change in written for g in change.drop]
@@ -351,7 +360,8 @@ class SepaBroker:
             try:
                 diff = self._evaluate(ev)
             except SepaError as exc:
-                log.warning("subscription query failed, ended: %s", exc.description)
+                peer_log.warning("subscription failed", "subscription query failed, ended: %s",
+                                 exc.description)
                 for sub in list(ev.members.values()):
                     sub.notify(exc.json(sub.alias))
                     self.unsubscribe(sub.spuid)

@@ -25,6 +25,7 @@ from aiohttp import WSMsgType, web
 
 from ksp.kpid import kp_id_bytes
 from ksp.terms import IRI
+from transports.ratelog import RateLimitedLog
 
 from ..access import Grant
 from ..metrics import Histogram
@@ -34,6 +35,10 @@ from .secure import Clients, Tokens
 from .update import Dataset
 
 log = logging.getLogger("ksp.sib.sepa")
+#: A client registered: ten lines a minute (`transports.ratelog`).
+registered_log = RateLimitedLog(log, burst=10)
+#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+peer_log = RateLimitedLog(log)
 
 __all__ = ["SepaGate"]
 
@@ -174,8 +179,9 @@ class _Socket:
         # The writer may be waiting on the client's TCP window for good, and a close frame
         # would wait behind it: the connection is aborted from here, and the handler's read
         # loop ends with it.
-        log.warning("subscriber socket not reading: aborted after %d queued frames",
-                    self.max_queued)
+        peer_log.warning("not reading",
+                         "subscriber socket not reading: aborted after %d queued frames",
+                         self.max_queued)
         self.overflowed = self.closed = True
         self.queue.clear()
         self.writer.cancel()
@@ -431,7 +437,8 @@ class SepaGate:
                                 '"grant_types"}}')
             client_id, secret = self.clients.register(register.get("client_identity"),
                                                       register.get("grant_types"))
-            log.info("SEPA client %r registered", register["client_identity"])
+            registered_log.info("registered", "SEPA client %r registered",
+                                register["client_identity"])
             return web.json_response({"credentials": {"client_id": client_id,
                                                       "client_secret": secret}}, status=201)
         return await self._answer(request, register)
@@ -459,7 +466,7 @@ class SepaGate:
         except asyncio.QueueFull:
             return self._error(SepaError(503, "busy", "the SIB's queue is full"))
         except Exception:  # a bug: said as one, the request changed nothing it reports
-            log.exception("%s %s failed", request.method, request.path)
+            peer_log.exception("request failed", "%s %s failed", request.method, request.path)
             return self._error(SepaError(500, "internal_error", "the SIB failed on this request"))
 
     def _error(self, exc: SepaError) -> web.Response:
