@@ -22,6 +22,7 @@ from typing import Any
 import aiocoap
 import aiocoap.resource
 from aiocoap.numbers.codes import Code
+from aiocoap.numbers.constants import TransportTuning
 from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
@@ -57,6 +58,16 @@ MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
 over it, the oldest is answered 5.03. The transactions waiting are at most the session's
 `max_entries` (as its table of executing requests); over it, the oldest's POSTs get 5.03."""
+
+
+def transport_tuning(timing: Timing | None) -> TransportTuning | None:
+    """aiocoap's retransmission parameters for the CON messages a peer originates, from KSP's
+    `Timing` (None: aiocoap's defaults, which are CoAP's, as `Timing()`'s)."""
+    if timing is None:
+        return None
+    return type("KspTuning", (TransportTuning,), {
+        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
+        "MAX_RETRANSMIT": timing.max_retransmit})()
 
 
 def _ksp_message(payload: bytes, code: Code = Code.CONTENT, **options: Any) -> aiocoap.Message:
@@ -172,7 +183,8 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
             if payload is None:
                 observation.trigger(aiocoap.Message(code=Code.UNAUTHORIZED), is_last=True)
             else:
-                observation.trigger(_ksp_message(payload), is_last=self.final)
+                observation.trigger(_ksp_message(payload, **self.server.notifying),
+                                    is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
@@ -195,6 +207,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                  **session_args) -> None:
         super().__init__(service, _CoapSession(self, timing=timing, **session_args))
         self.max_lingering = max_lingering
+        #: Options of every notification: CON ones retransmitted as `timing` says.
+        self.notifying: dict[str, Any] = {}
+        tuning = transport_tuning(timing)
+        if tuning is not None:
+            self.notifying["transport_tuning"] = tuning
         #: Notifications to send within NOTIFICATION_BUDGET: a resource's newest IND waits
         #: its turn there; `_release_at`, when the next that waits goes.
         self.pacer: Pacer[_PersistentResource] = Pacer(

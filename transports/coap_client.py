@@ -14,7 +14,6 @@ from typing import Any
 import aiocoap
 import aiocoap.error
 from aiocoap.numbers.codes import Code
-from aiocoap.numbers.constants import TransportTuning
 
 from ksp import UDP, DecodeError, Request, Response, Status, Timing, Tx, decode_sib_message, encode
 from ksp.delivery import MAX_UDP_PAYLOAD
@@ -22,7 +21,7 @@ from ksp.secure import SealError, Sealer
 from ksp.transactions import PERSISTENT, STATEFUL, KpTransactions, SessionError
 
 from ._kplink import Link, Sink
-from .coap import CONTENT_FORMAT
+from .coap import CONTENT_FORMAT, transport_tuning
 from .errors import ClientError, KspConnectionError, KspTimeout
 
 __all__ = ["CoapLink", "open_coap_link"]
@@ -32,14 +31,6 @@ async def _answer(pending) -> aiocoap.Message:
     """The response of an aiocoap request, shielded: cancelling the waiter must not cancel
     aiocoap's own future, which it later completes (InvalidStateError otherwise)."""
     return await asyncio.shield(pending.response)
-
-
-def _tuning(timing: Timing | None) -> type[TransportTuning] | None:
-    if timing is None:
-        return None
-    return type("KspTuning", (TransportTuning,), {
-        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
-        "MAX_RETRANSMIT": timing.max_retransmit})
 
 
 class CoapLink(Link):
@@ -54,8 +45,7 @@ class CoapLink(Link):
         self.sealer = sealer
         self.base = base
         self.credentials = credentials
-        tuning = _tuning(timing)
-        self._tuning = tuning() if tuning is not None else None
+        self._tuning = transport_tuning(timing)
         #: The transaction layer UDP and TCP clients share (`ksp.transactions`): TIDs (R12),
         #: the persistent lifecycle, the stale-IND rule. aiocoap is the message layer.
         self.transactions = KpTransactions(rng, lifetime=(timing or Timing()).exchange_lifetime)
