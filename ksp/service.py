@@ -17,7 +17,7 @@ repository):
   side holds: sequence number, endpoint, awaiting-ACK state, digest of the last result. The
   adapter does the rest of delivery (retransmission until ACKed, superseding older INDs); when
   IND retries run out it calls `Service.kp_unreachable(kp, tid)` and the service decides (the
-  SIB drops the KP's operations). A journal reads the state with `export()` and a restarted
+  SIB ends the KP's operations, each with a final TERMINATED IND). A journal reads the state with `export()` and a restarted
   SIB hands it back with `restore(state)`; the SIB never asks a transport anything else.
 - A new kind of subscriber (the SEPA gate's WebSocket subscriptions, a bridge's devices) is a
   new `Channel` holding a `Delivery`; nothing in the SIB changes (tests/test_delivery.py).
@@ -72,7 +72,8 @@ class Service(Protocol):
         Retransmitted duplicates never reach submit (the session answers them from its cache)."""
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
-        """IND retries for (kp, tid) ran out: the owner decides (the SIB drops the KP's ops)."""
+        """IND retries for (kp, tid) ran out: the owner decides (the SIB ends the KP's ops, each
+        with a final TERMINATED IND)."""
 
     # Optional: `authenticator`, with `verdict(kp_id, password, source) -> Status | None` (cheap;
     # asked before the duplicate cache, see `ksp.session.Authenticate`) and

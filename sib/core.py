@@ -154,8 +154,12 @@ class SibCore:
             metrics.notification_latency.observe(time.perf_counter() - since)
 
     def drop_kp(self, kp: KPIdentity) -> None:
-        """Forget every persistent operation of `kp` (RESET, or the KP became unreachable)."""
+        """Forget every persistent operation of `kp` (RESET)."""
         self.registry.drop_kp(kp)
+
+    def give_up(self, kp: KPIdentity) -> int:
+        """`kp` became unreachable: end its persistent operations (`Registry.give_up`)."""
+        return self.registry.give_up(kp)
 
     def terminate_all(self) -> None:
         """The SIB shuts down (`Registry.terminate_all`)."""

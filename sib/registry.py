@@ -162,9 +162,23 @@ class Registry:
         op.channel.indicate(Response(op.tid, status, indication=True))
 
     def drop_kp(self, kp: KPIdentity) -> None:
-        """Forget every persistent operation of `kp` (RESET, or the KP became unreachable)."""
-        for key in [k for k in self.ops if k[0] == kp]:
+        """Forget every persistent operation of `kp`, without an IND (RESET: the KP asked)."""
+        for key in self.keys_of(kp):
             self.remove(key).channel.end()
+
+    def give_up(self, kp: KPIdentity) -> int:
+        """`kp` became unreachable (an IND's retries ran out, its connection is gone, nobody
+        observes over CoAP): end each of its operations with a final TERMINATED IND, which a
+        KP back within the IND's retries (or, over CoAP, re-registering while it lingers)
+        still gets: an end it can tell, not silence. Returns how many ended."""
+        keys = self.keys_of(kp)
+        for key in keys:
+            self.terminate(key)
+        return len(keys)
+
+    def keys_of(self, kp: KPIdentity) -> list[OpKey]:
+        """The keys of `kp`'s operations (none looked for when it has none)."""
+        return [k for k in self.ops if k[0] == kp] if kp in self._per_kp else []
 
     def end_ops_on_graphs(self, dropped: Iterable) -> None:
         """End (TERMINATED) every operation that names a graph just dropped."""

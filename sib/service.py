@@ -157,12 +157,17 @@ class Sib:
         self._queue.put_nowait((self.core.set_access, access, None))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
-        """Not capped: it frees memory."""
+        """Not capped: it frees memory. Its operations end with a final TERMINATED IND each
+        (`SibCore.give_up`), which a KP back in time still gets."""
         self._ensure_started()
-        peer_log.warning("unreachable",
-                         "%s unreachable (no ACK for tid %d): dropping its persistent operations",
-                         self.core.access.who(kp), tid)
-        self._queue.put_nowait((None, kp, None))
+        self._queue.put_nowait((None, (kp, tid), None))
+
+    def _give_up(self, kp: KPIdentity, tid: int) -> None:
+        ended = self.core.give_up(kp)
+        if ended:  # the final INDs' own retries running out end nothing more: no line
+            peer_log.warning("unreachable", "%s unreachable (no ACK for tid %d): its %d "
+                             "persistent operations end (TERMINATED)",
+                             self.core.access.who(kp), tid, ended)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -197,8 +202,8 @@ class Sib:
             try:
                 if request is _STOP:
                     return
-                if request is None:
-                    self.core.drop_kp(channel)
+                if request is None:  # a KP unreachable: (kp, tid)
+                    self._give_up(*channel)
                 elif callable(request):  # work for the core between requests
                     request(channel)
                 else:

@@ -16,7 +16,7 @@ from ksp.secure import OVERHEAD, Sealer, initial_counter
 from sib import Sib
 from sib.access import AccessPolicy
 from sib.testing import ex
-from transports import Server
+from transports import KspStatusError, Server
 from transports.client import kp_id_bytes
 
 from transport_helpers import until
@@ -303,9 +303,10 @@ def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
 
 def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401():
     """A sealed KP's key removed (a reloaded configuration) while its IND waits for the CoAP
-    notification budget: when the window frees, nothing of the IND reaches the KP; its
-    observation ends with 4.01, a GET of its resource answers 4.01, and the SIB drops the
-    operation as one nobody listens to. The SIB goes on serving."""
+    notification budget: nothing of the IND reaches the KP; a GET of its resource answers 4.01,
+    so does the notification or the client's re-registration, and the client raises
+    ACCESS_DENIED; the SIB drops the operation as one nobody listens to. The SIB goes on
+    serving."""
     import aiocoap
     from aiocoap.numbers.codes import Code
 
@@ -314,7 +315,9 @@ def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401()
 
     async def go():
         sib = Sib(access=AccessPolicy.from_config(CONFIG))
-        server = await CoapServer.start(sib, "127.0.0.1", 0, notification_budget=(2, 6.0))
+        # Max-Age 1 s: nobody observing, the SIB gives the KP up after 2 s
+        server = await CoapServer.start(sib, "127.0.0.1", 0, notification_budget=(2, 6.0),
+                                        max_age=1)
         base = f"coap://127.0.0.1:{server.port}"
         ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
         try:
@@ -338,13 +341,14 @@ def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401()
                 assert str(get.code) == "4.01 Unauthorized" and not get.payload
 
                 async def rest() -> None:
-                    async for ind in sub:  # ends when the 4.01 comes
+                    async for ind in sub:  # raises when the 4.01 comes
                         got.append(ind)
-                await asyncio.wait_for(rest(), 30)
-                assert sub.status == Status.TERMINATED
+                with pytest.raises(KspStatusError) as denied:
+                    await asyncio.wait_for(rest(), 30)
+                assert denied.value.status == Status.ACCESS_DENIED
             # the RES's state and the two INDs sent; nothing of the third
             assert [(i.seq, len(i.result.rows)) for i in got] == [(None, 0), (1, 1), (2, 2)]
-            assert not server.pacer
+            await until(lambda: not server.pacer)  # the window frees: nothing waits
             await until(lambda: not sib.core.registry.ops)
             await until(lambda: server.sizes()["resources"] == 0)
             await kp.close()

@@ -50,9 +50,9 @@ async def serving(service, **server_args):
         await server.close()
 
 
-async def peer(scenario):
+async def peer(scenario, **server_args):
     service = MemoryService()
-    async with serving(service) as (_, ctx, base):
+    async with serving(service, **server_args) as (_, ctx, base):
         return service, await scenario(service, ctx, base)
 
 
@@ -151,7 +151,9 @@ def test_final_ind_ends_the_observation_and_lingers():
     run(peer(scenario))
 
 
-def test_observe_deregistration_reports_the_kp_unreachable():
+def test_observe_deregistration_reports_the_kp_unreachable_after_twice_max_age():
+    """Nobody observes any more and nobody registers again within twice Max-Age (1 s here):
+    the service is told the KP is unreachable."""
     async def scenario(service, ctx, base):
         answer = await post(ctx, base, encode(SUB, UDP))
         uri = f"{base}/{'/'.join(answer.opt.location_path)}"
@@ -165,7 +167,7 @@ def test_observe_deregistration_reports_the_kp_unreachable():
         await asyncio.wait_for(service.lost.wait(), 30)
         assert service.unreachable[0][1] == SUB.tid and not service.subs
 
-    run(peer(scenario))
+    run(peer(scenario, max_age=1))
 
 
 def test_large_results_and_inds_travel_block_wise():

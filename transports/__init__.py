@@ -4,12 +4,16 @@ only when a `coap://` URL is connected or a CoAP listener starts."""
 from ksp.service import Channel, Service
 
 from .client import KP, Indication, Row, SelectRows, Subscription, Triples, connect
-from .errors import ClientError, KspConnectionError, KspProtocolError, KspStatusError, KspTimeout
+from .errors import (
+    ClientError, KspConnectionError, KspProtocolError, KspStatusError, KspTimeout,
+    SubscriptionLost,
+)
 from .server import Server, TcpServer, UdpServer
 
 __all__ = [
     "connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples", "ClientError",
-    "KspStatusError", "KspTimeout", "KspConnectionError", "KspProtocolError", "Server",
+    "KspStatusError", "KspTimeout", "KspConnectionError", "KspProtocolError", "SubscriptionLost",
+    "Server",
     "UdpServer", "TcpServer", "CoapServer", "Channel", "Service",
 ]
 

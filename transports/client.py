@@ -381,7 +381,11 @@ def _checked(response: Response | None) -> Response | None:
 class Subscription:
     """One persistent transaction. Iterating yields its states, newest last, never a stale one:
     first the RES's initial state (unless an IND overtook it), then each IND. Iteration stops
-    when the SIB ends it with TERMINATED; another final status raises `KspStatusError`.
+    when the SIB ends it with TERMINATED (its graph dropped, the SIB shutting down or giving
+    up on the KP as unreachable; `status` says so); another final status (ACCESS_DENIED,
+    LIMIT_EXCEEDED, ...) raises `KspStatusError`; an operation the SIB no longer has without
+    saying why (CoAP, docs/coap-binding.md) raises `SubscriptionLost`; a lost TCP connection
+    raises `KspConnectionError`.
 
     States wait for the iteration in a queue of at most `max_queued`: an application that
     reads them slower than they come (or not at all for a while) loses the oldest, counted in

@@ -22,6 +22,7 @@ from typing import Any
 import aiocoap
 import aiocoap.resource
 from aiocoap.numbers.codes import Code
+from aiocoap.numbers.constants import TransportTuning
 from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
@@ -43,7 +44,13 @@ registered with IANA."""
 RESOURCE = ("ksp",)
 PERSISTENT_PREFIX = ("ksp", "p")
 FINAL_LINGER = 60.0
-"""Seconds an ended persistent transaction's resource keeps answering GET with its final IND."""
+"""Seconds an ended persistent transaction's resource keeps answering GET with its final IND, at
+least (twice `max_age` when that is longer: a KP re-registers within one)."""
+MAX_AGE = 60
+"""Max-Age (s) of every IND a persistent resource sends: an observer that hears nothing for that
+long re-registers (RFC 7641 §3.3.1). A resource left without observers (its notifications went
+unacknowledged, or they deregistered) waits twice that for a new registration before its
+operation is given up as unreachable. 60 is CoAP's default Max-Age."""
 MAX_LINGERING = 1024
 """Ended transactions' resources lingering at once; over it, the oldest is unlinked early."""
 NOTIFICATION_BUDGET = (2_400, 10.0)
@@ -57,6 +64,16 @@ MAX_COPIES = 8
 """POSTs of one transaction (its copies in new CoAP messages) waiting for its answer at once;
 over it, the oldest is answered 5.03. The transactions waiting are at most the session's
 `max_entries` (as its table of executing requests); over it, the oldest's POSTs get 5.03."""
+
+
+def transport_tuning(timing: Timing | None) -> TransportTuning | None:
+    """aiocoap's retransmission parameters for the CON messages a peer originates, from KSP's
+    `Timing` (None: aiocoap's defaults, which are CoAP's, as `Timing()`'s)."""
+    if timing is None:
+        return None
+    return type("KspTuning", (TransportTuning,), {
+        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
+        "MAX_RETRANSMIT": timing.max_retransmit})()
 
 
 def _ksp_message(payload: bytes, code: Code = Code.CONTENT, **options: Any) -> aiocoap.Message:
@@ -145,12 +162,13 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.final = False  # `latest` is the final IND: its notification ends the observations
         self.ended = False
         self.observed = False
+        self.unheard: asyncio.TimerHandle | None = None  # no observer: the SIB gives up then
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
         payload = self.server._seal(self.latest, self.addr)
         if payload is None:  # its KP's key was removed meanwhile
             return aiocoap.Message(code=Code.UNAUTHORIZED)
-        return _ksp_message(payload)
+        return _ksp_message(payload, max_age=self.server.max_age)
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:
@@ -172,15 +190,26 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
             if payload is None:
                 observation.trigger(aiocoap.Message(code=Code.UNAUTHORIZED), is_last=True)
             else:
-                observation.trigger(_ksp_message(payload), is_last=self.final)
+                observation.trigger(_ksp_message(payload, **self.server.notifying),
+                                    is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
         if newcount:
             self.observed = True
-        elif self.observed and not self.ended:
-            # Deregistered, or CON notifications went unacknowledged: nobody listens (as IND
-            # retries running out over UDP). The owner decides; the SIB drops the operation.
-            self.server._lost_observers(self.key)
+            self.heard()
+        elif self.observed and not self.ended and self.unheard is None:
+            self.server.observers_lost += 1
+            # Deregistered, or a CON notification went unacknowledged: a KP that still
+            # listens re-registers within Max-Age and gets the newest IND. One that does not
+            # within twice that is given up as unreachable (as when IND retries run out over
+            # UDP): the owner decides (the SIB ends its operations).
+            self.unheard = self.server.loop.call_later(
+                2 * self.server.max_age, self.server._lost_observers, self.key)
+
+    def heard(self) -> None:
+        if self.unheard is not None:
+            self.unheard.cancel()
+            self.unheard = None
 
 
 class CoapServer(SessionAdapter, aiocoap.resource.Resource):
@@ -192,9 +221,18 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     def __init__(self, service: Service, timing: Timing | None = None, *,
                  max_lingering: int = MAX_LINGERING,
                  notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
-                 **session_args) -> None:
+                 max_age: int = MAX_AGE, **session_args) -> None:
         super().__init__(service, _CoapSession(self, timing=timing, **session_args))
         self.max_lingering = max_lingering
+        self.max_age = max_age
+        self.linger = max(FINAL_LINGER, 2.0 * max_age)
+        self.observers_lost = 0
+        """Times a resource was left without observers (stats)."""
+        #: Options of every notification: its Max-Age; CON ones retransmitted as `timing` says.
+        self.notifying: dict[str, Any] = {"max_age": max_age}
+        tuning = transport_tuning(timing)
+        if tuning is not None:
+            self.notifying["transport_tuning"] = tuning
         #: Notifications to send within NOTIFICATION_BUDGET: a resource's newest IND waits
         #: its turn there; `_release_at`, when the next that waits goes.
         self.pacer: Pacer[_PersistentResource] = Pacer(
@@ -214,11 +252,12 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     timing: Timing | None = None, max_lingering: int = MAX_LINGERING,
                     notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
-                    **session_args) -> "CoapServer":
-        """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache; `session_args` go to
-        the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
+                    max_age: int = MAX_AGE, **session_args) -> "CoapServer":
+        """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache, and the SIB's CON
+        notifications are retransmitted as it says; `max_age`: see `MAX_AGE`; `session_args`
+        go to the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
         self = cls(service, timing, max_lingering=max_lingering,
-                   notification_budget=notification_budget, **session_args)
+                   notification_budget=notification_budget, max_age=max_age, **session_args)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()
@@ -376,15 +415,16 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                 linger: bool = False) -> None:
         """Forget a persistent transaction's resource; `notify`: end its observations with
         4.04 (not after a final IND, which ends them itself); `linger`: keep answering GET
-        with the final IND for `FINAL_LINGER` seconds."""
+        with the final IND for `self.linger` seconds."""
         resource = self._persistent.pop((kp, tid), None)
         if resource is None:
             return
         resource.ended = True
+        resource.heard()  # nothing left to give up
         if notify:  # its pending IND is moot: the 4.04 below ends its observations
             self.pacer.discard(resource)
         if linger:
-            self._lingering[resource] = self.loop.call_later(FINAL_LINGER, self._unlink,
+            self._lingering[resource] = self.loop.call_later(self.linger, self._unlink,
                                                              resource)
             if len(self._lingering) > self.max_lingering:
                 self._unlink(next(iter(self._lingering)))
@@ -402,8 +442,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self.site.remove_resource(resource.path)
 
     def _lost_observers(self, key: tuple[KPIdentity, int]) -> None:
-        if key in self._persistent:
-            self.session.end_persistent(*key)
+        """Nobody re-registered in time: the service decides. The resource stays until the
+        operation ends, so that its final IND lingers for a KP that comes back."""
+        resource = self._persistent.get(key)
+        if resource is not None:
+            resource.unheard = None
             self.service.kp_unreachable(*key)
 
     # -- the notification budget (NOTIFICATION_BUDGET) ---------------------------------------

@@ -14,7 +14,6 @@ from typing import Any
 import aiocoap
 import aiocoap.error
 from aiocoap.numbers.codes import Code
-from aiocoap.numbers.constants import TransportTuning
 
 from ksp import UDP, DecodeError, Request, Response, Status, Timing, Tx, decode_sib_message, encode
 from ksp.delivery import MAX_UDP_PAYLOAD
@@ -22,24 +21,19 @@ from ksp.secure import SealError, Sealer
 from ksp.transactions import PERSISTENT, STATEFUL, KpTransactions, SessionError
 
 from ._kplink import Link, Sink
-from .coap import CONTENT_FORMAT
-from .errors import ClientError, KspConnectionError, KspTimeout
+from .coap import CONTENT_FORMAT, transport_tuning
+from .errors import ClientError, KspConnectionError, KspTimeout, SubscriptionLost
 
 __all__ = ["CoapLink", "open_coap_link"]
+
+DEFAULT_MAX_AGE = 60
+"""Max-Age (s) of a message without the option (RFC 7252 §5.10.5)."""
 
 
 async def _answer(pending) -> aiocoap.Message:
     """The response of an aiocoap request, shielded: cancelling the waiter must not cancel
     aiocoap's own future, which it later completes (InvalidStateError otherwise)."""
     return await asyncio.shield(pending.response)
-
-
-def _tuning(timing: Timing | None) -> type[TransportTuning] | None:
-    if timing is None:
-        return None
-    return type("KspTuning", (TransportTuning,), {
-        "ACK_TIMEOUT": timing.ack_timeout, "ACK_RANDOM_FACTOR": timing.ack_random_factor,
-        "MAX_RETRANSMIT": timing.max_retransmit})
 
 
 class CoapLink(Link):
@@ -54,8 +48,7 @@ class CoapLink(Link):
         self.sealer = sealer
         self.base = base
         self.credentials = credentials
-        tuning = _tuning(timing)
-        self._tuning = tuning() if tuning is not None else None
+        self._tuning = transport_tuning(timing)
         #: The transaction layer UDP and TCP clients share (`ksp.transactions`): TIDs (R12),
         #: the persistent lifecycle, the stale-IND rule. aiocoap is the message layer.
         self.transactions = KpTransactions(rng, lifetime=(timing or Timing()).exchange_lifetime)
@@ -150,8 +143,14 @@ class CoapLink(Link):
             transactions.answered(tid, tx, status, now)
 
     async def _observe(self, tid: int, tx: Tx, path: str, sink: Sink) -> None:
+        """Follow persistent transaction `tid` until it ends: one observation of its resource,
+        registered again (RFC 7641 §3.3.1) when nothing came for the Max-Age of the last
+        message, or when the observation ended without a final IND — the SIB lost its
+        observer (its CON notifications went unacknowledged) and keeps the operation for
+        twice Max-Age, so the new registration gets the newest IND and the subscription
+        converges. A final IND ends it with its status; a resource that is gone, with
+        TERMINATED if this client asked for the end, else with `SubscriptionLost`."""
         uri = f"{self.base}/{path}"
-        pending = self.context.request(self._message(Code.GET, uri, observe=0))
         transactions = self.transactions
 
         async def consider(message: aiocoap.Message) -> bool:
@@ -163,7 +162,7 @@ class CoapLink(Link):
                 # current representation — the newest IND.
                 message = await _answer(self.context.request(self._message(Code.GET, uri)))
                 if not message.code.is_successful():
-                    sink.end(Status.TERMINATED)
+                    self._gone(tid, sink, message.code)
                     return True
             if not message.payload:
                 return False  # no IND yet: the RES was the state
@@ -186,34 +185,60 @@ class CoapLink(Link):
             return False
 
         try:
-            first = await _answer(pending)
-            if not first.code.is_successful():
-                sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
-                return
-            if await consider(first):
-                return
-            async for message in pending.observation:
-                if not message.code.is_successful():
-                    sink.end(Status.TERMINATED)  # gone: TERMINATE or RESET ended it
-                    return
-                if await consider(message):
-                    return
-            # aiocoap ends the iteration on a non-2.xx notification (4.04: TERMINATE or RESET
-            # removed the resource) or when the server ends the observation.
-            sink.end(Status.TERMINATED)
-        except asyncio.CancelledError:
-            # The response too, if it has not come: aiocoap 0.4.17 would otherwise report a
-            # 4.04 or unobserved answer to the cancelled observation, and raise from it in a
-            # task nobody awaits. Cancelling the response stops its runner.
-            pending.response.cancel()
-            if not pending.observation.cancelled:  # (that may have cancelled it, or an error)
-                pending.observation.cancel()
-            raise
+            while True:
+                pending = self.context.request(self._message(Code.GET, uri, observe=0))
+                try:
+                    if await self._follow(pending, tid, sink, consider):
+                        return
+                finally:
+                    # The response too, if it has not come: aiocoap 0.4.17 would otherwise
+                    # report a 4.04 or unobserved answer to the cancelled observation, and
+                    # raise from it in a task nobody awaits. Cancelling the response stops its
+                    # runner.
+                    pending.response.cancel()
+                    if not pending.observation.cancelled:  # (that may have cancelled it)
+                        pending.observation.cancel()
         except (aiocoap.error.Error, DecodeError) as exc:
             sink.fail(KspConnectionError(f"observation of transaction {tid}: {exc}"))
         finally:
             if self._observers.get(tid) is asyncio.current_task():
                 del self._observers[tid]
+
+    async def _follow(self, pending, tid: int, sink: Sink, consider) -> bool:
+        """One registration: its first answer, then its notifications while they come within
+        Max-Age. True when the transaction ended; False to register again."""
+        message = await _answer(pending)
+        notifications = aiter(pending.observation)
+        while True:
+            if not message.code.is_successful():
+                self._gone(tid, sink, message.code)
+                return True
+            if await consider(message):
+                return True
+            max_age = DEFAULT_MAX_AGE if message.opt.max_age is None else message.opt.max_age
+            if message.opt.observe is None:  # not observed: look again when it is stale
+                await asyncio.sleep(max_age)
+                return False
+            try:
+                message = await asyncio.wait_for(anext(notifications), max_age)
+            except (TimeoutError, StopAsyncIteration):
+                # Nothing within Max-Age, or the SIB ended the observation without a final IND
+                # (a 4.04 among them: the new registration's answer says so).
+                return False
+
+    def _gone(self, tid: int, sink: Sink, code: Code) -> None:
+        """The resource of `tid` answered `code`: 4.04, gone — ended as this client asked
+        (TERMINATE of it, or a RESET, sent), or lost; 4.01, the KP's key was removed (nothing
+        may reach it any more): ACCESS_DENIED."""
+        transactions = self.transactions
+        if (transactions.active(tid) is None or tid in transactions.pending
+                or any(getattr(r, "tx", None) is Tx.RESET for r in transactions.pending.values())):
+            sink.end(Status.TERMINATED)
+        elif code == Code.UNAUTHORIZED:
+            sink.end(Status.ACCESS_DENIED)
+        else:
+            sink.fail(SubscriptionLost(f"persistent transaction {tid}: CoAP {code} for its "
+                                       "resource, and no final IND: the SIB ended it"))
 
     def forget(self, tid: int) -> None:
         task = self._observers.pop(tid, None)

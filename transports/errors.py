@@ -4,7 +4,7 @@ from __future__ import annotations
 from ksp import KspError, Status
 
 __all__ = ["ClientError", "KspStatusError", "KspTimeout", "KspConnectionError",
-           "KspProtocolError"]
+           "KspProtocolError", "SubscriptionLost"]
 
 
 class ClientError(KspError):
@@ -34,3 +34,13 @@ class KspConnectionError(ClientError, ConnectionError):
 
 class KspProtocolError(KspStatusError):
     """The SIB's answer was not valid KSP; `status` is the decoding error's status."""
+
+
+class SubscriptionLost(KspStatusError):
+    """The SIB no longer has a persistent transaction the KP did not end, and no final IND said
+    why (over CoAP: its resource was gone when the KP re-registered — the SIB gave up on the KP
+    as unreachable, or it ended the operation longer ago than the final IND lingers). `status`
+    is UNKNOWN_TRANSACTION, as a TERMINATE of it would be answered."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(Status.UNKNOWN_TRANSACTION, message)
