@@ -199,3 +199,36 @@ def test_ninety_thousand_inserts_from_one_kp_are_all_stored(transport):
     run = measure(transport, seconds=1800.0, window=32, requests=90_000)
     assert run.errors == {}
     assert run.ok == 90_000 and run.stored == 90_000
+
+
+def test_a_coap_kp_keeps_within_65_536_messages_per_exchange_lifetime():
+    """aiocoap numbers the messages it originates from one 16-bit counter, and the SIB's takes
+    a Message ID seen within EXCHANGE_LIFETIME for a duplicate: past 65 536 a KP's requests got
+    no answer (`ksp bench rate` stalled at exactly 65,536). The client waits for its budget
+    instead: here it is spent (as after 60,000 requests), and the next request goes once it
+    has room, and is executed."""
+    from memory_service import MemoryService
+    from transports import CoapServer, connect
+    from transports.coap_client import REQUEST_BUDGET
+
+    timing = Timing(ack_timeout=0.1, max_latency=0.5)  # a lifetime of 3.4 s, both sides
+    service = MemoryService()
+
+    async def scenario():
+        server = await CoapServer.start(service, timing=timing)
+        try:
+            async with await connect(f"coap://127.0.0.1:{server.port}", timing=timing) as kp:
+                budget = kp._link.budget
+                loop = asyncio.get_running_loop()
+                budget.spend(REQUEST_BUDGET, loop.time(), force=True)
+                assert budget.free_at(loop.time()) > loop.time()
+                request = asyncio.ensure_future(kp.request(insert(0, 5)))
+                await asyncio.sleep(0.3)
+                assert not request.done() and service.requests == []  # waiting its turn
+                response = await asyncio.wait_for(request, 60)
+                assert response.status == Status.OK
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
+    assert [r.insert for _, r in service.requests] == [insert(0, 5).insert]

@@ -22,12 +22,19 @@ from ksp.transactions import PERSISTENT, STATEFUL, KpTransactions, SessionError
 
 from ._kplink import Link, Sink
 from .coap import CONTENT_FORMAT, transport_tuning
+from .pacing import Pacer
 from .errors import ClientError, KspConnectionError, KspTimeout, SubscriptionLost
 
 __all__ = ["CoapLink", "open_coap_link"]
 
 DEFAULT_MAX_AGE = 60
 """Max-Age (s) of a message without the option (RFC 7252 §5.10.5)."""
+
+REQUEST_BUDGET = 60_000
+"""Requests (POSTs and GETs) at most per EXCHANGE_LIFETIME: aiocoap numbers every message it
+originates from one 16-bit counter, and the SIB takes a Message ID it saw within
+EXCHANGE_LIFETIME for a duplicate (RFC 7252 §4.4) — past 65 536 a new request got an old
+answer, or none. The rest of the counter is left to what aiocoap sends on its own."""
 
 
 async def _answer(pending) -> aiocoap.Message:
@@ -55,6 +62,15 @@ class CoapLink(Link):
         self._observers: dict[int, asyncio.Task] = {}
         self._background: set[asyncio.Task] = set()
         self._closed = False
+        #: Every message this client originates, within REQUEST_BUDGET per EXCHANGE_LIFETIME.
+        self.budget: Pacer[int] = Pacer(REQUEST_BUDGET, self.transactions.lifetime,
+                                        lambda _: 1)
+
+    async def _turn(self) -> None:
+        """Wait until one more request fits the budget (counted then)."""
+        loop = asyncio.get_running_loop()
+        while not self.budget.spend(1, loop.time()):
+            await asyncio.sleep(self.budget.free_at(loop.time()) - loop.time())
 
     def _message(self, code: Code, uri: str, **kwargs: Any) -> aiocoap.Message:
         if self._tuning is not None:
@@ -62,6 +78,9 @@ class CoapLink(Link):
         return aiocoap.Message(code=code, uri=uri, **kwargs)
 
     async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
+        if self._closed:
+            raise KspConnectionError("the client was closed")
+        await self._turn()
         if self._closed:
             raise KspConnectionError("the client was closed")
         tx, transactions = request.tx, self.transactions
@@ -160,6 +179,7 @@ class CoapLink(Link):
                 # An IND larger than one block: the notification carries the first block only
                 # (RFC 7959 §2.6); a plain GET (Block2, reassembled by aiocoap) reads the whole
                 # current representation — the newest IND.
+                await self._turn()
                 message = await _answer(self.context.request(self._message(Code.GET, uri)))
                 if not message.code.is_successful():
                     self._gone(tid, sink, message.code)
@@ -186,6 +206,7 @@ class CoapLink(Link):
 
         try:
             while True:
+                await self._turn()
                 pending = self.context.request(self._message(Code.GET, uri, observe=0))
                 try:
                     if await self._follow(pending, tid, sink, consider):

@@ -66,6 +66,12 @@ class Pacer(Generic[T]):
             return now
         return max(now, self._spent[0][0] + self.window * (1 + 1 / SLICES))
 
+    def free_at(self, now: float) -> float:
+        """When one more send next fits the budget (`now` if it does)."""
+        if self.spent(now) < self.count:
+            return now
+        return self._spent[0][0] + self.window * (1 + 1 / SLICES)
+
     def spent(self, now: float) -> int:
         """Sends counted in the window ending `now` (slices that have not left it)."""
         self.spend(0, now)
