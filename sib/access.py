@@ -100,6 +100,11 @@ class Grant:
         return ALL in allowed or all(g != ALL and g in allowed for g in graphs)
 
 
+BUDGETS = ("query", "update")
+"""The time budgets a KP's entry may set for itself (`query_seconds`, `update_seconds`); a
+persistent operation's is the SIB's (a query group is shared by KPs)."""
+
+
 @dataclass
 class KPEntry:
     kp_id: bytes
@@ -110,6 +115,9 @@ class KPEntry:
     key: bytes | None = None
     #: Only sealed messages: CREDENTIALS naming this KP are refused, whatever the password.
     require_auth: bool = False
+    #: This KP's time budgets in seconds, in place of `[limits]`'s (`sib.budget`): keys
+    #: `query`, `update` (from `query_seconds`, `update_seconds` in its entry).
+    budgets: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -152,10 +160,15 @@ class AccessPolicy:
             key = parse_key(str(entry["key"])) if "key" in entry else None
             if "password_hash" not in entry and key is None:
                 raise ValueError(f"[[access.kp]] {entry['id']}: password_hash or key needed")
+            budgets = {kind: float(entry[f"{kind}_seconds"]) for kind in BUDGETS
+                       if f"{kind}_seconds" in entry}
+            if any(seconds <= 0 for seconds in budgets.values()):
+                raise ValueError(f"[[access.kp]] {entry['id']}: a budget must be above 0 s")
             kps[kp_id] = KPEntry(kp_id, str(entry.get("password_hash", _NO_PASSWORD)),
                                  Grant.of(entry.get("read", ()), entry.get("write", ())),
                                  str(entry["id"]), key,
-                                 bool(entry.get("require_auth", "password_hash" not in entry)))
+                                 bool(entry.get("require_auth", "password_hash" not in entry)),
+                                 budgets)
         anonymous = config.get("anonymous", "read-write")
         return cls(kps, anonymous if isinstance(anonymous, Mapping) else str(anonymous))
 
@@ -213,6 +226,11 @@ class AccessPolicy:
     def key_of(self, kp_id: bytes) -> bytes | None:
         entry = self.kps.get(kp_id)
         return None if entry is None else entry.key
+
+    def budget(self, kp_id: bytes | None, kind: str, default: float | None) -> float | None:
+        """The `kind` time budget of KP `kp_id`: its entry's, else `default`."""
+        entry = self.kps.get(kp_id) if kp_id is not None else None
+        return default if entry is None else entry.budgets.get(kind, default)
 
     def requires_auth(self, kp_id: bytes) -> bool:
         entry = self.kps.get(kp_id)

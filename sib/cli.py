@@ -116,7 +116,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
               access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
               max_persistent=config.max_persistent, max_quads=config.max_quads or None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
-              journal=journal, metrics=metrics)
+              journal=journal, metrics=metrics, budgets=config.budgets(),
+              reader_threads=config.reader_threads)
     ports = {t: config.port(t) for t in TRANSPORTS}
     pcap = open_capture(config)
     if pcap is not None:

@@ -16,6 +16,7 @@ from ksp import Timing
 from ksp.secure import parse_key
 
 from .access import ANONYMOUS_POLICIES, AccessPolicy, is_password_hash
+from .budget import Budgets
 
 
 class ConfigError(ValueError):
@@ -62,6 +63,14 @@ class Config(ServingConfig):
     max_persistent: int = 50_000
     max_quads: int = 0  # 0: no cap on the store's size
     max_queued: int = 10_000
+    #: Time budgets in seconds (`sib.budget`; 0: none): a one-shot query, an update's WHERE,
+    #: a persistent operation's evaluation. A KP's [[access.kp]] entry may set its own
+    #: query_seconds and update_seconds.
+    query_seconds: float = 5.0
+    update_seconds: float = 5.0
+    persistent_seconds: float = 5.0
+    #: Threads the one-shot queries run on, beside the writes (`sib.readers`).
+    reader_threads: int = 2
     rule_firing_limit: int = 16
     cascade_limit: int = 1024
     max_tcp_connections: int = 1024
@@ -97,7 +106,8 @@ class Config(ServingConfig):
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "metrics_host", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_persistent", "max_quads", "max_queued",
-                           "rule_firing_limit", "cascade_limit", "max_session_entries",
+                           "query_seconds", "update_seconds", "persistent_seconds",
+                           "reader_threads", "rule_firing_limit", "cascade_limit", "max_session_entries",
                            "max_tcp_connections", "max_tcp_connections_per_address",
                            "max_tcp_buffered_bytes", "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
@@ -109,6 +119,11 @@ class Config(ServingConfig):
                          "wss_port", "identities", "token_lifetime", "token_reply", "namespaces")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
+
+    def budgets(self) -> Budgets:
+        """[limits]' time budgets (0: none)."""
+        return Budgets(self.query_seconds or None, self.update_seconds or None,
+                       self.persistent_seconds or None)
 
     def access_policy(self) -> AccessPolicy:
         return AccessPolicy.from_config(self.access)
@@ -186,7 +201,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: older clients (sepa-js, sepy) read.
 TOKEN_REPLIES = ("both", "flat", "wrapped")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
-_POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "rule_firing_limit",
+_POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "reader_threads",
+             "rule_firing_limit",
              "cascade_limit", "max_session_entries", "ack_timeout", "max_tcp_connections",
              "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
              "sepa_max_subscriptions", "sepa_max_socket_subscriptions", "sepa_max_connections",
@@ -201,7 +217,8 @@ def _check_values(config: Config) -> None:
                                 "sepa_wss_port"),
                  positive=_POSITIVE,
                  non_negative=("max_retransmit", "max_quads", "tcp_idle_timeout",
-                               "tcp_frame_timeout"))
+                               "tcp_frame_timeout", "query_seconds", "update_seconds",
+                               "persistent_seconds"))
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
     if not all(isinstance(k, str) and isinstance(v, str) and v

@@ -38,6 +38,7 @@ from ksp.terms import IRI, Literal
 from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
+from .budget import Budgets, Deadline, timed, within
 from .errors import RequestError
 from .journal import Journal, Saved, TrackedChannel
 from .metrics import Metrics
@@ -45,7 +46,7 @@ from .oxterms import to_ox
 from .pattern import Pattern
 from .persistent import Channel
 from .propagation import Propagation
-from .query import evaluate
+from .query import evaluate, evaluate_once
 from .registry import Registry, request_of
 from .store import QuadStore
 from .updates import Fresh, data_delta, fresh_labels, management, template_delta
@@ -64,8 +65,11 @@ class SibCore:
                  cascade_limit: int = 1024, fresh: Fresh | None = None,
                  access: AccessPolicy | None = None, max_persistent_per_kp: int | None = None,
                  max_persistent: int | None = None, max_quads: int | None = None,
-                 journal: Journal | None = None, metrics: Metrics | None = None) -> None:
+                 journal: Journal | None = None, metrics: Metrics | None = None,
+                 budgets: Budgets | None = None) -> None:
         self.store = store
+        #: How long evaluations may take (`sib.budget`; None: the defaults, 5 s each).
+        self.budgets = budgets if budgets is not None else Budgets()
         self.journal = journal
         self.metrics = metrics or Metrics()
         self.registry = Registry(store, access=access or AccessPolicy.open(), journal=journal,
@@ -74,7 +78,8 @@ class SibCore:
                                  max_persistent=max_persistent)
         self.propagation = Propagation(store, self.registry, fresh or fresh_labels(),
                                        smart=smart, rule_firing_limit=rule_firing_limit,
-                                       cascade_limit=cascade_limit, max_quads=max_quads)
+                                       cascade_limit=cascade_limit, max_quads=max_quads,
+                                       budget=self.budgets.persistent)
         #: Called with each new policy, after the KSP operations are re-checked: other holders
         #: of persistent operations (the SEPA gate's subscriptions) end what it no longer
         #: allows, and return how many.
@@ -123,19 +128,8 @@ class SibCore:
             check_request(request)
             self.access.check_from(kp.kp_id, request)
             response, after = self._dispatch(request, channel, kp)
-        except RequestError as exc:
-            peer_log.info(("refused", exc.status), "%s %s tid %d: %s (%s)", self.access.who(kp),
-                          request.tx.name, request.tid, exc.status.name, exc)
-            if exc.status == Status.ACCESS_DENIED:
-                metrics.denied += 1
-            elif exc.status == Status.LIMIT_EXCEEDED:
-                metrics.limited += 1
-            response = Response(request.tid, exc.status)
-        except Exception:  # a bug or an I/O error: the request changed nothing it reports
-            peer_log.exception("request failed", "%s %s tid %d failed", self.access.who(kp),
-                               request.tx.name, request.tid)
-            response = Response(request.tid, Status.INTERNAL_ERROR)
-            after = None
+        except Exception as exc:
+            response, after = self._refused(request, kp, exc), None
         channel.respond(response)
         if request.tx.persistent and response.status == Status.OK:
             op = self.registry.get((kp, request.tid))
@@ -152,6 +146,41 @@ class SibCore:
                                    request.tx.name, request.tid)
         if is_update and self.metrics.indications != inds_before:
             metrics.notification_latency.observe(time.perf_counter() - since)
+
+    def budget(self, kind: str, kp: KPIdentity | None) -> float | None:
+        """The `kind` time budget (`query`, `update`) of `kp`: its access entry's if it sets
+        one, else `budgets`'."""
+        return self.access.budget(kp.kp_id if kp is not None else None, kind,
+                                  getattr(self.budgets, kind))
+
+    def read(self, request: Request, kp: KPIdentity, payload: int | None = None) -> Response:
+        """The RES of a one-shot query (SELECT, ASK, CONSTRUCT), for a reader thread
+        (`sib.readers`): it reads the store and the policy and changes nothing, under the query
+        budget in force there. `payload`: the most bytes the transport carries in one RES."""
+        self.metrics.requests[request.tx.name] += 1
+        try:
+            check_request(request)
+            self.access.check_from(kp.kp_id, request)
+            return Response(request.tid, Status.OK, evaluate_once(
+                self.store, request, Pattern(request), payload))
+        except Exception as exc:
+            return self._refused(request, kp, exc)
+
+    def _refused(self, request: Request, kp: KPIdentity, exc: Exception) -> Response:
+        """The RES of a request that raised `exc` (a bug or an I/O error: INTERNAL_ERROR; the
+        request changed nothing it reports)."""
+        metrics = self.metrics
+        if not isinstance(exc, RequestError):
+            peer_log.error("request failed", "%s %s tid %d failed", self.access.who(kp),
+                           request.tx.name, request.tid, exc_info=exc)
+            return Response(request.tid, Status.INTERNAL_ERROR)
+        peer_log.info(("refused", exc.status), "%s %s tid %d: %s (%s)", self.access.who(kp),
+                      request.tx.name, request.tid, exc.status.name, exc)
+        if exc.status == Status.ACCESS_DENIED:
+            metrics.denied += 1
+        elif exc.status == Status.LIMIT_EXCEEDED:
+            metrics.limited += 1
+        return Response(request.tid, exc.status)
 
     def drop_kp(self, kp: KPIdentity) -> None:
         """Forget every persistent operation of `kp` (RESET)."""
@@ -247,19 +276,27 @@ class SibCore:
             self.registry.end_ops_on_graphs(change.drop)
             return Response(req.tid), (rules, None)
         pattern = Pattern(req)
+        budget = self.budget
         if tx.is_query:
             if tx.persistent:
-                return self.registry.subscribe(req, channel, kp, pattern), None
-            return Response(req.tid, Status.OK, evaluate(self.store, req, pattern)), None
+                # Stopped at its budget, not refused after: it is registered by then.
+                with within(Deadline(self.budgets.persistent, "the persistent query's first "
+                                     "evaluation")):
+                    return self.registry.subscribe(req, channel, kp, pattern), None
+            with timed(budget("query", kp), "the query"):
+                return Response(req.tid, Status.OK, evaluate(self.store, req, pattern)), None
         # pattern updates
         if tx.persistent:
             # Refuse what cannot be evaluated or written, before registering.
-            pattern.solutions(self.store)
+            with timed(self.budgets.persistent, "the rule's first evaluation"):
+                pattern.solutions(self.store)
             for t in (*(req.delete or ()), *(req.insert or ())):
                 for term in t:
                     if isinstance(term, (IRI, Literal)):
                         to_ox(term)
             rule = self.registry.add_rule(req, channel, kp, pattern)
             return Response(req.tid), (set(), rule)
-        delta = template_delta(self.store, req, pattern.solutions(self.store), self.propagation.fresh)
+        with timed(budget("update", kp), "the update's WHERE"):
+            solutions = pattern.solutions(self.store)
+        delta = template_delta(self.store, req, solutions, self.propagation.fresh)
         return Response(req.tid), (self.propagation.write(delta), None)

@@ -6,6 +6,7 @@ request carrying the pattern; the dataset (union of all graphs, or the QUERY GRA
 may name the default graph) is given to pyoxigraph through its API, not as FROM clauses."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
 
 from ksp.codes import Status
@@ -15,6 +16,7 @@ from ksp.codes import Tx
 from ksp.terms import IRI, Triple, Var
 from ksp.sparql import render
 
+from .budget import checked
 from .errors import RequestError
 from .oxterms import from_ox, graph_to_ox
 from .screen import Probe, probes
@@ -81,6 +83,11 @@ class Pattern:
     def solutions(self, store: QuadStore, projection: int | None = None,
                   modifier: SolutionModifier | None = None) -> list[Solution]:
         """Solutions projected on variables 0 … projection-1 (default: every variable)."""
+        return list(self.rows(store, projection, modifier))
+
+    def rows(self, store: QuadStore, projection: int | None = None,
+             modifier: SolutionModifier | None = None) -> Iterator[Solution]:
+        """`solutions`, one at a time as the store yields them."""
         if projection is None:
             projection = self.nvars
         text = self.sparql(projection, modifier)
@@ -92,9 +99,10 @@ class Pattern:
             rows = store.oxigraph.query(text, **kwargs)
         except SyntaxError as exc:  # e.g. BIND to a variable the pattern already binds
             raise RequestError(Status.INVALID_OPTION_FORMAT, f"not evaluable: {exc}") from None
+        rows = checked(rows)  # the time budget in force (`sib.budget`)
         if not projection:
-            return [() for _ in rows]
-        return [tuple(None if t is None else from_ox(t) for t in row) for row in rows]
+            return (() for _ in rows)
+        return (tuple(None if t is None else from_ox(t) for t in row) for row in rows)
 
 
 def _all_var_indexes(request: Request):

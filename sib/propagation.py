@@ -13,6 +13,7 @@ from ksp.codes import Status
 from ksp.model import Response
 from transports.ratelog import RateLimitedLog
 
+from .budget import Deadline, OverBudget, timed, within
 from .errors import RequestError
 from .persistent import QueryGroup, Rule
 from .query import evaluate
@@ -46,8 +47,12 @@ class Propagation:
 
     def __init__(self, store: QuadStore, registry: Registry, fresh: Fresh, *,
                  smart: bool = True, rule_firing_limit: int = 16,
-                 cascade_limit: int = 1024, max_quads: int | None = None) -> None:
+                 cascade_limit: int = 1024, max_quads: int | None = None,
+                 budget: float | None = None) -> None:
         self.store = store
+        #: Seconds a persistent query's or rule's evaluation may take (`sib.budget`): one past
+        #: it ends with a LIMIT_EXCEEDED IND. None: no budget.
+        self.budget = budget
         self.registry = registry
         self.fresh = fresh
         self.smart = smart
@@ -140,7 +145,13 @@ class Propagation:
                 if rule is None:
                     continue
                 try:
-                    solutions = rule.pattern.solutions(self.store)
+                    with timed(self.budget, "the rule's evaluation"):
+                        solutions = rule.pattern.solutions(self.store)
+                except OverBudget as exc:
+                    peer_log.warning("rule over budget", "rule %d of %s ended: %s", rule.tid,
+                                     r.who(rule.kp), exc)
+                    r.terminate((rule.kp, rule.tid), exc.status)
+                    continue
                 except Exception:
                     peer_log.exception("rule failed", "rule %d of %s failed", rule.tid,
                                        r.who(rule.kp))
@@ -198,7 +209,14 @@ class Propagation:
             if result is None:
                 self.evaluations += 1
                 try:
-                    result = evaluate(self.store, group.request, group.pattern)
+                    with timed(self.budget, "the persistent query's evaluation"):
+                        result = evaluate(self.store, group.request, group.pattern)
+                except OverBudget as exc:
+                    peer_log.warning("group over budget", "persistent query group %d ended: %s",
+                                     group.id, exc)
+                    for key in list(group.members):
+                        r.terminate(key, exc.status)
+                    continue
                 except Exception:
                     peer_log.exception("group failed", "persistent query group %d failed", group.id)
                     for key in list(group.members):
@@ -224,8 +242,9 @@ class Propagation:
             if len(same) < 2:
                 continue
             try:
-                found = evaluate_together(
-                    self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
+                with within(Deadline(self.budget, "queries evaluated together")):
+                    found = evaluate_together(
+                        self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
             except Exception:  # evaluated one by one instead, which reports the failure
                 log.debug("shape of %d groups not evaluable together", len(same),
                           exc_info=True)

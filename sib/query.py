@@ -7,6 +7,9 @@ business (`ksp.encode(max_size=)` keeps whole results that fit and reports TRC =
 """
 from __future__ import annotations
 
+from heapq import nsmallest
+from itertools import islice
+
 from ksp.codes import Tx
 from ksp.model import AskResult, ConstructResult, Order, Request, Result, SelectResult
 from ksp.model import SolutionModifier
@@ -17,6 +20,8 @@ from .store import QuadStore
 from .updates import instantiate
 
 _ASK_MODIFIER = SolutionModifier(limit=1)
+MAX_ROWS = 0xFFFF
+"""Rows one RES can carry (RC is a u16), and where TRC saturates."""
 
 
 def term_key(t) -> tuple:
@@ -47,6 +52,38 @@ def evaluate(store: QuadStore, req: Request, pattern: Pattern) -> Result:
     if base is Tx.SELECT:
         return results_of(req, pattern.solutions(store, req.projection or 0, modifier))
     return results_of(req, pattern.solutions(store, None, modifier))
+
+
+def evaluate_once(store: QuadStore, req: Request, pattern: Pattern,
+                  payload: int | None = None) -> Result:
+    """`evaluate` for a one-shot query whose RES is at most `payload` bytes (the transport's
+    cap): a SELECT keeps only the rows that can be in it — at most MAX_ROWS (RC is a u16,
+    where TRC saturates), and one byte per term at least — in the canonical order, the same
+    RES as `evaluate`'s. A query of millions of rows then costs its time, never millions of
+    long-lived objects (nor the garbage collector's walks over them, which hold every
+    thread)."""
+    if req.tx.base is not Tx.SELECT:
+        return evaluate(store, req, pattern)
+    projection = req.projection or 0
+    caps = [c for c in (payload, req.options.max_response_size) if c is not None]
+    keep = min(MAX_ROWS, min(caps) // max(1, projection)) if caps else MAX_ROWS
+    rows = pattern.rows(store, projection, req.options.modifier)
+    if _ordered(req.options.modifier):
+        kept = list(islice(rows, keep))
+        total = len(kept) + sum(1 for _ in islice(rows, MAX_ROWS - len(kept)))
+    else:
+        seen = [0]
+
+        def counted(rows):
+            for row in rows:
+                seen[0] += 1
+                yield row
+
+        kept = nsmallest(keep, counted(rows), key=_row_key)
+        total = seen[0]
+    # `total` only when rows were left out: otherwise the very result `evaluate` gives
+    return SelectResult(projection, tuple(kept),
+                        total=None if total == len(kept) else min(total, MAX_ROWS))
 
 
 def results_of(req: Request, solutions: list) -> Result:

@@ -8,8 +8,11 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
 
 from ksp.codes import Status
+from ksp.delivery import MAX_UDP_PAYLOAD
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
 from ksp.session import KPIdentity
@@ -17,8 +20,10 @@ from transports.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .auth import Authenticator
+from .budget import OverBudget
 from .core import SibCore
 from .persistent import Channel
+from .readers import Readers, ReadersBusy
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
@@ -28,6 +33,9 @@ peer_log = RateLimitedLog(log)
 connected_log = RateLimitedLog(log, burst=10)
 
 _STOP = object()
+_READ = object()  # a query: (request, channel) over KSP, a future to start over SEPA
+_DATAGRAMS = ("udp", "coap")  # a RES is one datagram: at most MAX_UDP_PAYLOAD bytes
+T = TypeVar("T")
 
 
 class Sib:
@@ -39,9 +47,13 @@ class Sib:
 
     def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
                  max_queued: int | None = None, auth_options: dict | None = None,
-                 **core_options) -> None:
+                 reader_threads: int = 2, **core_options) -> None:
         self.store = store if store is not None else QuadStore()
         self.core = SibCore(self.store, smart=smart, **core_options)
+        #: One-shot queries run here, beside the writes (`sib.readers`), each started in
+        #: arrival order with the rest: a KP's query sees what it wrote before it.
+        self.readers = Readers(reader_threads, max_waiting=max_queued or 10_000)
+        self._reads: set[asyncio.Task] = set()
         #: What the transports ask about CREDENTIALS before their duplicate caches (`sib.auth`);
         #: `auth_options` go to it (failure limits, pending verifications).
         self.authenticator = Authenticator(self.core.access, **(auth_options or {}))
@@ -112,8 +124,49 @@ class Sib:
                              self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
-        self._queue.put_nowait((request, channel, time.perf_counter()))
+        tx = request.tx
+        if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
+            self._queue.put_nowait((_READ, (request, channel), None))
+        else:
+            self._queue.put_nowait((request, channel, time.perf_counter()))
         self._seen(channel)
+
+    async def read(self, work: Callable[[], T]) -> T:
+        """Run `work()` (it only reads) on a reader thread once everything submitted before it
+        has been started, under the query budget: the SEPA gate's queries. `OverBudget` past
+        it; `QueueFull` past `max_queued`."""
+        if self._full():
+            raise asyncio.QueueFull(f"{self.max_queued} requests queued")
+        started = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((_READ, started, None))
+        await started
+        try:
+            return await self.readers.run(work, self.core.budgets.query)
+        except ReadersBusy as exc:
+            raise asyncio.QueueFull(str(exc)) from None
+
+    def _start_read(self, what) -> None:
+        """A read reached the head of the queue: it starts now, beside what follows."""
+        if isinstance(what, asyncio.Future):
+            if not what.done():
+                what.set_result(None)
+            return
+        task = asyncio.get_running_loop().create_task(self._ksp_read(*what))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    async def _ksp_read(self, request: Request, channel: Channel) -> None:
+        core = self.core
+        try:
+            payload = MAX_UDP_PAYLOAD if channel.transport in _DATAGRAMS else None
+            response = await self.readers.run(lambda: core.read(request, channel.kp, payload),
+                                              core.budget("query", channel.kp))
+        except (OverBudget, ReadersBusy) as exc:
+            peer_log.info("read refused", "%s %s tid %d: LIMIT_EXCEEDED (%s)",
+                          core.access.who(channel.kp), request.tx.name, request.tid, exc)
+            core.metrics.limited += 1
+            response = Response(request.tid, Status.LIMIT_EXCEEDED)
+        channel.respond(response)
 
     async def call(self, work):
         """Run `work()` on the scheduler, in arrival order with the KSP requests, and return
@@ -176,8 +229,11 @@ class Sib:
         return self
 
     async def drain(self) -> None:
+        """Wait until everything submitted so far is done, the reads it started included."""
         if self._queue is not None:
             await self._queue.join()
+        while self._reads:
+            await asyncio.gather(*self._reads, return_exceptions=True)
 
     async def close(self) -> None:
         """Finish what is queued, then stop; persistent operations end with TERMINATED."""
@@ -186,6 +242,8 @@ class Sib:
         self._queue.put_nowait((_STOP, None, None))
         await self._task
         self._task = None
+        for task in list(self._reads):  # a reader thread still on one is a daemon
+            task.cancel()
         self.core.terminate_all()
         self.store.flush()
         self.authenticator.close()
@@ -202,7 +260,9 @@ class Sib:
             try:
                 if request is _STOP:
                     return
-                if request is None:  # a KP unreachable: (kp, tid)
+                if request is _READ:
+                    self._start_read(channel)
+                elif request is None:  # a KP unreachable: (kp, tid)
                     self._give_up(*channel)
                 elif callable(request):  # work for the core between requests
                     request(channel)

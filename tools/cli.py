@@ -38,6 +38,7 @@ BENCH_SUITES = {
     "sepa": "tools.bench.sepa",
     "sib": "tools.bench.sib",
     "soak": "tools.bench.soak",
+    "stall": "tools.bench.stall",
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
     "transport-soak": "tools.bench.transport_soak",

@@ -34,6 +34,7 @@ from ksp.errors import SparqlSyntaxError
 from transports.ratelog import RateLimitedLog
 
 from ..access import ALL, Grant, graph_names
+from ..budget import OverBudget, checked, timed
 from ..errors import RequestError, StoreUnwritable
 from ..index import PatternIndex
 from ..metrics import Histogram
@@ -209,9 +210,12 @@ class SepaBroker:
                     self._check_read(grant, _reads(op))
                 self._check_write(grant, op.writes())  # covers every graph its change writes
                 try:
-                    change = op.change(self.store)
+                    with timed(self.core.budgets.update, "the update's WHERE"):
+                        change = op.change(self.store)
                 except UpdateRefused as exc:
                     raise SepaError(exc.status, exc.error, str(exc)) from None
+                except OverBudget as exc:
+                    raise SepaError(503, "timeout", str(exc)) from None
                 new = new_graphs(self.store, change.delta.added)
                 try:
                     rules |= prop.write(change.delta, change.create, change.drop)
@@ -363,7 +367,9 @@ class SepaBroker:
                 peer_log.warning("subscription failed", "subscription query failed, ended: %s",
                                  exc.description)
                 for sub in list(ev.members.values()):
-                    sub.notify(exc.json(sub.alias))
+                    frame = exc.json(sub.alias)
+                    frame["spuid"] = sub.spuid
+                    sub.notify(frame)
                     self.unsubscribe(sub.spuid)
                 continue
             if diff is None:
@@ -377,7 +383,16 @@ class SepaBroker:
             self.latency.observe(time.perf_counter() - self._began)
 
     def _evaluate(self, ev: _Evaluation):
-        """Evaluate again; (added, removed) in results JSON, or None if nothing changed."""
+        """Evaluate again; (added, removed) in results JSON, or None if nothing changed. Past
+        the persistent budget (`sib.budget`), stopped or finished late: 503 `timeout`, which
+        ends the subscription."""
+        try:
+            with timed(self.core.budgets.persistent, "the subscription's evaluation"):
+                return self._evaluate_now(ev)
+        except OverBudget as exc:
+            raise SepaError(503, "timeout", str(exc)) from None
+
+    def _evaluate_now(self, ev: _Evaluation):
         self.evaluations += 1
         result = self._execute(ev.text, ev.dataset)  # its grant was checked at subscribe
         if isinstance(result, ox.QueryBoolean):
@@ -390,11 +405,11 @@ class SepaBroker:
             ev.form = "select"
             ev.vars = [v.value for v in result.variables]
             rows = [{name: term_json(t) for name in ev.vars
-                     if (t := solution[name]) is not None} for solution in result]
+                     if (t := solution[name]) is not None} for solution in checked(result)]
         else:
             ev.form, ev.vars = "construct", ["subject", "predicate", "object"]
             rows = [{"subject": term_json(t.subject), "predicate": term_json(t.predicate),
-                     "object": term_json(t.object)} for t in result]
+                     "object": term_json(t.object)} for t in checked(result)]
         now: Counter = Counter()
         row_of = {}
         for row in rows:

@@ -28,6 +28,7 @@ from ksp.terms import IRI
 from transports.ratelog import RateLimitedLog
 
 from ..access import Grant
+from ..budget import OverBudget
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
 from .jsap import describe
@@ -479,7 +480,7 @@ class SepaGate:
                            params.getall("named-graph-uri", None))
         accept = request.headers.get("Accept", "")
 
-        def run():  # serialized on the scheduler too: the result reads the store lazily
+        def run():  # the result reads the store lazily: serialized on the reader thread too
             result = self.broker.query(text, dataset, grant)
             formats = GRAPH_FORMATS if isinstance(result, ox.QueryTriples) else SOLUTION_FORMATS
             media = _accepted(accept, formats)
@@ -489,7 +490,10 @@ class SepaGate:
                                 f"as {', '.join(formats)}")
             return media, result.serialize(format=formats[media])
 
-        media, body = await self.sib.call(run)
+        try:  # beside the writes, on a reader thread, under the query budget
+            media, body = await self.sib.read(run)
+        except OverBudget as exc:
+            raise SepaError(503, "timeout", str(exc)) from None
         return web.Response(body=body, content_type=media, charset="utf-8")
 
     async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:

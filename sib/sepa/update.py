@@ -26,6 +26,7 @@ from ksp.errors import SparqlSyntaxError
 from ksp.sparql.lexer import _syntax, _Tok, _tokens, unescape_codepoints
 from ksp.terms import DEFAULT_GRAPH, IRI
 
+from ..budget import checked
 from ..oxterms import Quad, canonical, quad_from_ox, resolve_iri
 from ..store import Delta, QuadStore
 from ..updates import GraphChange, emptied, net_delta, transfer
@@ -125,7 +126,8 @@ def _solutions(store: QuadStore, where: str, dataset: Dataset) -> list[dict]:
     except (SyntaxError, ValueError) as exc:
         raise UpdateRefused(f"WHERE: {exc}") from None
     names = [v.value for v in found.variables]
-    return [{n: s[n] for n in names if s[n] is not None} for s in found]
+    # the time budget in force (`sib.budget`)
+    return [{n: s[n] for n in names if s[n] is not None} for s in checked(found)]
 
 
 def _instances(template: list, solutions: list[dict], fresh_bnodes: bool) -> Iterable[Quad]:
