@@ -18,7 +18,7 @@ from ksp.codes import Status
 from .errors import RequestError
 
 __all__ = ["OverBudget", "Deadline", "Budgets", "within", "timed", "check", "checked",
-           "CHECK_EVERY"]
+           "stop_all", "CHECK_EVERY"]
 
 CHECK_EVERY = 256
 """Rows between two looks at the clock."""
@@ -51,13 +51,24 @@ class Deadline:
         return time.monotonic() >= self.at
 
     def check(self) -> None:
-        if time.monotonic() >= self.at:
+        if time.monotonic() >= self.at or _stopping:
+            if _stopping:
+                raise OverBudget(f"{self.what} was given up: the SIB is stopping")
             if self.at == float("-inf"):
                 raise OverBudget(f"{self.what} was given up")
             raise OverBudget(f"{self.what} took longer than its {self.seconds:g} s budget")
 
 
 _local = threading.local()
+_stopping = False
+
+
+def stop_all() -> None:
+    """The process is stopping: every evaluation under a budget ends at its next look at the
+    clock (from a signal handler, which runs between two bytecodes of the main thread even
+    while an evaluation keeps the event loop busy)."""
+    global _stopping
+    _stopping = True
 
 
 @contextmanager

@@ -10,7 +10,8 @@ the next request, and every persistent operation it no longer allows ends with a
 IND, every SEPA subscription with a 403 error frame (a bad file is logged and the old policy
 kept). Without --config, SIGHUP is logged: there is nothing to reload.
 
-Shutdown (SIGINT/SIGTERM): the queue is finished, TCP/CoAP persistent operations get
+Shutdown (SIGINT/SIGTERM): an evaluation under way ends at its next look at the clock, KSP
+requests still queued are answered 0x07 unexecuted, TCP/CoAP persistent operations get
 TERMINATED INDs (UDP ones are journaled and resume after a restart; with --memory they are
 terminated too), the store is flushed, sockets are closed, exit status 0.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import shutil
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .access import hash_password
+from .budget import stop_all
 from .config import Config, ConfigError, ServingConfig, load
 from .journal import FILE as JOURNAL_FILE, Journal
 from .metrics import Metrics
@@ -210,6 +213,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("metrics on http://%s:%d/metrics", config.metrics_host, port)
     stop = stop or asyncio.Event()
     on_signals(stop, reload and (lambda: reload_access(sib, reload)))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # Besides the loop's handler (its wake-up stays): an evaluation keeping the loop busy
+        # ends at its next look at the clock, so a stop never waits for one.
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(sig, lambda *_: stop_all())
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
     # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
     # ~10,000 persistent operations (observed in the benchmark).
@@ -220,7 +228,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         ready.set()
     try:
         await stop.wait()
-        log.info("shutting down: finishing %d queued requests", sib.queued)
+        log.info("shutting down: %d queued requests answered 0x07", sib.queued)
     finally:
         if gate is not None:
             await gate.close()  # its sockets' subscriptions end while the scheduler runs

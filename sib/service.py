@@ -101,6 +101,7 @@ class Sib:
             "Requests waiting for the scheduler.", read(lambda sib: sib.queued))
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
+        self._closing = False
         self._kps: OrderedDict = OrderedDict()
 
     @property
@@ -236,9 +237,12 @@ class Sib:
             await asyncio.gather(*self._reads, return_exceptions=True)
 
     async def close(self) -> None:
-        """Finish what is queued, then stop; persistent operations end with TERMINATED."""
+        """Stop: KSP requests still queued are answered INTERNAL_ERROR (0x07) unexecuted, the
+        rest queued (the gate's work, a new policy) is done; persistent operations end with
+        TERMINATED."""
         if self._task is None:
             return
+        self._closing = True
         self._queue.put_nowait((_STOP, None, None))
         await self._task
         self._task = None
@@ -260,7 +264,12 @@ class Sib:
             try:
                 if request is _STOP:
                     return
-                if request is _READ:
+                if self._closing and (type(request) is Request or (
+                        request is _READ and type(channel) is tuple)):
+                    if request is _READ:
+                        request, channel = channel
+                    channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
+                elif request is _READ:
                     self._start_read(channel)
                 elif request is None:  # a KP unreachable: (kp, tid)
                     self._give_up(*channel)

@@ -269,3 +269,33 @@ def test_a_one_shot_select_keeps_only_what_its_res_can_carry_and_encodes_the_sam
                                answers=Tx.SELECT).result for r in (once, full)]
     assert sent[0].rows == sent[1].rows and sent[0].total == sent[1].total == 8000
     assert 0 < len(sent[0].rows) < 8000 or max_size == 200
+
+
+def test_sigterm_stops_a_sib_busy_with_heavy_work_at_once():
+    """A real `ksp-sib` with 100 updates queued whose WHERE is the cross product (5 s of
+    budget each: minutes of work) and a heavy read running: SIGTERM ends the evaluation in
+    progress and answers the queued requests 0x07 unexecuted; the process exits 0 having
+    flushed its store (before, it finished the queue first)."""
+    from sib.testing import SibProcess
+
+    async def load(port: int, sib: SibProcess) -> list[str]:
+        async with await connect(f"tcp://127.0.0.1:{port}") as kp:
+            await kp.request(Request(Tx.INSERT_DATA, 0, insert=triples(40)))
+            heavy = Request(Tx.INSERT, 0, insert=(Triple(A, ex("q"), D),), where=CROSS.where)
+            answers = [asyncio.ensure_future(status(kp.request(r)))
+                       for r in [CROSS] + [heavy] * 100]
+            while not any("took longer" in line or "LIMIT_EXCEEDED" in line
+                          for line in sib.lines):  # the first heavy update is under way
+                await asyncio.sleep(0.05)
+            stopping = asyncio.get_running_loop().run_in_executor(None, sib.stop)
+            done, _ = await asyncio.wait(answers, timeout=60)
+            assert await stopping == 0
+            return [task.result() for task in done]
+
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "0", "--coap-port", "-1",
+                    "--log-level", "info") as sib:
+        answers = asyncio.run(load(sib.ports["tcp"], sib))
+        log = sib.log()
+    assert "store flushed" in log and "stopped" in log
+    assert answers.count("INTERNAL_ERROR") >= 90
+    assert "OK" not in answers
