@@ -892,9 +892,11 @@ def test_shutdown_does_not_wait_on_a_client_that_never_reads():
 def test_connections_past_the_gate_s_limits_are_closed_at_accept():
     """With the guard `ksp-sib` gives the gate (`transports.limits.Guard`, its four listeners
     together): past the connections per address a new one from that address is closed before
-    aiohttp reads a byte, past the connections in all one from any address; the connections
-    admitted go on serving (a subscriber gets its notification, past the keep-alive too), idle
-    ones count, and one that ends, or that the keep-alive closes, frees its slot."""
+    aiohttp reads a byte; past the connections in all, one from an address holding fewer than
+    the biggest holder takes the place of that holder's connection that said nothing for the
+    longest; the connections admitted go on serving (a subscriber gets its notification, past
+    the keep-alive too), idle ones count, and one that ends, or that the keep-alive closes,
+    frees its slot."""
     from transports.limits import ConnectionLimits, Guard
 
     async def dial(port: int, source: str):
@@ -919,11 +921,13 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
             await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
             for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.3"):
                 conns.append(await dial(port, source))
-            refused = [await closed(conns[k]) for k in (1, 4)]  # per address; in all
+            # conns[1]: past the per-address cap; conns[4] (.3, none yet) takes the place of
+            # conns[0], the oldest that said nothing of the biggest holders (.1 and .2, two each)
+            refused = [await closed(conns[k]) for k in (1, 0)]
             assert refused == [True, True]
-            assert dict(guard.refused) == {"per address": 1, "connections": 1}
+            assert dict(guard.refused) == {"per address": 1, "reclaimed": 1}
             assert len(guard) == 4 and lab.sib.core.metrics.gauges["ksp_sepa_connections"][1]() == 4
-            assert (await ask(conns[0], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
+            assert (await ask(conns[4], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
             update = (PRE + "INSERT DATA { ex:s ex:p 1 }").encode()
             head = "POST /update HTTP/1.1\r\nContent-Type: application/sparql-update"
             assert (await ask(conns[3], head, update)).startswith(b"HTTP/1.1 200")
@@ -965,6 +969,43 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
                 await asyncio.sleep(0.02)
             assert len(guard) == 0 and not guard.refused
             for _, writer in (silent, asked, trickling):
+                writer.close()
+
+    run(go())
+
+
+def test_idle_connections_from_many_addresses_do_not_keep_a_query_out():
+    """The gate at its connection cap, held by connections that never say anything from three
+    addresses (and a subscriber): a query from a fourth address is answered, in place of an
+    idle connection of an address holding the most; the subscriber, which spoke, still gets
+    its notification."""
+    from transports.limits import ConnectionLimits, Guard
+
+    async def go():
+        limits = ConnectionLimits(8, 3, max_buffered_bytes=None, frame_timeout=0.0)
+        guard = Guard(limits, "sepa", lambda conn: conn.transport.abort())
+        async with Lab(connections=guard) as lab:
+            ws = await lab.http.ws_connect(lab.ws_url)  # from 127.0.0.1
+            await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
+            idle = []
+            for source in ("127.0.0.1",) * 2 + ("127.0.0.2",) * 3 + ("127.0.0.3",) * 2:
+                idle.append(await asyncio.open_connection("127.0.0.1", lab.gate.http_port,
+                                                          local_addr=(source, 0)))
+            assert len(guard) == 8
+            connector = aiohttp.TCPConnector(local_addr=("127.0.0.9", 0))
+            async with aiohttp.ClientSession(connector=connector) as client:
+                async with client.post(lab.base + "/update", headers=UPDATE,
+                                       data=PRE + "INSERT DATA { ex:s ex:p 1 }") as r:
+                    assert r.status == 200, await r.text()
+                async with client.get(lab.base + "/query",
+                                      params={"query": PRE + "ASK { ex:s ex:p 1 }"}) as r:
+                    assert r.status == 200 and (await r.json())["boolean"] is True
+            assert guard.refused["reclaimed"] == 1 and not guard.refused["connections"]
+            assert await closed_by_peer(idle[0][0])  # .1's oldest idle one
+            note = (await receive(ws))["notification"]
+            assert values(note["addedResults"]["results"]["bindings"], "o") == ["1"]
+            await ws.close()
+            for _, writer in idle:
                 writer.close()
 
     run(go())

@@ -114,7 +114,8 @@ def _error(exc: SepaError) -> web.Response:
 class _Admitted(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the gate's connection limits: one over a
     limit is aborted at accept, before aiohttp reads a byte of it. `guard`: anything with
-    `admit(conn, address) -> bool` and `release(conn)` (`ksp-sib` passes
+    `admit(conn, address) -> bool`, `heard(conn)` (each read: the guard, when full, reclaims a
+    connection that has said the least) and `release(conn)` (`ksp-sib` passes
     `transports.limits.Guard`, as its KSP TCP listener has)."""
 
     __slots__ = ("factory", "guard", "inner", "transport")
@@ -139,6 +140,7 @@ class _Admitted(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.inner is not None:
+            self.guard.heard(self)
             self.inner.data_received(data)
 
     def eof_received(self):
