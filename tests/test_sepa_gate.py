@@ -749,6 +749,57 @@ def test_the_total_subscription_cap_and_the_full_queue():
     run(main())
 
 
+def test_one_address_holds_no_more_than_its_share_of_the_subscriptions():
+    """`max_subscriptions_per_identity`: an anonymous client's subscriptions on all its sockets
+    count against its address; past its share it gets 429 while another address still
+    subscribes, below `max_subscriptions` in all; one it ends frees its place."""
+    async def go():
+        async with Lab(max_subscriptions=6, max_subscriptions_per_identity=3) as lab:
+            flood = [await lab.http.ws_connect(lab.ws_url) for _ in range(2)]
+            answers = [await lab.subscribe(flood[k % 2], PRE + f"ASK {{ ex:s{k} ?p ?o }}",
+                                           f"f{k}") for k in range(6)]
+            codes = [a.get("status_code", 200) for a in answers]
+            assert codes == [200] * 3 + [429] * 3, answers
+            assert "its share" in answers[3]["error_description"]
+            connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+            async with aiohttp.ClientSession(connector=connector) as other, \
+                    other.ws_connect(lab.ws_url) as ws:
+                first = await lab.subscribe(ws, "ASK { ?s ?p ?o }", "other")
+                assert first["notification"]["sequence"] == 0, first
+            spuid = answers[0]["notification"]["spuid"]
+            await flood[0].send_json({"unsubscribe": {"spuid": spuid}})
+            assert (await receive(flood[0]))["unsubscribed"]["spuid"] == spuid
+            again = await lab.subscribe(flood[1], "ASK { ?s ?p ?o }", "again")
+            assert again["notification"]["sequence"] == 0, again
+            for ws in flood:
+                await ws.close()
+
+    run(go())
+
+
+def test_one_address_holds_no_more_than_its_share_of_the_queue():
+    """`Sib(max_queued_per_kp=)`: queries sent at once on many connections from one address
+    queue at most its share, the rest answered 429 at once; a query from another address sent
+    in the same instant is answered."""
+    async def go():
+        async with Lab(sib_options={"max_queued_per_kp": 2}) as lab:
+            port = lab.gate.http_port
+            query = f"GET /query?query=ASK%20%7B%7D HTTP/1.1\r\nHost: gate\r\n" \
+                    f"Accept: application/sparql-results+json\r\n\r\n".encode()
+            conns = [await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+                     for source in ("127.0.0.1",) * 12 + ("127.0.0.2",)]
+            for _, writer in conns:
+                writer.write(query)
+            codes = [int((await asyncio.wait_for(reader.readline(), 30)).split()[1])
+                     for reader, _ in conns]
+            for _, writer in conns:
+                writer.close()
+            return codes
+
+    codes = run(go())
+    assert codes[-1] == 200 and set(codes[:-1]) == {200, 429}, codes
+
+
 def test_gate_metrics_beside_the_ksp_ones():
     """Requests by kind, errors by status, open sockets, subscriptions, notifications and the
     latencies, on the SIB's Prometheus endpoint (its text format as scraped)."""
