@@ -1089,6 +1089,44 @@ def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
     assert "connection closed: 1 connections from 127.0.0.1" in sib.log()
 
 
+def test_ksp_sib_gives_each_party_its_configured_share(tmp_path):
+    """`[sepa] max_subscriptions_per_identity` and `[limits] max_queued_per_kp` reach a
+    `ksp-sib` process: a second subscription from one address is 429; of 50 KSP requests
+    written at once on one TCP connection, the first is queued and the last refused 0x0a."""
+    from ksp import TCP, Request, Status, Triple, Tx, decode_sib_message, encode
+    from sib.testing import SibProcess, ex
+
+    config = tmp_path / "sib.toml"
+    config.write_text("[limits]\nmax_queued_per_kp = 1\n"
+                      "[sepa]\nmax_subscriptions_per_identity = 1\n")
+
+    async def go(ports) -> dict:
+        async with aiohttp.ClientSession() as http, \
+                http.ws_connect(f"ws://127.0.0.1:{ports['ws']}/subscribe") as ws:
+            await ws.send_json({"subscribe": {"sparql": "ASK { ?s ?p ?o }", "alias": "a"}})
+            assert "notification" in await receive(ws)
+            await ws.send_json({"subscribe": {"sparql": "ASK { ?s ?p 1 }", "alias": "b"}})
+            assert (await receive(ws))["status_code"] == 429
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["tcp"])
+        writer.write(b"".join(encode(Request(Tx.INSERT_DATA, tid, insert=(
+            Triple(ex("s"), ex("p"), Literal.of(tid)),)), TCP) for tid in range(1, 51)))
+        statuses = {}
+        for _ in range(50):
+            head = await asyncio.wait_for(reader.readexactly(8), 30)
+            body = await reader.readexactly(int.from_bytes(head[4:], "little") - 8)
+            res = decode_sib_message(head + body, TCP, Tx.INSERT_DATA)
+            statuses[res.tid] = res.status
+        writer.close()
+        await writer.wait_closed()
+        return statuses
+
+    with SibProcess("--config", str(config), "--memory", "--udp-port", "-1", "--tcp-port", "0",
+                    "--coap-port", "-1", "--sepa-http-port", "-1", "--sepa-ws-port", "0") as sib:
+        statuses = run(go(sib.ports))
+    assert statuses[1] is Status.OK and statuses[50] is Status.LIMIT_EXCEEDED
+    assert "of its requests queued" in sib.log()
+
+
 def test_an_update_past_the_store_s_cap_is_507_and_none_of_it_applies():
     """`[limits] max_quads` over SEPA: an update whose operations would grow the store past it
     is answered 507 `insufficient_storage`, and its earlier operations are taken back (the
