@@ -116,6 +116,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("store: %s (%d quads)", data.resolve(), len(store))
     metrics = Metrics()
     sib = Sib(store, smart=config.smart, max_queued=config.max_queued,
+              max_queued_per_kp=config.max_queued_per_kp,
               access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
               max_persistent=config.max_persistent, max_quads=config.max_quads or None,
               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
@@ -188,6 +189,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                               ws_port=config.sepa_ws_port,
                               max_subscriptions=config.sepa_max_subscriptions,
                               max_socket_subscriptions=config.sepa_max_socket_subscriptions,
+                              max_subscriptions_per_identity=(
+                                  config.sepa_max_subscriptions_per_identity),
                               ssl_context=sepa_tls, https_port=config.sepa_https_port,
                               wss_port=config.sepa_wss_port,
                               clients=Clients(data_dir, config.sepa_identities),

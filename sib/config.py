@@ -63,6 +63,7 @@ class Config(ServingConfig):
     max_persistent: int = 50_000
     max_quads: int = 0  # 0: no cap on the store's size
     max_queued: int = 10_000
+    max_queued_per_kp: int = 1_000  # its share of max_queued (sib.fairness)
     #: Time budgets in seconds (`sib.budget`; 0: none): a one-shot query, an update's WHERE,
     #: a persistent operation's evaluation. A KP's [[access.kp]] entry may set its own
     #: query_seconds and update_seconds.
@@ -88,6 +89,7 @@ class Config(ServingConfig):
     sepa_ws_port: int = 9000
     sepa_max_subscriptions: int = 10_000
     sepa_max_socket_subscriptions: int = 1_000
+    sepa_max_subscriptions_per_identity: int = 1_000  # its share of max_subscriptions
     sepa_max_connections: int = 1024
     sepa_max_connections_per_address: int = 64
     #: The secure mode (on with a certificate): HTTPS and WSS ports, who may register, tokens.
@@ -106,17 +108,19 @@ class Config(ServingConfig):
     SECTIONS = {"sib": ("data_dir", "memory", "host", "udp_port", "tcp_port", "coap_port",
                         "metrics_port", "metrics_host", "log_level", "smart"),
                 "limits": ("max_persistent_per_kp", "max_persistent", "max_quads", "max_queued",
-                           "query_seconds", "update_seconds", "persistent_seconds",
-                           "reader_threads", "rule_firing_limit", "cascade_limit", "max_session_entries",
-                           "max_tcp_connections", "max_tcp_connections_per_address",
-                           "max_tcp_buffered_bytes", "tcp_idle_timeout", "tcp_frame_timeout"),
+                           "max_queued_per_kp", "query_seconds", "update_seconds",
+                           "persistent_seconds", "reader_threads", "rule_firing_limit",
+                           "cascade_limit", "max_session_entries", "max_tcp_connections",
+                           "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
+                           "tcp_idle_timeout", "tcp_frame_timeout"),
                 "timing": ("ack_timeout", "max_retransmit"),
                 "tls": ("cert", "key", "client_ca"),
                 "capture": ("file", "max_bytes", "max_files"),
                 "sepa": ("http_port", "ws_port", "max_subscriptions",
-                         "max_socket_subscriptions", "max_connections",
-                         "max_connections_per_address", "certificate", "key", "https_port",
-                         "wss_port", "identities", "token_lifetime", "token_reply", "namespaces")}
+                         "max_socket_subscriptions", "max_subscriptions_per_identity",
+                         "max_connections", "max_connections_per_address", "certificate",
+                         "key", "https_port", "wss_port", "identities", "token_lifetime",
+                         "token_reply", "namespaces")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
@@ -201,11 +205,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: older clients (sepa-js, sepy) read.
 TOKEN_REPLIES = ("both", "flat", "wrapped")
 #: Keys that must be at least 1 ([limits]) or above 0 ([timing]).
-_POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "reader_threads",
-             "rule_firing_limit",
-             "cascade_limit", "max_session_entries", "ack_timeout", "max_tcp_connections",
-             "max_tcp_connections_per_address", "max_tcp_buffered_bytes",
-             "sepa_max_subscriptions", "sepa_max_socket_subscriptions", "sepa_max_connections",
+_POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "max_queued_per_kp",
+             "reader_threads", "rule_firing_limit", "cascade_limit", "max_session_entries",
+             "ack_timeout", "max_tcp_connections", "max_tcp_connections_per_address",
+             "max_tcp_buffered_bytes", "sepa_max_subscriptions", "sepa_max_socket_subscriptions",
+             "sepa_max_subscriptions_per_identity", "sepa_max_connections",
              "sepa_max_connections_per_address", "sepa_token_lifetime")
 
 

@@ -22,6 +22,7 @@ from .access import AccessPolicy
 from .auth import Authenticator
 from .budget import OverBudget
 from .core import SibCore
+from .fairness import ShareExceeded, Shares, current_party, kp_party
 from .persistent import Channel
 from .readers import Readers, ReadersBusy
 from .store import QuadStore
@@ -46,8 +47,9 @@ class Sib:
     """
 
     def __init__(self, store: QuadStore | None = None, *, smart: bool = True,
-                 max_queued: int | None = None, auth_options: dict | None = None,
-                 reader_threads: int = 2, **core_options) -> None:
+                 max_queued: int | None = None, max_queued_per_kp: int | None = None,
+                 auth_options: dict | None = None, reader_threads: int = 2,
+                 **core_options) -> None:
         self.store = store if store is not None else QuadStore()
         self.core = SibCore(self.store, smart=smart, **core_options)
         #: One-shot queries run here, beside the writes (`sib.readers`), each started in
@@ -94,6 +96,10 @@ class Sib:
         #: Cap on requests waiting in the queue; beyond it a request is answered at once with
         #: LIMIT_EXCEEDED (0x0a) and not queued, so memory stays bounded.
         self.max_queued = max_queued
+        #: Requests queued and not yet executed per party (`sib.fairness`: a KP ID, a SEPA
+        #: client, else a host address), at most `max_queued_per_kp` each: beyond, 0x0a too
+        #: (SEPA: 429), so one KP flooding cannot fill the queue for everyone.
+        self.queued_by = Shares(max_queued_per_kp)
         metrics.gauges["ksp_persistent_operations"] = (
             "Active persistent operations (queries and rules).",
             read(lambda sib: sib.core.persistent_count))
@@ -125,9 +131,16 @@ class Sib:
                              self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
+        if not self.queued_by.take(kp_party(channel.kp)):
+            self.core.metrics.limited += 1
+            peer_log.warning("share full", "%s %s tid %d refused: %d of its requests queued",
+                             self.core.access.who(channel.kp), request.tx.name, request.tid,
+                             self.queued_by.per_party)
+            channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
+            return
         tx = request.tx
         if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
-            self._queue.put_nowait((_READ, (request, channel), None))
+            self._queue.put_nowait((_READ, (request, channel), None))  # its share: until done
         else:
             self._queue.put_nowait((request, channel, time.perf_counter()))
         self._seen(channel)
@@ -138,13 +151,20 @@ class Sib:
         it; `QueueFull` past `max_queued`."""
         if self._full():
             raise asyncio.QueueFull(f"{self.max_queued} requests queued")
-        started = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((_READ, started, None))
-        await started
+        party = current_party.get()
+        if party is not None and not self.queued_by.take(party):
+            self.core.metrics.limited += 1
+            raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
         try:
+            started = asyncio.get_running_loop().create_future()
+            self._queue.put_nowait((_READ, started, None))
+            await started
             return await self.readers.run(work, self.core.budgets.query)
         except ReadersBusy as exc:
             raise asyncio.QueueFull(str(exc)) from None
+        finally:
+            if party is not None:
+                self.queued_by.give(party)  # the client's share: held until done
 
     def _start_read(self, what) -> None:
         """A read reached the head of the queue: it starts now, beside what follows."""
@@ -167,17 +187,26 @@ class Sib:
                           core.access.who(channel.kp), request.tx.name, request.tid, exc)
             core.metrics.limited += 1
             response = Response(request.tid, Status.LIMIT_EXCEEDED)
+        finally:
+            self.queued_by.give(kp_party(channel.kp))  # the KP's share: held until done
         channel.respond(response)
 
     async def call(self, work):
         """Run `work()` on the scheduler, in arrival order with the KSP requests, and return
         what it returns (or raise what it raises): the SEPA gate's queries, updates and
-        subscriptions. Past `max_queued` it raises `QueueFull` without queueing."""
+        subscriptions. Past `max_queued` it raises `QueueFull` without queueing, past
+        `max_queued_per_kp` of the party in `sib.fairness.current_party` `ShareExceeded`."""
         if self._full():
             raise asyncio.QueueFull(f"{self.max_queued} requests queued")
+        party = current_party.get()
+        if party is not None and not self.queued_by.take(party):
+            self.core.metrics.limited += 1
+            raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
         future = asyncio.get_running_loop().create_future()
 
         def job(_):
+            if party is not None:
+                self.queued_by.give(party)
             try:
                 result = work()
             except BaseException as exc:  # handed to the caller, never to the scheduler
@@ -268,6 +297,7 @@ class Sib:
                         request is _READ and type(channel) is tuple)):
                     if request is _READ:
                         request, channel = channel
+                    self.queued_by.give(kp_party(channel.kp))
                     channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
                 elif request is _READ:
                     self._start_read(channel)
@@ -276,6 +306,7 @@ class Sib:
                 elif callable(request):  # work for the core between requests
                     request(channel)
                 else:
+                    self.queued_by.give(kp_party(channel.kp))
                     self.core.handle(request, channel, since)
                 if self.store.maintenance_due():  # between two requests (sib.store)
                     self.store.maintain()

@@ -749,6 +749,57 @@ def test_the_total_subscription_cap_and_the_full_queue():
     run(main())
 
 
+def test_one_address_holds_no_more_than_its_share_of_the_subscriptions():
+    """`max_subscriptions_per_identity`: an anonymous client's subscriptions on all its sockets
+    count against its address; past its share it gets 429 while another address still
+    subscribes, below `max_subscriptions` in all; one it ends frees its place."""
+    async def go():
+        async with Lab(max_subscriptions=6, max_subscriptions_per_identity=3) as lab:
+            flood = [await lab.http.ws_connect(lab.ws_url) for _ in range(2)]
+            answers = [await lab.subscribe(flood[k % 2], PRE + f"ASK {{ ex:s{k} ?p ?o }}",
+                                           f"f{k}") for k in range(6)]
+            codes = [a.get("status_code", 200) for a in answers]
+            assert codes == [200] * 3 + [429] * 3, answers
+            assert "its share" in answers[3]["error_description"]
+            connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+            async with aiohttp.ClientSession(connector=connector) as other, \
+                    other.ws_connect(lab.ws_url) as ws:
+                first = await lab.subscribe(ws, "ASK { ?s ?p ?o }", "other")
+                assert first["notification"]["sequence"] == 0, first
+            spuid = answers[0]["notification"]["spuid"]
+            await flood[0].send_json({"unsubscribe": {"spuid": spuid}})
+            assert (await receive(flood[0]))["unsubscribed"]["spuid"] == spuid
+            again = await lab.subscribe(flood[1], "ASK { ?s ?p ?o }", "again")
+            assert again["notification"]["sequence"] == 0, again
+            for ws in flood:
+                await ws.close()
+
+    run(go())
+
+
+def test_one_address_holds_no_more_than_its_share_of_the_queue():
+    """`Sib(max_queued_per_kp=)`: queries sent at once on many connections from one address
+    queue at most its share, the rest answered 429 at once; a query from another address sent
+    in the same instant is answered."""
+    async def go():
+        async with Lab(sib_options={"max_queued_per_kp": 2}) as lab:
+            port = lab.gate.http_port
+            query = f"GET /query?query=ASK%20%7B%7D HTTP/1.1\r\nHost: gate\r\n" \
+                    f"Accept: application/sparql-results+json\r\n\r\n".encode()
+            conns = [await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+                     for source in ("127.0.0.1",) * 12 + ("127.0.0.2",)]
+            for _, writer in conns:
+                writer.write(query)
+            codes = [int((await asyncio.wait_for(reader.readline(), 30)).split()[1])
+                     for reader, _ in conns]
+            for _, writer in conns:
+                writer.close()
+            return codes
+
+    codes = run(go())
+    assert codes[-1] == 200 and set(codes[:-1]) == {200, 429}, codes
+
+
 def test_gate_metrics_beside_the_ksp_ones():
     """Requests by kind, errors by status, open sockets, subscriptions, notifications and the
     latencies, on the SIB's Prometheus endpoint (its text format as scraped)."""
@@ -892,9 +943,11 @@ def test_shutdown_does_not_wait_on_a_client_that_never_reads():
 def test_connections_past_the_gate_s_limits_are_closed_at_accept():
     """With the guard `ksp-sib` gives the gate (`transports.limits.Guard`, its four listeners
     together): past the connections per address a new one from that address is closed before
-    aiohttp reads a byte, past the connections in all one from any address; the connections
-    admitted go on serving (a subscriber gets its notification, past the keep-alive too), idle
-    ones count, and one that ends, or that the keep-alive closes, frees its slot."""
+    aiohttp reads a byte; past the connections in all, one from an address holding fewer than
+    the biggest holder takes the place of that holder's connection that said nothing for the
+    longest; the connections admitted go on serving (a subscriber gets its notification, past
+    the keep-alive too), idle ones count, and one that ends, or that the keep-alive closes,
+    frees its slot."""
     from transports.limits import ConnectionLimits, Guard
 
     async def dial(port: int, source: str):
@@ -919,11 +972,13 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
             await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
             for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.3"):
                 conns.append(await dial(port, source))
-            refused = [await closed(conns[k]) for k in (1, 4)]  # per address; in all
+            # conns[1]: past the per-address cap; conns[4] (.3, none yet) takes the place of
+            # conns[0], the oldest that said nothing of the biggest holders (.1 and .2, two each)
+            refused = [await closed(conns[k]) for k in (1, 0)]
             assert refused == [True, True]
-            assert dict(guard.refused) == {"per address": 1, "connections": 1}
+            assert dict(guard.refused) == {"per address": 1, "reclaimed": 1}
             assert len(guard) == 4 and lab.sib.core.metrics.gauges["ksp_sepa_connections"][1]() == 4
-            assert (await ask(conns[0], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
+            assert (await ask(conns[4], "GET /jsap HTTP/1.1")).startswith(b"HTTP/1.1 200")
             update = (PRE + "INSERT DATA { ex:s ex:p 1 }").encode()
             head = "POST /update HTTP/1.1\r\nContent-Type: application/sparql-update"
             assert (await ask(conns[3], head, update)).startswith(b"HTTP/1.1 200")
@@ -970,6 +1025,43 @@ def test_connections_past_the_gate_s_limits_are_closed_at_accept():
     run(go())
 
 
+def test_idle_connections_from_many_addresses_do_not_keep_a_query_out():
+    """The gate at its connection cap, held by connections that never say anything from three
+    addresses (and a subscriber): a query from a fourth address is answered, in place of an
+    idle connection of an address holding the most; the subscriber, which spoke, still gets
+    its notification."""
+    from transports.limits import ConnectionLimits, Guard
+
+    async def go():
+        limits = ConnectionLimits(8, 3, max_buffered_bytes=None, frame_timeout=0.0)
+        guard = Guard(limits, "sepa", lambda conn: conn.transport.abort())
+        async with Lab(connections=guard) as lab:
+            ws = await lab.http.ws_connect(lab.ws_url)  # from 127.0.0.1
+            await lab.subscribe(ws, PRE + "SELECT ?o WHERE { ex:s ex:p ?o }")
+            idle = []
+            for source in ("127.0.0.1",) * 2 + ("127.0.0.2",) * 3 + ("127.0.0.3",) * 2:
+                idle.append(await asyncio.open_connection("127.0.0.1", lab.gate.http_port,
+                                                          local_addr=(source, 0)))
+            assert len(guard) == 8
+            connector = aiohttp.TCPConnector(local_addr=("127.0.0.9", 0))
+            async with aiohttp.ClientSession(connector=connector) as client:
+                async with client.post(lab.base + "/update", headers=UPDATE,
+                                       data=PRE + "INSERT DATA { ex:s ex:p 1 }") as r:
+                    assert r.status == 200, await r.text()
+                async with client.get(lab.base + "/query",
+                                      params={"query": PRE + "ASK { ex:s ex:p 1 }"}) as r:
+                    assert r.status == 200 and (await r.json())["boolean"] is True
+            assert guard.refused["reclaimed"] == 1 and not guard.refused["connections"]
+            assert await closed_by_peer(idle[0][0])  # .1's oldest idle one
+            note = (await receive(ws))["notification"]
+            assert values(note["addedResults"]["results"]["bindings"], "o") == ["1"]
+            await ws.close()
+            for _, writer in idle:
+                writer.close()
+
+    run(go())
+
+
 def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
     """`[sepa] max_connections_per_address` reaches the gate of a `ksp-sib` process: one
     connection more from the same address is closed at accept, counted on the metrics
@@ -995,6 +1087,44 @@ def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
                                       timeout=30).read().decode()
     assert "ksp_sepa_connections_refused_total 1.0" in text
     assert "connection closed: 1 connections from 127.0.0.1" in sib.log()
+
+
+def test_ksp_sib_gives_each_party_its_configured_share(tmp_path):
+    """`[sepa] max_subscriptions_per_identity` and `[limits] max_queued_per_kp` reach a
+    `ksp-sib` process: a second subscription from one address is 429; of 50 KSP requests
+    written at once on one TCP connection, the first is queued and the last refused 0x0a."""
+    from ksp import TCP, Request, Status, Triple, Tx, decode_sib_message, encode
+    from sib.testing import SibProcess, ex
+
+    config = tmp_path / "sib.toml"
+    config.write_text("[limits]\nmax_queued_per_kp = 1\n"
+                      "[sepa]\nmax_subscriptions_per_identity = 1\n")
+
+    async def go(ports) -> dict:
+        async with aiohttp.ClientSession() as http, \
+                http.ws_connect(f"ws://127.0.0.1:{ports['ws']}/subscribe") as ws:
+            await ws.send_json({"subscribe": {"sparql": "ASK { ?s ?p ?o }", "alias": "a"}})
+            assert "notification" in await receive(ws)
+            await ws.send_json({"subscribe": {"sparql": "ASK { ?s ?p 1 }", "alias": "b"}})
+            assert (await receive(ws))["status_code"] == 429
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["tcp"])
+        writer.write(b"".join(encode(Request(Tx.INSERT_DATA, tid, insert=(
+            Triple(ex("s"), ex("p"), Literal.of(tid)),)), TCP) for tid in range(1, 51)))
+        statuses = {}
+        for _ in range(50):
+            head = await asyncio.wait_for(reader.readexactly(8), 30)
+            body = await reader.readexactly(int.from_bytes(head[4:], "little") - 8)
+            res = decode_sib_message(head + body, TCP, Tx.INSERT_DATA)
+            statuses[res.tid] = res.status
+        writer.close()
+        await writer.wait_closed()
+        return statuses
+
+    with SibProcess("--config", str(config), "--memory", "--udp-port", "-1", "--tcp-port", "0",
+                    "--coap-port", "-1", "--sepa-http-port", "-1", "--sepa-ws-port", "0") as sib:
+        statuses = run(go(sib.ports))
+    assert statuses[1] is Status.OK and statuses[50] is Status.LIMIT_EXCEEDED
+    assert "of its requests queued" in sib.log()
 
 
 def test_an_update_past_the_store_s_cap_is_507_and_none_of_it_applies():

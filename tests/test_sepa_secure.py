@@ -39,9 +39,11 @@ def _policy() -> AccessPolicy:
 
 
 class SecureLab:
-    def __init__(self, certificate, data_dir: Path | None = None, **tokens) -> None:
+    def __init__(self, certificate, data_dir: Path | None = None, gate_args: dict | None = None,
+                 **tokens) -> None:
         self.cert, self.key = certificate
         self.data_dir, self.token_args = data_dir, tokens
+        self.gate_args = gate_args or {}
 
     async def __aenter__(self) -> "SecureLab":
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -50,7 +52,7 @@ class SecureLab:
         self.gate = await SepaGate(
             self.sib, http_port=-1, ws_port=-1, ssl_context=tls, https_port=0, wss_port=0,
             clients=Clients(self.data_dir, ["writer", "reader", "guest"]),
-            tokens=Tokens(self.data_dir, **self.token_args)).start()
+            tokens=Tokens(self.data_dir, **self.token_args), **self.gate_args).start()
         trust = ssl.create_default_context(cafile=str(self.cert))
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust))
         self.base = f"https://127.0.0.1:{self.gate.https_port}"
@@ -226,6 +228,25 @@ def test_secure_subscribe_needs_a_token_in_or_beside_the_subscribe(certificate):
                     == 200
                 got = [await ws.receive_json(timeout=10) for _ in range(2)]
                 assert all(n["notification"]["sequence"] == 1 for n in got)
+    run(main())
+
+
+def test_a_secure_client_s_share_of_the_subscriptions_is_by_its_identity(certificate):
+    """`max_subscriptions_per_identity` in the secure mode counts a client's token identity,
+    not its address: past its share `writer` gets 429, while `reader`, from the same address
+    and on the same socket, still subscribes."""
+    async def main():
+        async with SecureLab(certificate, gate_args={"max_subscriptions_per_identity": 2}) as lab:
+            writer, reader = await lab.token("writer"), await lab.token("reader")
+            async with lab.http.ws_connect(lab.wss) as ws:
+                got = []
+                for k, token in enumerate((writer, writer, writer, reader)):
+                    await ws.send_json({"subscribe": {
+                        "sparql": f"ASK {{ <{EX}t{k}> ?p ?o }}", "alias": str(k),
+                        "authorization": f"Bearer {token}"}})
+                    got.append(await ws.receive_json(timeout=10))
+            assert ["notification" in g for g in got] == [True, True, False, True], got
+            assert got[2]["status_code"] == 429 and got[2]["alias"] == "2"
     run(main())
 
 

@@ -1,5 +1,5 @@
-"""Limits and hygiene: the cap on persistent operations per KP, the cap on queued requests
-(status 0x0a LIMIT_EXCEEDED, nothing applied), and a KP that stops ACKing INDs over a real UDP
+"""Limits and hygiene: the cap on persistent operations per KP, the cap on queued requests in
+all and per KP (status 0x0a LIMIT_EXCEEDED, nothing applied), and a KP that stops ACKing INDs over a real UDP
 socket is dropped with its operations freed."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from ksp import Literal, Request, Status, Timing, Triple, Tx, Var
-from ksp.codec import UDP, decode_sib_message, encode
+from ksp.codec import TCP, UDP, decode_sib_message, encode
 from sib import Sib
 from sib.testing import Client, ex
 from transports import Server, connect
@@ -114,6 +114,48 @@ def test_cap_on_queued_requests_refuses_at_once_and_applies_nothing():
         await sib.close()
 
     asyncio.run(go())
+
+
+async def _res(reader: asyncio.StreamReader, tx: Tx):
+    head = await asyncio.wait_for(reader.readexactly(8), 30)
+    body = await reader.readexactly(int.from_bytes(head[4:], "little") - 8)
+    return decode_sib_message(head + body, TCP, tx)
+
+
+def test_a_kp_flooding_the_queue_holds_no_more_than_its_share_over_real_tcp():
+    """`max_queued_per_kp`: an anonymous KP flooding from four connections of one host (one
+    party: its address, whatever its ports) has at most its share queued, the rest refused
+    0x0a at once and not applied; another KP's request, arriving in the same instant, finds
+    room in the queue and is answered."""
+    async def go():
+        sib = Sib(max_queued=20, max_queued_per_kp=5)
+        async with await Server.start(sib, tcp=0) as server:
+            port = server.tcp.port
+            flood = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.1", 0))
+                     for _ in range(4)]
+            other = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+            try:
+                tid = 0
+                for _, writer in flood:  # 100 requests, read by the SIB in one loop pass
+                    batch = []
+                    for _ in range(25):
+                        tid += 1
+                        batch.append(encode(Request(Tx.INSERT_DATA, tid, insert=(
+                            Triple(S, P, Literal.of(tid)),)), TCP))
+                    writer.write(b"".join(batch))
+                other[1].write(encode(Request(Tx.ASK, 1, where=(Triple(S, P, Var(0)),)), TCP))
+                statuses = [(await _res(reader, Tx.INSERT_DATA)).status
+                            for reader, _ in flood for _ in range(25)]
+                assert (await _res(other[0], Tx.ASK)).status is Status.OK
+            finally:
+                for _, writer in (*flood, other):
+                    writer.close()
+        await sib.close()
+        return statuses, len(list(sib.store.match()))
+
+    statuses, stored = asyncio.run(asyncio.wait_for(go(), 120))
+    refused = statuses.count(Status.LIMIT_EXCEEDED)
+    assert refused >= 50 and statuses.count(Status.OK) == 100 - refused == stored
 
 
 def test_kp_that_stops_acking_is_dropped_over_real_udp():

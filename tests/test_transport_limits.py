@@ -7,9 +7,9 @@ import asyncio
 import logging
 import socket
 
-from ksp import TCP, Request, Tx, encode
+from ksp import TCP, Request, Status, Tx, decode_sib_message, encode
 from transports import connect
-from transports.limits import ConnectionLimits
+from transports.limits import ConnectionLimits, address_key
 from transports.tcp import TcpServer
 
 from memory_service import MemoryService
@@ -107,3 +107,65 @@ def test_slow_messages_and_idle_connections_are_closed():
             await server.close()
 
     run(scenario())
+
+
+async def _ask_from(port: int, source: str, tid: int = 1):
+    """A raw KSP/TCP connection from `source` (a loopback address) that asks once and keeps
+    the connection: (its answer's status, reader, writer); None for the status if the SIB
+    closed the connection unanswered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    writer.write(encode(ASK._replace(tid=tid), TCP))
+    try:
+        head = await asyncio.wait_for(reader.readexactly(8), 10)
+        body = await reader.readexactly(int.from_bytes(head[4:], "little") - 8)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None, reader, writer
+    return decode_sib_message(head + body, TCP, Tx.ASK).status, reader, writer
+
+
+def test_a_full_listener_still_admits_a_new_client():
+    """Slow connections (a message begun, never finished) from three addresses fill the
+    listener; a client from a fourth address is still admitted and answered, in place of the
+    oldest slow connection of an address holding the most; a KP that spoke and then waits in
+    silence (as for INDs) is not the one closed. A new connection from an address holding as
+    many as any other is refused, as before."""
+    async def scenario():
+        server, _ = await _served(ConnectionLimits(max_connections=6, max_per_address=3))
+        held = []
+        try:
+            status, r, w = await _ask_from(server.port, "127.0.0.1")  # a KP, silent since
+            assert status is Status.OK
+            held.append((r, w))
+            for source in ("127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"):
+                r, w = await asyncio.open_connection("127.0.0.1", server.port,
+                                                     local_addr=(source, 0))
+                w.write(encode(ASK, TCP)[:5])
+                held.append((r, w))
+            await asyncio.sleep(0.2)
+            assert len(server.guard) == 6
+            status, r, w = await _ask_from(server.port, "127.0.0.9")
+            held.append((r, w))
+            assert status is Status.OK
+            assert server.guard.refused["reclaimed"] == 1
+            assert await _closed(held[1][0], 10)  # the oldest slow one of the biggest holders
+            status, r, w = await _ask_from(server.port, "127.0.0.3")  # holds 2, the most
+            held.append((r, w))
+            assert status is None and server.guard.refused["connections"] == 1
+            held[0][1].write(encode(ASK._replace(tid=3), TCP))
+            head = await asyncio.wait_for(held[0][0].readexactly(8), 10)
+            assert decode_sib_message(head + await held[0][0].readexactly(
+                int.from_bytes(head[4:], "little") - 8), TCP, Tx.ASK).status is Status.OK
+        finally:
+            for _, w in held:
+                w.close()
+            await server.close()
+
+    run(scenario())
+
+
+def test_ipv6_addresses_count_by_their_64():
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2::ffff") \
+        == "2001:db8:1:2::/64"
+    assert address_key("2001:db8:1:3::1") != address_key("2001:db8:1:2::1")
+    assert address_key("::ffff:192.0.2.7") == "192.0.2.7"
+    assert address_key("192.0.2.7") == "192.0.2.7" and address_key(None) is None

@@ -6,10 +6,20 @@ all of them, how long a connection may stay silent, and how long one message may
 
 A connection over a limit is closed, with one log line per limit and minute
 (`transports.ratelog`: a flood must not flood the log too); the others are not affected.
+
+Fair share: "an address" is an IPv4 address, or an IPv6 /64 (one host holds a whole /64, so
+counting its single addresses would cap nothing). When the listener is at `max_connections`, a
+new connection from an address holding fewer connections than the address holding the most is
+still admitted: the biggest holder's connection that has said the least is closed to make room
+(one that has not finished a message yet, or said nothing since it was accepted, the oldest
+first; else the one silent the longest). Connections from many addresses can then no longer
+keep a new client out, while no address loses a connection to one holding as many as it does.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
+import ipaddress
 import logging
 import time
 from collections import Counter
@@ -32,10 +42,27 @@ class ConnectionLimits:
     frame_timeout: float = 30.0
 
 
+@functools.lru_cache(maxsize=4096)  # parsing IPv6 costs ~12 µs, and it runs per KSP request
+def address_key(host: Hashable) -> Hashable:
+    """What connections count against per address: an IPv4 address as it is, an IPv6 one as its
+    /64 network (an IPv4-mapped one as the IPv4 address); anything else (None, a name) as is."""
+    if not isinstance(host, str) or ":" not in host:
+        return host
+    try:
+        ip = ipaddress.IPv6Address(host)
+    except ValueError:
+        return host
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return f"{ipaddress.IPv6Address(int(ip) >> 64 << 64)}/64"
+
+
 class Guard:
     """Applies `ConnectionLimits` to one listener's connections. The listener calls `admit`
-    on accept (False: close it), `buffered` after each read (False: close it), `release` when a
-    connection ends; `close(conn)` is how the guard closes one (the listener's callable)."""
+    on accept (False: close it), `buffered` after each read (False: close it; a listener that
+    does not parse messages calls `heard` instead), `release` when a connection ends;
+    `close(conn)` is how the guard closes one (the listener's callable), including the one a
+    full listener reclaims for a smaller holder (module docstring)."""
 
     def __init__(self, limits: ConnectionLimits, name: str,
                  close: Callable[[Hashable], None]) -> None:
@@ -43,7 +70,8 @@ class Guard:
         self.name = name
         self._close = close
         self._per_address: Counter[Hashable] = Counter()
-        self._conns: dict[Hashable, list] = {}  # conn -> [address, last read, frame start, bytes]
+        #: conn -> [address key, last read, frame start, bytes, said anything yet]
+        self._conns: dict[Hashable, list] = {}
         self.total_buffered = 0
         self.refused: Counter[str] = Counter()  # closed connections, by limit
         self._log = RateLimitedLog(log)
@@ -54,15 +82,43 @@ class Guard:
 
     def admit(self, conn: Hashable, address: Hashable) -> bool:
         lim = self.limits
-        if lim.max_connections is not None and len(self._conns) >= lim.max_connections:
-            return self._refuse("connections", f"{lim.max_connections} connections")
+        address = address_key(address)
         if lim.max_per_address is not None and self._per_address[address] >= lim.max_per_address:
             return self._refuse("per address", f"{lim.max_per_address} connections from "
                                                f"{address}")
+        if lim.max_connections is not None and len(self._conns) >= lim.max_connections:
+            if not self._reclaim(address):
+                return self._refuse("connections", f"{lim.max_connections} connections")
         now = time.monotonic()
-        self._conns[conn] = [address, now, None, 0]
+        self._conns[conn] = [address, now, None, 0, False]
         self._per_address[address] += 1
         self._arm()
+        return True
+
+    def heard(self, conn: Hashable) -> None:
+        """`conn` just read (for listeners that do not parse messages, so never call
+        `buffered`): it has said something, and is not silent."""
+        state = self._conns.get(conn)
+        if state is not None:
+            state[1], state[4] = time.monotonic(), True
+
+    def _reclaim(self, address: Hashable) -> bool:
+        """At the cap: close the connection that has said the least of the address holding the
+        most, if `address` holds fewer than that one (module docstring). Whether it did."""
+        most = max(self._per_address.values(), default=0)
+        if self._per_address[address] >= most:
+            return False
+        victim, rank = None, None
+        for conn, (addr, last, started, _, said) in self._conns.items():
+            if self._per_address[addr] != most:
+                continue
+            mine = (0, started) if started is not None else (0, last) if not said else (1, last)
+            if rank is None or mine < rank:
+                victim, rank = conn, mine
+        self.release(victim)
+        self._refuse("reclaimed", f"the least active of {most} connections from the biggest "
+                                  f"holder, for a new one from {address}")
+        self._close(victim)
         return True
 
     def buffered(self, conn: Hashable, size: int) -> bool:
@@ -71,7 +127,7 @@ class Guard:
         if state is None:
             return True
         now = time.monotonic()
-        state[1] = now
+        state[1], state[4] = now, True
         if size == 0:
             state[2] = None
         elif state[2] is None:
@@ -110,7 +166,7 @@ class Guard:
     def _sweep(self) -> None:
         self._sweeper = None
         lim, now = self.limits, time.monotonic()
-        for conn, (_, last, started, _) in list(self._conns.items()):
+        for conn, (_, last, started, _, _) in list(self._conns.items()):
             if lim.frame_timeout and started is not None and now - started > lim.frame_timeout:
                 self._refuse("slow message", f"a message unfinished after {lim.frame_timeout} s")
                 self._close(conn)

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import pyoxigraph as ox
@@ -36,6 +36,7 @@ from transports.ratelog import RateLimitedLog
 from ..access import ALL, Grant, graph_names
 from ..budget import OverBudget, checked, timed
 from ..errors import RequestError, StoreUnwritable
+from ..fairness import Shares
 from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
@@ -117,6 +118,8 @@ class Subscription:
     #: Its subscriber's grant under the policy in force (None: anonymous), asked when it is
     #: made and again when the policy is replaced.
     grant_of: Callable[[], Grant | None] | None = None
+    #: Whose share of the subscriptions it counts against (`sib.fairness`; None: nobody's).
+    party: Hashable | None = None
 
     def grant(self) -> Grant | None:
         return self.grant_of() if self.grant_of is not None else None
@@ -127,11 +130,14 @@ class SepaBroker:
     scheduler: `Sib.call`)."""
 
     def __init__(self, core, *, max_subscriptions: int = 10_000,
-                 max_per_owner: int = 1_000) -> None:
+                 max_per_owner: int = 1_000, max_per_party: int | None = None) -> None:
+        """`max_per_party`: subscriptions of one client identity, or one address for anonymous
+        clients (`sib.fairness`), on all their sockets; None: no bound."""
         self.core = core
         self.store = core.store
         self.max_subscriptions = max_subscriptions
         self.max_per_owner = max_per_owner
+        self.by_party = Shares(max_per_party)
         self.subscriptions: dict[str, Subscription] = {}
         self._owned: dict[object, set[str]] = {}  # owner (a socket) -> its spuids
         self._evaluations: dict[tuple, _Evaluation] = {}
@@ -246,11 +252,12 @@ class SepaBroker:
     # -- subscriptions ----------------------------------------------------------------------
 
     def subscribe(self, text: str, dataset: Dataset, alias: str | None, notify: Notify,
-                  owner: object, grant_of: Callable[[], Grant | None] | None = None
-                  ) -> Subscription:
+                  owner: object, grant_of: Callable[[], Grant | None] | None = None,
+                  party: Hashable | None = None) -> Subscription:
         """Register a subscription and send its first notification (sequence 0, the whole
         result as added). `grant_of` gives its subscriber's grant under the policy in force
-        (None, or no `grant_of`: anonymous), now and again under a new one (`recheck`)."""
+        (None, or no `grant_of`: anonymous), now and again under a new one (`recheck`);
+        `party` whose share of the subscriptions it counts against (`max_per_party`)."""
         self._check_read(grant_of() if grant_of is not None else None, dataset)
         if len(self.subscriptions) >= self.max_subscriptions:
             raise SepaError(429, "too_many_subscriptions",
@@ -259,6 +266,11 @@ class SepaBroker:
         if len(owned) >= self.max_per_owner:
             raise SepaError(429, "too_many_subscriptions",
                             f"{self.max_per_owner} subscriptions on one socket, its limit")
+        if party is not None and self.by_party.full(party):
+            raise SepaError(429, "too_many_subscriptions",
+                            f"{self.by_party.per_party} subscriptions of one client (its "
+                            f"identity, else its address), its share of the SIB's "
+                            f"{self.max_subscriptions}")
         key = (text, dataset)
         ev = self._evaluations.get(key)
         if ev is None:
@@ -271,7 +283,9 @@ class SepaBroker:
             else:
                 self._index.add(key, patterns, None)
         sub = Subscription(f"sepa://subscription/{uuid.uuid4()}", alias, ev, notify, owner,
-                           grant_of=grant_of)
+                           grant_of=grant_of, party=party)
+        if party is not None:
+            self.by_party.take(party)
         ev.members[sub.spuid] = sub
         self.subscriptions[sub.spuid] = sub
         self._owned.setdefault(owner, set()).add(sub.spuid)
@@ -307,6 +321,8 @@ class SepaBroker:
         if sub is None or (owner is not None and sub.owner is not owner):
             return False
         del self.subscriptions[spuid]
+        if sub.party is not None:
+            self.by_party.give(sub.party)
         owned = self._owned[sub.owner]
         owned.discard(spuid)
         if not owned:

@@ -29,6 +29,7 @@ from transports.ratelog import RateLimitedLog
 
 from ..access import Grant
 from ..budget import OverBudget
+from ..fairness import ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
 from .jsap import describe
@@ -115,7 +116,8 @@ def _error(exc: SepaError) -> web.Response:
 class _Admitted(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the gate's connection limits: one over a
     limit is aborted at accept, before aiohttp reads a byte of it. `guard`: anything with
-    `admit(conn, address) -> bool` and `release(conn)` (`ksp-sib` passes
+    `admit(conn, address) -> bool`, `heard(conn)` (each read: the guard, when full, reclaims a
+    connection that has said the least) and `release(conn)` (`ksp-sib` passes
     `transports.limits.Guard`, as its KSP TCP listener has)."""
 
     __slots__ = ("factory", "guard", "inner", "transport")
@@ -140,6 +142,7 @@ class _Admitted(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.inner is not None:
+            self.guard.heard(self)
             self.inner.data_received(data)
 
     def eof_received(self):
@@ -160,9 +163,11 @@ class _Socket:
 
     close_timeout = 1.0
 
-    def __init__(self, ws: web.WebSocketResponse, max_queued: int, transport) -> None:
+    def __init__(self, ws: web.WebSocketResponse, max_queued: int, transport,
+                 host: str | None = None) -> None:
         self.ws = ws
         self.transport = transport
+        self.host = host  # the client's address: an anonymous subscriber's share
         self.max_queued = max_queued
         self.queue: deque[str] = deque()
         self.ready = asyncio.Event()
@@ -223,7 +228,8 @@ class SepaGate:
                  wss_port: int = 9443, clients: Clients | None = None,
                  tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
                  namespaces: Mapping[str, str] | None = None, connections=None,
-                 keepalive: float = 75.0) -> None:
+                 keepalive: float = 75.0,
+                 max_subscriptions_per_identity: int | None = None) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
@@ -231,7 +237,9 @@ class SepaGate:
         KSP listeners' `ksp` ports by URL scheme, and `namespaces`. `connections`: the limits
         on the connections of all four listeners together (`_Admitted`; None: none).
         `keepalive`: seconds an HTTP connection may stay silent before its first request and
-        between requests (`web.run_app`'s default; aiohttp's own is an hour)."""
+        between requests (`web.run_app`'s default; aiohttp's own is an hour).
+        `max_subscriptions_per_identity`: subscriptions of one secure client, or of one address
+        for anonymous ones, on all their sockets (None: only `max_subscriptions` in all)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -248,7 +256,8 @@ class SepaGate:
         self.connections = connections
         self.keepalive = keepalive
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
-                                 max_per_owner=max_socket_subscriptions)
+                                 max_per_owner=max_socket_subscriptions,
+                                 max_per_party=max_subscriptions_per_identity)
         self.sockets: set[_Socket] = set()
         self._runners: list[web.AppRunner] = []
         self._servers: list[asyncio.Server] = []
@@ -422,9 +431,6 @@ class SepaGate:
         entry = policy.kps.get(kp_id_bytes(identity))
         return entry.grant if entry is not None else policy.anonymous_grant()
 
-    def _grant(self, authorization: object) -> Grant:
-        return self._grant_of(self._identity(authorization))
-
     async def _register(self, request: web.Request) -> web.Response:
         async def register(request, grant):
             try:
@@ -457,13 +463,18 @@ class SepaGate:
         self.requests[request.path.rsplit("/", 1)[-1]] += 1
         start = time.perf_counter()
         try:
-            grant = self._grant(request.headers.get("Authorization")) if secure else None
+            identity = self._identity(request.headers.get("Authorization")) if secure else None
+            grant = self._grant_of(identity) if secure else None
+            # Its queued work counts against its share (`Sib.call`, `sib.fairness`).
+            current_party.set(client_party(identity, request.remote))
             response = await handler(request, grant)
             if handler in (self._run_query, self._run_update):
                 self.request_latency.observe(time.perf_counter() - start)
             return response
         except SepaError as exc:
             return self._error(exc)
+        except ShareExceeded as exc:
+            return self._error(SepaError(429, "too_many_requests", str(exc)))
         except asyncio.QueueFull:
             return self._error(SepaError(503, "busy", "the SIB's queue is full"))
         except Exception:  # a bug: said as one, the request changed nothing it reports
@@ -513,7 +524,7 @@ class SepaGate:
                          ) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=self.max_frame_bytes)
         await ws.prepare(request)
-        sock = _Socket(ws, self.max_socket_queue, request.transport)
+        sock = _Socket(ws, self.max_socket_queue, request.transport, request.remote)
         self.sockets.add(sock)
         try:
             async for msg in ws:
@@ -571,6 +582,9 @@ class SepaGate:
         except SepaError as exc:
             self.errors[exc.status] += 1
             sock.send(exc.json(alias))
+        except ShareExceeded as exc:
+            self.errors[429] += 1
+            sock.send(SepaError(429, "too_many_requests", str(exc)).json(alias))
         except asyncio.QueueFull:
             self.errors[503] += 1
             sock.send(SepaError(503, "busy", "the SIB's queue is full").json(alias))
@@ -583,5 +597,7 @@ class SepaGate:
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
         grant_of = None if identity is None else (lambda: self._grant_of(identity))
+        party = client_party(identity, sock.host)
+        current_party.set(party)  # its queued work counts against its share (`Sib.call`)
         await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
-                                                          sock, grant_of))
+                                                          sock, grant_of, party))
