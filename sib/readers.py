@@ -30,6 +30,18 @@ SWITCH_INTERVAL = 0.0005
 """Seconds a thread holds the GIL before another that waits for it gets it, once readers run."""
 
 
+def _bare(exc: BaseException) -> BaseException:
+    """`exc` and the exceptions chained to it without their tracebacks: their frames hold
+    what the read made (pyoxigraph's results), which must be dropped on this thread."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
+
+
 class _OldGeneration:
     """Python's collections of its oldest generation walk every object the process holds,
     holding the GIL throughout: a read of millions of rows set off collections of half a
@@ -136,8 +148,8 @@ class Readers:
                 with within(deadline):
                     deadline.check()
                     result: Any = work()
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
+            except BaseException as exc:  # handed to the caller, without its frames
+                future.set_exception(_bare(exc))
             else:
                 future.set_result(result)
             finally:

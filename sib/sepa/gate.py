@@ -493,13 +493,17 @@ class SepaGate:
 
         def run():  # the result reads the store lazily: serialized on the reader thread too
             result = self.broker.query(text, dataset, grant)
-            formats = GRAPH_FORMATS if isinstance(result, ox.QueryTriples) else SOLUTION_FORMATS
-            media = _accepted(accept, formats)
-            if media is None:
-                raise SepaError(406, "not_acceptable",
-                                f"no result format for Accept: {accept}; this result comes "
-                                f"as {', '.join(formats)}")
-            return media, result.serialize(format=formats[media])
+            try:
+                formats = (GRAPH_FORMATS if isinstance(result, ox.QueryTriples)
+                           else SOLUTION_FORMATS)
+                media = _accepted(accept, formats)
+                if media is None:
+                    raise SepaError(406, "not_acceptable",
+                                    f"no result format for Accept: {accept}; this result comes "
+                                    f"as {', '.join(formats)}")
+                return media, result.serialize(format=formats[media])
+            finally:
+                del result  # here: pyoxigraph's results may not be dropped on another thread
 
         try:  # beside the writes, on a reader thread, under the query budget
             media, body = await self.sib.read(run)
