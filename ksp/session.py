@@ -752,6 +752,8 @@ class SessionStats:
     refused: int = 0
     #: Sealed datagrams dropped unverified: no key, bad tag, replay (`ksp.secure`).
     sealed_dropped: int = 0
+    #: Final INDs given up on and sent again when their KP was heard from (UDP, `_Tombstone`).
+    ends_resent: int = 0
 
 
 class SIBSession:
@@ -846,6 +848,7 @@ class SIBSession:
             self._send(data, ex.addr)
         if kp.kp_id is not None and response.status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial, now)
+            self._heard_of(kp, ex.addr, now)
 
     def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float,
                  delivery: Delivery | None = None) -> None:
@@ -994,9 +997,11 @@ class SIBSession:
             msg = decode_kp_message(data, self.transport)
         except DecodeError as exc:
             tid = exc.tid if exc.tid is not None else peek_tid(data)
+            self._heard_from(addr, now)
             self._reject(ProtocolError(exc.status, str(exc), tid, addr))
             return
         if isinstance(msg, Ack):
+            self._heard_from(addr, now)
             self._on_ack(msg, addr, now)
         else:
             self._on_request(msg, addr, now, data)
@@ -1025,6 +1030,7 @@ class SIBSession:
                 return
         kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
+        self._heard_from(addr, now, request, kp)
         # A copy is byte for byte the same request: another request under a TID (a KP past
         # 65 536 requests per EXCHANGE_LIFETIME) is a new exchange, executed (R12).
         key = (kp, tid, tx, hash(data))
@@ -1092,6 +1098,13 @@ class SIBSession:
         """Whether a request from `addr` must wait behind one held for a verdict."""
         return False
 
+    def _heard_from(self, addr: Hashable, now: float, request: Request | None = None,
+                    kp: KPIdentity | None = None) -> None:
+        """A datagram came from `addr` (`request` of `kp`, once its credentials passed)."""
+
+    def _heard_of(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        """KP ID `kp` is at `addr`: a request of it was answered there (not 0x08)."""
+
     def _duplicate(self, key: tuple, addr: Hashable) -> bool:
         """Whether request `key` is a copy of one seen (then answered here)."""
         return False
@@ -1100,19 +1113,52 @@ class SIBSession:
         """Request `key` is new: remember it for its copies."""
 
 
+@dataclass(slots=True)
+class _Tombstone:
+    """A final IND given up on (its KP silent past every retry): sent again, with a fresh
+    retry schedule, when the KP is heard from, so an operation the SIB ended reaches a KP that
+    was away for longer than the retries (`UdpSIBSession`)."""
+
+    delivery: Delivery  # final, with the IND's sequence number
+    data: bytes         # the final IND
+    addr: Hashable | None  # where it went
+    expires: float
+    out: bool = False   # sent again: its delivery is back in the table, awaiting the ACK
+    heard: bool = False  # the KP sent something else meanwhile, and no ACK of it
+
+
+def _unindex(index: dict[Hashable, set], at: Hashable, key: Hashable) -> None:
+    keys = index.get(at)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[at]
+
+
 class UdpSIBSession(SIBSession):
     """The SIB's UDP message layer: a duplicate cache answering copies of a request within
     EXCHANGE_LIFETIME, each IND retransmitted with back-off until an ACK covers it (R10), a
-    newer one superseding it, bounded in bytes (`max_ind_bytes`); sealed datagrams opened
-    before anything else sees them."""
+    newer one superseding it, bounded in bytes (`max_ind_bytes`); a final IND given up on kept
+    as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from;
+    sealed datagrams opened before anything else sees them."""
 
     IND_DELIVERY = {"numbered": True, "acked": True, "durable": True}
 
-    def __init__(self, transport: Transport | str = UDP, **kwargs) -> None:
+    def __init__(self, transport: Transport | str = UDP, *,
+                 tombstone_lifetime: float = 86_400.0, **kwargs) -> None:
         if Transport(transport) is not UDP:
             raise ValueError("a UdpSIBSession is a UDP session")
         self._datagrams: list[tuple[bytes, Hashable]] = []
         super().__init__(UDP, **kwargs)
+        self.tombstone_lifetime = tombstone_lifetime
+        # (kp, tid) -> tombstone, oldest first (at most max_entries); and the keys by the
+        # address the final IND went to and by KP identity, to find them when a datagram comes.
+        self._tombstones: OrderedDict[tuple[KPIdentity, int], _Tombstone] = OrderedDict()
+        self._tombstones_at: dict[Hashable, set[tuple[KPIdentity, int]]] = {}
+        self._tombstones_of: dict[KPIdentity, set[tuple[KPIdentity, int]]] = {}
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "tombstones": len(self._tombstones)}
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
         """(datagram, address) pairs."""
@@ -1120,7 +1166,7 @@ class UdpSIBSession(SIBSession):
         return out
 
     def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
-        self._cache.expire(now)
+        self._expire(now)
         if data and data[0] == MAGIC and self.sealers is not None:
             try:  # verified before anything else sees it: a replay moves no exchange
                 data, addr = self.sealers.open(data, addr)
@@ -1137,7 +1183,7 @@ class UdpSIBSession(SIBSession):
         self._keep_ind(d, data)
         self._send_indication(key, d, addr)
         if self._ind_bytes > self.max_ind_bytes:
-            self._shed(key)
+            self._shed(key, now)
         if key not in self._timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
             # than the timeout must not postpone KPUnreachable forever.
@@ -1146,6 +1192,9 @@ class UdpSIBSession(SIBSession):
     def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
         self._keep_ind(d, None)
         super()._forget(key, d, evicted)
+        t = self._tombstones.get(key)
+        if t is not None and t.out:  # the final IND sent again was ACKed, or the KP ended it
+            self._unbury(key)
 
     def _duplicate(self, key: tuple, addr: Hashable) -> bool:
         ex = self._cache.get(key)
@@ -1167,19 +1216,14 @@ class UdpSIBSession(SIBSession):
         self._ind_bytes += (len(data) if data else 0) - (len(d.data) if d.data else 0)
         d.data = data
 
-    def _shed(self, keep: tuple[KPIdentity, int]) -> None:
+    def _shed(self, keep: tuple[KPIdentity, int], now: float) -> None:
         """Over `max_ind_bytes`: give up on the oldest unacknowledged INDs (their KPs are
         reported unreachable, as if their retries had run out), never the one just sent."""
         for key, d in list(self._deliveries.items()):
             if self._ind_bytes <= self.max_ind_bytes:
                 return
             if key != keep and d.data is not None:
-                self._keep_ind(d, None)
-                self._timers.cancel(key)
-                if d.final:
-                    self.end_persistent(*key)
-                self.stats.kp_unreachable += 1
-                self._events.append(KPUnreachable(*key))
+                self._unreachable(key, d, self._endpoint(key[0]) or d.endpoint, now)
 
     def _start_backoff(self, key: tuple[KPIdentity, int], d: Delivery, now: float) -> None:
         """A new retransmission schedule for the IND just sent: full retry budget, first
@@ -1196,17 +1240,26 @@ class UdpSIBSession(SIBSession):
         if addr is None:
             addr = d.endpoint
         if d.retries >= self.timing.max_retransmit or addr is None:
-            self._keep_ind(d, None)  # the numbering stays, in case the SIB indicates again
-            if d.final:
-                self.end_persistent(*key)
-            self.stats.kp_unreachable += 1
-            self._events.append(KPUnreachable(*key))
+            self._unreachable(key, d, addr, now)
             return
         d.retries += 1
         d.timeout *= 2
         self.stats.ind_retransmissions += 1
         self._send_indication(key, d, addr)
         self._timers.set(key, now + d.timeout)
+
+    def _unreachable(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable | None,
+                     now: float) -> None:
+        """Give up on the IND kept for `key`: `KPUnreachable`; the numbering stays, in case the
+        SIB indicates again; a final IND leaves a tombstone."""
+        if d.final:
+            self._bury(key, d, addr, now)
+        self._keep_ind(d, None)
+        self._timers.cancel(key)
+        if d.final:
+            self.end_persistent(*key)
+        self.stats.kp_unreachable += 1
+        self._events.append(KPUnreachable(*key))
 
     def _send_indication(self, key: tuple[KPIdentity, int], d: Delivery,
                          addr: Hashable) -> None:
@@ -1225,6 +1278,86 @@ class UdpSIBSession(SIBSession):
             if key[0] == kp and d.data is not None:
                 self._send_indication(key, d, addr)
                 self._start_backoff(key, d, now)
+
+    # -- tombstones: final INDs given up on ------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        super()._expire(now)
+        tombstones = self._tombstones
+        while tombstones:
+            key, t = next(iter(tombstones.items()))
+            if t.expires > now:
+                return
+            if t.out:  # its retries stop too
+                self.end_persistent(*key)
+            if key in tombstones:
+                self._unbury(key)
+
+    def _bury(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable | None,
+              now: float) -> None:
+        """Keep the final IND of `d`, given up on, to send it again when its KP is heard from:
+        once ACKed it is gone. One given up on again keeps its place and expiry, unless the KP
+        was heard from meanwhile: a KP that talks but never ACKs it has forgotten that TID (it
+        ACKs no IND of a transaction it does not know, R13)."""
+        t = self._tombstones.get(key)
+        if t is not None:
+            if t.heard:
+                self._unbury(key)
+            t.out = t.heard = False
+            return
+        if d.data is None or self.tombstone_lifetime <= 0:
+            return
+        self._tombstones[key] = _Tombstone(d, d.data, addr, now + self.tombstone_lifetime)
+        if addr is not None:
+            self._tombstones_at.setdefault(addr, set()).add(key)
+        self._tombstones_of.setdefault(key[0], set()).add(key)
+        while len(self._tombstones) > self.max_entries:
+            self._unbury(next(iter(self._tombstones)))
+
+    def _unbury(self, key: tuple[KPIdentity, int]) -> None:
+        t = self._tombstones.pop(key)
+        _unindex(self._tombstones_at, t.addr, key)
+        _unindex(self._tombstones_of, key[0], key)
+
+    def _heard_from(self, addr: Hashable, now: float, request: Request | None = None,
+                    kp: KPIdentity | None = None) -> None:
+        """Send the final INDs given up on at `addr` again. A request of `kp` first drops its
+        tombstones under its own TID (a TERMINATE's target) or, for RESET, all of them: the KP
+        has moved on from those."""
+        if not self._tombstones:
+            return
+        tombstones = self._tombstones
+        if request is not None:
+            tid, reset = request.tid, request.tx is Tx.RESET
+            for key in list(self._tombstones_of.get(kp, ())):
+                if (reset or key[1] == tid) and not tombstones[key].out:
+                    self._unbury(key)
+        for key in list(self._tombstones_at.get(addr, ())):
+            t = tombstones[key]
+            if t.out:
+                t.heard = True
+            else:
+                self._revive(key, t, addr, now)
+
+    def _heard_of(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        tombstones = self._tombstones
+        for key in list(self._tombstones_of.get(kp, ()) if tombstones else ()):
+            if not tombstones[key].out:
+                self._revive(key, tombstones[key], addr, now)
+
+    def _revive(self, key: tuple[KPIdentity, int], t: _Tombstone, addr: Hashable,
+                now: float) -> None:
+        """Send the tombstone's final IND to `addr`, with a fresh retry schedule."""
+        if t.addr != addr:  # where the KP is now
+            _unindex(self._tombstones_at, t.addr, key)
+            self._tombstones_at.setdefault(addr, set()).add(key)
+            t.addr = addr
+        t.out = True
+        d = self.transactions.put_back(key, t.delivery)
+        self._keep_ind(d, t.data)
+        self.stats.ends_resent += 1
+        self._send_indication(key, d, addr)
+        self._start_backoff(key, d, now)
 
     def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
         kp = self._ack_routes.get((addr, ack.tid))

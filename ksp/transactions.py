@@ -137,7 +137,7 @@ class SibTransactions:
             executing.popitem(last=False)
         if tx in PERSISTENT:
             d = self.deliveries.get(key)
-            if d is None:
+            if d is None or d.final:  # a new operation under the TID of one that ended
                 self._adopt(key, self.new_delivery(kp, tid, addr, max_size))
             else:
                 d.endpoint, d.max_size = addr, max_size
@@ -219,6 +219,11 @@ class SibTransactions:
                      max_size: int | None = None) -> Delivery:
         return Delivery(kp, tid, endpoint, max_size, numbered=self.numbered,
                         durable=self.durable)
+
+    def put_back(self, key: OpKey, d: Delivery) -> Delivery:
+        """Take back a delivery the message layer kept after it ended (a final IND given up on,
+        sent again when the KP is heard from)."""
+        return self._adopt(key, d)
 
     def restore(self, kp: Hashable, tid: int, state: DeliveryState) -> Delivery:
         return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=self.numbered,

@@ -169,8 +169,9 @@ class Registry:
     def give_up(self, kp: KPIdentity) -> int:
         """`kp` became unreachable (an IND's retries ran out, its connection is gone, nobody
         observes over CoAP): end each of its operations with a final TERMINATED IND, which a
-        KP back within the IND's retries (or, over CoAP, re-registering while it lingers)
-        still gets: an end it can tell, not silence. Returns how many ended."""
+        KP back within the IND's retries (over UDP, back later too: the session keeps it to
+        send again; over CoAP, re-registering while it lingers) still gets: an end it can tell,
+        not silence. Returns how many ended."""
         keys = self.keys_of(kp)
         for key in keys:
             self.terminate(key)

@@ -189,6 +189,18 @@ def test_state_survives_a_restore(sib, link):
     assert woken.next_tid() != tid
 
 
+def test_over_tcp_tids_come_back_at_any_rate():
+    """The SIB keeps no request past its RES over TCP (wire format R12 is connectionless
+    only): 65 537 requests within a lifetime all go (tests/test_firmware_mpy.py: UDP)."""
+    sent = []
+    client = Client(type("Link", (), {"send": staticmethod(sent.append)})(), Events(), tcp=True,
+                    rand=lambda bits: (1 << bits) - 1, lifetime=100000)
+    for now in range(65537):
+        tid = client.send(now, 0x11)  # RESET
+        client.feed(struct.pack("<BBHI", 1, 0, tid, 8), now)
+    assert len(sent) == 65537 and tid == 0 and not client.pending
+
+
 @pytest.mark.parametrize("last", [None, 0, 1, 5, 100, 32767, 32768, 65534, 65535])
 def test_is_newer_matches_the_reference(last):
     for seq in range(0, 65536, 7):

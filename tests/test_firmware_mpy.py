@@ -115,6 +115,7 @@ def test_micropython_and_cpython_behave_the_same(mpy, cpy):
     assert mpy["actuator"]["pin5"] == cpy["actuator"]["pin5"]
     assert mpy["sensor"]["slept"] == cpy["sensor"]["slept"]
     assert mpy["telemetry"] == cpy["telemetry"]
+    assert mpy["tid_budget"] == cpy["tid_budget"]
 
 
 def test_con_retransmission_schedule(run):
@@ -208,3 +209,19 @@ def test_telemetry_mode_publishes_what_the_ingest_accepts(run):
         ("sensor7", "pressure", 1013.25, "hPa", when, None)]  # light inf, humidity failed
     assert t["left"] == [[topic, payload] for topic, payload, _ in t["again"]]
     assert t["published"] == 2 and t["first"] and sent[0][0] == "ksp/sensor7/telemetry"
+
+
+def test_a_board_sends_fewer_than_65536_requests_per_lifetime(run):
+    """The 65 537th request within the (shortened) lifetime would reuse TID 0, which the SIB
+    still keeps (wire format R12): refused, and sent once block 0 (TIDs 0-4 095) was last used a
+    lifetime ago; the sensor agent skips its readings meanwhile and sends the next one."""
+    b = run["tid_budget"]
+    assert b["burst"] == [65536, True, 65533]  # TIDs 0..65535, one each
+    assert b["again"] is None and b["before"] is None
+    assert b["tick 65536"] == b["tick 95536"] == [None, 65533]  # skipped, nothing sent
+    assert b["after"] == 0
+    update = decode_kp_message(bytes.fromhex(b["update"][0]))
+    assert update.tx == Tx.UPDATE_DATA and update.tid == 1 and len(b["update"]) == 1
+    assert [offset for offset, _ in b["refused"]] == [65536, 4095 + 99999]
+    assert b["refused"][0][1] == ("TIDs still kept by the SIB (65536 requests in under 100000 "
+                                  "ms): try again in 38559 ms")

@@ -1266,3 +1266,143 @@ def test_unacknowledged_inds_are_bounded_in_bytes():
     for k, kp in enumerate(kps):  # ending them all frees every byte
         sib.end_persistent(kp, k + 1)
     assert sib._ind_bytes == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# A final IND given up on reaches a KP that comes back
+
+
+def away_net(**kw) -> tuple[Net, int, KPIdentity, list]:
+    """A KP subscribed over a link that `away[0]` cuts both ways; then the SIB ends the
+    operation (TERMINATED) while the KP is away, past every retry of the final IND."""
+    away = [False]
+    net = Net(fate=lambda way, data: 0 if away[0] else 1, **kw)
+    tid = net.client.next_tid()
+    net.send(subscribe(tid))
+    net.run()
+    kp = net.of_type(RequestReceived, "server")[0].kp
+    away[0] = True
+    net.server.indicate(kp, tid, Response(tid, Status.TERMINATED, indication=True), net.now)
+    net.run()  # every retry lost
+    assert net.of_type(KPUnreachable, "server") == [KPUnreachable(kp, tid)]
+    assert net.of_type(PersistentEnded) == [] and tid in net.client.persistent
+    return net, tid, kp, away
+
+
+@pytest.mark.parametrize("kp_id", [None, KP_ID])
+def test_a_final_ind_given_up_on_is_sent_when_the_kp_is_heard_from_again(kp_id):
+    client = KPSession(rng=random.Random(0),
+                       credentials=Credentials(kp_id, "pw") if kp_id else None)
+    net, tid, kp, away = away_net(client=client)
+    net.run_for(600.0)  # away for ten minutes
+    away[0] = False
+    if kp_id:
+        net.addr = ("203.0.113.5", 41000)  # back at a new address, with its KP ID
+    net.send(ask(net.client.next_tid()))  # an unrelated request
+    net.run()
+    assert net.of_type(PersistentEnded) == [PersistentEnded(tid, Status.TERMINATED)]
+    assert tid not in net.client.persistent and [type(e) for e in net.of_type(
+        ResponseReceived)] == [ResponseReceived, ResponseReceived]
+    assert net.down[-1][1] == net.addr  # the final IND went where the KP is now
+    assert net.server.sizes()["tombstones"] == 0 and net.server.get_timer() is None
+    assert (kp, tid) not in net.server._deliveries and net.server.stats.ends_resent == 1
+    net.send(ask(net.client.next_tid()))  # once ACKed it is gone: nothing more
+    net.run()
+    assert len([d for d, _ in net.down if d[1] & 0x80]) == 1 + 4 + 1
+
+
+def test_a_final_ind_given_up_on_follows_an_ack_and_is_given_up_on_again():
+    """Any datagram from the KP's address brings the final IND back (here a stray ACK); a KP
+    still silent gets it with a fresh retry schedule, and the tombstone stays for next time."""
+    net, tid, kp, away = away_net()
+    sib = net.server
+    sib.receive_datagram(encode(Ack(77, 1)), KP_ADDR, net.now)  # heard, but still not answering
+    net.run()
+    assert net.of_type(KPUnreachable, "server") == [KPUnreachable(kp, tid)] * 2
+    assert sib.sizes()["tombstones"] == 1 and sib.get_timer() is None
+    assert len([d for d, _ in net.down if d[1] & 0x80]) == 5 + 5  # a second full round
+    away[0] = False
+    net.send(ask(net.client.next_tid()))
+    net.run()
+    assert net.of_type(PersistentEnded) == [PersistentEnded(tid, Status.TERMINATED)]
+    assert sib.sizes()["tombstones"] == 0
+
+
+def test_a_kp_that_never_comes_back_gets_nothing_and_tombstones_are_bounded():
+    sib = SIBSession(rng=random.Random(0), max_entries=4, tombstone_lifetime=3600.0)
+    now, gone = 0.0, []
+    for k in range(6):  # one KP after the other, each silent past every retry
+        addr = ("192.0.2.1", 5000 + k)
+        sib.receive_datagram(encode(subscribe(k + 1)), addr, now)
+        [e] = events(sib)
+        sib.respond(e.kp, k + 1, answer(e.request), now)
+        sib.indicate(e.kp, k + 1, Response(k + 1, Status.TERMINATED, indication=True), now)
+        sib.datagrams_to_send(now)
+        while (t := sib.get_timer()) is not None:
+            now = t
+            sib.handle_timer(now)
+            sib.datagrams_to_send(now)
+        gone += [e for e in events(sib) if isinstance(e, KPUnreachable)]
+    assert len(gone) == 6 and sib.sizes()["tombstones"] == 4  # the oldest two went
+    other = ("192.0.2.99", 1)
+    sib.receive_datagram(encode(insert(9)), other, now)  # another KP: nothing for it
+    [e] = events(sib)
+    sib.respond(e.kp, 9, Response(9), now)
+    assert [a for _, a in sib.datagrams_to_send(now)] == [other] and sib.get_timer() is None
+    sib.receive_datagram(encode(Ack(1, 1)), ("192.0.2.1", 5000), now)  # evicted: nothing
+    assert sib.datagrams_to_send(now) == []
+    sib.receive_datagram(encode(Ack(6, 1)), ("192.0.2.1", 5005), 3601.0 + now)  # expired
+    assert sib.datagrams_to_send(3601.0 + now) == [] and sib.sizes()["tombstones"] == 0
+
+
+def test_a_kp_that_moved_on_from_the_tid_drops_its_tombstone():
+    """RESET (the KP forgot its IDs), a TERMINATE of it or a new request under its TID: the KP
+    is done with that operation, its final IND is not sent again."""
+    for request in (Request(Tx.RESET, 9), Request(Tx.TERMINATE, 5), subscribe(5)):
+        sib, kp = subscribed_sib(5)
+        sib.indicate(kp, 5, Response(5, Status.TERMINATED, indication=True), 0)
+        while (t := sib.get_timer()) is not None:
+            sib.handle_timer(t)
+        sib.datagrams_to_send(t)
+        assert sib.sizes()["tombstones"] == 1
+        sib.receive_datagram(encode(request), KP_ADDR, 300.0)  # past the first one's lifetime
+        [e] = [e for e in events(sib) if isinstance(e, RequestReceived)]
+        sib.respond(kp, request.tid, answer(e.request), 300.0)
+        sent = [decode_sib_message(d, UDP, request.tx) for d, _ in sib.datagrams_to_send(300.0)]
+        assert [r.indication for r in sent] == [False]  # its RES only
+        assert sib.sizes()["tombstones"] == 0
+        if request.tx is Tx.SELECT_PERSISTENT:  # a new operation under the TID indicates
+            sib.indicate(kp, 5, state(5, 1), 301.0)
+            assert ind_seqs(sib.datagrams_to_send(301.0)) == [1]
+
+
+def test_a_new_operation_under_the_tid_of_a_final_ind_awaiting_its_ack_starts_afresh():
+    sib, kp = subscribed_sib(5)
+    sib.indicate(kp, 5, Response(5, Status.TERMINATED, indication=True), 0)
+    sib.datagrams_to_send(0)
+    sib.receive_datagram(encode(subscribe(5)._replace(projection=2)), KP_ADDR, 1.0)
+    [e] = events(sib)
+    sib.respond(kp, 5, answer(e.request), 1.0)
+    sib.indicate(kp, 5, state(5, 1), 2.0)  # the new operation's, numbered afresh
+    assert [r.seq for r in (decode_sib_message(d, UDP, Tx.SELECT_PERSISTENT)
+                            for d, _ in sib.datagrams_to_send(2.0)) if r.indication] == [1]
+
+
+def test_a_kp_that_talks_but_never_acks_the_final_ind_has_its_tombstone_dropped():
+    """A KP that forgot the TID (rebooted without RESET) ACKs no IND of it (R13): sent again
+    while the KP keeps sending, unacknowledged, the final IND is given up on for good."""
+    sib, kp = subscribed_sib(5)
+    sib.indicate(kp, 5, Response(5, Status.TERMINATED, indication=True), 0)
+    while (t := sib.get_timer()) is not None:
+        sib.handle_timer(t)
+    sib.datagrams_to_send(t)
+    now = 300.0
+    for k in range(8):  # a request every 20 s, none ACKing the final IND
+        sib.receive_datagram(encode(insert(100 + k, k)), KP_ADDR, now)
+        [e] = [e for e in events(sib) if isinstance(e, RequestReceived)]
+        sib.respond(kp, 100 + k, Response(100 + k), now)
+        now += 20.0
+        while (t := sib.get_timer()) is not None and t <= now:
+            sib.handle_timer(t)
+    inds = [d for d, _ in sib.datagrams_to_send(now) if d[1] & 0x80]
+    assert len(inds) == 1 + 4 and sib.sizes()["tombstones"] == 0  # one more round, then gone

@@ -174,3 +174,42 @@ def test_a_coap_resource_gone_without_a_final_ind_raises_subscription_lost():
 
     lost = run(scenario())
     assert isinstance(lost, SubscriptionLost) and lost.status == Status.UNKNOWN_TRANSACTION
+
+
+def test_a_udp_kp_away_past_the_final_inds_retries_is_told_when_it_comes_back():
+    """The SIB gives up on a UDP KP and ends its subscription with a final TERMINATED IND while
+    the KP is away for longer than that IND's own retries: nothing reaches it then, but the KP's
+    next request, on anything, brings the final IND back and its iteration ends TERMINATED."""
+
+    async def drain(sub) -> None:
+        async for _ in sub:
+            pass
+
+    async def scenario():
+        sib = await Sib().start()
+        server = await Server.start(sib, udp=0, timing=SIB_TIMING)
+        session = server.udp.session
+        proxy = await LossyProxy.start(("127.0.0.1", server.udp.port), loss=0.0,
+                                       duplicate=0.0, reorder=0.0)
+        try:
+            async with connect(f"udp://127.0.0.1:{proxy.port}", kp_id="away",
+                               timing=KP_TIMING) as kp:
+                async with kp.subscribe(ALL) as sub:
+                    proxy.loss = 1.0  # the KP is away: every datagram lost, both ways
+                    sib.kp_unreachable(KPIdentity(kp_id_bytes("away")), sub.tid)
+                    await until(lambda: session.stats.kp_unreachable >= 1
+                                and session.get_timer() is None, 30,
+                                "the SIB giving up on the final IND")
+                    before = sub.status
+                    proxy.loss = 0.0  # back: one unrelated request
+                    await kp.query(ALL._replace(tx=Tx.SELECT))
+                    await asyncio.wait_for(drain(sub), 30)  # the initial state, then the end
+                    return before, sub.status, session
+        finally:
+            await proxy.close()
+            await server.close()
+            await sib.close()
+
+    before, status, session = run(scenario(), timeout=120)
+    assert before is None and status == Status.TERMINATED
+    assert session.stats.ends_resent == 1 and session.sizes()["tombstones"] == 0

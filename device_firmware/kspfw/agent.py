@@ -2,7 +2,7 @@
 (R13: IDs from before are forgotten), the persistent transactions kept across deep sleep (their
 IDs and sequence numbers in the board's state, R12), and the loop that keeps the link up."""
 from . import codec
-from .client import Client, ticks_add, ticks_diff
+from .client import Client, NoTid, ticks_add, ticks_diff
 
 _IDLE = 60000
 
@@ -23,12 +23,17 @@ class Agent:
         self.started = False
 
     def request(self, tx, on_result=None, **req):
-        """Send a CON REQ with the board's credentials and MAX RESPONSE SIZE."""
+        """Send a CON REQ with the board's credentials and MAX RESPONSE SIZE; its TID, or None
+        when no TID may be used now (nothing sent, `on_result` never called: try later)."""
         cfg = self.cfg
         req.setdefault("prefixes", cfg["prefixes"])
         if not self.client.sealer:  # sealed: the envelope names the KP, no password (13.5)
             req["credentials"] = (cfg["kp_id"], cfg["kp_password"])
-        tid = self.client.send(self.board.ticks_ms(), tx, max_size=cfg["max_size"], **req)
+        try:
+            tid = self.client.send(self.board.ticks_ms(), tx, max_size=cfg["max_size"], **req)
+        except NoTid as e:
+            print("ksp: not sent: %s" % e)
+            return None
         if on_result is not None:
             self.calls[tid] = on_result
         return tid

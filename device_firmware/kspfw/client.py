@@ -6,6 +6,11 @@ The link (net.py, or a test's) has `send(bytes)`; received messages go in throug
 tid, response)`, kind one of "res", "ind", "timeout", "end" (a persistent transaction ended by
 the SIB or by our TERMINATE/RESET). Timing is CoAP's, like KPSession's: first timeout uniform in
 [ack_timeout, 1.5 × ack_timeout], doubled per retransmission, give up after `max_retransmit`.
+
+Over UDP the SIB keeps the last REQ under each TID for EXCHANGE_LIFETIME (`lifetime`) and this
+client keeps no record of what it sent, so it sends fewer than 65 536 REQs per lifetime (wire
+format R12): the TIDs are taken in turn in 16 blocks of 4 096, each with the ticks of its last
+use, and a block last used less than a lifetime ago is not entered again (`NoTid`).
 """
 import random
 
@@ -20,6 +25,12 @@ _WAIT = const(3)
 _LEFT = const(4)
 _PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
 _HALF = const(0x20000000)
+_BLOCK = const(12)  # a TID's block: tid >> _BLOCK, 16 blocks of 4 096
+
+
+class NoTid(OSError):
+    """No transaction ID may be used now (all held, or the next ones still kept by the SIB):
+    nothing was sent; try again later."""
 
 
 def ticks_add(a, b):
@@ -50,19 +61,31 @@ class Client:
         self.pending = {}     # tid -> [tx, bytes or None, due, wait, retransmissions left]
         self.persistent = {}  # tid -> [tx, last seq delivered or None]
         self.tid = rand(16)
+        # block -> ticks of its last TID taken (UDP), None: not within a lifetime
+        self.used = [None] * 16  # type: list[int | None]
 
-    def next_tid(self):
+    def next_tid(self, now=0):
+        t, used = self.tid, self.used
         for _ in range(0x10000):
-            self.tid = (self.tid + 1) & 0xFFFF
-            if self.tid not in self.pending and self.tid not in self.persistent:
-                return self.tid
-        raise OSError("no free transaction ID")
+            t = (t + 1) & 0xFFFF
+            b = t >> _BLOCK
+            last = used[b]
+            if not self.tcp and last is not None and b != self.tid >> _BLOCK:
+                age = ticks_diff(now, last)
+                if 0 <= age < self.lifetime:  # negative: older than half the ticks period
+                    raise NoTid("TIDs still kept by the SIB (65536 requests in under %d ms): "
+                                "try again in %d ms" % (self.lifetime, self.lifetime - age))
+            if t not in self.pending and t not in self.persistent:
+                self.tid = t
+                used[b] = now
+                return t
+        raise NoTid("no free transaction ID")
 
     def send(self, now, tx, con=True, tid=None, **req):
         """Send a REQ (codec.request arguments); returns its TID. TERMINATE takes the target's
         `tid`."""
         if tid is None:
-            tid = self.next_tid()
+            tid = self.next_tid(now)
         elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
             raise ValueError("TID in use")
         msg = bytes(codec.request(tx, tid, con, tcp=self.tcp, **req))
@@ -131,6 +154,10 @@ class Client:
 
     def poll(self, now):
         """Retransmit what is due; give up on what has run out."""
+        used = self.used
+        for b in range(16):  # a block not used for a lifetime is free (before its ticks wrap)
+            if used[b] is not None and ticks_diff(now, used[b]) >= self.lifetime:
+                used[b] = None
         for tid in [t for t, e in self.pending.items() if ticks_diff(now, e[_DUE]) >= 0]:
             e = self.pending[tid]
             if e[_MSG] is not None and e[_LEFT]:

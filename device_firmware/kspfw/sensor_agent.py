@@ -96,7 +96,8 @@ class SensorAgent(Agent):
         old = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in self.last.items() if p in values]
         new = [(dev, p, Lit(v, XSD_FLOAT)) for p, v in values.items()]
         self.in_flight = values
-        self.request(UPDATE_DATA, self._sent, graphs=(old, new))
+        if self.request(UPDATE_DATA, self._sent, graphs=(old, new)) is None:
+            self.in_flight = None  # not sent: this reading is skipped, the next period sends
 
     def _sent(self, kind, r):
         values, self.in_flight = self.in_flight or {}, None

@@ -206,12 +206,73 @@ def reuse():
     return [first.hex(), again.hex(), bytes(codec.request(2, 1, graphs=g)).hex()]
 
 
+class CountingLink:
+    def __init__(self):
+        self.n = 0
+
+    def send(self, msg):
+        self.n += 1
+
+
+def tid_budget():
+    """A sensor board over UDP sends 65 536 requests in less than a lifetime (shortened to
+    100 s; the clock crosses the ticks' wrap): the 65 537th would reuse TID 0, still kept by the
+    SIB, and is refused until a lifetime after block 0's last TID (4 095); the agent's readings
+    meanwhile are skipped, and a later one is sent."""
+    cfg = config.check(dict(CFG, deep_sleep=False), 80000)
+    board = SimBoard({"http://example.org/gh#temperature": 21.5,
+                      "http://example.org/gh#light": 0.1})
+    start = board.now = 0x40000000 - 30000
+    agent = SensorAgent(cfg, board)
+    c = agent.client
+    c.lifetime = 100000
+    c.restore([0xFFFF, []])  # the next TID is 0
+    link = c.link = FakeLink()
+    agent.start()  # RESET (TID 0), the DELETEs (1, 2)
+    for hexed in link.sent:
+        c.feed(ok_res(codec.peek_tid(bytes.fromhex(hexed))), start)
+    tids = [codec.peek_tid(bytes.fromhex(h)) for h in link.sent]
+    count = c.link = CountingLink()
+    triple = [("http://example.org/gh#s", "http://example.org/gh#p", "http://example.org/gh#o")]
+    refused, out = [], {}
+
+    def at(offset):
+        board.now = (start + offset) & 0x3FFFFFFF
+        c.poll(board.now)
+        return board.now
+
+    def send(offset):
+        now = at(offset)
+        try:
+            tid = c.send(now, 0x02, graphs=(triple,))  # INSERT DATA
+        except OSError as e:
+            refused.append([offset, str(e)])
+            return None
+        c.feed(ok_res(tid), now)
+        return tid
+
+    for i in range(3, 65536):  # one a millisecond
+        tids.append(send(i))
+    out["burst"] = [len(tids), tids == list(range(65536)), count.n]
+    out["again"] = send(65536)  # would reuse TID 0
+    for offset in (65536, 95536):  # the agent's readings, a period apart: skipped
+        agent.tick(at(offset))
+        out["tick %d" % offset] = [agent.in_flight, count.n]
+    out["before"] = send(4095 + 99999)
+    out["after"] = send(4095 + 100000)
+    link = c.link = FakeLink()
+    agent.tick(at(125536))  # the next reading goes
+    out["update"] = link.sent
+    out["refused"] = refused
+    return out
+
+
 def main():
     with open(sys.argv[3]) as f:
         cases = json.load(f)
     out = {"retransmission": retransmission(), "subscription": subscription(cases["inds"]),
            "configs": configs(cases["configs"], sys.argv[4].rsplit("/", 1)[0]), "sensor": sensor(), "actuator": actuator(),
-           "reuse": reuse(), "telemetry": telemetry()}
+           "reuse": reuse(), "telemetry": telemetry(), "tid_budget": tid_budget()}
     with open(sys.argv[4], "w") as f:
         json.dump(out, f)
 
