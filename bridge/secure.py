@@ -26,12 +26,12 @@ import aiohttp
 
 from ksp.codes import Status
 from sib.sepa.secure import write_private
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 __all__ = ["Registrations"]

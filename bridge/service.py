@@ -60,7 +60,7 @@ from sib.metrics import Metrics
 from sib.pattern import Pattern
 from sib.query import results_of
 from sib.validate import check_request
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
 from .screen import Screen
@@ -68,7 +68,7 @@ from .secure import Registrations
 from .subscriber import Subscriber, Subscription
 
 log = logging.getLogger("ksp.bridge")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 __all__ = ["Bridge"]

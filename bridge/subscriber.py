@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import aiohttp
 
 from ksp.codes import Status
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 __all__ = ["Subscriber", "Subscription"]

@@ -52,6 +52,10 @@ class Channel(Protocol):
     def end(self) -> None:
         """Forget this persistent op's delivery state (no more retransmissions); idempotent."""
 
+    #: The most bytes one RES can hold over this channel (one datagram), or None: a SIB need
+    #: not compute what cannot be sent. Optional (read with `getattr`).
+    payload_cap: int | None
+
     #: Whether its delivery can outlive the process: a journal keeps it and a restarted SIB
     #: resumes it (UDP: the KP keeps its IDs); False where the KP re-subscribes anyway (a TCP
     #: connection, a CoAP observation, a WebSocket).

@@ -30,12 +30,12 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 from ksp.codes import Status
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy, hash_password, verify_password
 
 log = logging.getLogger("ksp.sib.auth")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 #: Verified against when the KP ID is unknown: same scrypt parameters as real hashes.

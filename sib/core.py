@@ -35,7 +35,7 @@ from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from ksp.terms import IRI, Literal
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .budget import Budgets, Deadline, timed, within
@@ -53,7 +53,7 @@ from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
 
 log = logging.getLogger("ksp.sib")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 

@@ -4,7 +4,7 @@ shut everyone else out; the cap in all still bounds memory.
 
 A party is whom a request speaks for: a KP with a KP ID (CREDENTIALS) or a SEPA client with a
 token is that identity; an anonymous one is its host address (IPv6: its /64,
-`transports.limits.address_key`), not its transport address, since a KP without a KP ID
+`ksp.hosts.address_key`), not its transport address, since a KP without a KP ID
 sending from many ports would otherwise be many parties.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from ksp.secure import SealedAddr
 from ksp.session import KPIdentity
-from transports.limits import address_key
+from ksp.hosts import address_key
 
 __all__ = ["ShareExceeded", "Shares", "client_party", "current_party", "kp_party"]
 

@@ -30,7 +30,7 @@ from ksp.model import Request, Response
 from ksp.secure import SealedAddr
 from ksp.service import Channel
 from ksp.session import KPIdentity
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .errors import StoreUnwritable
 

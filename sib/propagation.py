@@ -11,7 +11,7 @@ from typing import Protocol
 
 from ksp.codes import Status
 from ksp.model import Response
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .budget import Deadline, OverBudget, timed, within
 from .errors import RequestError
@@ -24,7 +24,7 @@ from .store import Delta, QuadStore
 from .updates import Fresh, template_delta
 
 log = logging.getLogger("ksp.sib")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 

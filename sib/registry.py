@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .errors import RequestError
@@ -25,7 +25,7 @@ from .shapes import shape_of
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
-#: A persistent operation started or ended: ten lines a minute (`transports.ratelog`).
+#: A persistent operation started or ended: ten lines a minute (`ksp.ratelog`).
 op_log = RateLimitedLog(log, burst=10)
 
 

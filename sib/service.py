@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ksp.codes import Status
-from ksp.delivery import MAX_UDP_PAYLOAD
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
 from ksp.session import KPIdentity
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .auth import Authenticator
@@ -28,14 +27,13 @@ from .readers import Readers, ReadersBusy
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 #: A new KP's first request: ten lines a minute, the rest counted.
 connected_log = RateLimitedLog(log, burst=10)
 
 _STOP = object()
 _READ = object()  # a query: (request, channel) over KSP, a future to start over SEPA
-_DATAGRAMS = ("udp", "coap")  # a RES is one datagram: at most MAX_UDP_PAYLOAD bytes
 T = TypeVar("T")
 
 
@@ -179,7 +177,7 @@ class Sib:
     async def _ksp_read(self, request: Request, channel: Channel) -> None:
         core = self.core
         try:
-            payload = MAX_UDP_PAYLOAD if channel.transport in _DATAGRAMS else None
+            payload = getattr(channel, "payload_cap", None)  # the RES's most bytes
             response = await self.readers.run(lambda: core.read(request, channel.kp, payload),
                                               core.budget("query", channel.kp))
         except (OverBudget, ReadersBusy) as exc:

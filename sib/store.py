@@ -21,7 +21,7 @@ from typing import NamedTuple, NoReturn
 import pyoxigraph as ox
 
 from ksp.terms import DEFAULT_GRAPH, IRI, BNode, Term
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from .errors import StoreUnwritable
 from .oxterms import Quad, graph_from_ox, graph_to_ox, quad_from_ox, quad_to_ox, to_ox

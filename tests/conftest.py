@@ -34,9 +34,9 @@ asyncio.set_event_loop_policy(_ReportingLoops())
 
 @pytest.fixture(autouse=True)
 def full_log_allowance():
-    """Each test starts with every rate-limited log line allowed again (`transports.ratelog`:
+    """Each test starts with every rate-limited log line allowed again (`ksp.ratelog`:
     the limiters are per module, and the tests share one process)."""
-    from transports import ratelog
+    from ksp import ratelog
 
     ratelog.reset()
 

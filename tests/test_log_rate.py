@@ -1,4 +1,4 @@
-"""Log lines a peer can set off are rate-limited (`transports.ratelog`): the limiter on an
+"""Log lines a peer can set off are rate-limited (`ksp.ratelog`): the limiter on an
 injected clock, and a KP flooding a SIB past `max_queued` over a real TCP connection, which leaves
 a few lines in the log, not one per refused request."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sib import Sib
 from sib import service
 from sib.testing import ex
 from transports import Server
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 
 class Clock:

@@ -9,7 +9,8 @@ import socket
 
 from ksp import TCP, Request, Status, Tx, decode_sib_message, encode
 from transports import connect
-from transports.limits import ConnectionLimits, address_key
+from ksp.hosts import address_key
+from transports.limits import ConnectionLimits
 from transports.tcp import TcpServer
 
 from memory_service import MemoryService

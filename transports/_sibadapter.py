@@ -20,10 +20,10 @@ from ksp.delivery import Delivery, DeliveryState
 
 from ._timer import SessionTimer
 from .service import Channel, Service
-from .ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 log = logging.getLogger("transports.server")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 
@@ -36,7 +36,7 @@ class SessionChannel:
     channel holds its `Delivery`, which the session may evict from its table and takes back at
     the next IND, numbering on."""
 
-    __slots__ = ("transport", "kp", "tid", "durable", "_adapter", "_delivery")
+    __slots__ = ("transport", "kp", "tid", "durable", "payload_cap", "_adapter", "_delivery")
 
     def __init__(self, adapter: "SessionAdapter", kp: KPIdentity, tid: int,
                  delivery: Delivery | None = None) -> None:
@@ -46,6 +46,8 @@ class SessionChannel:
         #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
         #: connection ends with the process.
         self.durable = adapter.session.transactions.durable
+        #: The most bytes one RES can hold here (one datagram; None: as the framing allows).
+        self.payload_cap = adapter.session.transactions.payload_cap
         self._adapter = adapter
         self._delivery = delivery
 

@@ -38,13 +38,13 @@ from ._kplink import Link
 from .errors import KspConnectionError, KspStatusError, KspTimeout
 from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
-from .ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples",
            "kp_id_bytes"]
 
 log = logging.getLogger("transports.client")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 DEFAULT_COAP_PORT = 5683

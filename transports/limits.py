@@ -5,7 +5,7 @@ all of them, how long a connection may stay silent, and how long one message may
 (slowloris).
 
 A connection over a limit is closed, with one log line per limit and minute
-(`transports.ratelog`: a flood must not flood the log too); the others are not affected.
+(`ksp.ratelog`: a flood must not flood the log too); the others are not affected.
 
 Fair share: "an address" is an IPv4 address, or an IPv6 /64 (one host holds a whole /64, so
 counting its single addresses would cap nothing). When the listener is at `max_connections`, a
@@ -18,15 +18,14 @@ keep a new client out, while no address loses a connection to one holding as man
 from __future__ import annotations
 
 import asyncio
-import functools
-import ipaddress
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from .ratelog import RateLimitedLog
+from ksp.hosts import address_key
+from ksp.ratelog import RateLimitedLog
 
 log = logging.getLogger("transports.limits")
 
@@ -40,21 +39,6 @@ class ConnectionLimits:
     max_buffered_bytes: int | None = 64 << 20
     idle_timeout: float = 0.0  # off: a KP waiting for INDs sends nothing for hours
     frame_timeout: float = 30.0
-
-
-@functools.lru_cache(maxsize=4096)  # parsing IPv6 costs ~12 µs, and it runs per KSP request
-def address_key(host: Hashable) -> Hashable:
-    """What connections count against per address: an IPv4 address as it is, an IPv6 one as its
-    /64 network (an IPv4-mapped one as the IPv4 address); anything else (None, a name) as is."""
-    if not isinstance(host, str) or ":" not in host:
-        return host
-    try:
-        ip = ipaddress.IPv6Address(host)
-    except ValueError:
-        return host
-    if ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return f"{ipaddress.IPv6Address(int(ip) >> 64 << 64)}/64"
 
 
 class Guard:

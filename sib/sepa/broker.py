@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import pyoxigraph as ox
 
 from ksp.errors import SparqlSyntaxError
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from ..access import ALL, Grant, graph_names
 from ..budget import OverBudget, checked, timed
@@ -45,7 +45,7 @@ from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 __all__ = ["SepaBroker", "SepaError", "Subscription", "term_json"]

@@ -25,7 +25,7 @@ from aiohttp import WSMsgType, web
 
 from ksp.kpid import kp_id_bytes
 from ksp.terms import IRI
-from transports.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog
 
 from ..access import Grant
 from ..budget import OverBudget
@@ -37,9 +37,9 @@ from .secure import Clients, Tokens
 from .update import Dataset
 
 log = logging.getLogger("ksp.sib.sepa")
-#: A client registered: ten lines a minute (`transports.ratelog`).
+#: A client registered: ten lines a minute (`ksp.ratelog`).
 registered_log = RateLimitedLog(log, burst=10)
-#: Lines a peer can set off, one per kind and minute (`transports.ratelog`).
+#: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log)
 
 __all__ = ["SepaGate"]
