@@ -31,6 +31,7 @@ from ..access import Grant
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
 from .jsap import describe
+from .outbound import Outbound
 from .secure import Clients, Tokens
 from .update import Dataset
 
@@ -222,7 +223,7 @@ class SepaGate:
                  wss_port: int = 9443, clients: Clients | None = None,
                  tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
                  namespaces: Mapping[str, str] | None = None, connections=None,
-                 keepalive: float = 75.0) -> None:
+                 keepalive: float = 75.0, outbound: Outbound | None = None) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
@@ -230,7 +231,9 @@ class SepaGate:
         KSP listeners' `ksp` ports by URL scheme, and `namespaces`. `connections`: the limits
         on the connections of all four listeners together (`_Admitted`; None: none).
         `keepalive`: seconds an HTTP connection may stay silent before its first request and
-        between requests (`web.run_app`'s default; aiohttp's own is an hour)."""
+        between requests (`web.run_app`'s default; aiohttp's own is an hour). `outbound`: the
+        SERVICE endpoints allowed, and how their queries run (`sib.sepa.outbound`; None: none
+        allowed)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -246,6 +249,7 @@ class SepaGate:
         self.namespaces = dict(namespaces or {})
         self.connections = connections
         self.keepalive = keepalive
+        self.outbound = outbound if outbound is not None else Outbound()
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
                                  max_per_owner=max_socket_subscriptions)
         self.sockets: set[_Socket] = set()
@@ -256,6 +260,7 @@ class SepaGate:
         self.overflowed = 0  # sockets aborted for not reading
         self.request_latency = Histogram()
         self._register_metrics(sib.core.metrics)
+        self.outbound.register_metrics(sib.core.metrics)
 
     def _register_metrics(self, metrics) -> None:
         """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
@@ -489,7 +494,10 @@ class SepaGate:
                                 f"as {', '.join(formats)}")
             return media, result.serialize(format=formats[media])
 
-        media, body = await self.sib.call(run)
+        if self.outbound.screen(text, "query"):  # off the scheduler: it waits on the network
+            media, body = await self.outbound.run(run)
+        else:
+            media, body = await self.sib.call(run)
         return web.Response(body=body, content_type=media, charset="utf-8")
 
     async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:
@@ -497,6 +505,7 @@ class SepaGate:
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
+        self.outbound.screen(text, "update")
         delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
 
@@ -579,5 +588,6 @@ class SepaGate:
             raise SepaError(400, "invalid_request", "subscribe needs its sparql text")
         dataset = _dataset(body.get("default-graph-uri"), body.get("named-graph-uri"))
         grant_of = None if identity is None else (lambda: self._grant_of(identity))
+        self.outbound.screen(sparql, "subscription")
         await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
                                                           sock, grant_of))
