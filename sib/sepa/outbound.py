@@ -166,8 +166,8 @@ class Outbound:
         the deadline, the thread left to finish (it holds its slot until then)."""
         if self.held >= self.workers:
             raise SepaError(503, "busy",
-                            f"{self.workers} queries with SERVICE are running, the limit "
-                            "([sepa] service_workers)")
+                            f"all {self.workers} threads for queries with SERVICE are held, "
+                            "their endpoints not done yet ([sepa] service_workers)")
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         future.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: no warning
