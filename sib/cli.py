@@ -181,6 +181,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     gate = None
     if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
         from .sepa import SepaGate
+        from .sepa.outbound import Outbound
         from .sepa.secure import Clients, Tokens
 
         data_dir = None if config.memory else Path(config.data_dir)
@@ -197,7 +198,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                               tokens=Tokens(data_dir, config.sepa_token_lifetime,
                                             config.sepa_token_reply),
                               ksp=ksp_ports, namespaces=config.sepa_namespaces,
-                              connections=connections).start()
+                              connections=connections,
+                              outbound=Outbound(config.sepa_service_endpoints,
+                                                deadline=config.sepa_service_deadline,
+                                                workers=config.sepa_service_workers)).start()
         if gate.http_port is not None:
             log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
                      gate.http_port)

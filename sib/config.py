@@ -102,6 +102,10 @@ class Config(ServingConfig):
     sepa_token_reply: str = "both"
     #: Prefixes the SIB's JSAP offers beside rdf, rdfs, xsd, owl and sosa (`ksp-sib jsap`).
     sepa_namespaces: dict = field(default_factory=dict)
+    #: SERVICE endpoints queries may reach (none by default), with their deadline and threads.
+    sepa_service_endpoints: list = field(default_factory=list)
+    sepa_service_deadline: float = 10.0
+    sepa_service_workers: int = 2
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -120,7 +124,8 @@ class Config(ServingConfig):
                          "max_socket_subscriptions", "max_subscriptions_per_identity",
                          "max_connections", "max_connections_per_address", "certificate",
                          "key", "https_port", "wss_port", "identities", "token_lifetime",
-                         "token_reply", "namespaces")}
+                         "token_reply", "namespaces", "service_endpoints", "service_deadline",
+                         "service_workers")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
@@ -210,7 +215,8 @@ _POSITIVE = ("max_persistent_per_kp", "max_persistent", "max_queued", "max_queue
              "ack_timeout", "max_tcp_connections", "max_tcp_connections_per_address",
              "max_tcp_buffered_bytes", "sepa_max_subscriptions", "sepa_max_socket_subscriptions",
              "sepa_max_subscriptions_per_identity", "sepa_max_connections",
-             "sepa_max_connections_per_address", "sepa_token_lifetime")
+             "sepa_max_connections_per_address", "sepa_token_lifetime",
+             "sepa_service_deadline", "sepa_service_workers")
 
 
 def _check_values(config: Config) -> None:
@@ -228,6 +234,11 @@ def _check_values(config: Config) -> None:
     if not all(isinstance(k, str) and isinstance(v, str) and v
                for k, v in config.sepa_namespaces.items()):
         raise ConfigError("[sepa] namespaces: a table of prefix = \"namespace IRI\"")
+    if config.sepa_service_endpoints:
+        from .sepa.outbound import check_endpoint  # the gate's package: only when it is used
+    for endpoint in config.sepa_service_endpoints:
+        if (why := check_endpoint(endpoint)) is not None:
+            raise ConfigError(f"[sepa] service_endpoints: {why}")
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")

@@ -33,6 +33,7 @@ from ..fairness import ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
 from .jsap import describe
+from .outbound import Outbound
 from .secure import Clients, Tokens
 from .update import Dataset
 
@@ -229,7 +230,8 @@ class SepaGate:
                  tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
                  namespaces: Mapping[str, str] | None = None, connections=None,
                  keepalive: float = 75.0,
-                 max_subscriptions_per_identity: int | None = None) -> None:
+                 max_subscriptions_per_identity: int | None = None,
+                 outbound: Outbound | None = None) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
@@ -239,7 +241,9 @@ class SepaGate:
         `keepalive`: seconds an HTTP connection may stay silent before its first request and
         between requests (`web.run_app`'s default; aiohttp's own is an hour).
         `max_subscriptions_per_identity`: subscriptions of one secure client, or of one address
-        for anonymous ones, on all their sockets (None: only `max_subscriptions` in all)."""
+        for anonymous ones, on all their sockets (None: only `max_subscriptions` in all).
+        `outbound`: the SERVICE endpoints allowed, and how their queries run
+        (`sib.sepa.outbound`; None: none allowed)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -255,6 +259,7 @@ class SepaGate:
         self.namespaces = dict(namespaces or {})
         self.connections = connections
         self.keepalive = keepalive
+        self.outbound = outbound if outbound is not None else Outbound()
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
                                  max_per_owner=max_socket_subscriptions,
                                  max_per_party=max_subscriptions_per_identity)
@@ -266,6 +271,7 @@ class SepaGate:
         self.overflowed = 0  # sockets aborted for not reading
         self.request_latency = Histogram()
         self._register_metrics(sib.core.metrics)
+        self.outbound.register_metrics(sib.core.metrics)
 
     def _register_metrics(self, metrics) -> None:
         """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
@@ -505,8 +511,11 @@ class SepaGate:
             finally:
                 del result  # here: pyoxigraph's results may not be dropped on another thread
 
-        try:  # beside the writes, on a reader thread, under the query budget
-            media, body = await self.sib.read(run)
+        try:
+            if self.outbound.screen(text, "query"):  # off the scheduler: it waits on the network
+                media, body = await self.outbound.run(run)
+            else:  # beside the writes, on a reader thread, under the query budget
+                media, body = await self.sib.read(run)
         except OverBudget as exc:
             raise SepaError(503, "timeout", str(exc)) from None
         return web.Response(body=body, content_type=media, charset="utf-8")
@@ -516,6 +525,7 @@ class SepaGate:
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
+        self.outbound.screen(text, "update")
         delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
 
@@ -603,5 +613,6 @@ class SepaGate:
         grant_of = None if identity is None else (lambda: self._grant_of(identity))
         party = client_party(identity, sock.host)
         current_party.set(party)  # its queued work counts against its share (`Sib.call`)
+        self.outbound.screen(sparql, "subscription")
         await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
                                                           sock, grant_of, party))
