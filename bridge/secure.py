@@ -32,7 +32,7 @@ from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 __all__ = ["Registrations"]
 

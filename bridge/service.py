@@ -69,7 +69,7 @@ from .subscriber import Subscriber, Subscription
 
 log = logging.getLogger("ksp.bridge")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 __all__ = ["Bridge"]
 

@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import json
 import logging
+import time
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .broker import STATUS_OF_HTTP, BrokerError
 
 log = logging.getLogger("ksp.bridge")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 __all__ = ["Subscriber", "Subscription"]
 

@@ -5,12 +5,11 @@ decode error, unreachable KP and failed request through one of these.
 
 The kind is a key the caller names (`"queue full"`, `("refused", status)`); the first line of a
 kind in a period is logged, the others counted, and the next line logged says how many were
-left out. The clock is a parameter (tests inject one).
+left out. The clock is a parameter, as everywhere in `ksp` (tests inject one).
 """
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -29,10 +28,11 @@ def reset() -> None:
 class RateLimitedLog:
     """`logger`'s lines, `burst` per kind and `period` seconds (the rest counted and said in
     the next line logged of that kind); at most `max_kinds` kinds are tracked (the one silent
-    longest is forgotten first)."""
+    longest is forgotten first). `clock`: seconds of any monotonic clock (`time.monotonic`;
+    `ksp` reads none itself, as the sessions take `now`)."""
 
-    def __init__(self, logger: logging.Logger, period: float = PERIOD, burst: int = 1,
-                 clock: Callable[[], float] = time.monotonic, max_kinds: int = MAX_KINDS) -> None:
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float], period: float = PERIOD,
+                 burst: int = 1, max_kinds: int = MAX_KINDS) -> None:
         self.logger = logger
         self.period = period
         self.burst = burst

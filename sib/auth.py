@@ -36,7 +36,7 @@ from .access import AccessPolicy, hash_password, verify_password
 
 log = logging.getLogger("ksp.sib.auth")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 #: Verified against when the KP ID is unknown: same scrypt parameters as real hashes.
 _DUMMY_HASH = hash_password("ksp-gateway: no such KP", salt=bytes(16))

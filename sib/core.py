@@ -54,7 +54,7 @@ from .validate import check_request
 
 log = logging.getLogger("ksp.sib")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 
 class SibCore:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import sqlite3
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from .errors import StoreUnwritable
 FILE = "persistent.sqlite3"
 log = logging.getLogger("ksp.sib")
 #: A journal that cannot write says so once a minute.
-unwritable_log = RateLimitedLog(log)
+unwritable_log = RateLimitedLog(log, time.monotonic)
 MAX_PENDING_REMOVALS = 65_536
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections import Counter
 from typing import Protocol
 
@@ -25,7 +26,7 @@ from .updates import Fresh, template_delta
 
 log = logging.getLogger("ksp.sib")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 
 class Observer(Protocol):

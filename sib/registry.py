@@ -5,6 +5,7 @@ KP and the journal. It registers, ends and looks up; it neither executes request
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -26,7 +27,7 @@ from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
 #: A persistent operation started or ended: ten lines a minute (`ksp.ratelog`).
-op_log = RateLimitedLog(log, burst=10)
+op_log = RateLimitedLog(log, time.monotonic, burst=10)
 
 
 class Registry:

@@ -28,9 +28,9 @@ from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 #: A new KP's first request: ten lines a minute, the rest counted.
-connected_log = RateLimitedLog(log, burst=10)
+connected_log = RateLimitedLog(log, time.monotonic, burst=10)
 
 _STOP = object()
 _READ = object()  # a query: (request, channel) over KSP, a future to start over SEPA

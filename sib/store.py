@@ -28,7 +28,7 @@ from .oxterms import Quad, graph_from_ox, graph_to_ox, quad_from_ox, quad_to_ox,
 
 log = logging.getLogger("ksp.sib")
 #: A store refusing writes says so once a minute, however many writes it refuses.
-unwritable_log = RateLimitedLog(log)
+unwritable_log = RateLimitedLog(log, time.monotonic)
 REOPEN_FREE_BYTES = 1 << 20
 """Free space a data directory's file system needs before a store whose writes failed is
 reopened (an attempt at most once a second)."""

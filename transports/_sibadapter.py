@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 
 from ksp import (
@@ -24,7 +25,7 @@ from ksp.ratelog import RateLimitedLog
 
 log = logging.getLogger("transports.server")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 
 _PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)

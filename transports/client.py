@@ -45,7 +45,7 @@ __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "
 
 log = logging.getLogger("transports.client")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 DEFAULT_COAP_PORT = 5683
 MAX_QUEUED = 1024

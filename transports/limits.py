@@ -58,7 +58,7 @@ class Guard:
         self._conns: dict[Hashable, list] = {}
         self.total_buffered = 0
         self.refused: Counter[str] = Counter()  # closed connections, by limit
-        self._log = RateLimitedLog(log)
+        self._log = RateLimitedLog(log, time.monotonic)
         self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:

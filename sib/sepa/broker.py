@@ -46,7 +46,7 @@ from .update import Dataset, Operation, UpdateRefused, parse_update
 
 log = logging.getLogger("ksp.sib.sepa")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 __all__ = ["SepaBroker", "SepaError", "Subscription", "term_json"]
 

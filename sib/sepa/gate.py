@@ -39,9 +39,9 @@ from .update import Dataset
 
 log = logging.getLogger("ksp.sib.sepa")
 #: A client registered: ten lines a minute (`ksp.ratelog`).
-registered_log = RateLimitedLog(log, burst=10)
+registered_log = RateLimitedLog(log, time.monotonic, burst=10)
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
-peer_log = RateLimitedLog(log)
+peer_log = RateLimitedLog(log, time.monotonic)
 
 __all__ = ["SepaGate"]
 
