@@ -110,10 +110,6 @@ class Budgets:
                  persistent: float | None = 5.0) -> None:
         self.query, self.update, self.persistent = query, update, persistent
 
-    @classmethod
-    def none(cls) -> "Budgets":
-        return cls(None, None, None)
-
 
 @contextmanager
 def timed(seconds: float | None, what: str):

@@ -147,12 +147,7 @@ class Sib:
         """Run `work()` (it only reads) on a reader thread once everything submitted before it
         has been started, under the query budget: the SEPA gate's queries. `OverBudget` past
         it; `QueueFull` past `max_queued`."""
-        if self._full():
-            raise asyncio.QueueFull(f"{self.max_queued} requests queued")
-        party = current_party.get()
-        if party is not None and not self.queued_by.take(party):
-            self.core.metrics.limited += 1
-            raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
+        party = self._admit()
         try:
             started = asyncio.get_running_loop().create_future()
             self._queue.put_nowait((_READ, started, None))
@@ -163,6 +158,18 @@ class Sib:
         finally:
             if party is not None:
                 self.queued_by.give(party)  # the client's share: held until done
+
+    def _admit(self):
+        """Admit one of the gate's jobs (`call`, `read`): `QueueFull` past `max_queued`,
+        `ShareExceeded` past the share of the party in `sib.fairness.current_party`, whose
+        share it then holds (returned; None: no party) until the caller gives it back."""
+        if self._full():
+            raise asyncio.QueueFull(f"{self.max_queued} requests queued")
+        party = current_party.get()
+        if party is not None and not self.queued_by.take(party):
+            self.core.metrics.limited += 1
+            raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
+        return party
 
     def _start_read(self, what) -> None:
         """A read reached the head of the queue: it starts now, beside what follows."""
@@ -194,12 +201,7 @@ class Sib:
         what it returns (or raise what it raises): the SEPA gate's queries, updates and
         subscriptions. Past `max_queued` it raises `QueueFull` without queueing, past
         `max_queued_per_kp` of the party in `sib.fairness.current_party` `ShareExceeded`."""
-        if self._full():
-            raise asyncio.QueueFull(f"{self.max_queued} requests queued")
-        party = current_party.get()
-        if party is not None and not self.queued_by.take(party):
-            self.core.metrics.limited += 1
-            raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
+        party = self._admit()
         future = asyncio.get_running_loop().create_future()
 
         def job(_):
