@@ -18,10 +18,12 @@ from ksp.codes import Status
 from .errors import RequestError
 
 __all__ = ["OverBudget", "Deadline", "Budgets", "within", "timed", "check", "checked",
-           "stop_all", "CHECK_EVERY"]
+           "stop_all", "CHECK_EVERY", "Gate"]
 
 CHECK_EVERY = 256
 """Rows between two looks at the clock."""
+GIVE_WAY_EVERY = 16
+"""Rows between two looks at a reader's gate (`Deadline.gate`)."""
 
 
 class OverBudget(RequestError):
@@ -36,12 +38,15 @@ class Deadline:
     """One evaluation's budget: `seconds` from now; `cancel` ends it at once (the caller
     stopped waiting, the SIB stops)."""
 
-    __slots__ = ("seconds", "at", "what")
+    __slots__ = ("seconds", "at", "what", "gate")
 
-    def __init__(self, seconds: float | None, what: str = "the query") -> None:
+    def __init__(self, seconds: float | None, what: str = "the query",
+                 gate: "Gate | None" = None) -> None:
         self.seconds = seconds
         self.at = float("inf") if seconds is None else time.monotonic() + seconds
         self.what = what
+        #: Where an evaluation on a reader thread gives way to the write path (`Gate`).
+        self.gate = gate
 
     def cancel(self) -> None:
         self.at = float("-inf")
@@ -83,11 +88,59 @@ def within(deadline: Deadline | None):
 
 
 def checked(rows):
-    """`rows`, the budget in force checked every `CHECK_EVERY` of them."""
+    """`rows`, the budget in force checked every `CHECK_EVERY` of them, and its gate (if
+    any) every `GIVE_WAY_EVERY`."""
+    deadline = getattr(_local, "deadline", None)
+    gate = deadline.gate if deadline is not None else None
     for n, row in enumerate(rows, 1):
         yield row
-        if not n % CHECK_EVERY:
-            check()
+        if not n % GIVE_WAY_EVERY:
+            if gate is not None:
+                gate.give_way()
+            if not n % CHECK_EVERY and deadline is not None:
+                deadline.check()
+
+
+class Gate:
+    """Reads give way to the write path: while the SIB applies a write and sends what it
+    sets off (`close` … `open`, from the event loop's thread), a reader thread turning rows
+    into terms waits at its next look (`give_way`) instead of taking the GIL from the event
+    loop at every one of its system calls, each a wait of Python's switch interval. Waits
+    of at most `longest` seconds, then `rows` rows are read before the next: a steady
+    stream of writes slows the reads, never stops them (their budgets still run)."""
+
+    __slots__ = ("_open", "_closed", "longest", "rows", "_left")
+
+    def __init__(self, longest: float = 0.02, rows: int = 256) -> None:
+        self._open = threading.Event()
+        self._open.set()
+        self._closed = 0
+        self.longest = longest
+        self.rows = rows
+        self._left = 0
+
+    def close(self) -> None:
+        self._closed += 1
+        self._open.clear()
+
+    def open(self) -> None:
+        self._closed -= 1
+        if self._closed <= 0:
+            self._closed = 0
+            self._open.set()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def give_way(self) -> None:
+        if self._open.is_set():
+            return
+        if self._left > 0:
+            self._left -= GIVE_WAY_EVERY
+            return
+        if not self._open.wait(self.longest):
+            self._left = self.rows
 
 
 def check() -> None:

@@ -199,6 +199,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
                                             config.sepa_token_reply),
                               ksp=ksp_ports, namespaces=config.sepa_namespaces,
                               connections=connections,
+                              requests_per_second_per_identity=(
+                                  config.sepa_requests_per_second_per_identity or None),
                               outbound=Outbound(config.sepa_service_endpoints,
                                                 deadline=config.sepa_service_deadline,
                                                 workers=config.sepa_service_workers)).start()

@@ -91,6 +91,8 @@ class Config(ServingConfig):
     sepa_max_socket_subscriptions: int = 1_000
     sepa_max_subscriptions_per_identity: int = 1_000  # its share of max_subscriptions
     sepa_max_connections: int = 1024
+    #: One client's pace: requests and frames a second (`sib.fairness.Pace`; 0: any).
+    sepa_requests_per_second_per_identity: float = 500.0
     sepa_max_connections_per_address: int = 64
     #: The secure mode (on with a certificate): HTTPS and WSS ports, who may register, tokens.
     sepa_certificate: str = ""
@@ -122,7 +124,7 @@ class Config(ServingConfig):
                 "capture": ("file", "max_bytes", "max_files"),
                 "sepa": ("http_port", "ws_port", "max_subscriptions",
                          "max_socket_subscriptions", "max_subscriptions_per_identity",
-                         "max_connections", "max_connections_per_address", "certificate",
+                         "requests_per_second_per_identity", "max_connections", "max_connections_per_address", "certificate",
                          "key", "https_port", "wss_port", "identities", "token_lifetime",
                          "token_reply", "namespaces", "service_endpoints", "service_deadline",
                          "service_workers")}
@@ -228,7 +230,7 @@ def _check_values(config: Config) -> None:
                  positive=_POSITIVE,
                  non_negative=("max_retransmit", "max_quads", "tcp_idle_timeout",
                                "tcp_frame_timeout", "query_seconds", "update_seconds",
-                               "persistent_seconds"))
+                               "persistent_seconds", "sepa_requests_per_second_per_identity"))
     if not all(isinstance(i, str) and i for i in config.sepa_identities):
         raise ConfigError("[sepa] identities: a list of client identities (strings)")
     if not all(isinstance(k, str) and isinstance(v, str) and v

@@ -10,15 +10,16 @@ sending from many ports would otherwise be many parties.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Hashable
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
 from contextvars import ContextVar
 
 from ksp.secure import SealedAddr
 from ksp.session import KPIdentity
 from ksp.hosts import address_key
 
-__all__ = ["ShareExceeded", "Shares", "client_party", "current_party", "kp_party"]
+__all__ = ["Pace", "ShareExceeded", "Shares", "client_party", "current_party", "kp_party"]
 
 #: The party of the SEPA request being handled, which `Sib.call` counts its work against (set
 #: by the gate in the request's task; None: nobody's, not counted).
@@ -94,3 +95,56 @@ class Shares:
     def __len__(self) -> int:
         """Parties holding anything."""
         return len(self._held)
+
+
+class Pace:
+    """At most `rate` requests a second from each party, after a burst of `burst` (default:
+    a second's worth). Every request costs the event loop that the devices' requests and
+    INDs also need (a SEPA request refused at once still ~0.1 ms), so one party sending as
+    fast as it can would slow everyone. A request ahead of its party's pace waits its turn
+    (`delay`); HTTP/1.1 connections and WebSockets send the next only after, so a client is
+    slowed, not refused. One that would wait more than `most` seconds is refused (many
+    connections of one party at once). The generic cell rate algorithm: one time per party,
+    at most `parties` of them kept (the least recently seen go: they are owed nothing)."""
+
+    def __init__(self, rate: float | None, burst: float | None = None, most: float = 1.0,
+                 parties: int = 65_536, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else (rate or 0)
+        self.most = most
+        self.parties = parties
+        self.clock = clock
+        self._due: OrderedDict[Hashable, float] = OrderedDict()
+        #: Requests made to wait, and refused, since the start.
+        self.waited = 0
+        self.refused = 0
+
+    def delay(self, party: Hashable) -> float | None:
+        """Seconds the request of `party` waits before it runs (0.0: none), its turn then
+        taken; None: it would wait past `most` — refuse it (nothing taken)."""
+        if not self.rate:
+            return 0.0
+        now = self.clock()
+        interval = 1.0 / self.rate
+        due = max(self._due.get(party, now), now)  # when its next request is in pace
+        wait = due - now - max(self.burst - 1, 0) * interval
+        if wait > self.most:
+            self.refused += 1
+            return None
+        self._due[party] = due + interval
+        self._due.move_to_end(party)
+        while len(self._due) > self.parties:
+            self._due.popitem(last=False)
+        if wait > 1e-6:  # not a rounding error of the sums above
+            self.waited += 1
+            return wait
+        return 0.0
+
+    async def wait(self, party: Hashable) -> bool:
+        """`delay`'s wait, slept; False if refused."""
+        wait = self.delay(party)
+        if wait is None:
+            return False
+        if wait:
+            await asyncio.sleep(wait)
+        return True

@@ -90,6 +90,15 @@ class Pattern:
         """`solutions`, one at a time as the store yields them."""
         if projection is None:
             projection = self.nvars
+        rows = self.store_rows(store, projection, modifier)
+        if not projection:
+            return (() for _ in rows)
+        return map(row_from_ox, rows)
+
+    def store_rows(self, store: QuadStore, projection: int,
+                   modifier: SolutionModifier | None = None) -> Iterator:
+        """`rows` as pyoxigraph gives them (`row_from_ox` turns one into a `Solution`): a
+        reader keeps only the few it answers with, never a term object for the rest."""
         text = self.sparql(projection, modifier)
         if self.graphs is None:
             kwargs = {"use_default_graph_as_union": True}
@@ -99,10 +108,11 @@ class Pattern:
             rows = store.oxigraph.query(text, **kwargs)
         except SyntaxError as exc:  # e.g. BIND to a variable the pattern already binds
             raise RequestError(Status.INVALID_OPTION_FORMAT, f"not evaluable: {exc}") from None
-        rows = checked(rows)  # the time budget in force (`sib.budget`)
-        if not projection:
-            return (() for _ in rows)
-        return (tuple(None if t is None else from_ox(t) for t in row) for row in rows)
+        return checked(rows)  # the time budget in force (`sib.budget`)
+
+
+def row_from_ox(row) -> Solution:
+    return tuple(None if t is None else from_ox(t) for t in row)
 
 
 def _all_var_indexes(request: Request):

@@ -10,12 +10,15 @@ from __future__ import annotations
 from heapq import nsmallest
 from itertools import islice
 
+import pyoxigraph as ox
+
 from ksp.codes import Tx
 from ksp.model import AskResult, ConstructResult, Order, Request, Result, SelectResult
 from ksp.model import SolutionModifier
 from ksp.terms import BNode, IRI, Literal
 
-from .pattern import Pattern
+from .oxterms import from_ox
+from .pattern import Pattern, row_from_ox
 from .store import QuadStore
 from .updates import instantiate
 
@@ -45,6 +48,24 @@ def _row_key(row) -> str:
     return "".join(map(term_key, row))
 
 
+def store_term_key(t) -> str:
+    """`term_key(from_ox(t))` of a pyoxigraph term, without making the ksp term."""
+    kind = type(t)
+    if kind is ox.NamedNode:
+        return f"1{t.value}\x00"
+    if kind is ox.Literal:
+        return f"3{t.value}\x01{t.datatype.value}\x01{t.language or ''}\x00"
+    if t is None:
+        return "0\x00"
+    if kind is ox.BlankNode:
+        return f"2{t.value}\x00"
+    return term_key(from_ox(t))
+
+
+def _store_row_key(row) -> str:
+    return "".join(map(store_term_key, row))
+
+
 def _ordered(modifier: SolutionModifier | None) -> bool:
     return modifier is not None and modifier.order is not Order.NONE
 
@@ -72,7 +93,9 @@ def evaluate_once(store: QuadStore, req: Request, pattern: Pattern,
     projection = req.projection or 0
     caps = [c for c in (payload, req.options.max_response_size) if c is not None]
     keep = min(MAX_ROWS, min(caps) // max(1, projection)) if caps else MAX_ROWS
-    rows = pattern.rows(store, projection, req.options.modifier)
+    # pyoxigraph's rows, keyed without making a term: the ksp terms (and the garbage
+    # collector's work on them, which holds every thread) only for the rows kept
+    rows = pattern.store_rows(store, projection, req.options.modifier)
     if _ordered(req.options.modifier):
         kept = list(islice(rows, keep))
         total = len(kept) + sum(1 for _ in islice(rows, MAX_ROWS - len(kept)))
@@ -84,10 +107,11 @@ def evaluate_once(store: QuadStore, req: Request, pattern: Pattern,
                 seen[0] += 1
                 yield row
 
-        kept = nsmallest(keep, counted(rows), key=_row_key)
+        kept = nsmallest(keep, counted(rows), key=_store_row_key)
         total = seen[0]
     # `total` only when rows were left out: otherwise the very result `evaluate` gives
-    return SelectResult(projection, tuple(kept),
+    rows_of = map(row_from_ox, kept) if projection else (() for _ in kept)
+    return SelectResult(projection, tuple(rows_of),
                         total=None if total == len(kept) else min(total, MAX_ROWS))
 
 

@@ -1,7 +1,8 @@
 """Reads beside the writes: one-shot queries (KSP SELECT/ASK/CONSTRUCT, SEPA /query) run on a
 few threads of their own, each against the store as it is when it starts (pyoxigraph reads a
 snapshot and releases the GIL while it evaluates), so a slow read never holds the scheduler,
-the writes or the INDs, and the second core works.
+the writes or the INDs, and the second core works. They give way to the write path
+(`sib.budget.Gate`) and run at a lower CPU priority (`_lower_priority`).
 
 Each read has its time budget (`sib.budget`): its caller gets `OverBudget` at the deadline
 whether the thread has stopped or not. The thread stops at its next look at the clock (every
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import queue
 import sys
 import threading
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .budget import Deadline, OverBudget, within
+from .budget import Deadline, Gate, OverBudget, within
 
 __all__ = ["Readers", "ReadersBusy"]
 
@@ -74,12 +76,28 @@ class _OldGeneration:
 _OLD_GENERATION = _OldGeneration()
 
 
+def _lower_priority(nice: int) -> None:
+    """This thread yields the CPU to the event loop's (and to every other process's): a read
+    that pyoxigraph evaluates without the GIL (an aggregate over millions of rows) otherwise
+    takes a core the event loop and the clients on a small gateway need. Linux sets a
+    thread's niceness by its thread id; elsewhere, or where not allowed, it stays as it is."""
+    if nice and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        except OSError:
+            pass
+
+
 class ReadersBusy(Exception):
     """`max_waiting` reads wait already."""
 
 
 class Readers:
     """A bounded pool of reader threads (see the module docstring)."""
+
+    #: How much lower the reader threads' CPU priority is than the process's (`nice`).
+    nice = 10
 
     def __init__(self, threads: int = 2, max_waiting: int = 1024) -> None:
         self.threads = threads
@@ -92,6 +110,8 @@ class Readers:
         #: still evaluating then (a thread held until pyoxigraph's step ended).
         self.over_budget = 0
         self.running = 0
+        #: Closed while the write path runs: the reads wait for it (`sib.budget.Gate`).
+        self.gate = Gate()
 
     @property
     def waiting(self) -> int:
@@ -106,7 +126,7 @@ class Readers:
                 raise ReadersBusy(f"{self.max_waiting} reads waiting")
             self._waiting += 1
         self._start()
-        deadline = Deadline(seconds, what)
+        deadline = Deadline(seconds, what, self.gate)
         future: Future = Future()
         self._jobs.put((work, deadline, future))
         try:
@@ -134,6 +154,7 @@ class Readers:
             self._workers.append(worker)
 
     def _work(self) -> None:
+        _lower_priority(self.nice)
         jobs = self._jobs
         while True:
             work, deadline, future = jobs.get()

@@ -140,6 +140,7 @@ class Sib:
         if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
             self._queue.put_nowait((_READ, (request, channel), None))  # its share: until done
         else:
+            self.readers.gate.close()  # opened once it is done (`_run`)
             self._queue.put_nowait((request, channel, time.perf_counter()))
         self._seen(channel)
 
@@ -216,6 +217,7 @@ class Sib:
             if not future.done():  # the caller may have gone (a closed HTTP connection)
                 future.set_result(result)
 
+        self.readers.gate.close()  # opened once it is done (`_run`)
         self._queue.put_nowait((job, None, None))
         return await future
 
@@ -237,12 +239,14 @@ class Sib:
         (`SibCore.set_access`)."""
         self._ensure_started()
         self.authenticator.policy = access
+        self.readers.gate.close()
         self._queue.put_nowait((self.core.set_access, access, None))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """Not capped: it frees memory. Its operations end with a final TERMINATED IND each
         (`SibCore.give_up`), which a KP back in time still gets."""
         self._ensure_started()
+        self.readers.gate.close()
         self._queue.put_nowait((None, (kp, tid), None))
 
     def _give_up(self, kp: KPIdentity, tid: int) -> None:
@@ -288,8 +292,10 @@ class Sib:
 
     async def _run(self) -> None:
         queue = self._queue
+        gate = self.readers.gate
         while True:
             request, channel, since = await queue.get()
+            writes = request is not _READ and request is not _STOP  # it closed the gate
             try:
                 if request is _STOP:
                     return
@@ -314,5 +320,7 @@ class Sib:
                 peer_log.exception("scheduler", "scheduler: unhandled error")
             finally:
                 queue.task_done()
+                if writes:
+                    gate.open()
             # Let the transports run between requests (the core itself never awaits).
             await asyncio.sleep(0)

@@ -29,7 +29,7 @@ from ksp.ratelog import RateLimitedLog
 
 from ..access import Grant
 from ..budget import OverBudget
-from ..fairness import ShareExceeded, client_party, current_party
+from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from .broker import SepaBroker, SepaError
 from .jsap import describe
@@ -231,7 +231,8 @@ class SepaGate:
                  namespaces: Mapping[str, str] | None = None, connections=None,
                  keepalive: float = 75.0,
                  max_subscriptions_per_identity: int | None = None,
-                 outbound: Outbound | None = None) -> None:
+                 outbound: Outbound | None = None,
+                 requests_per_second_per_identity: float | None = None) -> None:
         """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
         `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
         (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
@@ -243,7 +244,9 @@ class SepaGate:
         `max_subscriptions_per_identity`: subscriptions of one secure client, or of one address
         for anonymous ones, on all their sockets (None: only `max_subscriptions` in all).
         `outbound`: the SERVICE endpoints allowed, and how their queries run
-        (`sib.sepa.outbound`; None: none allowed)."""
+        (`sib.sepa.outbound`; None: none allowed). `requests_per_second_per_identity`: the
+        pace of one client's requests and frames (`sib.fairness.Pace`: a secure client's
+        HTTP requests by its identity, the rest by address; None: any)."""
         self.sib = sib
         self.host = host
         self.http_port, self.ws_port = http_port, ws_port
@@ -260,6 +263,7 @@ class SepaGate:
         self.connections = connections
         self.keepalive = keepalive
         self.outbound = outbound if outbound is not None else Outbound()
+        self.pace = Pace(requests_per_second_per_identity)
         self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
                                  max_per_owner=max_socket_subscriptions,
                                  max_per_party=max_subscriptions_per_identity)
@@ -283,6 +287,13 @@ class SepaGate:
         metrics.labelled["ksp_sepa_errors_total"] = (
             "SEPA error answers and frames, by HTTP status code.", "status",
             lambda: self.errors)
+        pace = self.pace
+        metrics.counters["ksp_sepa_paced_total"] = (
+            "SEPA requests and frames held back to their client's pace "
+            "([sepa] requests_per_second_per_identity).", lambda: pace.waited)
+        metrics.counters["ksp_sepa_pace_refused_total"] = (
+            "SEPA requests and frames refused (429): their client far past its pace.",
+            lambda: pace.refused)
         metrics.gauges["ksp_sepa_sockets"] = ("Open SEPA WebSockets.", lambda: len(self.sockets))
         guard = self.connections
         if guard is not None:
@@ -472,7 +483,10 @@ class SepaGate:
             identity = self._identity(request.headers.get("Authorization")) if secure else None
             grant = self._grant_of(identity) if secure else None
             # Its queued work counts against its share (`Sib.call`, `sib.fairness`).
-            current_party.set(client_party(identity, request.remote))
+            party = client_party(identity, request.remote)
+            current_party.set(party)
+            if not await self.pace.wait(party):
+                raise self._too_fast()
             response = await handler(request, grant)
             if handler in (self._run_query, self._run_update):
                 self.request_latency.observe(time.perf_counter() - start)
@@ -486,6 +500,10 @@ class SepaGate:
         except Exception:  # a bug: said as one, the request changed nothing it reports
             peer_log.exception("request failed", "%s %s failed", request.method, request.path)
             return self._error(SepaError(500, "internal_error", "the SIB failed on this request"))
+
+    def _too_fast(self) -> SepaError:
+        return SepaError(429, "too_many_requests", "this client sends faster than its pace "
+                         f"of {self.pace.rate:g} a second: send more slowly")
 
     def _error(self, exc: SepaError) -> web.Response:
         self.errors[exc.status] += 1
@@ -563,6 +581,8 @@ class SepaGate:
     async def _frame(self, sock: _Socket, data: str, secure: bool = False) -> None:
         alias = None
         try:
+            if not await self.pace.wait(client_party(None, sock.host)):
+                raise self._too_fast()  # the socket's frames: by its address
             try:
                 message = json.loads(data)
             except ValueError as exc:
