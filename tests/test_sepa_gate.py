@@ -23,7 +23,7 @@ from sib.sepa.update import parse_update
 from transports import Server
 from transports.client import connect
 
-from transport_helpers import closed_by_peer
+from transport_helpers import closed_by_peer, until
 
 EX = "http://example.org/"
 PRE = f"PREFIX ex: <{EX}> "
@@ -925,11 +925,14 @@ def test_shutdown_does_not_wait_on_a_client_that_never_reads():
         try:
             stalled = await asyncio.to_thread(StalledClient, lab.gate.ws_port)
             stalled.send_json({"subscribe": {"sparql": PRE + "SELECT ?v WHERE { ex:a ex:v ?v }"}})
-            while not lab.gate.sockets or not lab.gate.broker.subscriptions:
-                await asyncio.sleep(0.01)
+            await until(lambda: lab.gate.sockets and lab.gate.broker.subscriptions,
+                        what="the stalled client's subscription")
             (sock,) = lab.gate.sockets
             i = 0
+            deadline = asyncio.get_running_loop().time() + 60
             while sock.transport.get_write_buffer_size() == 0:  # until its window is full
+                assert asyncio.get_running_loop().time() < deadline, \
+                    f"the stalled client's TCP window still open after {i} updates"
                 await lab.update(PRE + f'INSERT DATA {{ ex:a ex:v "{i}{"x" * 60_000}" }}')
                 i += 1
                 await asyncio.sleep(0.01)
