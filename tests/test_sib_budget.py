@@ -273,6 +273,7 @@ def test_a_one_shot_select_keeps_only_what_its_res_can_carry_and_encodes_the_sam
     assert 0 < len(sent[0].rows) < 8000 or max_size == 200
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_sib_busy_with_heavy_work_at_once():
     """A real `ksp-sib` with 100 updates queued whose WHERE is the cross product (5 s of
     budget each: minutes of work) and a heavy read running: SIGTERM ends the evaluation in

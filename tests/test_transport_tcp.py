@@ -225,6 +225,7 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
     run(scenario())
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(requests(small=True), kp_bytes(TCP)), min_size=1, max_size=4))
 def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
@@ -266,6 +267,7 @@ def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(
     run(scenario())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_random_streams_never_crash_the_server(junk):
