@@ -2,6 +2,8 @@
 
 Nothing in this package opens a socket, reads a clock or imports asyncio.
 """
+import importlib
+
 from .codec import (
     LAYOUT, TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, header_size,
     peek_tid, tcp_frame_length,
@@ -34,10 +36,11 @@ _SPARQL_NAMES = {
 
 
 def __getattr__(name: str):
-    if name in _SPARQL_NAMES:
-        from . import sparql
-        value = getattr(sparql, _SPARQL_NAMES[name])
-        globals()[name] = value
+    if name == "sparql" or name in _SPARQL_NAMES:
+        sparql = importlib.import_module(f"{__name__}.sparql")  # sets ksp.sparql
+        if name == "sparql":
+            return sparql
+        value = globals()[name] = getattr(sparql, _SPARQL_NAMES[name])
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
