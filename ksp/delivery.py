@@ -1,8 +1,8 @@
 """The one owner of a persistent operation's delivery: what a KP was sent for (KP, TID).
 
 A persistent operation's answers pass through three hands — the SIB decides *what* to send, a
-transport decides *how*, a journal keeps it across a restart — and each once kept its own copy
-of the sequence number. Now a `Delivery` holds it all, and the others ask it:
+transport decides *how*, a journal keeps it across a restart — and one `Delivery` holds what
+all three need; they ask it:
 
 - its sequence number (§9: 1, 2, …, 65535, 0, …), for a transport that numbers INDs;
 - the KP's endpoint (where its most recent request came from, or where a journal last saw it);
@@ -12,8 +12,10 @@ of the sequence number. Now a `Delivery` holds it all, and the others ask it:
   the KP holds), taken only for a delivery that a journal keeps (`durable`).
 
 `export()` gives a `DeliveryState` (plain data, for a journal); `Delivery.restore` takes one
-back after a restart. A new kind of subscriber (a WebSocket, a bridge's device) owns one
-`Delivery` per operation and plugs into the SIB through `ksp.service.Channel` unchanged.
+back after a restart. A new kind of KSP subscriber owns one `Delivery` per operation and plugs
+into the SIB through `ksp.service.Channel` unchanged (`sib.testing.RecordingChannel`). The SEPA
+gate's WebSocket subscriptions do not use it: their notifications are differences, numbered and
+queued by `sib.sepa` (docs/sepa.md).
 
 Sans-I/O like the rest of `ksp/`: no clock, no socket.
 """

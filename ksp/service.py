@@ -1,8 +1,7 @@
 """The seam between the server adapters (`transports/`) and the SIB (`sib/`): both import it,
 neither imports the other (`sib/cli.py`, the composition root, aside; tests/test_layers.py).
 
-This docstring is the interface's documentation (it was once an `interface.md` outside the
-repository):
+This docstring is the interface's documentation:
 
 - An adapter decodes and deduplicates requests with `ksp.session.SIBSession` and hands each new
   one to a `Service` (`submit`) together with a `Channel` that routes its answers back.
@@ -19,8 +18,13 @@ repository):
   IND retries run out it calls `Service.kp_unreachable(kp, tid)` and the service decides (the
   SIB ends the KP's operations, each with a final TERMINATED IND). A journal reads the state with `export()` and a restarted
   SIB hands it back with `restore(state)`; the SIB never asks a transport anything else.
-- A new kind of subscriber (the SEPA gate's WebSocket subscriptions, a bridge's devices) is a
-  new `Channel` holding a `Delivery`; nothing in the SIB changes (tests/test_delivery.py).
+- A new kind of KSP subscriber is a new `Channel` holding a `Delivery`, and nothing in the SIB
+  changes (`sib.testing.RecordingChannel`, tests/test_delivery.py); the bridge is another
+  `Service` behind the same transports and channels.
+- The SEPA gate's WebSocket subscriptions are not channels: a SEPA notification is the
+  difference from the one before, so none may be superseded, and `sib.sepa` delivers them with
+  its own registry, sequence numbers and per-socket queue (docs/sepa.md, "How notifications
+  reach a socket").
 """
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ class Journal:
             "CREATE TABLE IF NOT EXISTS seal (kp_id BLOB PRIMARY KEY, key_id BLOB, "
             "highest INTEGER, out_limit INTEGER)")
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(ops)")}
-        if "delivered" not in columns:  # a journal written before the column existed
+        if "delivered" not in columns:  # a journal file whose ops table lacks it: added, 0
             self._db.execute("ALTER TABLE ops ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0")
 
     def add(self, kp: KPIdentity, tid: int, transport: str, request: Request) -> None:
@@ -203,8 +203,7 @@ class TrackedChannel:
     def __init__(self, inner: Channel, journal: Journal | None, on_indicate=None) -> None:
         self.inner = inner
         self.transport, self.kp, self.tid = inner.transport, inner.kp, inner.tid
-        # A channel that does not say (one written before `durable` existed) is not durable.
-        self.durable = getattr(inner, "durable", False)
+        self.durable = inner.durable
         self.journal = journal if self.durable else None
         self.on_indicate = on_indicate
 

@@ -1,4 +1,4 @@
-"""Screening index candidates with the changed quad bound (the "bonus" of issue 4, item 5).
+"""Screening index candidates with the changed quad bound.
 
 The index matches one triple pattern at a time, so `?s :type :Temp . ?s :value ?v` is a
 candidate for every `:value` change anywhere. Screening binds the changed quad into the triple

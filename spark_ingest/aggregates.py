@@ -6,9 +6,9 @@ reading's time minus the delay) has passed its end. A reading for a minute alrea
 late (Spark's de-duplication drops most such readings before; one it kept, as its watermark
 moves only between batches, is in the observations, not the aggregates).
 
-Why not a second streaming query, as before: it read each batch's observations back through a
+Why not a second streaming query: it would read each batch's observations back through a
 file stream, whose metadata log Spark never prunes (one entry per batch, the whole log
-rewritten every tenth batch: it grows for as long as the job runs), and it planned a second
+rewritten every tenth batch: it grows for as long as the job runs), and it would plan a second
 micro-batch for every batch. Here the open minutes are at most the delay's worth per device
 and property, bounded by `max_open` in all.
 

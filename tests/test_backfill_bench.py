@@ -9,6 +9,9 @@ pytest.importorskip("pyarrow")
 
 from tools.bench import backfill as bench  # noqa: E402
 
+# slow: the backfill benchmark
+pytestmark = pytest.mark.slow
+
 
 def test_half_the_letters_are_copies_and_the_backfill_adds_the_rest(tmp_path):
     rows = bench.run(devices=3, stored=50, sizes=[120], rounds=1, root=tmp_path)

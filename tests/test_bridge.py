@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bridge.broker import Broker
 from bridge.service import Bridge
 from ksp import Literal, Options, Request, Status, Triple, Tx, Var
@@ -17,6 +19,9 @@ from transports.udp import open_udp_link
 
 from test_bridge_broker import serve  # noqa: I001 - tests/ is on the path
 from test_sib_sockets import SCRIPT, _Sink, in_process, send_script
+
+# slow: the bridge in front of a ksp-sib process
+pytestmark = pytest.mark.slow
 
 FORWARDED = [(name, req) for name, req in SCRIPT
              if isinstance(req, Request) and not req.tx.persistent

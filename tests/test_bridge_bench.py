@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tools.bench import bridge as bench
+
+# slow: the bridge benchmark: ksp-sib and ksp-bridge processes
+pytestmark = pytest.mark.slow
 
 
 def test_every_operation_runs_on_both_sides():

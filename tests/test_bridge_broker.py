@@ -15,6 +15,8 @@ from sib.access import AccessPolicy
 from sib.sepa import SepaGate
 from sib.testing import free_port
 
+from transport_helpers import until
+
 EX = "http://example.org/"
 
 
@@ -122,8 +124,7 @@ def test_requests_in_flight_are_bounded():
         runner, address = await serve("POST", "/query", slow)
         async with Broker(f"http://{address}", max_concurrent=2) as broker:
             asks = [asyncio.create_task(broker.query("ASK {}")) for _ in range(6)]
-            while inside < 2:
-                await asyncio.sleep(0.01)
+            await until(lambda: inside >= 2, what="two queries inside the broker")
             await asyncio.sleep(0.2)
             assert inside == 2
             release.set()

@@ -20,6 +20,9 @@ from bridge.testing import UDP_ONLY, BridgeProcess, gate_broker
 from sib.testing import SibProcess
 from transports import connect
 
+# slow: ksp-bridge and ksp-sib processes
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
 Q = URIRef("http://example.org/q")

@@ -11,6 +11,7 @@ import asyncio
 import signal
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from bridge.broker import Broker
@@ -24,6 +25,9 @@ from transports.udp import open_udp_link
 from test_bridge_broker import serve  # noqa: I001 - tests/ is on the path
 from test_sib_sockets import _Sink
 from transport_helpers import until
+
+# slow: ksp-sib processes killed and restarted under the bridge
+pytestmark = pytest.mark.slow
 
 GATE_ONLY = ("--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1")
 WATCH = Request(Tx.SELECT_PERSISTENT, projection=1, where=(Triple(ex("s"), ex("p"), Var(0)),))

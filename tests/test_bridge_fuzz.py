@@ -17,6 +17,9 @@ from transports import Server
 from test_transport_udp import FUZZ_PAIRS, fuzz_exchange
 from transport_helpers import run
 
+# slow: the bridge in front of a ksp-sib process
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def gate():

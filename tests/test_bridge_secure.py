@@ -27,6 +27,9 @@ from sib.testing import SibProcess
 from ksp.session import Timing
 from transports import KspStatusError, KspTimeout, Server, connect
 
+# slow: ksp-bridge and secure ksp-sib processes
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 S, P = URIRef("http://example.org/s"), URIRef("http://example.org/p")
 ASK = f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}"

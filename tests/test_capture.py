@@ -29,6 +29,9 @@ from tools.capture_read import _Flow, _reassemble, annotate, messages
 from transports import connect
 from transports.pcap import Packet, PcapError, PcapWriter, read_packets
 
+# slow: ksp-sib, tcpdump and tshark processes
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "tests" / "captures"
 TSHARK = shutil.which("tshark")

@@ -9,6 +9,8 @@ import hashlib
 import os
 import random
 
+import pytest
+
 from ksp import (
     IRI, UDP, Bind, Literal, Op, Options, Request, Timing, Triple, Tx, Var, encode,
 )
@@ -19,6 +21,9 @@ from transports import Server, connect
 from lossy_proxy import LossyProxy
 from strategies import requests
 from transport_helpers import run
+
+# slow: floods and lossy links, seconds each
+pytestmark = pytest.mark.slow
 
 SCALE = max(1, int(os.environ.get("KSP_CHAOS_SCALE", "1")))
 EX = "http://example.org/"

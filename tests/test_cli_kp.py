@@ -14,6 +14,9 @@ import pytest
 from sib.access import hash_password
 from sib.testing import SibProcess
 
+# slow: ksp and ksp-sib processes
+pytestmark = pytest.mark.slow
+
 EX = "http://example.org/"
 SELECT = f"SELECT ?o WHERE {{ <{EX}s> <{EX}p> ?o }}"
 

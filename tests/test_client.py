@@ -178,9 +178,7 @@ def test_non_update_returns_at_once_and_is_executed(tmp_path):
         async with client_of("udp", tmp_path) as (svc, server, kp):
             assert await kp.update(Request(Tx.INSERT_DATA, 0, insert=((S1, TEMP, Literal(7)),)),
                                    confirmable=False) is None
-            while not svc.store:
-                svc.changed.clear()
-                await svc.changed.wait()
+            await until(lambda: svc.store, what="the unconfirmed update executed")
             assert Triple(IRI(S1), IRI(TEMP), KspLiteral("7", str(XSD.integer))) in svc.store
 
     run(scenario())

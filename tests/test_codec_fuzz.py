@@ -156,6 +156,7 @@ def mutated_encodings(draw):
     return buf
 
 
+@pytest.mark.slow
 @fast(500)
 @given(buf=mutated_encodings())
 def test_mutated_encodings(buf):
@@ -166,6 +167,7 @@ def test_mutated_encodings(buf):
 # Truncation never decodes silently to something else
 
 
+@pytest.mark.slow
 @fast(150)
 @given(pair=messages(small=True), transport=st.sampled_from(TRANSPORTS))
 def test_every_truncation_is_rejected(pair, transport):

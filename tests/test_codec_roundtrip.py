@@ -104,6 +104,7 @@ def roundtrip(msg, transport, answers=None):
 # Round trips
 
 
+@pytest.mark.slow
 @fast(300)
 @given(m=requests(), transport=transports)
 def test_request_roundtrip(m, transport):
@@ -111,6 +112,7 @@ def test_request_roundtrip(m, transport):
     assert d == normalise(m, transport)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tx", list(Tx), ids=lambda t: t.name)
 @fast(15)
 @given(data=st.data(), transport=transports)
@@ -121,6 +123,7 @@ def test_request_roundtrip_every_transaction_type(tx, data, transport):
     assert d == normalise(m, transport)
 
 
+@pytest.mark.slow
 @fast(300)
 @given(pair=responses(), transport=transports)
 def test_response_roundtrip(pair, transport):
@@ -129,6 +132,7 @@ def test_response_roundtrip(pair, transport):
     assert d == normalise(m, transport)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS, ids=str)
 @fast(100)
 @given(data=st.data())
@@ -183,6 +187,7 @@ def prefix_option_bytes(prefixes) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.slow
 @fast(200)
 @given(m=requests(small=True), data=st.data())
 def test_options_in_any_order(m, data):
@@ -258,6 +263,7 @@ def test_float_lexical_examples(bits, text):
     assert float_lexical(value) == _ref_float_lexical(value) == text
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(st.integers(0, 2**32 - 1))
 def test_float_lexical_is_the_spec_rule(bits):
@@ -345,6 +351,7 @@ def _prefix_bytes(prefixes) -> int:
     return sum(1 + (1 if len(p.encode()) < 128 else 2) + len(p.encode()) for p in prefixes)
 
 
+@pytest.mark.slow
 @fast(300)
 @given(pair=responses(query_ok=True), transport=transports, data=st.data())
 def test_max_response_size(pair, transport, data):
@@ -408,6 +415,7 @@ def reference_is_newer(seq: int, last: int | None) -> bool:
 u16 = st.integers(0, 0xFFFF)
 
 
+@pytest.mark.slow
 @fast(1000)
 @given(seq=u16, last=st.one_of(st.none(), u16))
 def test_is_newer_matches_reference(seq, last):

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from sib.testing import SibProcess
 from tools.browser import Browser
 from tools.greenhouse import DASHBOARD_SHOWS, Greenhouse
+
+# slow: headless Chromium against a ksp-sib process
+pytestmark = pytest.mark.slow
 
 VALUE = "(document.querySelector('[data-sensor={0}] .value') || {{}}).textContent"
 STATE = "(document.querySelector('[data-actuator={0}] .state') || {{}}).textContent"

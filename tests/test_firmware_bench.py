@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools import flash
 from tools.bench import firmware
+
+# slow: the firmware benchmark under MicroPython (WebAssembly, in Node)
+pytestmark = pytest.mark.slow
 
 
 def test_benchmark_runs_and_renders(tmp_path):

@@ -15,6 +15,9 @@ import pytest
 from firmware import harness
 from tools import flash
 
+# slow: mpy-cross, MicroPython in Node and pyright processes
+pytestmark = pytest.mark.slow
+
 ROOT = harness.ROOT
 PYRIGHT = ROOT / "node_modules" / ".bin" / "pyright"
 FILES = sorted(p for p in harness.FIRMWARE.rglob("*.py") if "__pycache__" not in p.parts)

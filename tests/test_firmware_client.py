@@ -207,6 +207,7 @@ def test_is_newer_matches_the_reference(last):
         assert is_newer(seq, last) == reference_is_newer(seq, last)
 
 
+@pytest.mark.slow
 def test_tcp_link_reassembles_frames_and_drops_oversized_ones():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

@@ -14,6 +14,9 @@ from ksp import (
     IRI, Ack, Literal, Request, Response, SelectResult, Status, Tx, Var, decode_kp_message, encode,
 )
 
+# slow: the firmware under MicroPython (WebAssembly, in Node)
+pytestmark = pytest.mark.slow
+
 EX = "http://example.org/gh#"
 XSD_BOOLEAN = "http://www.w3.org/2001/XMLSchema#boolean"
 XSD_FLOAT = "http://www.w3.org/2001/XMLSchema#float"

@@ -10,8 +10,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from spark_ingest.telemetry import parse
 from spark_ingest.testing import Mosquitto, Subscriber, secure_settings, until
+
+# slow: mosquitto and the firmware under MicroPython
+pytestmark = pytest.mark.slow
 
 EXAMPLE = "device_firmware/config.example.json"
 

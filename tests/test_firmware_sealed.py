@@ -37,6 +37,9 @@ from sib.testing import scrape  # noqa: E402
 from transports import KspStatusError, connect  # noqa: E402
 from test_firmware_sib import FAN, KPS, RECORDER, RULES, SENSOR, TEMP, THRESHOLD, fast  # noqa: E402
 
+# slow: the firmware's agents against a ksp-sib process that restarts
+pytestmark = pytest.mark.slow
+
 KEYS = {kp_id: new_key() for kp_id in KPS.values()}
 FAN_PIN = 5
 STEPS = [20.0, 27.0, 24.0, "restart", 30.5, 19.0]

@@ -14,6 +14,9 @@ from firmware import harness
 
 from test_secure import VECTOR_DIR
 
+# slow: the firmware under MicroPython (WebAssembly, in Node)
+pytestmark = pytest.mark.slow
+
 VECTORS = [json.loads(p.read_text()) for p in sorted(VECTOR_DIR.glob("*.json"))]
 _rng = random.Random(17)
 HMAC_CASES = [(bytes(32).hex(), b"".hex()), (bytes(range(32)).hex(), b"ksp-seal kp->sib".hex())] + [

@@ -36,6 +36,9 @@ from simboard import DeepSleep, SimBoard  # noqa: E402
 from ksp import Ack, AskResult, Tx, decode_kp_message, decode_sib_message, encode  # noqa: E402
 from sib.testing import SibProcess  # noqa: E402
 
+# slow: the firmware's agents against ksp-sib processes
+pytestmark = pytest.mark.slow
+
 KPS = {"sensor": "5e4503aa-0000-4000-8000-000000000001",
        "fan": "5e4503aa-0000-4000-8000-000000000002"}
 SENSOR, FAN, TEMP = GH + "thermometer1", GH + "fan1", GH + "temperature"

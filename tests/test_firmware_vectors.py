@@ -19,6 +19,9 @@ from ksp import Transport, decode_sib_message
 from ksp.codes import Tx
 from ksp.reference.jsonmodel import from_json, to_json
 
+# slow: the firmware under MicroPython (WebAssembly, in Node)
+pytestmark = pytest.mark.slow
+
 VECTORS = {p.stem: json.loads(p.read_text(encoding="utf-8"))
            for p in sorted(harness.VECTORS.glob("*.json"))}
 NAMES = sorted(VECTORS)

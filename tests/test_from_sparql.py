@@ -136,6 +136,7 @@ def test_compiled_update_means_the_original(text):
     assert _dump(ours) == _dump(theirs) != _dump(_store())
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True))
 def test_compile_keeps_only_the_prefix_entries_that_pay(r):
@@ -271,7 +272,12 @@ UNSUPPORTED = {
 }
 
 
-@pytest.mark.parametrize("feature,text", [(f, t) for f, ts in UNSUPPORTED.items() for t in ts])
+SLOW_FEATURES = {"more than 256 variables"}  # seconds to compile its 200 patterns
+
+
+@pytest.mark.parametrize("feature,text", [
+    pytest.param(f, t, marks=[pytest.mark.slow] if f in SLOW_FEATURES else [])
+    for f, ts in UNSUPPORTED.items() for t in ts])
 def test_unsupported_feature_is_named(feature, text):
     with pytest.raises(UnsupportedSparql) as e:
         compile(PRE + text, persistent=feature.startswith("persistent"))
@@ -333,6 +339,7 @@ def normalise(r: Request) -> Request:
         insert_graphs=targets(o.insert_graphs, r.insert)))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True))
 @example(Request(Tx.SELECT, 9, False, projection=0, where=(Triple(Var(5), IRI(EX), BNode("b")),),
@@ -365,6 +372,7 @@ def test_compile_render_round_trip(r):
 _RICH = [t for t in Tx if t.is_query or t.is_pattern_update]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True, txs=_RICH))
 def test_compile_render_round_trip_queries_and_pattern_updates(r):
@@ -379,6 +387,7 @@ _PIECES = list("{}()[]<>?$:_.;,'\"\\!=+-*/^|@#aeSELCTWHRUNIOPF 0129\n") + [
 _SPARQLISH = st.lists(st.sampled_from(_PIECES), max_size=80).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(st.one_of(st.text(max_size=60), _SPARQLISH,
                  st.lists(st.sampled_from(["SELECT", "ASK", "CONSTRUCT", "INSERT", "DELETE",
@@ -396,6 +405,7 @@ def test_random_text_raises_only_typed_errors(text):
     encode(req)  # whatever compiles is a request KSP can carry
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True, txs=[t for t in Tx if t not in (Tx.TERMINATE, Tx.RESET)]),
        st.data())

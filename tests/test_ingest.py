@@ -24,7 +24,8 @@ from spark_ingest.telemetry import REASONS, parse
 from spark_ingest.testing import IngestProcess, until
 from tools.telemetry import messages, publish
 
-pytestmark = pytest.mark.spark
+# slow: Spark, mosquitto and ksp-sib processes
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 pa = pytest.importorskip("pyarrow.dataset")  # the spark extra brings it
 pq = pytest.importorskip("pyarrow.parquet")
 

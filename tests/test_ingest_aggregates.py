@@ -120,6 +120,7 @@ def test_the_closed_minutes_are_those_of_the_readings_not_late(readings, batches
     assert minutes.late == late and minutes.open_count() == 1
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 12), st.sampled_from("abcd"),
                                    st.integers(-20, 20)), max_size=12), min_size=1, max_size=25),

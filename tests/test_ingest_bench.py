@@ -10,6 +10,9 @@ import pytest
 
 from tools.bench import ingest as bench
 
+# slow: the ingest benchmark: mosquitto and Spark
+pytestmark = pytest.mark.slow
+
 
 def test_steady_tells_a_consumer_that_keeps_up_from_one_that_falls_behind():
     rate, seconds, count = 1000.0, 40.0, 40_000

@@ -116,6 +116,7 @@ class Killed(BaseException):
 STEPS = ("link", "write", "exchange before", "exchange after", "remove old")
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=st.lists(st.sets(st.sampled_from("abc"), min_size=1), min_size=4,
                          max_size=14),
@@ -290,6 +291,7 @@ def test_the_cli_refuses_a_level_of_one_file(capsys):
     assert "--compact-after 1: 0 (never) or at least 2" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_output_soak_benchmark_runs_both_ways(tmp_path, capsys):
     """`ksp bench ingest-files` in small (no timing asserted): every reading of device d0
     read back from both tables after each window, and far fewer files merged."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, strategies as st
+import pytest
 
 from spark_ingest.buffer import Buffer
 from spark_ingest.telemetry import MAX_AHEAD, REASONS, check, parse, reading, topic_of
@@ -17,6 +18,7 @@ times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1,
     lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000))
 
 
+@pytest.mark.slow
 @given(names, names, st.floats(allow_nan=False, allow_infinity=False),
        st.one_of(st.none(), st.text(max_size=32)), times)
 def test_what_reading_writes_parse_reads_back(device, prop, value, unit, when):

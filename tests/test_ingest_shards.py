@@ -18,6 +18,9 @@ from spark_ingest import shards
 from spark_ingest.buffer import Buffer
 from spark_ingest.shards import RemoteShard, ShardServer, read_secret
 
+# slow: mosquitto and ksp-ingest-shard processes
+pytestmark = pytest.mark.slow
+
 SECRET = b"a-secret-of-enough-bytes"
 
 

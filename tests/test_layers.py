@@ -1,7 +1,8 @@
 """The layer rules, read from the imports (ast) of every module, lazy imports included.
 
 - ksp/ imports nothing of the project outside ksp/; its core (every module but the package's
-  `__init__`) imports neither of the subpackages `ksp.sparql` and `ksp.reference`.
+  `__init__`) imports neither of the subpackages `ksp.sparql` and `ksp.reference`, and
+  `import ksp.codec` loads no SPARQL module (the `__init__` loads ksp.sparql on first use).
 - transports/ never imports sib/; sib/ never imports transports/, except its entry point
   sib/cli.py (the composition root that starts the transports).
 - tools/ reaches into no private name of another package (`codec._speedups`, `_decode_*`,
@@ -13,6 +14,8 @@ from __future__ import annotations
 import ast
 import importlib
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -89,6 +92,26 @@ def test_the_ksp_core_does_not_import_its_subpackages(path):
         for target in _targets(module, names):
             assert not target.startswith(("ksp.sparql", "ksp.reference")), \
                 f"{path.name}:{line} imports {target}"
+
+
+def test_the_codec_loads_no_sparql_module():
+    """`import ksp.codec` (a device, the wire benchmarks) does not load the SPARQL parser: the
+    package's `__init__` loads ksp.sparql only when one of its names is used."""
+    probe = "import ksp.codec, sys; print(sorted(m for m in sys.modules if 'sparql' in m))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", f"import ksp.codec loads {out.stdout.strip()}"
+
+
+def test_the_sparql_names_stay_importable_from_ksp():
+    """In a fresh interpreter: `ksp.sparql` and every name of `ksp.__all__` are there on first
+    use, whichever comes first."""
+    probe = ("import ksp; assert ksp.sparql.render_where is ksp.render_sparql_where; "
+             "from ksp import *; assert compile_sparql is ksp.sparql.compile; "
+             "assert set(ksp.__all__) <= set(dir(ksp)); print('ok')")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
 
 
 @pytest.mark.parametrize("path", modules("transports"), ids=lambda p: p.name)

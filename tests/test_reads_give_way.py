@@ -250,6 +250,7 @@ class PacedLab:
             return r.status, body.get("error", "") if isinstance(body, dict) else ""
 
 
+@pytest.mark.slow
 def test_a_sepa_client_past_its_pace_waits_its_turn_and_far_past_it_is_refused_429():
     async def scenario():
         async with PacedLab(burst=1, most=5.0) as lab:

@@ -134,6 +134,7 @@ def _sib(data, request):
         store.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(quads, updates())
 def test_updates_delete_from_every_graph_as_the_sib_does(data, text):

@@ -594,6 +594,7 @@ def _mutations(buf: bytes):
 SMALL_CASES = [c for c in CASES if len(c[1]) < 400]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,buf,transport,direction,answers", SMALL_CASES,
                          ids=[c[0] for c in SMALL_CASES])
 def test_mutations_agree(name, buf, transport, direction, answers):
@@ -601,6 +602,7 @@ def test_mutations_agree(name, buf, transport, direction, answers):
         _differential(mutated, transport, direction, answers)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(strategies.messages(small=True))
 def test_generated_messages(msg_answers):

@@ -6,6 +6,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+# slow: pip in a scratch environment
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tools.bench import sepa as bench
+
+# slow: the SEPA gate benchmark
+pytestmark = pytest.mark.slow
 
 
 def test_both_modes_notify_every_affected_subscription_for_both_writers():

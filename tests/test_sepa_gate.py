@@ -23,7 +23,7 @@ from sib.sepa.update import parse_update
 from transports import Server
 from transports.client import connect
 
-from transport_helpers import closed_by_peer
+from transport_helpers import closed_by_peer, until
 
 EX = "http://example.org/"
 PRE = f"PREFIX ex: <{EX}> "
@@ -494,6 +494,7 @@ def _text(op: str, s: str, v: int) -> str:
     return PRE + f"DELETE {{ ?s ex:w ?w }} INSERT {{ ?s ex:v {v} }} WHERE {{ ?s ex:w ?w }}"
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=_OPS)
 def test_notifications_add_up_to_the_result(ops):
@@ -610,6 +611,7 @@ def _diff_text(op: str, s: str, t: str, v: int) -> str:
     }[op]
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=_DIFF_OPS)
 def test_smart_subscriptions_notify_exactly_what_naive_ones_do(ops):
@@ -668,6 +670,7 @@ def test_a_change_no_subscription_reads_evaluates_nothing():
     run(main())
 
 
+@pytest.mark.slow
 def test_ksp_sib_serves_the_gate_and_closes_it_cleanly():
     from sib.testing import SibProcess
 
@@ -692,6 +695,7 @@ def test_ksp_sib_serves_the_gate_and_closes_it_cleanly():
         assert sib.proc.wait(60) == 0
 
 
+@pytest.mark.slow
 def test_the_gate_ports_are_checked_at_startup(tmp_path):
     import subprocess
     import sys
@@ -702,6 +706,7 @@ def test_the_gate_ports_are_checked_at_startup(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_sepa_js_runs_unchanged_against_ksp_sib():
     """npm @arces-wot/sepa-js 0.13.2 (package.json), a SEPA client in the field: update, query,
     subscribe, the notification of a change, an error frame matched by its alias, unsubscribe."""
@@ -925,11 +930,14 @@ def test_shutdown_does_not_wait_on_a_client_that_never_reads():
         try:
             stalled = await asyncio.to_thread(StalledClient, lab.gate.ws_port)
             stalled.send_json({"subscribe": {"sparql": PRE + "SELECT ?v WHERE { ex:a ex:v ?v }"}})
-            while not lab.gate.sockets or not lab.gate.broker.subscriptions:
-                await asyncio.sleep(0.01)
+            await until(lambda: lab.gate.sockets and lab.gate.broker.subscriptions,
+                        what="the stalled client's subscription")
             (sock,) = lab.gate.sockets
             i = 0
+            deadline = asyncio.get_running_loop().time() + 60
             while sock.transport.get_write_buffer_size() == 0:  # until its window is full
+                assert asyncio.get_running_loop().time() < deadline, \
+                    f"the stalled client's TCP window still open after {i} updates"
                 await lab.update(PRE + f'INSERT DATA {{ ex:a ex:v "{i}{"x" * 60_000}" }}')
                 i += 1
                 await asyncio.sleep(0.01)
@@ -1062,6 +1070,7 @@ def test_idle_connections_from_many_addresses_do_not_keep_a_query_out():
     run(go())
 
 
+@pytest.mark.slow
 def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
     """`[sepa] max_connections_per_address` reaches the gate of a `ksp-sib` process: one
     connection more from the same address is closed at accept, counted on the metrics
@@ -1089,6 +1098,7 @@ def test_ksp_sib_limits_the_gate_s_connections_as_configured(tmp_path):
     assert "connection closed: 1 connections from 127.0.0.1" in sib.log()
 
 
+@pytest.mark.slow
 def test_ksp_sib_gives_each_party_its_configured_share(tmp_path):
     """`[sepa] max_subscriptions_per_identity` and `[limits] max_queued_per_kp` reach a
     `ksp-sib` process: a second subscription from one address is 429; of 50 KSP requests

@@ -15,6 +15,9 @@ from sib.testing import SibProcess
 from transports.client import connect
 from transports.jsap import Jsap, JsapError
 
+# slow: ksp-sib and sepa-js (Node) processes
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 GH = "http://example.org/gh#"
 APP = {

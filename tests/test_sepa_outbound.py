@@ -220,6 +220,7 @@ def test_load_and_datasets_open_no_connection():
 
 # -- allowed endpoints -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_allowed_silent_endpoint_ends_in_504_while_others_are_answered():
     async def main():
         with SilentListener(hold=60.0) as silent:

@@ -310,6 +310,7 @@ def test_the_number_of_clients_is_bounded(tmp_path):
     assert err.value.status == 429
 
 
+@pytest.mark.slow
 def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_path):
     """`ksp-sib --sepa-certificate/--sepa-key` with identities from the TOML file; npm
     @arces-wot/sepa-js 0.13.2's SecureSEPA: register → token → secure update, query and a
@@ -357,6 +358,7 @@ def test_secure_mode_configuration_errors_are_one_line(tmp_path, line, said):
     assert said in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_bad_certificate_stops_ksp_sib_before_anything_starts(tmp_path):
     bad = tmp_path / "bad.pem"
     bad.write_text("not a certificate")

@@ -204,6 +204,7 @@ def test_credentials_over_real_udp_and_tcp():
     asyncio.run(asyncio.wait_for(go(), 120))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(request=requests(small=True),
        read=st.lists(st.sampled_from(["*", "default", "http://example.org/g1",

@@ -8,6 +8,9 @@ import pytest
 
 from tools.bench import sib as bench
 
+# slow: the SIB benchmark, with its KPs in processes
+pytestmark = pytest.mark.slow
+
 
 def test_bench_modes_send_the_same_indications_for_the_same_updates():
     store = bench.seed_store(2_000)

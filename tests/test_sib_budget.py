@@ -23,6 +23,8 @@ from sib.testing import ex
 from transports import Server, connect
 from transports.errors import KspStatusError
 
+from transport_helpers import until
+
 P = ex("p")
 A, B, C, D, E, F, G, H, I, J, K, L = (Var(n) for n in range(12))
 CROSS = Request(Tx.SELECT, 0, projection=12, where=(
@@ -78,8 +80,8 @@ def test_a_query_past_its_budget_is_refused_while_another_kps_update_goes_throug
                     order.append(f"query {await status(heavy.request(CROSS))}")
 
                 async def update():
-                    while not sib.readers.running:  # the query is being evaluated
-                        await asyncio.sleep(0.01)
+                    await until(lambda: sib.readers.running,  # the query is being evaluated
+                                what="the cross product on a reader thread")
                     fan = Request(Tx.INSERT_DATA, 0,
                                   insert=(Triple(ex("fan"), P, Literal.of(1)),))
                     order.append(f"update {await status(sensor.request(fan))}")
@@ -219,8 +221,8 @@ def test_sepa_query_and_update_past_their_budgets_answer_503_while_a_board_write
                     order.append(("query", r.status, (await r.json())["error"]))
 
             async def board():
-                while not lab.sib.readers.running:
-                    await asyncio.sleep(0.01)
+                await until(lambda: lab.sib.readers.running,
+                            what="the SEPA query on a reader thread")
                 async with await connect(f"udp://127.0.0.1:{lab.server.udp.port}") as kp:
                     await kp.request(Request(Tx.INSERT_DATA, 0, insert=triples(1, 100)))
                 order.append(("board", "OK"))
@@ -271,6 +273,7 @@ def test_a_one_shot_select_keeps_only_what_its_res_can_carry_and_encodes_the_sam
     assert 0 < len(sent[0].rows) < 8000 or max_size == 200
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_sib_busy_with_heavy_work_at_once():
     """A real `ksp-sib` with 100 updates queued whose WHERE is the cross product (5 s of
     budget each: minutes of work) and a heavy read running: SIGTERM ends the evaluation in
@@ -284,9 +287,9 @@ def test_sigterm_stops_a_sib_busy_with_heavy_work_at_once():
             heavy = Request(Tx.INSERT, 0, insert=(Triple(A, ex("q"), D),), where=CROSS.where)
             answers = [asyncio.ensure_future(status(kp.request(r)))
                        for r in [CROSS] + [heavy] * 100]
-            while not any("took longer" in line or "LIMIT_EXCEEDED" in line
-                          for line in sib.lines):  # the first heavy update is under way
-                await asyncio.sleep(0.05)
+            await until(lambda: any("took longer" in line or "LIMIT_EXCEEDED" in line
+                                    for line in sib.lines),  # the first heavy update is under way
+                        timeout=60, what="a request past its time budget in the SIB's log")
             stopping = asyncio.get_running_loop().run_in_executor(None, sib.stop)
             done, _ = await asyncio.wait(answers, timeout=60)
             assert await stopping == 0

@@ -14,6 +14,9 @@ from ksp import Timing
 from sib.testing import SibProcess, free_port, scrape
 from transports import connect
 
+# slow: ksp-sib processes
+pytestmark = pytest.mark.slow
+
 EX = "http://example.org/"
 S, P = URIRef(EX + "s"), URIRef(EX + "p")
 SELECT = f"SELECT ?o WHERE {{ <{S}> <{P}> ?o }}"

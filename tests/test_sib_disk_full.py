@@ -21,6 +21,9 @@ from ksp.codec import UDP, decode_sib_message, encode
 from sib.testing import SibProcess
 from transports import KspStatusError, connect
 
+# slow: a ksp-sib process on a tmpfs it fills
+pytestmark = pytest.mark.slow
+
 EX = "http://example.org/"
 P = URIRef(EX + "p")
 FAST = Timing(ack_timeout=0.5, max_retransmit=6)

@@ -9,9 +9,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from ksp import DEFAULT_GRAPH
 from sib import QuadStore
 from sib.testing import ex
+
+# slow: processes killed with SIGKILL, round after round
+pytestmark = pytest.mark.slow
 
 CHILD = textwrap.dedent("""
     import asyncio, sys

@@ -9,6 +9,7 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
 from ksp import DEFAULT_GRAPH, Literal, Options, Request, Triple, Tx, Var
 from ksp.codes import Op
@@ -165,6 +166,7 @@ async def replay(ops, smart: bool):
             sib.core.evaluated_together)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_smart_and_naive_send_identical_indications(seed):

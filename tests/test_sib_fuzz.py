@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from hypothesis import HealthCheck, given, settings
+import pytest
 
 from ksp import DEFAULT_GRAPH, IRI, Literal, Status
 from sib import Delta, Sib
@@ -16,6 +17,7 @@ SEED = tuple((IRI(f"http://example.org/s{i}"), IRI("http://example.org/"), Liter
               DEFAULT_GRAPH) for i in range(3))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests(small=True))
 def test_any_valid_request_gets_one_answer_and_refusals_change_nothing(request):

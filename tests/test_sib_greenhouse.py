@@ -9,6 +9,9 @@ import pytest
 from sib.testing import SibProcess, scrape
 from tools import greenhouse as gh
 
+# slow: the greenhouse against a ksp-sib process
+pytestmark = pytest.mark.slow
+
 
 def oracle(readings: dict[str, float]) -> dict:
     """Fan on above the maximum temperature; LED on below the minimum luminosity; pump on below

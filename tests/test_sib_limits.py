@@ -264,6 +264,7 @@ def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
         == 30_000
 
 
+@pytest.mark.slow
 def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_for_a_bounded_time():
     """`Metrics.serve`: past `max_connections` a connection is closed unanswered; one whose
     request trickles in (a header line now and then, each well within the deadline) is closed

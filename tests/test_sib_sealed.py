@@ -301,6 +301,7 @@ def test_sealed_over_coap_client_subscribes_and_attacks_get_401():
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_coap_ind_waiting_when_the_kps_key_is_removed_ends_its_observation_401():
     """A sealed KP's key removed (a reloaded configuration) while its IND waits for the CoAP
     notification budget: nothing of the IND reaches the KP; a GET of its resource answers 4.01,

@@ -186,6 +186,7 @@ def test_a_wrong_password_gets_no_cached_answer(transport):
     run(go())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_wrong_password_does_not_redirect_an_executing_request(transport):
     """While the KP's request executes, a copy with a wrong password from elsewhere: the answer
@@ -355,6 +356,7 @@ def _config(path, data: str, port: int, reader_reads: list[str]) -> None:
 SUB_G1 = f"SELECT ?o FROM <{G1}> WHERE {{ <{S}> <{P}> ?o }}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["restart", "sighup"])
 def test_a_revoked_read_permission_ends_the_persistent_query(tmp_path, how):
     """The reader subscribes to G1; its read permission on G1 is revoked (in the configuration
@@ -420,6 +422,7 @@ def test_a_revoked_read_permission_ends_the_persistent_query(tmp_path, how):
 # -- TLS in the shipped server ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ksp_sib_serves_tls_and_refuses_plain_clients_and_clients_without_a_certificate(
         tmp_path):
     """`ksp-sib --tls-cert/--tls-key` makes the TCP listener TLS; a plain KSP client gets a
@@ -464,6 +467,7 @@ def test_ksp_sib_serves_tls_and_refuses_plain_clients_and_clients_without_a_cert
         assert sib.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_bad_tls_configuration_stops_startup_with_one_line(tmp_path):
     import subprocess
     import sys
@@ -480,6 +484,7 @@ def run_value(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
+@pytest.mark.slow
 def test_metrics_stay_on_loopback_unless_exposed():
     """The KSP listeners on another address; the metrics endpoint stays on 127.0.0.1 by
     default, and `--metrics-host` moves it."""
@@ -502,6 +507,7 @@ def test_metrics_stay_on_loopback_unless_exposed():
 # -- the authenticator's rules under any sequence of attempts ---------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(attempts=st.lists(st.tuples(st.sampled_from(["writer", "nobody"]),
                                    st.sampled_from(["right", "a", "b", "c"]),

@@ -10,6 +10,9 @@ import pytest
 from sib import QuadStore
 from tools.bench.soak import growth, soak
 
+# slow: soak runs of thousands of updates
+pytestmark = pytest.mark.slow
+
 #: (cycles, window) per store. In memory a removed quad costs less, so the run without
 #: maintenance needs more cycles to grow clearly past the control's 2.0: at 8,000 it grew
 #: 2.2-2.3x alone and once only 1.85x in a loaded CI run; at 16,000, 2.9-3.2x (kept: 0.95-1.1).

@@ -183,15 +183,10 @@ async def send_script(link, script, expected: dict | None = None, between=None
                 else _normal(s.inds[-1]) for n, s in sinks.items()
                 if s.inds or s.ended not in (None, Status.OK)}
 
-    async def settled() -> None:
-        while last() != expected:
+    if expected is not None:  # up to 30 s for the last INDs to arrive; the caller compares
+        deadline = asyncio.get_running_loop().time() + 30
+        while last() != expected and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-
-    if expected is not None:
-        try:
-            await asyncio.wait_for(settled(), 30)
-        except TimeoutError:
-            pass
     return res, last()
 
 

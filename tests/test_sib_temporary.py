@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 
+import pytest
 from rdflib import Literal, URIRef
 
 from ksp import DEFAULT_GRAPH, IRI, Timing
@@ -17,6 +18,9 @@ from ksp import Literal as KspLiteral
 from sib.store import TEMPORARY_PREFIX, Delta, QuadStore, sweep_abandoned
 from sib.testing import SibProcess
 from transports import connect
+
+# slow: ksp-sib processes killed with SIGKILL
+pytestmark = pytest.mark.slow
 
 EX = "http://example.org/"
 S, P = URIRef(EX + "s"), URIRef(EX + "p")

@@ -150,6 +150,7 @@ def test_random_bytes(buf):
     every_way(with_tcp_length(buf))
 
 
+@pytest.mark.slow
 @needs_c
 @fast(400)
 @given(buf=mutated_encodings())
@@ -158,6 +159,7 @@ def test_mutated_encodings(buf):
     every_way(with_tcp_length(buf))
 
 
+@pytest.mark.slow
 @needs_c
 @fast(400)
 @given(generated=messages())
@@ -199,6 +201,7 @@ def _insert_with_object_payload(kind: int, payload: bytes) -> bytes:
 _DATETIME = "2026-11-21T09:41:07"
 
 
+@pytest.mark.slow
 @needs_c
 @fast(600)
 @given(kind=st.sampled_from([1, 2, 3, 4, 7]), data=st.data())
@@ -250,6 +253,7 @@ def agree_encoding(msg, transport):
     return got
 
 
+@pytest.mark.slow
 @needs_c
 @fast(500)
 @given(generated=messages())
@@ -340,6 +344,7 @@ def test_encoder_leaves_refusals_to_python(msg):
     assert isinstance(python_bytes(msg, UDP), Exception)
 
 
+@pytest.mark.slow
 @needs_c
 @fast(300)
 @given(pair=responses(query_ok=True), transport=st.sampled_from((UDP, TCP)), data=st.data())

@@ -3,7 +3,12 @@ quiet and beside the hostile clients, and every hostile request ends with its st
 status, an HTTP status): none hangs or ends in an error of the client's."""
 from __future__ import annotations
 
+import pytest
+
 from tools.bench.stall import measure, table_rows
+
+# slow: the stall benchmark: hostile clients in a process
+pytestmark = pytest.mark.slow
 
 
 def test_every_hostile_request_ends_with_its_status_and_the_sensor_is_served():

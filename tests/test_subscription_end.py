@@ -34,6 +34,7 @@ def item(i: int) -> Triple:
                   Literal(str(i), "http://www.w3.org/2001/XMLSchema#integer"))
 
 
+@pytest.mark.slow
 def test_a_coap_subscriber_on_a_lossy_link_converges_or_is_told():
     """A writer inserts items one by one (the count is the counter) through a proxy that drops
     20 % of the datagrams and duplicates and reorders 10 %; a subscriber counts them. At the

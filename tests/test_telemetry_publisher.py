@@ -16,6 +16,9 @@ from spark_ingest.testing import Mosquitto, Subscriber, until
 from tools import telemetry
 from tools.telemetry import messages, publish, publish_raw
 
+# slow: mosquitto processes
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("publisher, batch", [(publish, 1), (publish_raw, 100)],
                          ids=["paho", "raw"])

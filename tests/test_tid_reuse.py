@@ -95,6 +95,7 @@ def test_a_tid_whose_request_timed_out_is_not_reused_meanwhile():
     assert kp.send(insert(kp.next_tid(), 2), LIFETIME + now) == tid
 
 
+@pytest.mark.slow
 def test_wrapping_at_a_high_rate_through_a_lossy_link_executes_every_request_once():
     """The issue's run, on a virtual clock: 70 000 inserts from one KP, 512 in flight, 5 % of
     datagrams lost and 5 % duplicated each way, half of them repeating an earlier request's
@@ -155,6 +156,7 @@ def test_any_reuse_of_tids_and_bytes_executes_each_request_answered_once(steps, 
         assert len(executed) == len(sent)
 
 
+@pytest.mark.slow
 def test_a_kp_waits_for_a_tid_rather_than_send_a_request_the_sib_would_not_execute():
     """Over real sockets: every TID holds this very request (planted, as past 65 536 of them
     within EXCHANGE_LIFETIME): the request waits until the first hold ends, then is executed."""
@@ -190,6 +192,7 @@ def test_a_kp_waits_for_a_tid_rather_than_send_a_request_the_sib_would_not_execu
     assert [r.insert for r in executed] == [insert(0, 5).insert]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
 def test_ninety_thousand_inserts_from_one_kp_are_all_stored(transport):
     """The issue's reproduction against a real `ksp-sib`: one KP, 32 in flight, 90 000
@@ -201,6 +204,7 @@ def test_ninety_thousand_inserts_from_one_kp_are_all_stored(transport):
     assert run.ok == 90_000 and run.stored == 90_000
 
 
+@pytest.mark.slow
 def test_a_coap_kp_keeps_within_65_536_messages_per_exchange_lifetime():
     """aiocoap numbers the messages it originates from one 16-bit counter, and the SIB's takes
     a Message ID seen within EXCHANGE_LIFETIME for a duplicate: past 65 536 a KP's requests got

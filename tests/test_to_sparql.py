@@ -401,6 +401,7 @@ def _terms(req: Request):
         yield from (x for x in e if not isinstance(x, Op))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True))
 def test_every_generated_request_renders_to_sparql_pyoxigraph_runs(req):
@@ -473,6 +474,7 @@ def _pyoxigraph_safe(t):
     return t
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True, txs=[t for t in Tx if t not in (Tx.TERMINATE, Tx.RESET)]))
 def test_generated_requests_with_terms_pyoxigraph_holds_all_run(req):

@@ -2,8 +2,13 @@
 a real mosquitto and prints every row — no timing assertions (speed is the benchmark's job)."""
 from __future__ import annotations
 
+import pytest
+
 from tools.bench import transport
 from tools.cli import BENCH_SUITES
+
+# slow: mosquitto and benchmark processes
+pytestmark = pytest.mark.slow
 
 ROWS = ["bare UDP echo", "KSP/UDP", "KSP/TCP", "KSP/CoAP", "KSP sessions, no sockets",
         "MQTT QoS 0", "MQTT QoS 1"]

@@ -8,6 +8,7 @@ import contextlib
 import aiocoap
 from aiocoap.numbers.codes import Code
 from hypothesis import HealthCheck, given, settings, strategies as st
+import pytest
 
 from ksp import (
     UDP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
@@ -151,6 +152,7 @@ def test_final_ind_ends_the_observation_and_lingers():
     run(peer(scenario))
 
 
+@pytest.mark.slow
 def test_observe_deregistration_reports_the_kp_unreachable_after_twice_max_age():
     """Nobody observes any more and nobody registers again within twice Max-Age (1 s here):
     the service is told the KP is unreachable."""
@@ -333,6 +335,7 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
     run(go())
 
 
+@pytest.mark.slow
 def test_posts_waiting_for_an_answer_are_bounded():
     """Copies of one transaction in new CoAP messages wait for its answer, at most MAX_COPIES
     at once: the oldest over it get 5.03. Transactions waiting are at most `max_entries` (the
@@ -403,6 +406,7 @@ def test_resources_lingering_with_a_final_ind_are_bounded():
     run(go())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(kp_bytes(UDP), st.sampled_from([KSP_CF, None])), min_size=1,
                 max_size=6))
@@ -454,6 +458,7 @@ async def observed(ctx, base: str) -> tuple[list, asyncio.Future]:
     return got, asyncio.ensure_future(observe())
 
 
+@pytest.mark.slow
 def test_notifications_over_the_message_id_budget_wait_and_only_the_newest_goes():
     """At most `notification_budget` notifications in a window (aiocoap's one 16-bit Message ID
     counter, NOTIFICATION_BUDGET): over it an operation's newest IND waits, superseding the

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ksp import IRI, Literal, Request, Timing, Triple, Tx, Var, is_newer
 from transports import Server, connect
 
@@ -26,6 +28,7 @@ def item(i: int) -> Triple:
     return Triple(IRI(f"{EX}item{i}"), VALUE, Literal(str(i), "http://www.w3.org/2001/XMLSchema#integer"))
 
 
+@pytest.mark.slow
 def test_1000_con_inserts_execute_once_and_the_subscriber_ends_current():
     n = 1000
 

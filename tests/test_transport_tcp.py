@@ -21,7 +21,7 @@ from transports.reads import READ_SIZE
 
 from memory_service import MemoryService
 from strategies import kp_bytes, requests
-from transport_helpers import FAST, answer_to, run, sent_to_sib, tls_contexts
+from transport_helpers import FAST, answer_to, run, sent_to_sib, tls_contexts, until
 
 EX = "http://example.org/"
 INSERT = Request(Tx.INSERT_DATA, 5, insert=(Triple(IRI(EX + "s"), IRI(EX + "p"), Literal("v")),))
@@ -175,8 +175,7 @@ def test_closed_connection_fails_waiting_requests():
         server = await TcpServer.start(service, timing=FAST)
         async with await connect(f"tcp://127.0.0.1:{server.port}", timing=FAST) as kp:
             waiting = asyncio.ensure_future(kp.query(SELECT))
-            while not service.requests:
-                await asyncio.sleep(0.01)
+            await until(lambda: service.requests, what="the query reaching the service")
             await server.close()
             with pytest.raises(KspConnectionError):
                 await waiting
@@ -216,9 +215,7 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
                 link.session._persistent[tid] = _Persistent(Tx.SELECT_PERSISTENT)
                 link._sinks[tid] = Sink()
                 await again.insert_data([(IRI(EX + "t"), IRI(EX + "p"), Literal("w"))])
-                while not received:
-                    service.changed.clear()
-                    await service.changed.wait()
+                await until(lambda: received, what="the IND to the TID the KP kept")
                 assert received[-1].tid == tid and received[-1].result.rows == ((IRI(EX + "t"),),)
                 await again.terminate(tid)
             assert not service.subs
@@ -228,6 +225,7 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
     run(scenario())
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(requests(small=True), kp_bytes(TCP)), min_size=1, max_size=4))
 def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):
@@ -269,6 +267,7 @@ def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(
     run(scenario())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_random_streams_never_crash_the_server(junk):

@@ -79,6 +79,7 @@ def test_invalid_datagrams_get_their_status_and_never_reach_the_service():
     assert [r.tid for _, r in service.requests] == [7]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=64).filter(lambda b: b[2:4] != b"\xff\xff"),
                 min_size=1, max_size=10))
@@ -133,6 +134,7 @@ async def fuzz_exchange(port: int, pairs, timeout: float = 10.0) -> dict[int, Re
         transport.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FUZZ_PAIRS)
 def test_requests_valid_or_broken_into_a_real_sib_are_answered_and_it_serves_on(pairs):

@@ -342,6 +342,7 @@ def test_the_gate_runs_every_update_test():
     assert len(GATE_CASES) > 90 and GATE_REFUSES <= {c.id for c in GATE_CASES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in GATE_CASES
                                   if c.id not in GATE_REFUSES])
 def test_w3c_update_through_the_sepa_gate(case: Case):

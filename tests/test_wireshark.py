@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "tools" / "wireshark" / "ksp.lua"
 VECTORS = sorted((ROOT / "tests" / "vectors").glob("*.json"))
 TSHARK = shutil.which("tshark")
-pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark: scripts/test installs it")
+# slow: tshark processes
+pytestmark = [pytest.mark.skipif(TSHARK is None, reason="tshark: scripts/test installs it"),
+              pytest.mark.slow]
 #: Faults a TCP stream reader cannot see in one frame: a Length larger than the bytes that
 #: follow is, in a stream, a message whose rest has not arrived (the dissector waits for it,
 #: as TCP reassembly must); `ksp.codec` sees the mismatch because it is handed one whole frame.

@@ -12,8 +12,8 @@ counting its single addresses would cap nothing). When the listener is at `max_c
 new connection from an address holding fewer connections than the address holding the most is
 still admitted: the biggest holder's connection that has said the least is closed to make room
 (one that has not finished a message yet, or said nothing since it was accepted, the oldest
-first; else the one silent the longest). Connections from many addresses can then no longer
-keep a new client out, while no address loses a connection to one holding as many as it does.
+first; else the one silent the longest). So connections from many addresses cannot keep a
+new client out, while no address loses a connection to one holding as many as it does.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Measured in one run (the ratios never mix runs):
 - agreement with the golden vectors: the firmware runner inside MicroPython against every
   vector in its scope (tests/firmware/scope.py lists the rest).
 
-Targets (issue 5): heap after import < 16 KiB, bundle < 24 KiB, 100 % vector agreement.
+Targets: heap after import < 16 KiB, bundle < 24 KiB, 100 % vector agreement.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ between *quiet* (the sensor alone) and *hostile*, where meanwhile:
 
 The hostile clients run in a process of their own, as other hosts would: in the sensor's
 event loop their own work would be timed as the SIB's. Every hostile request's answer is
-counted by status. Target (issue 40): the sensor's p99 while
+counted by status. Target: the sensor's p99 while
 hostile within 2× of the quiet p99 of the same run, and every hostile request ended with its
 status.
 """

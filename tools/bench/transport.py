@@ -27,7 +27,7 @@ time, client and server in this process on one asyncio loop (mosquitto is its ow
 The contenders run in interleaved rounds (each round runs every contender for the same number
 of round trips, starting at a rotating position), so a slow phase of the machine hits all alike.
 p50/p99 are over every round trip of the run; requests/s = round trips / time spent in them.
-Ratios are p50 / the bare echo's p50 from the same run. Target (issue 3): KSP/UDP within 3×.
+Ratios are p50 / the bare echo's p50 from the same run. Target: KSP/UDP within 3×.
 """
 from __future__ import annotations
 
