@@ -22,16 +22,44 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .codec import UDP, encode, retag
 from .codes import Status
 from .model import Response
 from .seqnum import FIRST_SEQ, next_seq
 
-__all__ = ["Delivery", "DeliveryState", "result_digest", "MAX_UDP_PAYLOAD"]
+__all__ = ["Delivery", "DeliveryPolicy", "DeliveryState", "result_digest", "MAX_UDP_PAYLOAD"]
 
 MAX_UDP_PAYLOAD = 65_507
 """The largest KSP message in one datagram (§2.3, the IPv4 UDP payload limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    """How one message layer delivers INDs: one value per transport, the transaction layer
+    (`ksp.transactions.SibTransactions`) asks it. The three in use are named: `ACKED` (UDP),
+    `STREAMED` (TCP), `OBSERVED` (CoAP)."""
+
+    #: INDs carry sequence numbers (§9).
+    numbered: bool = True
+    #: Each IND is acknowledged at the KSP level (a KSP ACK); else it counts as delivered once
+    #: sent (TCP's stream, or CoAP's own layer, which confirms or ends the observation).
+    acked: bool = True
+    #: A journal keeps the deliveries, so their result digests are taken.
+    durable: bool = False
+
+    ACKED: ClassVar["DeliveryPolicy"]
+    STREAMED: ClassVar["DeliveryPolicy"]
+    OBSERVED: ClassVar["DeliveryPolicy"]
+
+
+DeliveryPolicy.ACKED = DeliveryPolicy(numbered=True, acked=True, durable=True)
+"""UDP: numbered, retransmitted until a KSP ACK covers them, resumed by a restarted SIB."""
+DeliveryPolicy.STREAMED = DeliveryPolicy(numbered=False, acked=False, durable=False)
+"""TCP: unnumbered, delivered once on the stream (or the connection is gone)."""
+DeliveryPolicy.OBSERVED = DeliveryPolicy(numbered=True, acked=False, durable=False)
+"""CoAP: numbered notifications, which CoAP confirms or whose observation it ends."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 
 from .codec import Transport, UDP, encode, retag
 from .codes import Status, Tx
-from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState, encoding_digest
+from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryPolicy, DeliveryState, encoding_digest
 from .errors import KspError
 from .model import Request, Response
 from .seqnum import is_newer
@@ -93,24 +93,21 @@ class Exchange:
 class SibTransactions:
     """The SIB's transaction layer for one message layer (see the module docstring).
 
-    `transport`: the layout of what it encodes; `numbered`: INDs carry sequence numbers (UDP,
-    CoAP); `acked`: each IND is acknowledged at the KSP level (UDP), else it counts as delivered
-    once sent (TCP) or CoAP's own layer confirms it; `durable`: deliveries a journal keeps
-    (their result digests are taken). Tables hold at most `max_entries` each, oldest evicted;
-    `on_forget(key, delivery, evicted)` is called for every delivery that ends or (`evicted`)
-    leaves the full table, so the message layer drops what it holds for it (an IND kept for
-    retransmission, an observation). An evicted delivery lives on where its holder keeps it (a
-    channel, a CoAP resource) and comes back with its next IND (`delivery_for`).
+    `transport`: the layout of what it encodes; `policy`: how the message layer delivers INDs
+    (`DeliveryPolicy`: numbered, ACKed at the KSP level, kept by a journal). Tables hold at most
+    `max_entries` each, oldest evicted; `on_forget(key, delivery, evicted)` is called for every
+    delivery that ends or (`evicted`) leaves the full table, so the message layer drops what it
+    holds for it (an IND kept for retransmission, an observation). An evicted delivery lives on
+    where its holder keeps it (a channel, a CoAP resource) and comes back with its next IND
+    (`delivery_for`).
     """
 
-    def __init__(self, transport: Transport = UDP, *, numbered: bool = True, acked: bool = True,
-                 durable: bool = False, max_entries: int = 65_536,
+    def __init__(self, transport: Transport = UDP, *, policy: DeliveryPolicy = DeliveryPolicy(),
+                 max_entries: int = 65_536,
                  on_forget: Callable[[OpKey, Delivery, bool], None] | None = None) -> None:
         self.transport = transport
         self.payload_cap = MAX_UDP_PAYLOAD if transport is UDP else None
-        self.numbered = numbered
-        self.acked = acked
-        self.durable = durable
+        self.policy = policy
         self.max_entries = max_entries
         self.on_forget = on_forget
         self.executing: OrderedDict[OpKey, Exchange] = OrderedDict()
@@ -203,7 +200,7 @@ class SibTransactions:
         data, base = self._encode_indication(response, d.next_seq(response),
                                              self.cap(d.max_size))
         d.indicated(response, self._digest(base) if d.durable else None,
-                    delivered=not self.acked)
+                    delivered=not self.policy.acked)
         return data
 
     def end(self, kp: Hashable, tid: int) -> Delivery | None:
@@ -217,8 +214,8 @@ class SibTransactions:
 
     def new_delivery(self, kp: Hashable, tid: int, endpoint: Hashable | None = None,
                      max_size: int | None = None) -> Delivery:
-        return Delivery(kp, tid, endpoint, max_size, numbered=self.numbered,
-                        durable=self.durable)
+        return Delivery(kp, tid, endpoint, max_size, numbered=self.policy.numbered,
+                        durable=self.policy.durable)
 
     def put_back(self, key: OpKey, d: Delivery) -> Delivery:
         """Take back a delivery the message layer kept after it ended (a final IND given up on,
@@ -226,8 +223,9 @@ class SibTransactions:
         return self._adopt(key, d)
 
     def restore(self, kp: Hashable, tid: int, state: DeliveryState) -> Delivery:
-        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=self.numbered,
-                                                       durable=self.durable))
+        policy = self.policy
+        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=policy.numbered,
+                                                       durable=policy.durable))
 
     def _adopt(self, key: OpKey, d: Delivery) -> Delivery:
         deliveries = self.deliveries

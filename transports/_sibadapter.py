@@ -46,7 +46,7 @@ class SessionChannel:
         self.tid = tid
         #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
         #: connection ends with the process.
-        self.durable = adapter.session.transactions.durable
+        self.durable = adapter.session.transactions.policy.durable
         #: The most bytes one RES can hold here (one datagram; None: as the framing allows).
         self.payload_cap = adapter.session.transactions.payload_cap
         self._adapter = adapter

@@ -26,7 +26,7 @@ from aiocoap.numbers.constants import TransportTuning
 from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
-from ksp.delivery import Delivery
+from ksp.delivery import Delivery, DeliveryPolicy
 from ksp.secure import SealedAddr, SealError
 from ksp.session import UdpSIBSession
 from ksp.transactions import PERSISTENT
@@ -92,7 +92,7 @@ class _CoapSession(UdpSIBSession):
     waiting for it, INDs go to the resources' observers (counted delivered: CoAP confirms or
     ends the observation), and a KSP ACK is answered 0x03."""
 
-    IND_DELIVERY = {"numbered": True, "acked": False, "durable": False}
+    IND_DELIVERY = DeliveryPolicy.OBSERVED
 
     def __init__(self, server: "CoapServer", **kwargs) -> None:
         super().__init__(UDP, **kwargs)

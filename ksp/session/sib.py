@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..codec import UDP, Transport, decode_kp_message, encode, peek_tid
 from ..codes import Status
-from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
+from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryPolicy, DeliveryState
 from ..errors import DecodeError
 from ..model import Ack, Request, Response
 from ..secure import SealedAddr, SealError, SealerTable
@@ -62,9 +62,8 @@ class SIBSession:
     the connections)."""
 
     DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
-    #: How this message layer delivers INDs (`SibTransactions`): numbered and ACKed over UDP,
-    #: where a restarted SIB resumes them (durable); neither over TCP.
-    IND_DELIVERY = {"numbered": False, "acked": False, "durable": False}
+    #: How this message layer delivers INDs (`SibTransactions`): over TCP unnumbered, once.
+    IND_DELIVERY = DeliveryPolicy.STREAMED
 
     def __new__(cls, transport: Transport | str = UDP, **kwargs):
         if cls is SIBSession:  # its message layers are modules that import this one
@@ -104,7 +103,8 @@ class SIBSession:
         #: operation. This class is the message layer under it: UDP's duplicate cache,
         #: retransmission and ACKs, or TCP's framing, and where each KP is.
         self.transactions = SibTransactions(self.transport, max_entries=max_entries,
-                                            on_forget=self._forget, **self.IND_DELIVERY)
+                                            on_forget=self._forget,
+                                            policy=self.IND_DELIVERY)
         # (kp, tid, tx, hash of the bytes) -> exchange. Only UDP's message layer adds to it.
         self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
         self._executing = self.transactions.executing

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..codec import UDP, Transport
 from ..codes import Tx
-from ..delivery import Delivery
+from ..delivery import Delivery, DeliveryPolicy
 from ..model import Ack, Request
 from ..secure import MAGIC, SealError
 from ..seqnum import is_newer
@@ -48,7 +48,7 @@ class UdpSIBSession(SIBSession):
     as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from;
     sealed datagrams opened before anything else sees them."""
 
-    IND_DELIVERY = {"numbered": True, "acked": True, "durable": True}
+    IND_DELIVERY = DeliveryPolicy.ACKED
 
     def __init__(self, transport: Transport | str = UDP, *,
                  tombstone_lifetime: float = 86_400.0, **kwargs) -> None:
