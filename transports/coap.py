@@ -27,7 +27,6 @@ from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery, DeliveryPolicy
-from ksp.secure import SealedAddr, SealError
 from ksp.session import UdpSIBSession
 from ksp.transactions import PERSISTENT
 
@@ -165,10 +164,10 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.unheard: asyncio.TimerHandle | None = None  # no observer: the SIB gives up then
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
-        payload = self.server._seal(self.latest, self.addr)
-        if payload is None:  # its KP's key was removed meanwhile
+        sealed = self.server.session.seal(self.latest, self.addr)
+        if sealed is None:  # its KP's key was removed meanwhile
             return aiocoap.Message(code=Code.UNAUTHORIZED)
-        return _ksp_message(payload, max_age=self.server.max_age)
+        return _ksp_message(sealed[0], max_age=self.server.max_age)
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:
@@ -185,12 +184,12 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         """Send the newest IND to every observer; if its KP's key was removed meanwhile, end
         the observations with 4.01, which carries nothing of it (as `_answer`), and the SIB
         drops the operation as one nobody listens to."""
-        for observation in list(self._observations):
-            payload = self.server._seal(self.latest, self.addr)
-            if payload is None:
+        for observation in list(self._observations):  # sealed afresh for each
+            sealed = self.server.session.seal(self.latest, self.addr)
+            if sealed is None:
                 observation.trigger(aiocoap.Message(code=Code.UNAUTHORIZED), is_last=True)
             else:
-                observation.trigger(_ksp_message(payload, **self.server.notifying),
+                observation.trigger(_ksp_message(sealed[0], **self.server.notifying),
                                     is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
@@ -364,11 +363,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if answering is not None and answering[2] in PERSISTENT:
             resource = self._persistent.get(answering[:2])  # gone if it did not start
         location = {} if resource is None else {"location_path": resource.path}
-        payload = self._seal(data, addr)
-        if payload is None:
+        sealed = self.session.seal(data, addr)
+        if sealed is None:
             message = aiocoap.Message(code=Code.UNAUTHORIZED)
         else:
-            message = _ksp_message(payload, Code.CREATED if location else Code.CONTENT,
+            message = _ksp_message(sealed[0], Code.CREATED if location else Code.CONTENT,
                                    **location)
         self._complete((addr, peek_tid(data)), message)
 
@@ -386,16 +385,6 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     def _move(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
         """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
         self._wait(to, self._waiting.pop(key, ()))
-
-    def _seal(self, payload: bytes, addr: Hashable) -> bytes | None:
-        """Sealed afresh for each message (a new counter), for a KP that spoke sealed; None
-        when its key was removed meanwhile: nothing of it may reach the KP."""
-        if type(addr) is not SealedAddr or not payload:
-            return payload
-        try:
-            return self.session.sealers.seal(payload, addr)
-        except SealError:
-            return None
 
     # -- persistent operations -------------------------------------------------------------
 

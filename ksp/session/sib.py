@@ -255,15 +255,26 @@ class SIBSession:
         for key in self._timers.pop_due(now):
             self._retry(key, now)
 
+    def seal(self, data: bytes, addr: Hashable) -> tuple[bytes, Hashable] | None:
+        """What goes on the wire for message `data` to session address `addr`, and to which
+        transport address: to a KP that spoke sealed (a `SealedAddr`) sealed afresh (a new
+        counter), as every message to it must be; else as it is. None when that KP's key was
+        removed meanwhile: nothing of it may reach the KP."""
+        if type(addr) is not SealedAddr:
+            return data, addr
+        if not data:  # nothing to seal (a resource with no IND yet)
+            return data, addr.addr
+        try:
+            return self.sealers.seal(data, addr), addr.addr
+        except SealError:
+            return None
+
     # -- internals --------------------------------------------------------------------------
 
     def _send(self, data: bytes, addr: Hashable) -> None:
-        if type(addr) is SealedAddr:  # the KP spoke sealed: so is every answer to it
-            try:
-                data, addr = self.sealers.seal(data, addr), addr.addr
-            except SealError:  # its key was removed meanwhile: nothing may reach it
-                return
-        self._out(data, addr)
+        out = self.seal(data, addr)
+        if out is not None:
+            self._out(*out)
 
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
