@@ -91,12 +91,12 @@ class Delivery:
     """The delivery state of one persistent operation (see the module docstring).
 
     `numbered`: the transport numbers its INDs (UDP, CoAP); over TCP they carry no number.
-    `durable`: a journal keeps it, so the result digest is worth taking. The fields after
-    `final` are the UDP message layer's (the IND kept for retransmission and its back-off);
-    they live here so that one object is all there is of a delivery."""
+    `durable`: a journal keeps it, so the result digest is worth taking. What a message layer
+    does to get an IND there (UDP: the IND kept for retransmission, its back-off) is the
+    layer's own (`ksp.session.sib_udp.UdpMessageLayer`)."""
 
     __slots__ = ("kp", "tid", "endpoint", "max_size", "numbered", "durable", "seq", "digest",
-                 "delivered", "final", "restored", "data", "retries", "timeout")
+                 "delivered", "final", "restored")
 
     def __init__(self, kp: Hashable, tid: int, endpoint: Hashable | None = None,
                  max_size: int | None = None, *, numbered: bool = True,
@@ -112,9 +112,6 @@ class Delivery:
         self.delivered = False  # the KP has the newest state
         self.final = False  # the newest IND ended the operation
         self.restored = False  # from a journal, and no IND sent since
-        self.data: bytes | None = None  # the newest IND while unacknowledged (UDP)
-        self.retries = 0
-        self.timeout = 0.0
 
     @classmethod
     def restore(cls, kp: Hashable, tid: int, state: DeliveryState, *, numbered: bool = True,

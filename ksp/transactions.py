@@ -2,10 +2,11 @@
 persistent operation mean, whatever carries them (UDP, TCP or CoAP).
 
 Below it sit the message layers, which differ per transport: UDP's (CON retransmission with
-back-off, ACKs, the duplicate cache: `ksp.session`), TCP's framing (`ksp.framing`), CoAP's
-(aiocoap's reliability and Observe: `transports.coap`). They hand this layer decoded requests
-and answers and get back bytes to send; this layer never sees an address, a socket or a clock
-(sans-I/O, like the rest of `ksp/`).
+back-off, ACKs, the duplicate cache: `ksp.session.sib_udp`), TCP's framing (`ksp.framing`,
+`ksp.session.sib_tcp`), CoAP's (aiocoap's reliability and Observe: `transports.coap`), each
+keeping the contract of `ksp.session.layer.SibMessageLayer` on the SIB side. They hand this
+layer decoded requests and answers and get back bytes to send; this layer never sees an
+address, a socket or a clock (sans-I/O, like the rest of `ksp/`).
 
 Server side, `SibTransactions`:
 - **matching a RES to its request** by (KP identity, TID): the table of executing requests;
@@ -73,21 +74,19 @@ def request_digest(data: bytes) -> int:
 
 
 class Exchange:
-    """One request of one KP identity: executing until answered. `expires` and `response` are
-    the UDP message layer's (its duplicate cache keeps the exchange with its RES)."""
+    """One request of one KP identity: executing until answered. `key`: the message layer's
+    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it)."""
 
-    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "expires", "response")
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial")
 
     def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
-                 max_size: int | None, serial: int = 0, expires: float = 0.0) -> None:
+                 max_size: int | None, serial: int = 0) -> None:
         self.key = key
         self.tx = tx
         self.addr = addr
         self.confirmable = confirmable
         self.max_size = max_size
         self.serial = serial
-        self.expires = expires
-        self.response: bytes | None = None
 
 
 class SibTransactions:
@@ -119,14 +118,14 @@ class SibTransactions:
     # -- requests and their RES ------------------------------------------------------------
 
     def begin(self, kp: Hashable, request: Request, addr: Hashable, serial: int = 0,
-              expires: float = 0.0, cache_key: tuple | None = None) -> Exchange:
+              cache_key: tuple | None = None) -> Exchange:
         """A new request to execute; a persistent one gets (or keeps) its delivery, whose
         fallback endpoint is where the request came from. `cache_key`: the message layer's
         key for the exchange (its duplicate cache's), else (kp, tid, tx)."""
         tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
         key = (kp, tid)
         ex = Exchange(cache_key or (kp, tid, tx), tx, addr, request.confirmable, max_size,
-                      serial, expires)
+                      serial)
         executing = self.executing
         executing[key] = ex
         executing.move_to_end(key)

@@ -206,6 +206,8 @@ def test_every_method_the_session_state_tables_name_exists():
 
     owners = [session.KPSession, session.UdpKPSession, session.TcpKPSession,
               session.SIBSession, session.UdpSIBSession, session.TcpSIBSession,
+              session.SibMessageLayer, session.UdpMessageLayer, session.TcpMessageLayer,
+              session.DuplicateCache,
               transactions.KpTransactions, transactions.SibTransactions, Delivery]
     by_name = {cls.__name__: cls for cls in owners}
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "sessions.md").read_text()

@@ -15,7 +15,6 @@ from ksp import (
     CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
     RequestRefused, Response, SIBSession,
 )
-from ksp.session import UdpSIBSession
 from ksp.codes import Tx
 from ksp.delivery import Delivery, DeliveryState
 
@@ -101,7 +100,7 @@ class SessionAdapter:
         self.authenticator = getattr(service, "authenticator", None)
         if self.authenticator is not None and session.authenticate is None:
             session.authenticate = self.authenticator.verdict
-        if session.sealers is None and isinstance(session, UdpSIBSession):
+        if session.sealers is None and session.layer.sealed:
             # One table per service, shared with CoAP: one replay window per KP, whatever the
             # transport a recorded message is replayed on.
             session.sealers = getattr(service, "sealers", None)

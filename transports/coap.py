@@ -27,8 +27,8 @@ from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery, DeliveryPolicy
-from ksp.session import UdpSIBSession
-from ksp.transactions import PERSISTENT
+from ksp.session import DuplicateCache, SibMessageLayer, SIBSession
+from ksp.transactions import PERSISTENT, Exchange
 
 from ._sibadapter import SessionAdapter
 from .pacing import Pacer
@@ -86,67 +86,72 @@ def _unavailable(future: asyncio.Future) -> None:
         future.set_result(aiocoap.Message(code=Code.SERVICE_UNAVAILABLE))
 
 
-class _CoapSession(UdpSIBSession):
-    """The UDP session with aiocoap as its message layer: what it sends completes the POSTs
-    waiting for it, INDs go to the resources' observers (counted delivered: CoAP confirms or
-    ends the observation), and a KSP ACK is answered 0x03."""
+class _CoapLayer(SibMessageLayer):
+    """The SIB session's message layer over aiocoap: the duplicate cache (a transaction sent
+    again in a new CoAP message is answered as the first copy was); what the session sends
+    completes the POSTs waiting for it; INDs go to the resources' observers (counted delivered:
+    CoAP confirms or ends the observation); a KSP ACK is answered 0x03."""
 
-    IND_DELIVERY = DeliveryPolicy.OBSERVED
+    policy = DeliveryPolicy.OBSERVED
+    sealed = True
 
-    def __init__(self, server: "CoapServer", **kwargs) -> None:
-        super().__init__(UDP, **kwargs)
+    def __init__(self, server: "CoapServer") -> None:
         self.server = server
-        self.answering: tuple | None = None  # the cache key of the request being answered
 
-    def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
-        ex = self.transactions.executing.get((kp, tid))
-        self.answering = None if ex is None else ex.key
-        super().respond(kp, tid, response, now)
-        self.answering = None
-        if ex is not None:
-            self.server._unanswered((ex.addr, tid))
+    def attach(self, session: SIBSession) -> None:
+        super().attach(session)
+        self.cache = DuplicateCache(session.timing.exchange_lifetime, session.max_entries,
+                                    session.max_cache_bytes)
 
-    def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
+    def sizes(self) -> dict[str, int]:
+        return {"recent requests": len(self.cache)}
+
+    def receiving(self, data: bytes, addr: Hashable) -> None:
         self.server._heard(addr, peek_tid(data))
-        super()._on_message(data, addr, now)
 
-    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
-        ex = self._cache.get(key)
-        if ex is None:
+    def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
+        self.server._answer(data, addr, answering)
+
+    def answered(self, ex: Exchange, data: bytes | None) -> None:
+        if data is not None:
+            self.cache.answered(ex, data)
+        else:  # the NON rule sent nothing
+            self.server._unanswered((ex.addr, ex.key[1]))
+
+    def duplicate(self, key: tuple, addr: Hashable) -> bool:
+        seen = self.cache.get(key)
+        if seen is None:
             return False
-        if ex.addr != addr:  # the KP moved: the copies it sent before wait here now
-            self.server._move((ex.addr, key[1]), (addr, key[1]))
-        self.answering = key
-        super()._duplicate(key, addr)
-        self.answering = None
-        if key[:2] not in self.transactions.executing:  # answered: with nothing, 2.04 again
+        if seen.exchange.addr != addr:  # the KP moved: the copies it sent before wait here now
+            self.server._move((seen.exchange.addr, key[1]), (addr, key[1]))
+        self.cache.answer_copy(key, addr, lambda data, to: self.send(data, to, key),
+                               self.session.stats)
+        if key[:2] not in self.session.transactions.executing:  # answered: with nothing, 2.04
             self.server._unanswered((addr, key[1]))
         return True
 
-    def _remember(self, key: tuple, ex, now: float) -> None:
-        super()._remember(key, ex, now)
+    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
+        self.cache.add(key, ex, now)
         if ex.tx in PERSISTENT:  # before the service sees it: its RES may come at once
             self.server._add(key[0], key[1], ex.addr)
 
-    def _send(self, data: bytes, addr: Hashable) -> None:
-        self.server._answer(data, addr, self.answering)
+    def expire(self, now: float) -> None:
+        self.cache.expire(now)
 
-    def _deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
+    def deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
         self.server._publish(key, data, d.final)
         if d.final:
-            self.end_persistent(*key)
+            self.session.end_persistent(*key)
 
-    def end_persistent(self, kp: KPIdentity, tid: int) -> None:
-        super().end_persistent(kp, tid)
-        self.server._remove(kp, tid)  # also when its delivery was evicted from the table
+    def ended(self, key: tuple[KPIdentity, int]) -> None:
+        self.server._remove(*key)  # also when its delivery was evicted from the table
 
-    def _forget(self, key, d: Delivery, evicted: bool) -> None:
-        super()._forget(key, d, evicted)
+    def forget(self, key, d: Delivery, evicted: bool) -> None:
         if not evicted:  # an evicted delivery stays with its channel and resource
             self.server._remove(*key)
 
-    def _on_ack(self, ack, addr: Hashable, now: float) -> None:
-        self._send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
+    def on_ack(self, ack, addr: Hashable, now: float) -> None:
+        self.send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
 
 
 class _PersistentResource(aiocoap.resource.ObservableResource):
@@ -221,7 +226,8 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                  max_lingering: int = MAX_LINGERING,
                  notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
                  max_age: int = MAX_AGE, **session_args) -> None:
-        super().__init__(service, _CoapSession(self, timing=timing, **session_args))
+        super().__init__(service, SIBSession(UDP, layer=_CoapLayer(self), timing=timing,
+                                             **session_args))
         self.max_lingering = max_lingering
         self.max_age = max_age
         self.linger = max(FINAL_LINGER, 2.0 * max_age)
@@ -331,7 +337,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         answer = self._taking = self.loop.create_future()
         try:
             addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
-            self.session.receive_datagram(request.payload, addr, self.loop.time())
+            self.session.receive_message(request.payload, addr, self.loop.time())
             if self._taking is not None:  # a sealed payload that did not open
                 return aiocoap.Message(code=Code.UNAUTHORIZED)
         finally:

@@ -17,10 +17,12 @@ monotonic time in seconds. An adapter, after every input::
 
 Both sides stand on the transaction layer every transport shares (`ksp.transactions`: RES
 matching, the persistent lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering in one
-`ksp.delivery.Delivery` per operation, TIDs and the stale-IND rule); this package holds the message
-layers under it: `UdpKPSession`/`UdpSIBSession` (CON retransmission with back-off, ACKs, the
-duplicate cache, sealing) and `TcpKPSession`/`TcpSIBSession` (framing, `ksp.framing`).
-`KPSession(transport)` and `SIBSession(transport)` build the one for the transport.
+`ksp.delivery.Delivery` per operation, TIDs and the stale-IND rule); this package holds the
+message layers under it: `UdpKPSession` and `UdpMessageLayer` (CON retransmission with
+back-off, ACKs, the duplicate cache, sealing) and `TcpKPSession` and `TcpMessageLayer`
+(framing, `ksp.framing`). `KPSession(transport)` and `SIBSession(transport)` build the one for
+the transport; a SIB session holds its message layer as an object keeping the contract of
+`SibMessageLayer` (`ksp.session.layer`), which the CoAP server implements too.
 
 `KPSession` is the client: one per KP and transport endpoint. It allocates Transaction IDs,
 remembers which transaction type each pending TID answers (the RES Data field depends on it),
@@ -38,8 +40,9 @@ docs/sessions.md.
 
 Modules, one role each: `timing` (retransmission parameters, the deadline heap), `events` (what
 a session reports, the KP identity), `kp` (the KP side and its UDP and TCP message layers),
-`dedup` (the SIB's duplicate cache), `sib` (the SIB side), `sib_udp` and `sib_tcp` (the SIB's
-message layers).
+`dedup` (the SIB's duplicate cache), `sib` (the SIB side), `layer` (the contract between the SIB
+session and its message layer, `SibMessageLayer`), `sib_udp` and `sib_tcp` (the SIB's UDP and
+TCP message layers, and the sessions over them).
 """
 from __future__ import annotations
 from __future__ import annotations
@@ -55,9 +58,10 @@ from .events import (
     RequestTimedOut, ResponseReceived,
 )
 from .kp import KPSession, TcpKPSession, UdpKPSession
+from .layer import SibMessageLayer
 from .sib import SessionStats, SIBSession
-from .sib_tcp import TcpSIBSession
-from .sib_udp import UdpSIBSession
+from .sib_tcp import TcpMessageLayer, TcpSIBSession
+from .sib_udp import UdpMessageLayer, UdpSIBSession
 from .timing import Timing
 
 __all__ = [
@@ -66,5 +70,5 @@ __all__ = [
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
     "RequestRefused", "UdpKPSession", "TcpKPSession", "UdpSIBSession", "TcpSIBSession",
-    "TidsBusy",
+    "TidsBusy", "SibMessageLayer", "UdpMessageLayer", "TcpMessageLayer",
 ]

@@ -1,29 +1,45 @@
 """The SIB's duplicate cache: requests seen within EXCHANGE_LIFETIME, each copy answered from
-its entry (UDP's message layer, and CoAP's server over it)."""
+its entry (UDP's message layer, and the CoAP server's)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
 from ..codes import Tx
+from ..transactions import Exchange
 
-__all__ = ["DuplicateCache"]
+if TYPE_CHECKING:
+    from .sib import SessionStats
+
+__all__ = ["DuplicateCache", "Seen"]
 
 _TERMINATE = Tx.TERMINATE
+
+
+class Seen:
+    """A request in the cache: its exchange, when the entry expires and the RES it got (bytes,
+    or None until it is answered)."""
+
+    __slots__ = ("exchange", "expires", "response")
+
+    def __init__(self, exchange: Exchange, expires: float) -> None:
+        self.exchange = exchange
+        self.expires = expires
+        self.response: bytes | None = None
 
 
 class DuplicateCache:
     """Requests seen within EXCHANGE_LIFETIME: a copy of one is a duplicate, answered from its
     entry and never executed again.
 
-    Keys are (KP identity, TID, transaction type, hash of the request's bytes) and entries
-    `Exchange`s (their `key`, an `expires` time and a `response`: bytes, or None until the
-    answer is known, whose length counts against `max_bytes`). One entry per KP and TID (a
-    TERMINATE apart: it carries its target's TID): a request with other bytes under a TID is a
-    new request and takes the place of the one before, as the KP has moved on from it (R12).
-    Oldest first, which is soonest to expire; over `max_entries` or `max_bytes` the oldest go.
-    UDP's message layer keeps one (so does CoAP's server, which runs that layer over
-    aiocoap)."""
+    Keys are (KP identity, TID, transaction type, hash of the request's bytes), the `key` of
+    the `Exchange` each entry (`Seen`) holds with its expiry and its RES, whose length counts
+    against `max_bytes`. One entry per KP and TID (a TERMINATE apart: it carries its target's
+    TID): a request with other bytes under a TID is a new request and takes the place of the
+    one before, as the KP has moved on from it (R12). Oldest first, which is soonest to expire;
+    over `max_entries` or `max_bytes` the oldest go. UDP's message layer keeps one, and so does
+    CoAP's server, under which aiocoap is the message layer."""
 
     __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
 
@@ -32,7 +48,7 @@ class DuplicateCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[Hashable, object] = OrderedDict()
+        self._entries: OrderedDict[Hashable, Seen] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -41,31 +57,47 @@ class DuplicateCache:
     def _slot(key: tuple) -> tuple:
         return key[0], key[1], key[2] is _TERMINATE
 
-    def get(self, key: tuple):
+    def get(self, key: tuple) -> Seen | None:
         """The entry of request `key`: None if unseen, or if another request took its place."""
         entry = self._entries.get(self._slot(key))
-        return entry if entry is not None and entry.key == key else None
+        return entry if entry is not None and entry.exchange.key == key else None
 
-    def add(self, key: tuple, entry, now: float) -> None:
-        """Remember `entry` (its `expires` set from `now`), in the place of any request before
-        it under the same TID."""
-        entry.expires = now + self.lifetime
+    def add(self, key: tuple, exchange: Exchange, now: float) -> None:
+        """Remember `exchange` until `now` + lifetime, in the place of any request before it
+        under the same TID."""
         entries = self._entries
         slot = self._slot(key)
         before = entries.pop(slot, None)
         if before is not None:
             self._drop(before)
-        entries[slot] = entry
+        entries[slot] = Seen(exchange, now + self.lifetime)
         if len(entries) > self.max_entries or self.bytes > self.max_bytes:
             self._evict()
 
-    def answered(self, key: tuple, entry, response: bytes) -> None:
-        """`entry`'s answer is `response` (if the entry is still there)."""
-        if self._entries.get(self._slot(key)) is entry:
+    def answered(self, exchange: Exchange, response: bytes) -> None:
+        """`exchange`'s answer is `response` (if its entry is still there)."""
+        entry = self._entries.get(self._slot(exchange.key))
+        if entry is not None and entry.exchange is exchange:
             entry.response = response
             self.bytes += len(response)
             if self.bytes > self.max_bytes:
                 self._evict()
+
+    def answer_copy(self, key: tuple, addr: Hashable, send: Callable[[bytes, Hashable], None],
+                    stats: "SessionStats") -> bool:
+        """Whether request `key` is a copy of one seen. If so its exchange answers at `addr`
+        from now on (the newest copy's address), and its cached RES goes there again (`send`),
+        or nothing while it executes."""
+        entry = self.get(key)
+        if entry is None:
+            return False
+        entry.exchange.addr = addr  # a retransmission (or a duplicated datagram)
+        if entry.response is not None:
+            stats.res_retransmissions_answered += 1
+            send(entry.response, addr)
+        else:
+            stats.duplicates_ignored += 1
+        return True
 
     def expire(self, now: float) -> None:
         entries = self._entries
@@ -77,6 +109,6 @@ class DuplicateCache:
         while entries and (len(entries) > self.max_entries or self.bytes > self.max_bytes):
             self._drop(entries.popitem(last=False)[1])
 
-    def _drop(self, entry) -> None:
-        if entry is not None and entry.response is not None:
+    def _drop(self, entry: Seen) -> None:
+        if entry.response is not None:
             self.bytes -= len(entry.response)

@@ -1,6 +1,7 @@
 """The SIB side: `SIBSession` on the transaction layer (`ksp.transactions.SibTransactions`):
-credentials before anything else, where each KP is, events and timers. Its message layers are
-`ksp.session.sib_udp` and `ksp.session.sib_tcp`."""
+credentials before anything else, where each KP is, events; over its message layer, one object
+that keeps the contract of `ksp.session.layer.SibMessageLayer` (UDP's in
+`ksp.session.sib_udp`, TCP's in `ksp.session.sib_tcp`, CoAP's in `transports/coap.py`)."""
 from __future__ import annotations
 
 import itertools
@@ -11,17 +12,17 @@ from dataclasses import dataclass
 
 from ..codec import UDP, Transport, decode_kp_message, encode, peek_tid
 from ..codes import Status
-from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryPolicy, DeliveryState
+from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
 from ..errors import DecodeError
 from ..model import Ack, Request, Response
-from ..secure import SealedAddr, SealError, SealerTable
-from ..transactions import Exchange, SessionError, SibTransactions
-from .dedup import DuplicateCache
+from ..secure import MAGIC, SealedAddr, SealError, SealerTable
+from ..transactions import SessionError, SibTransactions
 from .events import (
     Authenticate, CredentialsPending, Event, KPIdentity, KPUnreachable, ProtocolError,
     RequestReceived, RequestRefused,
 )
-from .timing import Timing, _Timers
+from .layer import SibMessageLayer
+from .timing import Timing
 
 __all__ = ["SIBSession", "SessionStats"]
 
@@ -53,36 +54,40 @@ class SessionStats:
 
 
 class SIBSession:
-    """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener.
+    """The SIB side of KSP: every KP of one UDP socket, or every connection of a TCP listener,
+    or of a CoAP server.
 
-    `SIBSession(UDP)` is a `UdpSIBSession` and `SIBSession(TCP)` a `TcpSIBSession`: this class
-    is what both share on top of the transaction layer (`self.transactions`): credentials before
-    anything else, where each KP is, events and timers; each subclass is its transport's message
-    layer (UDP: the duplicate cache, IND retransmission until ACKed, sealing; TCP: framing and
-    the connections)."""
+    `SIBSession(UDP)` is a `UdpSIBSession` and `SIBSession(TCP)` a `TcpSIBSession`, each with
+    its transport's message layer and input methods; `SIBSession(UDP, layer=...)` runs over
+    the layer given (CoAP's). This class is what they share on top of the transaction layer
+    (`self.transactions`): credentials before anything else, where each KP is, events; what
+    differs is the layer's (`self.layer`, the contract in `ksp.session.layer`)."""
 
     DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
-    #: How this message layer delivers INDs (`SibTransactions`): over TCP unnumbered, once.
-    IND_DELIVERY = DeliveryPolicy.STREAMED
 
-    def __new__(cls, transport: Transport | str = UDP, **kwargs):
-        if cls is SIBSession:  # its message layers are modules that import this one
+    def __new__(cls, transport: Transport | str = UDP, *, layer: SibMessageLayer | None = None,
+                **kwargs):
+        if cls is SIBSession and layer is None:  # modules that import this one
             from .sib_tcp import TcpSIBSession
             from .sib_udp import UdpSIBSession
             cls = UdpSIBSession if Transport(transport) is UDP else TcpSIBSession
         return super().__new__(cls)
 
-    def __init__(self, transport: Transport | str = UDP, *, timing: Timing | None = None,
-                 rng: random.Random | None = None, max_message_size: int | None = None,
-                 max_entries: int = 65_536, max_cache_bytes: int = 8 << 20,
-                 authenticate: Authenticate | None = None, max_held: int = 1024,
-                 max_ind_bytes: int = 64 << 20) -> None:
+    def __init__(self, transport: Transport | str = UDP, *, layer: SibMessageLayer | None = None,
+                 timing: Timing | None = None, rng: random.Random | None = None,
+                 max_message_size: int | None = None, max_entries: int = 65_536,
+                 max_cache_bytes: int = 8 << 20, authenticate: Authenticate | None = None,
+                 max_held: int = 1024, max_ind_bytes: int = 64 << 20) -> None:
+        if layer is None:
+            raise SessionError("a SIBSession needs its message layer: SIBSession(transport) "
+                               "makes UDP's or TCP's")
         self.transport = Transport(transport)
+        #: The message layer (`ksp.session.layer.SibMessageLayer`).
+        self.layer = layer
         #: Bytes of unacknowledged INDs kept for retransmission (UDP), across every KP: past
         #: it the oldest one is given up on (`KPUnreachable`), so memory is bounded in bytes,
         #: not only by `max_entries`.
         self.max_ind_bytes = max_ind_bytes
-        self._ind_bytes = 0
         #: Checks CREDENTIALS before anything else looks at a request (None: every KP ID is
         #: taken at its word, as by a SIB without access control). Without it, anyone who
         #: names a KP ID would get that KP's cached answers and move its exchanges.
@@ -96,36 +101,33 @@ class SIBSession:
         self.max_entries = max_entries
         self.max_cache_bytes = max_cache_bytes
         self.stats = SessionStats()
-        self._rng = rng if rng is not None else random.Random()
+        #: Draws the retransmission timeouts (seeded in tests).
+        self.rng = rng if rng is not None else random.Random()
         self._serial = itertools.count(1)
         #: The transaction layer (`ksp.transactions`): executing requests, the persistent
         #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering, one `Delivery` per
-        #: operation. This class is the message layer under it: UDP's duplicate cache,
-        #: retransmission and ACKs, or TCP's framing, and where each KP is.
+        #: operation, as the layer's `policy` says.
         self.transactions = SibTransactions(self.transport, max_entries=max_entries,
-                                            on_forget=self._forget,
-                                            policy=self.IND_DELIVERY)
-        # (kp, tid, tx, hash of the bytes) -> exchange. Only UDP's message layer adds to it.
-        self._cache = DuplicateCache(self.timing.exchange_lifetime, max_entries, max_cache_bytes)
+                                            on_forget=layer.forget, policy=layer.policy)
         self._executing = self.transactions.executing
         # KP-ID identity -> (serial of the request that set it, endpoint).
         self._bindings: OrderedDict[KPIdentity, tuple[int, Hashable]] = OrderedDict()
         self._deliveries = self.transactions.deliveries
-        self._ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
-        self._timers = _Timers()
         self._events: deque[Event] = deque()
         # Requests waiting for a verdict on their credentials, in arrival order.
         self._held: deque[tuple[Request, Hashable, bytes]] = deque()
+        layer.attach(self)
 
     # -- API --------------------------------------------------------------------------------
 
     def sizes(self) -> dict[str, int]:
         """Entries in each table (timers: heap entries, stale ones included), for soak
         benchmarks and metrics: each is bounded, by `max_entries` or `max_held`."""
-        return {"recent requests": len(self._cache), "executing": len(self._executing),
-                "deliveries": len(self._deliveries), "ack routes": len(self._ack_routes),
-                "bindings": len(self._bindings), "timers": len(self._timers._heap),
-                "held": len(self._held)}
+        tables = {"recent requests": 0, "executing": len(self._executing),
+                  "deliveries": len(self._deliveries), "ack routes": 0,
+                  "bindings": len(self._bindings), "timers": 0, "held": len(self._held)}
+        tables.update(self.layer.sizes())
+        return tables
 
     def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
         """Answer request `tid` of `kp` (call it for every RequestReceived, NON included).
@@ -139,14 +141,14 @@ class SIBSession:
             addr = self._endpoint(kp)
             if addr is None:
                 raise SessionError(f"no request {tid} of {kp} and no known address")
-            self._send(data, addr)
+            self.layer.send(data, addr)
             return
+        self.layer.answered(ex, data)
         if data is not None:
-            self._cache.answered(ex.key, ex, data)
-            self._send(data, ex.addr)
+            self.layer.send(data, ex.addr, ex.key)
         if kp.kp_id is not None and response.status != Status.ACCESS_DENIED:
             self._bind(kp, ex.addr, ex.serial, now)
-            self._heard_of(kp, ex.addr, now)
+            self.layer.heard_of(kp, ex.addr, now)
 
     def indicate(self, kp: KPIdentity, tid: int, response: Response, now: float,
                  delivery: Delivery | None = None) -> None:
@@ -168,7 +170,7 @@ class SIBSession:
             addr = d.endpoint
         if addr is None:
             raise SessionError(f"no known address for {kp}")
-        if not self._reachable(addr):  # TCP: the KP's connection is gone
+        if not self.layer.reachable(addr):  # TCP: the KP's connection is gone
             self.end_persistent(kp, tid)
             self._events.append(KPUnreachable(kp, tid))
             return
@@ -176,18 +178,13 @@ class SIBSession:
         if data is None:  # after a restart: the KP had ACKed this very state
             return
         self.stats.inds_sent += 1
-        self._deliver(key, d, addr, data, now)
+        self.layer.deliver(key, d, addr, data, now)
 
     def end_persistent(self, kp: KPIdentity, tid: int) -> None:
         """Forget the IND state of (kp, tid): no more retransmissions. `respond` does this itself
         for an OK TERMINATE or RESET."""
         self.transactions.end(kp, tid)
-        self._timers.cancel((kp, tid))
-
-    def _forget(self, key: tuple[KPIdentity, int], d: Delivery, evicted: bool) -> None:
-        """A delivery ended or was evicted (`SibTransactions.on_forget`): no IND of it is kept
-        for retransmission any more."""
-        self._timers.cancel(key)
+        self.layer.ended((kp, tid))
 
     def endpoint(self, kp: KPIdentity) -> Hashable | None:
         """Where INDs for `kp` go: its address, or for a KP ID the endpoint of its most recent
@@ -229,8 +226,7 @@ class SIBSession:
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
         """Whether the newest IND of (kp, tid) is still unacknowledged (UDP) — e.g. for a SIB
         that stops and must send that state again after its restart."""
-        d = self._deliveries.get((kp, tid))
-        return d is not None and d.data is not None
+        return self.layer.awaiting_ack((kp, tid))
 
     def resume(self, now: float) -> None:
         """Look again at the requests held for `authenticate`'s verdict (call it when a
@@ -247,13 +243,29 @@ class SIBSession:
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
+    def emit(self, event: Event) -> None:
+        """Report `event` (`next_event`): for the message layer."""
+        self._events.append(event)
+
     def get_timer(self) -> float | None:
-        return self._timers.next()
+        return self.layer.get_timer()
 
     def handle_timer(self, now: float) -> None:
-        self._expire(now)
-        for key in self._timers.pop_due(now):
-            self._retry(key, now)
+        self.layer.expire(now)
+        self.layer.handle_timer(now)
+
+    def receive_message(self, data: bytes, addr: Hashable, now: float) -> None:
+        """One whole KSP message from session address `addr` (a datagram's, a CoAP POST's):
+        a sealed one is opened first, before anything else sees it, and dropped unverified
+        (`stats.sealed_dropped`)."""
+        self.layer.expire(now)
+        if data and data[0] == MAGIC and self.sealers is not None:
+            try:  # verified before anything else sees it: a replay moves no exchange
+                data, addr = self.sealers.open(data, addr)
+            except SealError:
+                self.stats.sealed_dropped += 1
+                return
+        self._on_message(bytes(data), addr, now)
 
     def seal(self, data: bytes, addr: Hashable) -> tuple[bytes, Hashable] | None:
         """What goes on the wire for message `data` to session address `addr`, and to which
@@ -271,11 +283,6 @@ class SIBSession:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _send(self, data: bytes, addr: Hashable) -> None:
-        out = self.seal(data, addr)
-        if out is not None:
-            self._out(*out)
-
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
             return kp.addr
@@ -290,28 +297,27 @@ class SIBSession:
             while len(self._bindings) > self.max_entries:
                 self._bindings.popitem(last=False)
             if now is not None and binding is not None and binding[1] != addr:
-                self._resend_to(kp, addr, now)
-
-    def _expire(self, now: float) -> None:
-        self._cache.expire(now)
+                self.layer.moved(kp, addr, now)
 
     def _reject(self, event: ProtocolError) -> None:
         """Report undecodable input and answer it with its status (when it has a TID)."""
         self._events.append(event)
         if event.tid is not None:
-            self._send(encode(Response(event.tid, event.status), self.transport), event.addr)
+            self.layer.send(encode(Response(event.tid, event.status), self.transport),
+                            event.addr)
 
     def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
+        self.layer.receiving(data, addr)
         try:
             msg = decode_kp_message(data, self.transport)
         except DecodeError as exc:
             tid = exc.tid if exc.tid is not None else peek_tid(data)
-            self._heard_from(addr, now)
+            self.layer.heard_from(addr, now)
             self._reject(ProtocolError(exc.status, str(exc), tid, addr))
             return
         if isinstance(msg, Ack):
-            self._heard_from(addr, now)
-            self._on_ack(msg, addr, now)
+            self.layer.heard_from(addr, now)
+            self.layer.on_ack(msg, addr, now)
         else:
             self._on_request(msg, addr, now, data)
 
@@ -320,7 +326,7 @@ class SIBSession:
         request from a new request under the same TID (R12)."""
         options = request.options
         creds = options.credentials
-        if self._held and self._behind_held(addr):
+        if self._held and self.layer.ordered and any(item[1] == addr for item in self._held):
             self._hold(request, addr, data)  # a stream keeps its order behind one still held
             return
         sealed = type(addr) is SealedAddr
@@ -339,15 +345,14 @@ class SIBSession:
                 return
         kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
         tid, tx = request.tid, request.tx
-        self._heard_from(addr, now, request, kp)
+        self.layer.heard_from(addr, now, request, kp)
         # A copy is byte for byte the same request: another request under a TID (a KP past
         # 65 536 requests per EXCHANGE_LIFETIME) is a new exchange, executed (R12).
         key = (kp, tid, tx, hash(data))
-        if self._duplicate(key, addr):
+        if self.layer.duplicate(key, addr):
             return
-        ex = self.transactions.begin(kp, request, addr, next(self._serial),
-                                     now + self.timing.exchange_lifetime, key)
-        self._remember(key, ex, now)
+        ex = self.transactions.begin(kp, request, addr, next(self._serial), key)
+        self.layer.remember(key, ex, now)
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable, data: bytes) -> None:
@@ -367,12 +372,9 @@ class SIBSession:
         creds = request.options.credentials
         self._events.append(RequestRefused(bytes(creds.kp_id) if creds else b"", addr,
                                            request.tid, status))
-        self._send(encode(Response(request.tid, status), self.transport), addr)
+        self.layer.send(encode(Response(request.tid, status), self.transport), addr)
 
-    def _on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
-        """An ACK (only UDP has them: the TCP codec refuses one)."""
-
-    # -- the message layer's part (`UdpSIBSession`, `TcpSIBSession`) --------------------------
+    # -- the transport's input and output (`UdpSIBSession`, `TcpSIBSession`) -----------------
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
         raise SessionError(f"this is a {self.transport.name} session")
@@ -385,38 +387,3 @@ class SIBSession:
 
     def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
         raise SessionError(f"this is a {self.transport.name} session")
-
-    def _out(self, data: bytes, addr: Hashable) -> None:
-        raise NotImplementedError
-
-    def _deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
-                 now: float) -> None:
-        """Send the IND `data` of delivery `d` to `addr`."""
-        raise NotImplementedError
-
-    def _reachable(self, addr: Hashable) -> bool:
-        return True
-
-    def _retry(self, key: tuple[KPIdentity, int], now: float) -> None:
-        """The timer of delivery `key` fired."""
-
-    def _resend_to(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
-        """A KP ID heard from a new address."""
-
-    def _behind_held(self, addr: Hashable) -> bool:
-        """Whether a request from `addr` must wait behind one held for a verdict."""
-        return False
-
-    def _heard_from(self, addr: Hashable, now: float, request: Request | None = None,
-                    kp: KPIdentity | None = None) -> None:
-        """A datagram came from `addr` (`request` of `kp`, once its credentials passed)."""
-
-    def _heard_of(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
-        """KP ID `kp` is at `addr`: a request of it was answered there (not 0x08)."""
-
-    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
-        """Whether request `key` is a copy of one seen (then answered here)."""
-        return False
-
-    def _remember(self, key: tuple, ex: Exchange, now: float) -> None:
-        """Request `key` is new: remember it for its copies."""

@@ -1,38 +1,65 @@
-"""The SIB's TCP message layer, `TcpSIBSession`: one Length-framed stream per connection
-(`ksp.framing`), no duplicates, no ACKs."""
+"""The SIB over TCP: `TcpMessageLayer` (one Length-framed stream per connection, `ksp.framing`;
+no duplicates, no ACKs) and `TcpSIBSession`, the session over it with the stream's input."""
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable
 
 from ..codec import TCP, Transport
-from ..delivery import Delivery
+from ..delivery import Delivery, DeliveryPolicy
 from ..framing import DEFAULT_MAX_TCP_MESSAGE, FRAME as _FRAME, OVERSIZE as _OVERSIZE, FrameReader
 from .events import KPIdentity, ProtocolError, oversize_error
+from .layer import SibMessageLayer
 from .sib import SIBSession
 
-__all__ = ["TcpSIBSession"]
+__all__ = ["TcpMessageLayer", "TcpSIBSession"]
+
+
+class TcpMessageLayer(SibMessageLayer):
+    """The SIB's TCP message layer: one stream per connection (each its own endpoint handle);
+    an IND delivered once written, or its connection gone (then `KPUnreachable`); a request
+    waits behind one of its stream held for a verdict, so the stream keeps its order."""
+
+    policy = DeliveryPolicy.STREAMED
+    ordered = True
+
+    def __init__(self) -> None:
+        #: Bytes to send, per connection; and the reader of each connection's stream (a
+        #: connection without one is gone).
+        self.streams: dict[Hashable, bytearray] = {}
+        self.readers: dict[Hashable, FrameReader] = {}
+
+    def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
+        out = self.session.seal(data, addr)
+        if out is not None and out[1] in self.readers:  # else the connection is gone
+            self.streams.setdefault(out[1], bytearray()).extend(out[0])
+
+    def deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
+                now: float) -> None:
+        self.send(data, addr)
+        if d.final:
+            self.session.end_persistent(*key)
+
+    def reachable(self, addr: Hashable) -> bool:
+        return addr in self.readers
 
 
 class TcpSIBSession(SIBSession):
-    """The SIB's TCP message layer: one stream per connection (each its own endpoint handle),
-    cut into messages by their Length field (`ksp.framing`); no duplicates, no ACKs, an IND
-    delivered or its connection gone (then `KPUnreachable`); a request waits behind one of its
-    stream held for a verdict, so the stream keeps its order."""
+    """The SIB over TCP: the session over a `TcpMessageLayer`, cutting each connection's
+    stream into messages by their Length field (`ksp.framing`)."""
 
     DEFAULT_MAX_MESSAGE = DEFAULT_MAX_TCP_MESSAGE
 
     def __init__(self, transport: Transport | str = TCP, **kwargs) -> None:
         if Transport(transport) is not TCP:
             raise ValueError("a TcpSIBSession is a TCP session")
-        self._streams: dict[Hashable, bytearray] = {}
-        self._readers: dict[Hashable, FrameReader] = {}
-        super().__init__(TCP, **kwargs)
+        super().__init__(TCP, layer=TcpMessageLayer(), **kwargs)
 
     def data_to_send(self) -> list[tuple[bytes, Hashable]]:
         """(bytes, connection) pairs, one per connection with something to send."""
-        out = [(bytes(buf), conn) for conn, buf in self._streams.items() if buf]
-        self._streams.clear()
+        streams = self.layer.streams
+        out = [(bytes(buf), conn) for conn, buf in streams.items() if buf]
+        streams.clear()
         return out
 
     def receive_data(self, data: bytes, conn: Hashable, now: float) -> None:
@@ -40,10 +67,11 @@ class TcpSIBSession(SIBSession):
         if not data:
             self.connection_lost(conn)
             return
-        self._expire(now)
-        reader = self._readers.get(conn)
+        self.layer.expire(now)
+        readers = self.layer.readers
+        reader = readers.get(conn)
         if reader is None:
-            reader = self._readers[conn] = FrameReader(self.max_message_size)
+            reader = readers[conn] = FrameReader(self.max_message_size)
         for item in reader.feed(data):
             if item[0] == _FRAME:
                 self._on_message(item[1], conn, now)
@@ -57,28 +85,12 @@ class TcpSIBSession(SIBSession):
     def buffered(self, conn: Hashable) -> int:
         """Bytes of an unfinished message held for connection `conn` (for a server's bound
         on buffered bytes, and its slow-frame timeout)."""
-        reader = self._readers.get(conn)
+        reader = self.layer.readers.get(conn)
         return len(reader.buf) if reader is not None else 0
 
     def connection_lost(self, conn: Hashable) -> None:
         """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
-        self._readers.pop(conn, None)
-        self._streams.pop(conn, None)
+        self.layer.readers.pop(conn, None)
+        self.layer.streams.pop(conn, None)
         if any(item[1] == conn for item in self._held):
             self._held = deque(item for item in self._held if item[1] != conn)
-
-    def _out(self, data: bytes, addr: Hashable) -> None:
-        if addr in self._readers:  # else the connection is gone: nowhere to send
-            self._streams.setdefault(addr, bytearray()).extend(data)
-
-    def _deliver(self, key: tuple[KPIdentity, int], d: Delivery, addr: Hashable, data: bytes,
-                 now: float) -> None:
-        self._send(data, addr)
-        if d.final:
-            self.end_persistent(*key)
-
-    def _reachable(self, addr: Hashable) -> bool:
-        return addr in self._readers
-
-    def _behind_held(self, addr: Hashable) -> bool:
-        return any(item[1] == addr for item in self._held)
