@@ -24,16 +24,44 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .codec import UDP, encode, retag
 from .codes import Status
 from .model import Response
 from .seqnum import FIRST_SEQ, next_seq
 
-__all__ = ["Delivery", "DeliveryState", "result_digest", "MAX_UDP_PAYLOAD"]
+__all__ = ["Delivery", "DeliveryPolicy", "DeliveryState", "result_digest", "MAX_UDP_PAYLOAD"]
 
 MAX_UDP_PAYLOAD = 65_507
 """The largest KSP message in one datagram (§2.3, the IPv4 UDP payload limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    """How one message layer delivers INDs: one value per transport, the transaction layer
+    (`ksp.transactions.SibTransactions`) asks it. The three in use are named: `ACKED` (UDP),
+    `STREAMED` (TCP), `OBSERVED` (CoAP)."""
+
+    #: INDs carry sequence numbers (§9).
+    numbered: bool = True
+    #: Each IND is acknowledged at the KSP level (a KSP ACK); else it counts as delivered once
+    #: sent (TCP's stream, or CoAP's own layer, which confirms or ends the observation).
+    acked: bool = True
+    #: A journal keeps the deliveries, so their result digests are taken.
+    durable: bool = False
+
+    ACKED: ClassVar["DeliveryPolicy"]
+    STREAMED: ClassVar["DeliveryPolicy"]
+    OBSERVED: ClassVar["DeliveryPolicy"]
+
+
+DeliveryPolicy.ACKED = DeliveryPolicy(numbered=True, acked=True, durable=True)
+"""UDP: numbered, retransmitted until a KSP ACK covers them, resumed by a restarted SIB."""
+DeliveryPolicy.STREAMED = DeliveryPolicy(numbered=False, acked=False, durable=False)
+"""TCP: unnumbered, delivered once on the stream (or the connection is gone)."""
+DeliveryPolicy.OBSERVED = DeliveryPolicy(numbered=True, acked=False, durable=False)
+"""CoAP: numbered notifications, which CoAP confirms or whose observation it ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +93,12 @@ class Delivery:
     """The delivery state of one persistent operation (see the module docstring).
 
     `numbered`: the transport numbers its INDs (UDP, CoAP); over TCP they carry no number.
-    `durable`: a journal keeps it, so the result digest is worth taking. The fields after
-    `final` are the UDP message layer's (the IND kept for retransmission and its back-off);
-    they live here so that one object is all there is of a delivery."""
+    `durable`: a journal keeps it, so the result digest is worth taking. What a message layer
+    does to get an IND there (UDP: the IND kept for retransmission, its back-off) is the
+    layer's own (`ksp.session.sib_udp.UdpMessageLayer`)."""
 
     __slots__ = ("kp", "tid", "endpoint", "max_size", "numbered", "durable", "seq", "digest",
-                 "delivered", "final", "restored", "data", "retries", "timeout")
+                 "delivered", "final", "restored")
 
     def __init__(self, kp: Hashable, tid: int, endpoint: Hashable | None = None,
                  max_size: int | None = None, *, numbered: bool = True,
@@ -86,9 +114,6 @@ class Delivery:
         self.delivered = False  # the KP has the newest state
         self.final = False  # the newest IND ended the operation
         self.restored = False  # from a journal, and no IND sent since
-        self.data: bytes | None = None  # the newest IND while unacknowledged (UDP)
-        self.retries = 0
-        self.timeout = 0.0
 
     @classmethod
     def restore(cls, kp: Hashable, tid: int, state: DeliveryState, *, numbered: bool = True,

@@ -2,10 +2,11 @@
 persistent operation mean, whatever carries them (UDP, TCP or CoAP).
 
 Below it sit the message layers, which differ per transport: UDP's (CON retransmission with
-back-off, ACKs, the duplicate cache: `ksp.session`), TCP's framing (`ksp.framing`), CoAP's
-(aiocoap's reliability and Observe: `transports.coap`). They hand this layer decoded requests
-and answers and get back bytes to send; this layer never sees an address, a socket or a clock
-(sans-I/O, like the rest of `ksp/`).
+back-off, ACKs, the duplicate cache: `ksp.session.sib_udp`), TCP's framing (`ksp.framing`,
+`ksp.session.sib_tcp`), CoAP's (aiocoap's reliability and Observe: `transports.coap`), each
+keeping the contract of `ksp.session.layer.SibMessageLayer` on the SIB side. They hand this
+layer decoded requests and answers and get back bytes to send; this layer never sees an
+address, a socket or a clock (sans-I/O, like the rest of `ksp/`).
 
 Server side, `SibTransactions`:
 - **matching a RES to its request** by (KP identity, TID): the table of executing requests;
@@ -31,7 +32,7 @@ from collections.abc import Callable, Hashable
 
 from .codec import Transport, UDP, encode, retag
 from .codes import Status, Tx
-from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState, encoding_digest
+from .delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryPolicy, DeliveryState, encoding_digest
 from .errors import KspError
 from .model import Request, Response
 from .seqnum import is_newer
@@ -73,44 +74,39 @@ def request_digest(data: bytes) -> int:
 
 
 class Exchange:
-    """One request of one KP identity: executing until answered. `expires` and `response` are
-    the UDP message layer's (its duplicate cache keeps the exchange with its RES)."""
+    """One request of one KP identity: executing until answered. `key`: the message layer's
+    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it)."""
 
-    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "expires", "response")
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial")
 
     def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
-                 max_size: int | None, serial: int = 0, expires: float = 0.0) -> None:
+                 max_size: int | None, serial: int = 0) -> None:
         self.key = key
         self.tx = tx
         self.addr = addr
         self.confirmable = confirmable
         self.max_size = max_size
         self.serial = serial
-        self.expires = expires
-        self.response: bytes | None = None
 
 
 class SibTransactions:
     """The SIB's transaction layer for one message layer (see the module docstring).
 
-    `transport`: the layout of what it encodes; `numbered`: INDs carry sequence numbers (UDP,
-    CoAP); `acked`: each IND is acknowledged at the KSP level (UDP), else it counts as delivered
-    once sent (TCP) or CoAP's own layer confirms it; `durable`: deliveries a journal keeps
-    (their result digests are taken). Tables hold at most `max_entries` each, oldest evicted;
-    `on_forget(key, delivery, evicted)` is called for every delivery that ends or (`evicted`)
-    leaves the full table, so the message layer drops what it holds for it (an IND kept for
-    retransmission, an observation). An evicted delivery lives on where its holder keeps it (a
-    channel, a CoAP resource) and comes back with its next IND (`delivery_for`).
+    `transport`: the layout of what it encodes; `policy`: how the message layer delivers INDs
+    (`DeliveryPolicy`: numbered, ACKed at the KSP level, kept by a journal). Tables hold at most
+    `max_entries` each, oldest evicted; `on_forget(key, delivery, evicted)` is called for every
+    delivery that ends or (`evicted`) leaves the full table, so the message layer drops what it
+    holds for it (an IND kept for retransmission, an observation). An evicted delivery lives on
+    where its holder keeps it (a channel, a CoAP resource) and comes back with its next IND
+    (`delivery_for`).
     """
 
-    def __init__(self, transport: Transport = UDP, *, numbered: bool = True, acked: bool = True,
-                 durable: bool = False, max_entries: int = 65_536,
+    def __init__(self, transport: Transport = UDP, *, policy: DeliveryPolicy = DeliveryPolicy(),
+                 max_entries: int = 65_536,
                  on_forget: Callable[[OpKey, Delivery, bool], None] | None = None) -> None:
         self.transport = transport
         self.payload_cap = MAX_UDP_PAYLOAD if transport is UDP else None
-        self.numbered = numbered
-        self.acked = acked
-        self.durable = durable
+        self.policy = policy
         self.max_entries = max_entries
         self.on_forget = on_forget
         self.executing: OrderedDict[OpKey, Exchange] = OrderedDict()
@@ -122,14 +118,14 @@ class SibTransactions:
     # -- requests and their RES ------------------------------------------------------------
 
     def begin(self, kp: Hashable, request: Request, addr: Hashable, serial: int = 0,
-              expires: float = 0.0, cache_key: tuple | None = None) -> Exchange:
+              cache_key: tuple | None = None) -> Exchange:
         """A new request to execute; a persistent one gets (or keeps) its delivery, whose
         fallback endpoint is where the request came from. `cache_key`: the message layer's
         key for the exchange (its duplicate cache's), else (kp, tid, tx)."""
         tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
         key = (kp, tid)
         ex = Exchange(cache_key or (kp, tid, tx), tx, addr, request.confirmable, max_size,
-                      serial, expires)
+                      serial)
         executing = self.executing
         executing[key] = ex
         executing.move_to_end(key)
@@ -203,7 +199,7 @@ class SibTransactions:
         data, base = self._encode_indication(response, d.next_seq(response),
                                              self.cap(d.max_size))
         d.indicated(response, self._digest(base) if d.durable else None,
-                    delivered=not self.acked)
+                    delivered=not self.policy.acked)
         return data
 
     def end(self, kp: Hashable, tid: int) -> Delivery | None:
@@ -217,8 +213,8 @@ class SibTransactions:
 
     def new_delivery(self, kp: Hashable, tid: int, endpoint: Hashable | None = None,
                      max_size: int | None = None) -> Delivery:
-        return Delivery(kp, tid, endpoint, max_size, numbered=self.numbered,
-                        durable=self.durable)
+        return Delivery(kp, tid, endpoint, max_size, numbered=self.policy.numbered,
+                        durable=self.policy.durable)
 
     def put_back(self, key: OpKey, d: Delivery) -> Delivery:
         """Take back a delivery the message layer kept after it ended (a final IND given up on,
@@ -226,8 +222,9 @@ class SibTransactions:
         return self._adopt(key, d)
 
     def restore(self, kp: Hashable, tid: int, state: DeliveryState) -> Delivery:
-        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=self.numbered,
-                                                       durable=self.durable))
+        policy = self.policy
+        return self._adopt((kp, tid), Delivery.restore(kp, tid, state, numbered=policy.numbered,
+                                                       durable=policy.durable))
 
     def _adopt(self, key: OpKey, d: Delivery) -> Delivery:
         deliveries = self.deliveries

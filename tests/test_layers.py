@@ -8,6 +8,9 @@
 - tools/ reaches into no private name of another package (`codec._speedups`, `_decode_*`,
   another benchmark's `_table`): what tools need is public (`ksp.codec.use_speedups`,
   `tools.bench.report`).
+- transports/ uses no private name of ksp: it neither overrides nor calls a session's private
+  methods, nor reads its private tables; a SIB message layer keeps the public contract
+  `ksp.session.SibMessageLayer`.
 """
 from __future__ import annotations
 
@@ -156,3 +159,75 @@ def test_every_benchmark_module_imports(module):
     """A benchmark nothing runs in the suite still has to load: an import broken by a rename
     (tools/bench/_cli -> report) is found here, not by the next person who measures."""
     importlib.import_module(f"tools.bench.{module}")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in NAMEDTUPLE_API
+
+
+def _defined_names(paths: list[pathlib.Path]) -> set[str]:
+    """The private names `paths` define: functions, classes, methods, module globals, and the
+    attributes their code sets (`self._x = ...`)."""
+    names = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return {name for name in names if _private(name)}
+
+
+KSP_PRIVATE = _defined_names(modules("ksp"))
+
+
+def private_uses_of_ksp(source: str, own: set[str]) -> list[str]:
+    """Where `source` (a module of transports/) reaches into ksp's private names: imports one;
+    subclasses a ksp class and overrides or calls its private methods (`super()._x`); or reads
+    an attribute `_x` that ksp defines and `own` (transports' own private names) does not."""
+    tree = ast.parse(source)
+    from_ksp = set()
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.ImportFrom) and node.level == 0
+                and _top(node.module or "") == "ksp"):
+            for alias in node.names:
+                from_ksp.add(alias.asname or alias.name)
+                if _private(alias.name):
+                    found.append(f"{node.lineno}: imports {node.module}.{alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+                isinstance(base, ast.Name) and base.id in from_ksp for base in node.bases):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                        and item.name in KSP_PRIVATE:
+                    found.append(f"{item.lineno}: {node.name} overrides ksp's {item.name}")
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr in KSP_PRIVATE:
+            on_super = (isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                        and node.value.func.id == "super")
+            if on_super or node.attr not in own:
+                found.append(f"{node.lineno}: uses ksp's {node.attr}")
+    return found
+
+
+def test_the_private_name_rule_sees_overrides_and_reaches():
+    """A subclass overriding a session's private method, calling it through super() or reading
+    its private table is found (else the rule below holds vacuously)."""
+    source = ("from ksp.session import UdpSIBSession\n"
+              "class S(UdpSIBSession):\n"
+              "    def _on_message(self, *args):\n"
+              "        super()._on_message(*args)\n"
+              "        return len(self.session._executing)\n")
+    assert len(private_uses_of_ksp(source, set())) == 3
+
+
+@pytest.mark.parametrize("path", modules("transports"), ids=lambda p: p.name)
+def test_transports_use_no_private_name_of_ksp(path):
+    """A transport builds on ksp's public interface (`ksp.session.SibMessageLayer` for a SIB
+    message layer), never on its private methods or tables, so the core changes inside
+    without breaking an adapter."""
+    own = _defined_names(modules("transports"))
+    found = private_uses_of_ksp(path.read_text(encoding="utf-8"), own)
+    assert not found, f"{path.name}: " + "; ".join(found)

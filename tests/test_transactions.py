@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from ksp import TCP, UDP, Literal, Options, Request, Response, Status, Triple, Tx, Var
 from ksp.codec import decode_sib_message
+from ksp.delivery import DeliveryPolicy
 from ksp.model import SelectResult
 from ksp.transactions import KpTransactions, SessionError, SibTransactions
 from sib.testing import ex
@@ -35,7 +36,8 @@ def started(layer: SibTransactions, kp, tid: int, **options):
 @pytest.mark.parametrize("transport", [UDP, TCP])
 def test_the_persistent_lifecycle_is_the_same_for_every_layout(transport):
     forgotten = []
-    layer = SibTransactions(transport, numbered=transport is UDP, acked=transport is UDP,
+    policy = DeliveryPolicy(numbered=transport is UDP, acked=transport is UDP)
+    layer = SibTransactions(transport, policy=policy,
                             on_forget=lambda key, d, evicted: forgotten.append((key, evicted)))
     for tid in (1, 2):
         started(layer, "a", tid)
@@ -92,7 +94,7 @@ def test_udp_payload_cap_applies_without_a_max_response_size():
 
 
 def test_subscribers_of_one_result_share_one_encoding_with_their_own_tid_and_seq():
-    layer = SibTransactions(UDP, durable=True)
+    layer = SibTransactions(UDP, policy=DeliveryPolicy.ACKED)
     ds = [started(layer, f"kp{i}", 10 + i) for i in range(3)]
     result = rows(3)
     inds = [layer.indication(d, Response(d.tid, Status.OK, result, indication=True)) for d in ds]
@@ -204,6 +206,8 @@ def test_every_method_the_session_state_tables_name_exists():
 
     owners = [session.KPSession, session.UdpKPSession, session.TcpKPSession,
               session.SIBSession, session.UdpSIBSession, session.TcpSIBSession,
+              session.SibMessageLayer, session.UdpMessageLayer, session.TcpMessageLayer,
+              session.DuplicateCache,
               transactions.KpTransactions, transactions.SibTransactions, Delivery]
     by_name = {cls.__name__: cls for cls in owners}
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "sessions.md").read_text()

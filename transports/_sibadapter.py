@@ -15,7 +15,6 @@ from ksp import (
     CredentialsPending, KPIdentity, KPUnreachable, ProtocolError, RequestReceived,
     RequestRefused, Response, SIBSession,
 )
-from ksp.session import UdpSIBSession
 from ksp.codes import Tx
 from ksp.delivery import Delivery, DeliveryState
 
@@ -46,7 +45,7 @@ class SessionChannel:
         self.tid = tid
         #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
         #: connection ends with the process.
-        self.durable = adapter.session.transactions.durable
+        self.durable = adapter.session.transactions.policy.durable
         #: The most bytes one RES can hold here (one datagram; None: as the framing allows).
         self.payload_cap = adapter.session.transactions.payload_cap
         self._adapter = adapter
@@ -101,7 +100,7 @@ class SessionAdapter:
         self.authenticator = getattr(service, "authenticator", None)
         if self.authenticator is not None and session.authenticate is None:
             session.authenticate = self.authenticator.verdict
-        if session.sealers is None and isinstance(session, UdpSIBSession):
+        if session.sealers is None and session.layer.sealed:
             # One table per service, shared with CoAP: one replay window per KP, whatever the
             # transport a recorded message is replayed on.
             session.sealers = getattr(service, "sealers", None)

@@ -26,10 +26,9 @@ from aiocoap.numbers.constants import TransportTuning
 from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
-from ksp.delivery import Delivery
-from ksp.secure import SealedAddr, SealError
-from ksp.session import UdpSIBSession
-from ksp.transactions import PERSISTENT
+from ksp.delivery import Delivery, DeliveryPolicy
+from ksp.session import DuplicateCache, SibMessageLayer, SIBSession
+from ksp.transactions import PERSISTENT, Exchange
 
 from ._sibadapter import SessionAdapter
 from .pacing import Pacer
@@ -87,67 +86,72 @@ def _unavailable(future: asyncio.Future) -> None:
         future.set_result(aiocoap.Message(code=Code.SERVICE_UNAVAILABLE))
 
 
-class _CoapSession(UdpSIBSession):
-    """The UDP session with aiocoap as its message layer: what it sends completes the POSTs
-    waiting for it, INDs go to the resources' observers (counted delivered: CoAP confirms or
-    ends the observation), and a KSP ACK is answered 0x03."""
+class _CoapLayer(SibMessageLayer):
+    """The SIB session's message layer over aiocoap: the duplicate cache (a transaction sent
+    again in a new CoAP message is answered as the first copy was); what the session sends
+    completes the POSTs waiting for it; INDs go to the resources' observers (counted delivered:
+    CoAP confirms or ends the observation); a KSP ACK is answered 0x03."""
 
-    IND_DELIVERY = {"numbered": True, "acked": False, "durable": False}
+    policy = DeliveryPolicy.OBSERVED
+    sealed = True
 
-    def __init__(self, server: "CoapServer", **kwargs) -> None:
-        super().__init__(UDP, **kwargs)
+    def __init__(self, server: "CoapServer") -> None:
         self.server = server
-        self.answering: tuple | None = None  # the cache key of the request being answered
 
-    def respond(self, kp: KPIdentity, tid: int, response: Response, now: float) -> None:
-        ex = self.transactions.executing.get((kp, tid))
-        self.answering = None if ex is None else ex.key
-        super().respond(kp, tid, response, now)
-        self.answering = None
-        if ex is not None:
-            self.server._unanswered((ex.addr, tid))
+    def attach(self, session: SIBSession) -> None:
+        super().attach(session)
+        self.cache = DuplicateCache(session.timing.exchange_lifetime, session.max_entries,
+                                    session.max_cache_bytes)
 
-    def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
+    def sizes(self) -> dict[str, int]:
+        return {"recent requests": len(self.cache)}
+
+    def receiving(self, data: bytes, addr: Hashable) -> None:
         self.server._heard(addr, peek_tid(data))
-        super()._on_message(data, addr, now)
 
-    def _duplicate(self, key: tuple, addr: Hashable) -> bool:
-        ex = self._cache.get(key)
-        if ex is None:
+    def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
+        self.server._answer(data, addr, answering)
+
+    def answered(self, ex: Exchange, data: bytes | None) -> None:
+        if data is not None:
+            self.cache.answered(ex, data)
+        else:  # the NON rule sent nothing
+            self.server._unanswered((ex.addr, ex.key[1]))
+
+    def duplicate(self, key: tuple, addr: Hashable) -> bool:
+        seen = self.cache.get(key)
+        if seen is None:
             return False
-        if ex.addr != addr:  # the KP moved: the copies it sent before wait here now
-            self.server._move((ex.addr, key[1]), (addr, key[1]))
-        self.answering = key
-        super()._duplicate(key, addr)
-        self.answering = None
-        if key[:2] not in self.transactions.executing:  # answered: with nothing, 2.04 again
+        if seen.exchange.addr != addr:  # the KP moved: the copies it sent before wait here now
+            self.server._move((seen.exchange.addr, key[1]), (addr, key[1]))
+        self.cache.answer_copy(key, addr, lambda data, to: self.send(data, to, key),
+                               self.session.stats)
+        if key[:2] not in self.session.transactions.executing:  # answered: with nothing, 2.04
             self.server._unanswered((addr, key[1]))
         return True
 
-    def _remember(self, key: tuple, ex, now: float) -> None:
-        super()._remember(key, ex, now)
+    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
+        self.cache.add(key, ex, now)
         if ex.tx in PERSISTENT:  # before the service sees it: its RES may come at once
             self.server._add(key[0], key[1], ex.addr)
 
-    def _send(self, data: bytes, addr: Hashable) -> None:
-        self.server._answer(data, addr, self.answering)
+    def expire(self, now: float) -> None:
+        self.cache.expire(now)
 
-    def _deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
+    def deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
         self.server._publish(key, data, d.final)
         if d.final:
-            self.end_persistent(*key)
+            self.session.end_persistent(*key)
 
-    def end_persistent(self, kp: KPIdentity, tid: int) -> None:
-        super().end_persistent(kp, tid)
-        self.server._remove(kp, tid)  # also when its delivery was evicted from the table
+    def ended(self, key: tuple[KPIdentity, int]) -> None:
+        self.server._remove(*key)  # also when its delivery was evicted from the table
 
-    def _forget(self, key, d: Delivery, evicted: bool) -> None:
-        super()._forget(key, d, evicted)
+    def forget(self, key, d: Delivery, evicted: bool) -> None:
         if not evicted:  # an evicted delivery stays with its channel and resource
             self.server._remove(*key)
 
-    def _on_ack(self, ack, addr: Hashable, now: float) -> None:
-        self._send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
+    def on_ack(self, ack, addr: Hashable, now: float) -> None:
+        self.send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
 
 
 class _PersistentResource(aiocoap.resource.ObservableResource):
@@ -165,10 +169,10 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         self.unheard: asyncio.TimerHandle | None = None  # no observer: the SIB gives up then
 
     async def render_get(self, request: aiocoap.Message) -> aiocoap.Message:
-        payload = self.server._seal(self.latest, self.addr)
-        if payload is None:  # its KP's key was removed meanwhile
+        sealed = self.server.session.seal(self.latest, self.addr)
+        if sealed is None:  # its KP's key was removed meanwhile
             return aiocoap.Message(code=Code.UNAUTHORIZED)
-        return _ksp_message(payload, max_age=self.server.max_age)
+        return _ksp_message(sealed[0], max_age=self.server.max_age)
 
     async def add_observation(self, request, serverobservation) -> None:
         if not self.ended:
@@ -185,12 +189,12 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
         """Send the newest IND to every observer; if its KP's key was removed meanwhile, end
         the observations with 4.01, which carries nothing of it (as `_answer`), and the SIB
         drops the operation as one nobody listens to."""
-        for observation in list(self._observations):
-            payload = self.server._seal(self.latest, self.addr)
-            if payload is None:
+        for observation in list(self._observations):  # sealed afresh for each
+            sealed = self.server.session.seal(self.latest, self.addr)
+            if sealed is None:
                 observation.trigger(aiocoap.Message(code=Code.UNAUTHORIZED), is_last=True)
             else:
-                observation.trigger(_ksp_message(payload, **self.server.notifying),
+                observation.trigger(_ksp_message(sealed[0], **self.server.notifying),
                                     is_last=self.final)
 
     def update_observation_count(self, newcount: int) -> None:
@@ -222,7 +226,8 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                  max_lingering: int = MAX_LINGERING,
                  notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
                  max_age: int = MAX_AGE, **session_args) -> None:
-        super().__init__(service, _CoapSession(self, timing=timing, **session_args))
+        super().__init__(service, SIBSession(UDP, layer=_CoapLayer(self), timing=timing,
+                                             **session_args))
         self.max_lingering = max_lingering
         self.max_age = max_age
         self.linger = max(FINAL_LINGER, 2.0 * max_age)
@@ -332,7 +337,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         answer = self._taking = self.loop.create_future()
         try:
             addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
-            self.session.receive_datagram(request.payload, addr, self.loop.time())
+            self.session.receive_message(request.payload, addr, self.loop.time())
             if self._taking is not None:  # a sealed payload that did not open
                 return aiocoap.Message(code=Code.UNAUTHORIZED)
         finally:
@@ -364,11 +369,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         if answering is not None and answering[2] in PERSISTENT:
             resource = self._persistent.get(answering[:2])  # gone if it did not start
         location = {} if resource is None else {"location_path": resource.path}
-        payload = self._seal(data, addr)
-        if payload is None:
+        sealed = self.session.seal(data, addr)
+        if sealed is None:
             message = aiocoap.Message(code=Code.UNAUTHORIZED)
         else:
-            message = _ksp_message(payload, Code.CREATED if location else Code.CONTENT,
+            message = _ksp_message(sealed[0], Code.CREATED if location else Code.CONTENT,
                                    **location)
         self._complete((addr, peek_tid(data)), message)
 
@@ -386,16 +391,6 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     def _move(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
         """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
         self._wait(to, self._waiting.pop(key, ()))
-
-    def _seal(self, payload: bytes, addr: Hashable) -> bytes | None:
-        """Sealed afresh for each message (a new counter), for a KP that spoke sealed; None
-        when its key was removed meanwhile: nothing of it may reach the KP."""
-        if type(addr) is not SealedAddr or not payload:
-            return payload
-        try:
-            return self.session.sealers.seal(payload, addr)
-        except SealError:
-            return None
 
     # -- persistent operations -------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The KSP client of a board: matches RESs to requests, retransmits CON requests over UDP, ACKs
-INDs and drops stale ones. Sans-I/O like `ksp/session.py` (docs/sessions.md), small.
+INDs and drops stale ones. Sans-I/O like `ksp/session/` (docs/sessions.md), small.
 
 The link (net.py, or a test's) has `send(bytes)`; received messages go in through
 `feed(buf, now)` and the clock through `poll(now)` (ms ticks). Outcomes go to `handler(kind,

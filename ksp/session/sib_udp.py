@@ -1,0 +1,359 @@
+"""The SIB over UDP: `UdpMessageLayer` (the duplicate cache, each IND retransmitted with back-off
+until an ACK covers it, tombstones of final INDs given up on) and `UdpSIBSession`, the session
+over it with the datagram's input and output (sealed datagrams opened before anything else)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from ..codec import UDP, Transport
+from ..codes import Tx
+from ..delivery import Delivery, DeliveryPolicy
+from ..model import Ack, Request
+from ..seqnum import is_newer
+from ..transactions import Exchange
+from .dedup import DuplicateCache
+from .events import AckReceived, KPIdentity, KPUnreachable
+from .layer import SibMessageLayer
+from .sib import SIBSession
+from .timing import _Timers
+
+__all__ = ["UdpMessageLayer", "UdpSIBSession"]
+
+OpKey = tuple[KPIdentity, int]
+
+
+class _Unacked:
+    """The newest IND of a delivery while no ACK covers it, and its retransmission schedule."""
+
+    __slots__ = ("data", "retries", "timeout")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.retries = 0
+        self.timeout = 0.0
+
+
+@dataclass(slots=True)
+class _Tombstone:
+    """A final IND given up on (its KP silent past every retry): sent again, with a fresh
+    retry schedule, when the KP is heard from, so an operation the SIB ended reaches a KP that
+    was away for longer than the retries (`UdpMessageLayer`)."""
+
+    delivery: Delivery  # final, with the IND's sequence number
+    data: bytes         # the final IND
+    addr: Hashable | None  # where it went
+    expires: float
+    out: bool = False   # sent again: its delivery is back in the table, awaiting the ACK
+    heard: bool = False  # the KP sent something else meanwhile, and no ACK of it
+
+
+def _unindex(index: dict[Hashable, set], at: Hashable, key: Hashable) -> None:
+    keys = index.get(at)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[at]
+
+
+class UdpMessageLayer(SibMessageLayer):
+    """The SIB's UDP message layer: a duplicate cache answering copies of a request within
+    EXCHANGE_LIFETIME, each IND retransmitted with back-off until an ACK covers it (R10), a
+    newer one superseding it, bounded in bytes (`max_ind_bytes`); a final IND given up on kept
+    as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from."""
+
+    policy = DeliveryPolicy.ACKED
+    sealed = True
+
+    def __init__(self, tombstone_lifetime: float = 86_400.0) -> None:
+        self.tombstone_lifetime = tombstone_lifetime
+        #: (datagram, address) pairs to send.
+        self.datagrams: list[tuple[bytes, Hashable]] = []
+        #: The IND kept for retransmission per operation, and their bytes in all.
+        self.unacked: dict[OpKey, _Unacked] = {}
+        self.ind_bytes = 0
+        #: (address, TID) an IND went to -> the KP it was for: where an ACK belongs.
+        self.ack_routes: OrderedDict[tuple[Hashable, int], KPIdentity] = OrderedDict()
+        self.timers = _Timers()
+        # (kp, tid) -> tombstone, oldest first (at most max_entries); and the keys by the
+        # address the final IND went to and by KP identity, to find them when a datagram comes.
+        self._tombstones: OrderedDict[OpKey, _Tombstone] = OrderedDict()
+        self._tombstones_at: dict[Hashable, set[OpKey]] = {}
+        self._tombstones_of: dict[KPIdentity, set[OpKey]] = {}
+
+    def attach(self, session: SIBSession) -> None:
+        super().attach(session)
+        #: (kp, tid, tx, hash of the bytes) -> the request seen, and its RES.
+        self.cache = DuplicateCache(session.timing.exchange_lifetime, session.max_entries,
+                                    session.max_cache_bytes)
+
+    def sizes(self) -> dict[str, int]:
+        return {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
+                "timers": len(self.timers._heap), "tombstones": len(self._tombstones)}
+
+    # -- the contract (`SibMessageLayer`) ----------------------------------------------------
+
+    def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
+        out = self.session.seal(data, addr)
+        if out is not None:
+            self.datagrams.append(out)
+
+    def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
+        self._keep_ind(key, data)
+        self._send_indication(key, addr)
+        if self.ind_bytes > self.session.max_ind_bytes:
+            self._shed(key, now)
+        if key not in self.timers:
+            # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
+            # than the timeout must not postpone KPUnreachable forever.
+            self._start_backoff(key, now)
+
+    def answered(self, ex: Exchange, data: bytes | None) -> None:
+        if data is not None:
+            self.cache.answered(ex, data)
+
+    def duplicate(self, key: tuple, addr: Hashable) -> bool:
+        return self.cache.answer_copy(key, addr, self.send, self.session.stats)
+
+    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
+        self.cache.add(key, ex, now)
+
+    def forget(self, key: OpKey, d: Delivery, evicted: bool) -> None:
+        self._keep_ind(key, None)
+        self.timers.cancel(key)
+        t = self._tombstones.get(key)
+        if t is not None and t.out:  # the final IND sent again was ACKed, or the KP ended it
+            self._unbury(key)
+
+    def ended(self, key: OpKey) -> None:
+        self.timers.cancel(key)
+
+    def awaiting_ack(self, key: OpKey) -> bool:
+        return key in self.unacked
+
+    def get_timer(self) -> float | None:
+        return self.timers.next()
+
+    def handle_timer(self, now: float) -> None:
+        for key in self.timers.pop_due(now):
+            self._retry(key, now)
+
+    def on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
+        session = self.session
+        kp = self.ack_routes.get((addr, ack.tid))
+        session.emit(AckReceived(kp, addr, ack.tid, ack.seq))
+        if kp is None:
+            session.stats.acks_unmatched += 1
+            return
+        key = (kp, ack.tid)
+        d = session.transactions.deliveries.get(key)
+        unacked = self.unacked.get(key)
+        if d is None or unacked is None:
+            return
+        if ack.seq is None or not is_newer(d.seq, ack.seq):
+            # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
+            self._keep_ind(key, None)
+            d.acknowledged()
+            self.timers.cancel(key)
+            if d.final:
+                session.end_persistent(kp, ack.tid)
+        else:
+            # An older IND arrived: the KP is alive; the newest is still owed. Keep the schedule
+            # (an ACK must not postpone a retransmission) but restart the retry budget.
+            unacked.retries = 0
+            unacked.timeout = session.timing.initial_timeout(session.rng)
+
+    def moved(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        """A KP ID heard from a new address (a device back from sleep, a new lease): its
+        unacknowledged INDs go there at once, with a fresh retry budget, rather than at the next
+        back-off step — which a device awake for moments would mostly sleep through."""
+        for key in self.session.transactions.deliveries:
+            if key[0] == kp and key in self.unacked:
+                self._send_indication(key, addr)
+                self._start_backoff(key, now)
+
+    # -- retransmission ----------------------------------------------------------------------
+
+    def _keep_ind(self, key: OpKey, data: bytes | None) -> None:
+        """Set the IND kept for retransmission (None: none), counting its bytes."""
+        unacked = self.unacked.get(key)
+        if unacked is not None:
+            self.ind_bytes -= len(unacked.data)
+            if data is None:
+                del self.unacked[key]
+            else:
+                unacked.data = data
+        elif data is not None:
+            self.unacked[key] = _Unacked(data)
+        if data is not None:
+            self.ind_bytes += len(data)
+
+    def _shed(self, keep: OpKey, now: float) -> None:
+        """Over `max_ind_bytes`: give up on the oldest unacknowledged INDs (their KPs are
+        reported unreachable, as if their retries had run out), never the one just sent."""
+        session = self.session
+        for key, d in list(session.transactions.deliveries.items()):
+            if self.ind_bytes <= session.max_ind_bytes:
+                return
+            if key != keep and key in self.unacked:
+                self._unreachable(key, d, session.endpoint(key[0]) or d.endpoint, now)
+
+    def _start_backoff(self, key: OpKey, now: float) -> None:
+        """A new retransmission schedule for the IND just sent: full retry budget, first
+        timeout drawn afresh."""
+        unacked = self.unacked[key]
+        unacked.retries = 0
+        unacked.timeout = self.session.timing.initial_timeout(self.session.rng)
+        self.timers.set(key, now + unacked.timeout)
+
+    def _retry(self, key: OpKey, now: float) -> None:
+        session = self.session
+        d = session.transactions.deliveries.get(key)
+        unacked = self.unacked.get(key)
+        if d is None or unacked is None:
+            return
+        addr = session.endpoint(key[0])
+        if addr is None:
+            addr = d.endpoint
+        if unacked.retries >= session.timing.max_retransmit or addr is None:
+            self._unreachable(key, d, addr, now)
+            return
+        unacked.retries += 1
+        unacked.timeout *= 2
+        session.stats.ind_retransmissions += 1
+        self._send_indication(key, addr)
+        self.timers.set(key, now + unacked.timeout)
+
+    def _unreachable(self, key: OpKey, d: Delivery, addr: Hashable | None, now: float) -> None:
+        """Give up on the IND kept for `key`: `KPUnreachable`; the numbering stays, in case the
+        SIB indicates again; a final IND leaves a tombstone."""
+        session = self.session
+        if d.final:
+            unacked = self.unacked.get(key)
+            self._bury(key, d, None if unacked is None else unacked.data, addr, now)
+        self._keep_ind(key, None)
+        self.timers.cancel(key)
+        if d.final:
+            session.end_persistent(*key)
+        session.stats.kp_unreachable += 1
+        session.emit(KPUnreachable(*key))
+
+    def _send_indication(self, key: OpKey, addr: Hashable) -> None:
+        self.send(self.unacked[key].data, addr)
+        route = (addr, key[1])
+        self.ack_routes[route] = key[0]
+        self.ack_routes.move_to_end(route)
+        while len(self.ack_routes) > self.session.max_entries:
+            self.ack_routes.popitem(last=False)
+
+    # -- tombstones: final INDs given up on ------------------------------------------------
+
+    def expire(self, now: float) -> None:
+        self.cache.expire(now)
+        tombstones = self._tombstones
+        while tombstones:
+            key, t = next(iter(tombstones.items()))
+            if t.expires > now:
+                return
+            if t.out:  # its retries stop too
+                self.session.end_persistent(*key)
+            if key in tombstones:
+                self._unbury(key)
+
+    def _bury(self, key: OpKey, d: Delivery, data: bytes | None, addr: Hashable | None,
+              now: float) -> None:
+        """Keep the final IND `data` of `d`, given up on, to send it again when its KP is heard
+        from: once ACKed it is gone. One given up on again keeps its place and expiry, unless
+        the KP was heard from meanwhile: a KP that talks but never ACKs it has forgotten that
+        TID (it ACKs no IND of a transaction it does not know, R13)."""
+        t = self._tombstones.get(key)
+        if t is not None:
+            if t.heard:
+                self._unbury(key)
+            t.out = t.heard = False
+            return
+        if data is None or self.tombstone_lifetime <= 0:
+            return
+        self._tombstones[key] = _Tombstone(d, data, addr, now + self.tombstone_lifetime)
+        if addr is not None:
+            self._tombstones_at.setdefault(addr, set()).add(key)
+        self._tombstones_of.setdefault(key[0], set()).add(key)
+        while len(self._tombstones) > self.session.max_entries:
+            self._unbury(next(iter(self._tombstones)))
+
+    def _unbury(self, key: OpKey) -> None:
+        t = self._tombstones.pop(key)
+        _unindex(self._tombstones_at, t.addr, key)
+        _unindex(self._tombstones_of, key[0], key)
+
+    def heard_from(self, addr: Hashable, now: float, request: Request | None = None,
+                   kp: KPIdentity | None = None) -> None:
+        """Send the final INDs given up on at `addr` again. A request of `kp` first drops its
+        tombstones under its own TID (a TERMINATE's target) or, for RESET, all of them: the KP
+        has moved on from those."""
+        if not self._tombstones:
+            return
+        tombstones = self._tombstones
+        if request is not None:
+            tid, reset = request.tid, request.tx is Tx.RESET
+            for key in list(self._tombstones_of.get(kp, ())):
+                if (reset or key[1] == tid) and not tombstones[key].out:
+                    self._unbury(key)
+        for key in list(self._tombstones_at.get(addr, ())):
+            t = tombstones[key]
+            if t.out:
+                t.heard = True
+            else:
+                self._revive(key, t, addr, now)
+
+    def heard_of(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
+        tombstones = self._tombstones
+        for key in list(self._tombstones_of.get(kp, ()) if tombstones else ()):
+            if not tombstones[key].out:
+                self._revive(key, tombstones[key], addr, now)
+
+    def _revive(self, key: OpKey, t: _Tombstone, addr: Hashable, now: float) -> None:
+        """Send the tombstone's final IND to `addr`, with a fresh retry schedule."""
+        if t.addr != addr:  # where the KP is now
+            _unindex(self._tombstones_at, t.addr, key)
+            self._tombstones_at.setdefault(addr, set()).add(key)
+            t.addr = addr
+        t.out = True
+        self.session.transactions.put_back(key, t.delivery)
+        self._keep_ind(key, t.data)
+        self.session.stats.ends_resent += 1
+        self._send_indication(key, addr)
+        self._start_backoff(key, now)
+
+
+class UdpSIBSession(SIBSession):
+    """The SIB over UDP: the session over a `UdpMessageLayer`, one per socket; sealed datagrams
+    are opened before anything else sees them (`receive_message`)."""
+
+    def __init__(self, transport: Transport | str = UDP, *,
+                 tombstone_lifetime: float = 86_400.0, **kwargs) -> None:
+        if Transport(transport) is not UDP:
+            raise ValueError("a UdpSIBSession is a UDP session")
+        super().__init__(UDP, layer=UdpMessageLayer(tombstone_lifetime), **kwargs)
+
+    @property
+    def tombstone_lifetime(self) -> float:
+        """Seconds a final IND given up on is kept, to send it again when its KP is heard."""
+        return self.layer.tombstone_lifetime
+
+    @property
+    def _cache(self) -> DuplicateCache:
+        return self.layer.cache
+
+    @property
+    def _ind_bytes(self) -> int:
+        return self.layer.ind_bytes
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
+        """(datagram, address) pairs."""
+        out, self.layer.datagrams = self.layer.datagrams, []
+        return out
+
+    def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
+        self.receive_message(data, addr, now)
