@@ -47,7 +47,7 @@ from ksp.codes import Status, Tx
 from ksp.errors import NoSparqlEquivalent
 from ksp.model import Options, Request, Response
 from ksp.secure import SealerTable
-from ksp.service import Channel
+from ksp.service import Channel, Service
 from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
@@ -117,7 +117,7 @@ class _Shared:
         return results_of(request, rows)
 
 
-class Bridge:
+class Bridge(Service):
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
                  max_queued: int = 10_000, max_persistent_per_kp: int = 256,
                  max_persistent: int = 50_000, max_subscriptions: int = 10_000,

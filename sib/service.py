@@ -16,6 +16,7 @@ from typing import ClassVar, TypeVar
 from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
+from ksp.service import Service
 from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
@@ -90,7 +91,7 @@ class _Stop:
 _Job = _Handle | _KspRead | _GateRead | _Unreachable | _Work | _Stop
 
 
-class Sib:
+class Sib(Service):
     """The SIB: a store, a core and the scheduler in front of it.
 
     Everything the core does runs on the scheduler task, in the event loop's thread (channels
