@@ -98,6 +98,7 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
     from transports.server import Server
 
     from .broker import Broker
+    from .options import BridgeOptions
     from .secure import Registrations
     from .service import Bridge
 
@@ -112,14 +113,12 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
     async with Broker(where.base, query_path=where.query_path, update_path=where.update_path,
                       timeout=config.broker_timeout, max_concurrent=config.broker_max_concurrent,
                       ssl=tls) as broker:
-        bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
-                              max_persistent_per_kp=config.max_persistent_per_kp,
-                              max_persistent=config.max_persistent,
-                              max_subscriptions=config.max_subscriptions,
-                              rule_firing_limit=config.rule_firing_limit,
-                              cascade_limit=config.cascade_limit,
-                              backoff=config.broker_backoff,
-                              max_backoff=config.broker_max_backoff, journal=journal,
+        options = BridgeOptions(
+            max_queued=config.max_queued, max_persistent_per_kp=config.max_persistent_per_kp,
+            max_persistent=config.max_persistent, max_subscriptions=config.max_subscriptions,
+            rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
+            backoff=config.broker_backoff, max_backoff=config.broker_max_backoff)
+        bridge = await Bridge(broker, where.subscribe, options=options, journal=journal,
                               access=config.access_policy(), registrations=registrations,
                               anonymous_identity=config.broker_anonymous_identity or None,
                               metrics=metrics).start()

@@ -180,27 +180,27 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("listening on %s://%s:%d", scheme, config.host, port)
     gate = None
     if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
-        from .sepa import SepaGate
+        from .sepa import GateLimits, GateListen, SepaGate
         from .sepa.outbound import Outbound
         from .sepa.secure import Clients, Tokens
 
         data_dir = None if config.memory else Path(config.data_dir)
         connections = sepa_connections(config)
-        gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
-                              ws_port=config.sepa_ws_port,
-                              max_subscriptions=config.sepa_max_subscriptions,
-                              max_socket_subscriptions=config.sepa_max_socket_subscriptions,
-                              max_subscriptions_per_identity=(
-                                  config.sepa_max_subscriptions_per_identity),
-                              ssl_context=sepa_tls, https_port=config.sepa_https_port,
-                              wss_port=config.sepa_wss_port,
+        listen = GateListen(host=config.host, http_port=config.sepa_http_port,
+                            ws_port=config.sepa_ws_port, ssl_context=sepa_tls,
+                            https_port=config.sepa_https_port, wss_port=config.sepa_wss_port)
+        limits = GateLimits(
+            max_subscriptions=config.sepa_max_subscriptions,
+            max_socket_subscriptions=config.sepa_max_socket_subscriptions,
+            max_subscriptions_per_identity=config.sepa_max_subscriptions_per_identity,
+            requests_per_second_per_identity=(
+                config.sepa_requests_per_second_per_identity or None))
+        gate = await SepaGate(sib, listen=listen, limits=limits,
                               clients=Clients(data_dir, config.sepa_identities),
                               tokens=Tokens(data_dir, config.sepa_token_lifetime,
                                             config.sepa_token_reply),
                               ksp=ksp_ports, namespaces=config.sepa_namespaces,
                               connections=connections,
-                              requests_per_second_per_identity=(
-                                  config.sepa_requests_per_second_per_identity or None),
                               outbound=Outbound(config.sepa_service_endpoints,
                                                 deadline=config.sepa_service_deadline,
                                                 workers=config.sepa_service_workers)).start()
