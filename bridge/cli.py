@@ -70,12 +70,14 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
                 reload=None) -> None:
     """Run the bridge until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
-    from sib.cli import claim_data_dir, open_capture
+    from sib.cli import open_capture
     from sib.journal import FILE as JOURNAL_FILE, Journal
 
     pcap = open_capture(config)  # a file that cannot be written stops the start here
     if pcap is not None:
         log.info("capturing to %s", config.capture_file)
+    from sib.lifecycle import claim_data_dir
+
     journal = lock = None
     try:
         if not config.memory:
@@ -94,10 +96,12 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
 
 async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None,
                  reload) -> None:
+    from sib.lifecycle import run_until_stopped, start_metrics, stop_metrics
     from sib.metrics import Metrics
     from transports.server import Server
 
     from .broker import Broker
+    from .options import BridgeOptions
     from .secure import Registrations
     from .service import Bridge
 
@@ -112,14 +116,12 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
     async with Broker(where.base, query_path=where.query_path, update_path=where.update_path,
                       timeout=config.broker_timeout, max_concurrent=config.broker_max_concurrent,
                       ssl=tls) as broker:
-        bridge = await Bridge(broker, where.subscribe, max_queued=config.max_queued,
-                              max_persistent_per_kp=config.max_persistent_per_kp,
-                              max_persistent=config.max_persistent,
-                              max_subscriptions=config.max_subscriptions,
-                              rule_firing_limit=config.rule_firing_limit,
-                              cascade_limit=config.cascade_limit,
-                              backoff=config.broker_backoff,
-                              max_backoff=config.broker_max_backoff, journal=journal,
+        options = BridgeOptions(
+            max_queued=config.max_queued, max_persistent_per_kp=config.max_persistent_per_kp,
+            max_persistent=config.max_persistent, max_subscriptions=config.max_subscriptions,
+            rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
+            backoff=config.broker_backoff, max_backoff=config.broker_max_backoff)
+        bridge = await Bridge(broker, where.subscribe, options=options, journal=journal,
                               access=config.access_policy(), registrations=registrations,
                               anonymous_identity=config.broker_anonymous_identity or None,
                               metrics=metrics).start()
@@ -139,11 +141,7 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
             adapter = getattr(server, t)
             if adapter is not None:
                 log.info("listening on %s://%s:%d", t, config.host, adapter.port)
-        metrics_server = None
-        if config.metrics_port >= 0:
-            metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", config.metrics_host,
-                     metrics_server.sockets[0].getsockname()[1])
+        metrics_server = await start_metrics(metrics, config, log)
         log.info("broker: %s (query %s, update %s), subscriptions: %s", where.base,
                  where.query_path, where.update_path,
                  where.subscribe or "none (persistent queries refused)")
@@ -152,24 +150,19 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
                      "anonymous devices %s", where.register,
                      f"as {config.broker_anonymous_identity!r}"
                      if config.broker_anonymous_identity else "refused")
-        stop = stop or asyncio.Event()
-        from sib.cli import on_signals, reload_access
-
-        on_signals(stop, reload and (lambda: reload_access(bridge, reload)))
-        log.info("bridge ready")
         try:
-            await stop.wait()
+            await run_until_stopped(bridge, stop, reload, logger=log,
+                                    ready_message="bridge ready")
         finally:
             await bridge.close()  # TERMINATED INDs (journaled ones kept) while sockets are open
             await server.close()
-            if metrics_server is not None:
-                metrics_server.close()
-                await metrics_server.wait_closed()
+            await stop_metrics(metrics_server)
             log.info("stopped")
 
 
 def main(argv: list[str] | None = None) -> int:
     from sib.config import load
+    from sib.lifecycle import run_main
 
     args = build_parser().parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
@@ -178,19 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ksp-bridge: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        reload = None if args.config is None else (
-            lambda: load(args.config, overrides, kind=BridgeConfig))
-        asyncio.run(serve(config, reload=reload))
-    except ConfigError as exc:  # found only when used: a capture file that cannot be written
-        log.error("%s", exc)
-        return 2
-    except OSError as exc:  # a port in use
-        log.error("%s", exc)
-        return 1
-    return 0
+    reload = None if args.config is None else (
+        lambda: load(args.config, overrides, kind=BridgeConfig))
+    return run_main(log, config.log_level, lambda: serve(config, reload=reload))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from ksp.codes import Status, Tx
 from ksp.errors import NoSparqlEquivalent
 from ksp.model import Options, Request, Response
 from ksp.secure import SealerTable
-from ksp.service import Channel
+from ksp.service import Channel, Service
 from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
@@ -57,12 +57,14 @@ from sib.auth import Authenticator
 from sib.errors import RequestError
 from sib.journal import Journal, TrackedChannel
 from sib.metrics import Metrics
+from sib.options import apply_keywords
 from sib.pattern import Pattern
 from sib.query import results_of
 from sib.validate import check_request
 from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
+from .options import BridgeOptions
 from .screen import Screen
 from .secure import Registrations
 from .subscriber import Subscriber, Subscription
@@ -71,7 +73,7 @@ log = logging.getLogger("ksp.bridge")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log, time.monotonic)
 
-__all__ = ["Bridge"]
+__all__ = ["Bridge", "BridgeOptions"]
 
 
 @dataclass(eq=False)
@@ -117,33 +119,29 @@ class _Shared:
         return results_of(request, rows)
 
 
-class Bridge:
+class Bridge(Service):
     def __init__(self, broker: Broker, subscribe_url: str | None = None, *,
-                 max_queued: int = 10_000, max_persistent_per_kp: int = 256,
-                 max_persistent: int = 50_000, max_subscriptions: int = 10_000,
-                 backoff: float = 0.25, max_backoff: float = 15.0, rule_firing_limit: int = 16,
-                 cascade_limit: int = 1024, journal: Journal | None = None,
+                 options: BridgeOptions = BridgeOptions(), journal: Journal | None = None,
                  access: AccessPolicy | None = None,
                  registrations: Registrations | None = None,
                  anonymous_identity: str | None = None, auth_options: dict | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, **settings) -> None:
         """`subscribe_url`: the broker's SE Protocol endpoint (ws://HOST:9000/subscribe);
-        without it persistent queries are answered INVALID_TRANSACTION_TYPE.
-        `max_persistent_per_kp`, `max_persistent`: persistent operations of one KP and of all
-        (equal queries share a broker subscription, but each is an operation). `backoff`,
-        `max_backoff`: the first and the longest wait between attempts to reach the broker's
-        socket again. `rule_firing_limit`, `cascade_limit`: the SIB's cascade protection
-        (docs/sib.md). `journal`: the SIB's, keeping the persistent operations of durable
+        without it persistent queries are answered INVALID_TRANSACTION_TYPE. `options`: its
+        caps and pace of reconnection (`BridgeOptions`); `settings`: any of their fields by
+        name, over theirs. `journal`: the SIB's, keeping the persistent operations of durable
         channels (UDP) across a restart of the bridge (`restore`). `access`: the SIB's access
         policy, applied before anything is forwarded (None: open). `registrations`: a secure
         broker's registrations and tokens, one identity per configured KP (its `id`);
         `anonymous_identity` is whom anonymous devices speak as there (None: they are refused).
         `metrics`: where the bridge counts (`ksp-bridge --metrics-port`)."""
+        options, = apply_keywords("Bridge", settings, options)
+        self.options = options
         self.broker = broker
         self.subscriber = None if subscribe_url is None else Subscriber(
             subscribe_url, self._ended, timeout=broker.timeout,
-            authorization=broker.authorization, backoff=backoff, max_backoff=max_backoff,
-            ssl=broker.ssl)
+            authorization=broker.authorization, backoff=options.backoff,
+            max_backoff=options.max_backoff, ssl=broker.ssl)
         self.access = access or AccessPolicy.open()
         #: What the transports ask about CREDENTIALS before their duplicate caches, and the
         #: sealed mode's state per KP: the SIB's (`sib.auth`, `ksp.secure`).
@@ -152,11 +150,12 @@ class Bridge:
                                    state=journal)
         self.registrations = registrations
         self.anonymous_identity = anonymous_identity
-        self.max_queued = max_queued
-        self.max_persistent_per_kp = max_persistent_per_kp
-        self.max_persistent = max_persistent
-        self.max_subscriptions = max_subscriptions
-        self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
+        self.max_queued = options.max_queued
+        self.max_persistent_per_kp = options.max_persistent_per_kp
+        self.max_persistent = options.max_persistent
+        self.max_subscriptions = options.max_subscriptions
+        self.rule_firing_limit = options.rule_firing_limit
+        self.cascade_limit = options.cascade_limit
         self.journal = journal
         self.ops: dict[tuple[KPIdentity, int], _Member] = {}
         self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription

@@ -28,13 +28,16 @@ This docstring is the interface's documentation:
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Protocol
 
+from .codes import Status
 from .delivery import DeliveryState
 from .model import Request, Response
+from .secure import SealerTable
 from .session import KPIdentity
 
-__all__ = ["Channel", "Service"]
+__all__ = ["Authenticator", "Channel", "Service"]
 
 
 class Channel(Protocol):
@@ -72,8 +75,28 @@ class Channel(Protocol):
         """Take back a delivery `export` gave (after a restart), before any `indicate`."""
 
 
+class Authenticator(Protocol):
+    """A service's verdicts on CREDENTIALS, asked by the sessions before their duplicate caches
+    (`ksp.session.Authenticate`); the SIB's is `sib.auth.Authenticator`."""
+
+    def verdict(self, kp_id: bytes, password: str, source: Hashable) -> Status | None:
+        """Cheap: OK, a refusal (ACCESS_DENIED, LIMIT_EXCEEDED), or None: not known yet."""
+
+    async def verify(self, kp_id: bytes, password: str, source: Hashable) -> None:
+        """The slow check, off the request path, after which `verdict` decides."""
+
+
 class Service(Protocol):
-    """What a server adapter feeds. The SIB implements it."""
+    """What a server adapter feeds. The SIB and the bridge implement it; a class that derives
+    from it explicitly gets the capabilities below as None (it has none of them)."""
+
+    #: Who may speak, asked by every adapter before its duplicate cache; None: every KP ID is
+    #: taken at its word.
+    authenticator: Authenticator | None = None
+
+    #: The sealed mode's state per KP (wire format 13), one table shared by the UDP and CoAP
+    #: sessions so a KP has one replay window whatever the transport; None: no sealed mode.
+    sealers: SealerTable | None = None
 
     def submit(self, request: Request, channel: Channel) -> None:
         """A new (deduplicated) request; must not block: queue it and answer via channel later.
@@ -82,8 +105,3 @@ class Service(Protocol):
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """IND retries for (kp, tid) ran out: the owner decides (the SIB ends the KP's ops, each
         with a final TERMINATED IND)."""
-
-    # Optional: `authenticator`, with `verdict(kp_id, password, source) -> Status | None` (cheap;
-    # asked before the duplicate cache, see `ksp.session.Authenticate`) and
-    # `async verify(kp_id, password, source)` (the slow check, after which `verdict` decides).
-    # Without it every KP ID is taken at its word (`sib.auth`).

@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import logging
 import shutil
-import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from .access import hash_password
 from .budget import stop_all
 from .config import Config, ConfigError, ServingConfig, load
 from .journal import FILE as JOURNAL_FILE, Journal
+from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: as before, from here)
+    DataDirLocked, claim_data_dir, lock_data_dir, run_main, run_until_stopped, start_metrics,
+    stop_metrics,
+)
 from .metrics import Metrics
 from .service import Sib
 from .store import QuadStore
@@ -93,57 +97,97 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@dataclass(slots=True)
+class _Storage:
+    """The store and, with a data directory, its journal and lock (`created`: made by this
+    start, removed again if the start fails)."""
+    store: QuadStore
+    journal: Journal | None = None
+    lock: IO | None = None
+    created: bool = False
+
+
 async def serve(config: Config, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None,
                 reload: Callable[[], Config] | None = None) -> None:
     """Run the SIB until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
-    from transports.limits import ConnectionLimits
-    from transports.server import Server
-
     tls = config.ssl_context()  # a bad certificate stops startup before anything is opened
     sepa_tls = config.sepa_ssl_context()
-    journal = lock = None
-    created = False
-    if config.memory:
-        store = QuadStore(temporary=True)  # compacted in the background (sib.store)
-        log.info("store: temporary, deleted at exit (nothing persists)")
-    else:
-        data = Path(config.data_dir)
-        lock, created = claim_data_dir(data)
-        store = QuadStore(str(data / "store"))
-        journal = Journal(str(data / JOURNAL_FILE))
-        log.info("store: %s (%d quads)", data.resolve(), len(store))
+    storage = _open_storage(config)
     metrics = Metrics()
-    sib = Sib(store, smart=config.smart, max_queued=config.max_queued,
-              max_queued_per_kp=config.max_queued_per_kp,
-              access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
-              max_persistent=config.max_persistent, max_quads=config.max_quads or None,
-              rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
-              journal=journal, metrics=metrics, budgets=config.budgets(),
-              reader_threads=config.reader_threads)
-    ports = {t: config.port(t) for t in TRANSPORTS}
+    sib = _new_sib(config, storage, metrics)
     pcap = open_capture(config)
     if pcap is not None:
         log.info("capturing to %s", config.capture_file)
     try:
-        server = await Server.start(sib, config.host, timing=config.timing, ssl=tls, pcap=pcap,
-                                    tcp_limits=ConnectionLimits(
-                                        config.max_tcp_connections,
-                                        config.max_tcp_connections_per_address,
-                                        config.max_tcp_buffered_bytes, config.tcp_idle_timeout,
-                                        config.tcp_frame_timeout),
-                                    max_entries=config.max_session_entries, **ports)
-    except OSError:  # a port in use: leave nothing behind that this start created
-        await sib.close()
-        store.close()
-        if pcap is not None:
-            pcap.close()
-        if journal is not None:
-            journal.close()
-        if created:
-            shutil.rmtree(config.data_dir, ignore_errors=True)
+        server = await _start_server(config, sib, tls, pcap)
+    except OSError:  # a port in use
+        await _abandon(config, sib, storage, pcap)
         raise
+    _count_server(metrics, server)
+    if storage.journal is not None:
+        _restore(sib, server, storage.journal)
+    ksp_ports = _ksp_ports(server, tls is not None)
+    for scheme, port in ksp_ports.items():
+        log.info("listening on %s://%s:%d", scheme, config.host, port)
+    gate = await _start_gate(config, sib, sepa_tls, ksp_ports)
+    metrics_server = await start_metrics(metrics, config, log)
+    # What startup built (store handles, restored operations) lives as long as the SIB: keep it
+    # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
+    # ~10,000 persistent operations (observed in the benchmark).
+    gc.collect()
+    gc.freeze()
+    mode = "smart" if config.smart else "naive"
+    try:
+        # An evaluation keeping the loop busy ends at its next look at the clock (`stop_all`),
+        # so a stop never waits for one.
+        await run_until_stopped(sib, stop, reload, logger=log, ready=ready, interrupt=stop_all,
+                                ready_message=f"SIB ready ({mode} mode)")
+        log.info("shutting down: %d queued requests answered 0x07", sib.queued)
+    finally:
+        await _shut_down(gate, sib, server, metrics_server, storage, pcap)
+
+
+def _open_storage(config: Config) -> _Storage:
+    if config.memory:
+        log.info("store: temporary, deleted at exit (nothing persists)")
+        return _Storage(QuadStore(temporary=True))  # compacted in the background (sib.store)
+    data = Path(config.data_dir)
+    lock, created = claim_data_dir(data)
+    storage = _Storage(QuadStore(str(data / "store")), Journal(str(data / JOURNAL_FILE)), lock,
+                       created)
+    log.info("store: %s (%d quads)", data.resolve(), len(storage.store))
+    return storage
+
+
+def _new_sib(config: Config, storage: _Storage, metrics: Metrics) -> Sib:
+    return Sib(storage.store, smart=config.smart, max_queued=config.max_queued,
+               max_queued_per_kp=config.max_queued_per_kp,
+               access=config.access_policy(), max_persistent_per_kp=config.max_persistent_per_kp,
+               max_persistent=config.max_persistent, max_quads=config.max_quads or None,
+               rule_firing_limit=config.rule_firing_limit, cascade_limit=config.cascade_limit,
+               journal=storage.journal, metrics=metrics, budgets=config.budgets(),
+               reader_threads=config.reader_threads)
+
+
+async def _start_server(config: Config, sib: Sib, tls, pcap):
+    """The KSP listeners (`transports.Server`)."""
+    from transports.limits import ConnectionLimits
+    from transports.server import Server
+
+    return await Server.start(sib, config.host, timing=config.timing, ssl=tls, pcap=pcap,
+                              tcp_limits=ConnectionLimits(
+                                  config.max_tcp_connections,
+                                  config.max_tcp_connections_per_address,
+                                  config.max_tcp_buffered_bytes, config.tcp_idle_timeout,
+                                  config.tcp_frame_timeout),
+                              max_entries=config.max_session_entries,
+                              **{t: config.port(t) for t in TRANSPORTS})
+
+
+def _count_server(metrics: Metrics, server) -> None:
+    """The listeners' figures on the SIB's metrics."""
     metrics.counters["ksp_ind_retransmissions_total"] = (
         "INDs sent again for want of an ACK (UDP).", lambda: server.ind_retransmissions)
     metrics.counters["ksp_sealed_dropped_total"] = (
@@ -158,103 +202,95 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         metrics.counters["ksp_tcp_connections_closed_by_limit_total"] = (
             "TCP connections closed by a limit (transports/limits.py).",
             lambda: sum(guard.refused.values()))
+
+
+def _restore(sib: Sib, server, journal: Journal) -> None:
+    """The journaled persistent operations, each on the channel of its transport; one whose
+    transport is off, or that cannot be restored, is forgotten."""
     restored = 0
-    if journal is not None:
-        for saved in list(journal):
-            if getattr(server, saved.transport, None) is None:
-                log.warning("%s tid %d: its transport %s is off; forgotten", saved.kp,
-                            saved.tid, saved.transport)
-                journal.remove(saved.kp, saved.tid)
-                continue
-            try:
-                channel = server.channel(saved.transport, saved.kp, saved.tid)
-                restored += sib.core.restore(saved, channel)
-            except Exception:
-                log.exception("%s tid %d: could not be restored; forgotten", saved.kp,
-                              saved.tid)
-                journal.remove(saved.kp, saved.tid)
+    for saved in list(journal):
+        if getattr(server, saved.transport, None) is None:
+            log.warning("%s tid %d: its transport %s is off; forgotten", saved.kp,
+                        saved.tid, saved.transport)
+            journal.remove(saved.kp, saved.tid)
+            continue
+        try:
+            channel = server.channel(saved.transport, saved.kp, saved.tid)
+            restored += sib.core.restore(saved, channel)
+        except Exception:
+            log.exception("%s tid %d: could not be restored; forgotten", saved.kp,
+                          saved.tid)
+            journal.remove(saved.kp, saved.tid)
     if restored:
         log.info("%d persistent operations restored", restored)
-    ksp_ports = _ksp_ports(server, tls is not None)
-    for scheme, port in ksp_ports.items():
-        log.info("listening on %s://%s:%d", scheme, config.host, port)
-    gate = None
-    if config.sepa_http_port >= 0 or config.sepa_ws_port >= 0 or sepa_tls is not None:
-        from .sepa import SepaGate
-        from .sepa.outbound import Outbound
-        from .sepa.secure import Clients, Tokens
 
-        data_dir = None if config.memory else Path(config.data_dir)
-        connections = sepa_connections(config)
-        gate = await SepaGate(sib, host=config.host, http_port=config.sepa_http_port,
-                              ws_port=config.sepa_ws_port,
-                              max_subscriptions=config.sepa_max_subscriptions,
-                              max_socket_subscriptions=config.sepa_max_socket_subscriptions,
-                              max_subscriptions_per_identity=(
-                                  config.sepa_max_subscriptions_per_identity),
-                              ssl_context=sepa_tls, https_port=config.sepa_https_port,
-                              wss_port=config.sepa_wss_port,
-                              clients=Clients(data_dir, config.sepa_identities),
-                              tokens=Tokens(data_dir, config.sepa_token_lifetime,
-                                            config.sepa_token_reply),
-                              ksp=ksp_ports, namespaces=config.sepa_namespaces,
-                              connections=connections,
-                              requests_per_second_per_identity=(
-                                  config.sepa_requests_per_second_per_identity or None),
-                              outbound=Outbound(config.sepa_service_endpoints,
-                                                deadline=config.sepa_service_deadline,
-                                                workers=config.sepa_service_workers)).start()
-        if gate.http_port is not None:
-            log.info("listening on http://%s:%d (SEPA: /query, /update)", config.host,
-                     gate.http_port)
-        if gate.ws_port is not None:
-            log.info("listening on ws://%s:%d (SEPA: /subscribe)", config.host, gate.ws_port)
-        if gate.https_port is not None:
-            log.info("listening on https://%s:%d (SEPA: /oauth/register, /oauth/token, "
-                     "/secure/query, /secure/update)", config.host, gate.https_port)
-        if gate.wss_port is not None:
-            log.info("listening on wss://%s:%d (SEPA: /secure/subscribe)", config.host,
-                     gate.wss_port)
-    metrics_server = None
-    if config.metrics_port >= 0:
-        metrics_server = await metrics.serve(config.metrics_host, config.metrics_port)
-        port = metrics_server.sockets[0].getsockname()[1]
-        log.info("metrics on http://%s:%d/metrics", config.metrics_host, port)
-    stop = stop or asyncio.Event()
-    on_signals(stop, reload and (lambda: reload_access(sib, reload)))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # Besides the loop's handler (its wake-up stays): an evaluation keeping the loop busy
-        # ends at its next look at the clock, so a stop never waits for one.
-        with contextlib.suppress(ValueError):  # not the main thread
-            signal.signal(sig, lambda *_: stop_all())
-    # What startup built (store handles, restored operations) lives as long as the SIB: keep it
-    # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
-    # ~10,000 persistent operations (observed in the benchmark).
-    gc.collect()
-    gc.freeze()
-    log.info("SIB ready (%s mode)", "smart" if config.smart else "naive")
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-        log.info("shutting down: %d queued requests answered 0x07", sib.queued)
-    finally:
-        if gate is not None:
-            await gate.close()  # its sockets' subscriptions end while the scheduler runs
-        await sib.close()  # journals what the KPs ACKed by now (`SibCore.terminate_all`)
-        log.info("store flushed")
-        await server.close()
-        if metrics_server is not None:
-            metrics_server.close()
-            await metrics_server.wait_closed()
-        if journal is not None:
-            journal.close()
-        if lock is not None:
-            lock.close()
-        if pcap is not None:
-            pcap.close()
-        store.close()  # a temporary store's directory goes
-        log.info("stopped")
+
+async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, int]):
+    """The SEPA gate (`sib.sepa`) as `[sepa]` describes it, its listeners logged; None when
+    all of them are off."""
+    if config.sepa_http_port < 0 and config.sepa_ws_port < 0 and sepa_tls is None:
+        return None
+    from .sepa import GateLimits, GateListen, SepaGate
+    from .sepa.outbound import Outbound
+    from .sepa.secure import Clients, Tokens
+
+    data_dir = None if config.memory else Path(config.data_dir)
+    listen = GateListen(host=config.host, http_port=config.sepa_http_port,
+                        ws_port=config.sepa_ws_port, ssl_context=sepa_tls,
+                        https_port=config.sepa_https_port, wss_port=config.sepa_wss_port)
+    limits = GateLimits(
+        max_subscriptions=config.sepa_max_subscriptions,
+        max_socket_subscriptions=config.sepa_max_socket_subscriptions,
+        max_subscriptions_per_identity=config.sepa_max_subscriptions_per_identity,
+        requests_per_second_per_identity=config.sepa_requests_per_second_per_identity or None)
+    gate = await SepaGate(sib, listen=listen, limits=limits,
+                          clients=Clients(data_dir, config.sepa_identities),
+                          tokens=Tokens(data_dir, config.sepa_token_lifetime,
+                                        config.sepa_token_reply),
+                          ksp=ksp_ports, namespaces=config.sepa_namespaces,
+                          connections=sepa_connections(config),
+                          outbound=Outbound(config.sepa_service_endpoints,
+                                            deadline=config.sepa_service_deadline,
+                                            workers=config.sepa_service_workers)).start()
+    for scheme, port, what in (
+            ("http", gate.http_port, "/query, /update"), ("ws", gate.ws_port, "/subscribe"),
+            ("https", gate.https_port,
+             "/oauth/register, /oauth/token, /secure/query, /secure/update"),
+            ("wss", gate.wss_port, "/secure/subscribe")):
+        if port is not None:
+            log.info("listening on %s://%s:%d (SEPA: %s)", scheme, config.host, port, what)
+    return gate
+
+
+async def _abandon(config: Config, sib: Sib, storage: _Storage, pcap) -> None:
+    """A start that failed leaves nothing behind that it created."""
+    await sib.close()
+    storage.store.close()
+    if pcap is not None:
+        pcap.close()
+    if storage.journal is not None:
+        storage.journal.close()
+    if storage.created:
+        shutil.rmtree(config.data_dir, ignore_errors=True)
+
+
+async def _shut_down(gate, sib: Sib, server, metrics_server, storage: _Storage, pcap) -> None:
+    """Close in the order that lets every KP hear the end: the gate's subscriptions end while
+    the scheduler runs, the SIB's persistent operations while the sockets are open."""
+    if gate is not None:
+        await gate.close()
+    await sib.close()  # journals what the KPs ACKed by now (`SibCore.terminate_all`)
+    log.info("store flushed")
+    await server.close()
+    await stop_metrics(metrics_server)
+    if storage.journal is not None:
+        storage.journal.close()
+    if storage.lock is not None:
+        storage.lock.close()
+    if pcap is not None:
+        pcap.close()
+    storage.store.close()  # a temporary store's directory goes
+    log.info("stopped")
 
 
 def sepa_connections(config: Config):
@@ -278,34 +314,6 @@ def _ksp_ports(server, tls: bool) -> dict[str, int]:
         if adapter is not None:
             ports["tcps" if t == "tcp" and tls else t] = adapter.port
     return ports
-
-
-def on_signals(stop: asyncio.Event, reload: Callable[[], None] | None) -> None:
-    """SIGINT and SIGTERM set `stop`; SIGHUP calls `reload`, or, without a configuration file
-    to read again, says so in the log: it never kills the process (its default action). The
-    SIB's and the bridge's."""
-    loop = asyncio.get_running_loop()
-    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set,
-                signal.SIGHUP: reload or (lambda: log.info(
-                    "SIGHUP: no configuration file (--config), nothing to reload"))}
-    for sig, handler in handlers.items():
-        try:
-            loop.add_signal_handler(sig, handler)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
-
-
-def reload_access(sib, reload: Callable[[], ServingConfig]) -> None:
-    """SIGHUP: `sib.set_access` with the policy of the configuration read again (the SIB's
-    and the bridge's alike); a file that cannot be read keeps the old one."""
-    try:
-        policy = reload().access_policy()
-    except (ConfigError, OSError, ValueError, KeyError) as exc:
-        log.error("SIGHUP: configuration not reloaded, the access policy stays: %s", exc)
-        return
-    sib.set_access(policy)
-    log.info("SIGHUP: access policy reloaded (%d KPs, anonymous %s)", len(policy.kps),
-             policy.anonymous)
 
 
 def hash_password_command(args: list[str]) -> int:
@@ -353,45 +361,6 @@ def open_capture(config: ServingConfig):
                           max_files=config.capture_max_files)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"[capture]: {exc}") from exc
-
-
-class DataDirLocked(OSError):
-    pass
-
-
-def claim_data_dir(data: Path, program: str = "ksp-sib"):
-    """Make `data` if need be and hold its lock (`lock_data_dir`); returns (lock, created).
-    If the lock cannot be had, a directory this call made is removed again."""
-    created = not data.exists()
-    data.mkdir(parents=True, exist_ok=True)
-    try:
-        return lock_data_dir(data, program), created
-    except OSError:
-        if created:
-            shutil.rmtree(data, ignore_errors=True)
-        raise
-
-
-def lock_data_dir(data: Path, program: str = "ksp-sib"):
-    """Hold `data/<program>.lock` (flock) for the life of the process: a second `program` on
-    the same directory is told so, in plain words, before it opens anything."""
-    import fcntl
-    import os
-
-    handle = open(data / f"{program}.lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "?"
-        handle.close()
-        raise DataDirLocked(f"another {program} (pid {holder}) holds the data directory "
-                            f"{data.resolve()}") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
 
 
 def jsap_command(argv: list[str]) -> int:
@@ -482,15 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ksp-sib: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        asyncio.run(serve(config, reload=(lambda: load(args.config, overrides))
-                          if args.config else None))
-    except OSError as exc:  # a port in use, a data directory held by another ksp-sib, ...
-        log.error("%s", exc.strerror if exc.strerror and exc.filename is None else exc)
-        return 1
-    return 0
+    reload = (lambda: load(args.config, overrides)) if args.config else None
+    return run_main(log, config.log_level, lambda: serve(config, reload=reload))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar, TypeVar
 
 from ksp.codes import Status
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
+from ksp.service import Service
 from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
@@ -32,12 +35,63 @@ peer_log = RateLimitedLog(log, time.monotonic)
 #: A new KP's first request: ten lines a minute, the rest counted.
 connected_log = RateLimitedLog(log, time.monotonic, burst=10)
 
-_STOP = object()
-_READ = object()  # a query: (request, channel) over KSP, a future to start over SEPA
 T = TypeVar("T")
 
 
-class Sib:
+# -- the scheduler's jobs -------------------------------------------------------------------
+# One class per kind of job in the queue, dispatched by type in `Sib._run`. `writes` says
+# whether queueing it closed the readers' gate (`sib.budget.Gate`), opened again once it is done.
+
+@dataclass(slots=True)
+class _Handle:
+    """A KSP request for the core; its KP's share is given back when it starts."""
+    writes: ClassVar[bool] = True
+    request: Request
+    channel: Channel
+    since: float  # `time.perf_counter()` when queued
+
+
+@dataclass(slots=True)
+class _KspRead:
+    """A KSP one-shot query, started on a reader thread once it reaches the head of the
+    queue; its KP's share is held until it is done."""
+    writes: ClassVar[bool] = False
+    request: Request
+    channel: Channel
+
+
+@dataclass(slots=True)
+class _GateRead:
+    """One of the gate's reads (`Sib.read`): its caller starts once `started` is set."""
+    writes: ClassVar[bool] = False
+    started: asyncio.Future
+
+
+@dataclass(slots=True)
+class _Unreachable:
+    """A KP that did not ACK `tid`: its persistent operations end (`Sib.kp_unreachable`)."""
+    writes: ClassVar[bool] = True
+    kp: KPIdentity
+    tid: int
+
+
+@dataclass(slots=True)
+class _Work:
+    """Work for the core between two requests: the gate's `call`, a new access policy."""
+    writes: ClassVar[bool] = True
+    run: Callable[[], None]
+
+
+@dataclass(slots=True)
+class _Stop:
+    """The scheduler's last job (`Sib.close`)."""
+    writes: ClassVar[bool] = False
+
+
+_Job = _Handle | _KspRead | _GateRead | _Unreachable | _Work | _Stop
+
+
+class Sib(Service):
     """The SIB: a store, a core and the scheduler in front of it.
 
     Everything the core does runs on the scheduler task, in the event loop's thread (channels
@@ -138,10 +192,9 @@ class Sib:
             return
         tx = request.tx
         if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
-            self._queue.put_nowait((_READ, (request, channel), None))  # its share: until done
+            self._put(_KspRead(request, channel))
         else:
-            self.readers.gate.close()  # opened once it is done (`_run`)
-            self._queue.put_nowait((request, channel, time.perf_counter()))
+            self._put(_Handle(request, channel, time.perf_counter()))
         self._seen(channel)
 
     async def read(self, work: Callable[[], T]) -> T:
@@ -151,7 +204,7 @@ class Sib:
         party = self._admit()
         try:
             started = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait((_READ, started, None))
+            self._put(_GateRead(started))
             await started
             return await self.readers.run(work, self.core.budgets.query)
         except ReadersBusy as exc:
@@ -172,13 +225,16 @@ class Sib:
             raise ShareExceeded(f"{self.queued_by.per_party} requests of this client queued")
         return party
 
-    def _start_read(self, what) -> None:
-        """A read reached the head of the queue: it starts now, beside what follows."""
-        if isinstance(what, asyncio.Future):
-            if not what.done():
-                what.set_result(None)
-            return
-        task = asyncio.get_running_loop().create_task(self._ksp_read(*what))
+    def _put(self, job: _Job) -> None:
+        """Queue `job`, closing the readers' gate for one on the write path (`_run` opens it
+        once the job is done)."""
+        if job.writes:
+            self.readers.gate.close()
+        self._queue.put_nowait(job)
+
+    def _start_read(self, job: _KspRead) -> None:
+        """A KSP read reached the head of the queue: it starts now, beside what follows."""
+        task = asyncio.get_running_loop().create_task(self._ksp_read(job.request, job.channel))
         self._reads.add(task)
         task.add_done_callback(self._reads.discard)
 
@@ -205,7 +261,7 @@ class Sib:
         party = self._admit()
         future = asyncio.get_running_loop().create_future()
 
-        def job(_):
+        def job():
             if party is not None:
                 self.queued_by.give(party)
             try:
@@ -217,8 +273,7 @@ class Sib:
             if not future.done():  # the caller may have gone (a closed HTTP connection)
                 future.set_result(result)
 
-        self.readers.gate.close()  # opened once it is done (`_run`)
-        self._queue.put_nowait((job, None, None))
+        self._put(_Work(job))
         return await future
 
     def _seen(self, channel: Channel) -> None:
@@ -239,15 +294,13 @@ class Sib:
         (`SibCore.set_access`)."""
         self._ensure_started()
         self.authenticator.policy = access
-        self.readers.gate.close()
-        self._queue.put_nowait((self.core.set_access, access, None))
+        self._put(_Work(partial(self.core.set_access, access)))
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
         """Not capped: it frees memory. Its operations end with a final TERMINATED IND each
         (`SibCore.give_up`), which a KP back in time still gets."""
         self._ensure_started()
-        self.readers.gate.close()
-        self._queue.put_nowait((None, (kp, tid), None))
+        self._put(_Unreachable(kp, tid))
 
     def _give_up(self, kp: KPIdentity, tid: int) -> None:
         ended = self.core.give_up(kp)
@@ -276,7 +329,7 @@ class Sib:
         if self._task is None:
             return
         self._closing = True
-        self._queue.put_nowait((_STOP, None, None))
+        self._put(_Stop())
         await self._task
         self._task = None
         for task in list(self._reads):  # a reader thread still on one is a daemon
@@ -294,33 +347,34 @@ class Sib:
         queue = self._queue
         gate = self.readers.gate
         while True:
-            request, channel, since = await queue.get()
-            writes = request is not _READ and request is not _STOP  # it closed the gate
+            job: _Job = await queue.get()
             try:
-                if request is _STOP:
-                    return
-                if self._closing and (type(request) is Request or (
-                        request is _READ and type(channel) is tuple)):
-                    if request is _READ:
-                        request, channel = channel
-                    self.queued_by.give(kp_party(channel.kp))
-                    channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
-                elif request is _READ:
-                    self._start_read(channel)
-                elif request is None:  # a KP unreachable: (kp, tid)
-                    self._give_up(*channel)
-                elif callable(request):  # work for the core between requests
-                    request(channel)
-                else:
-                    self.queued_by.give(kp_party(channel.kp))
-                    self.core.handle(request, channel, since)
+                match job:
+                    case _Stop():
+                        return
+                    case _Handle(request, channel) | _KspRead(request, channel) \
+                            if self._closing:
+                        self.queued_by.give(kp_party(channel.kp))
+                        channel.respond(Response(request.tid, Status.INTERNAL_ERROR))
+                    case _Handle(request, channel, since):
+                        self.queued_by.give(kp_party(channel.kp))
+                        self.core.handle(request, channel, since)
+                    case _KspRead():
+                        self._start_read(job)
+                    case _GateRead(started):
+                        if not started.done():
+                            started.set_result(None)
+                    case _Unreachable(kp, tid):
+                        self._give_up(kp, tid)
+                    case _Work(run):
+                        run()
                 if self.store.maintenance_due():  # between two requests (sib.store)
                     self.store.maintain()
             except Exception:  # never let one request stop the scheduler
                 peer_log.exception("scheduler", "scheduler: unhandled error")
             finally:
                 queue.task_done()
-                if writes:
+                if job.writes:
                     gate.open()
             # Let the transports run between requests (the core itself never awaits).
             await asyncio.sleep(0)

@@ -14,6 +14,7 @@ from ksp import (
     AskResult, ConstructResult, IRI, KPIdentity, Request, Response, SelectResult, Status, Triple,
     Tx, Var,
 )
+from ksp.service import Service
 
 DEFAULT = IRI("")
 
@@ -36,7 +37,7 @@ def _match(pattern: tuple, triples: set, binding: dict) -> list[dict]:
     return out
 
 
-class MemoryService:
+class MemoryService(Service):
     def __init__(self, *, answer_later: bool = True, first_seq: int | None = None) -> None:
         self.graphs: dict[IRI, set[Triple]] = {DEFAULT: set()}
         self.executions: Counter = Counter()       # (tx, triple or tid) -> times executed

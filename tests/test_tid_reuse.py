@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ksp import Response, Status, TidsBusy, Timing, decode_kp_message, encode
+from ksp.service import Service
 from ksp.session import KPSession, RequestReceived, RequestTimedOut, ResponseReceived, SIBSession
 from ksp.transactions import KpTransactions, request_digest
 
@@ -166,7 +167,7 @@ def test_a_kp_waits_for_a_tid_rather_than_send_a_request_the_sib_would_not_execu
     timing = Timing(ack_timeout=0.05, max_latency=0.05)  # a lifetime of 1.3 s, both sides
     executed = []
 
-    class Store:
+    class Store(Service):
         def submit(self, request, channel) -> None:
             executed.append(request)
             channel.respond(Response(request.tid, Status.OK))

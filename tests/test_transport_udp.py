@@ -12,6 +12,7 @@ from ksp import (
     UDP, Ack, EncodeError, IRI, Literal, Request, Response, Status, Timing, Triple, Tx, Var,
     decode_sib_message, encode,
 )
+from ksp.service import Service
 from ksp.session import MAX_UDP_PAYLOAD
 from sib import Sib
 from transports import UdpServer, connect
@@ -282,7 +283,7 @@ def test_an_answer_given_inside_submit_is_sent_even_if_submit_then_raises():
     """A RES the service gives from inside `submit` leaves with the adapter's pump; a service
     failing after answering must not strand it (nor stop the server)."""
 
-    class AnswerThenFail:
+    class AnswerThenFail(Service):
         def submit(self, request, channel) -> None:
             channel.respond(Response(request.tid, Status.OK))
             raise RuntimeError("service bug after answering")

@@ -97,13 +97,13 @@ class SessionAdapter:
         self.loop = asyncio.get_running_loop()
         #: The service's verdicts on CREDENTIALS, asked by the session before its duplicate
         #: cache (`Service.authenticator`; none: KP IDs are taken at their word).
-        self.authenticator = getattr(service, "authenticator", None)
+        self.authenticator = service.authenticator
         if self.authenticator is not None and session.authenticate is None:
             session.authenticate = self.authenticator.verdict
         if session.sealers is None and session.layer.sealed:
             # One table per service, shared with CoAP: one replay window per KP, whatever the
             # transport a recorded message is replayed on.
-            session.sealers = getattr(service, "sealers", None)
+            session.sealers = service.sealers
         self._verifying: set[asyncio.Task] = set()
         self.timer = SessionTimer(self.loop, session, self.pump)
         self._closed = False

@@ -3,6 +3,6 @@ store and scheduler (docs/sepa.md). `gate.py` speaks HTTP and WebSocket (aiohttp
 `broker.py` runs queries, updates and subscriptions on the core, `update.py` turns any SPARQL
 1.1 Update into exact deltas."""
 from .broker import SepaBroker, SepaError
-from .gate import SepaGate
+from .gate import GateLimits, GateListen, SepaGate
 
-__all__ = ["SepaBroker", "SepaError", "SepaGate"]
+__all__ = ["GateLimits", "GateListen", "SepaBroker", "SepaError", "SepaGate"]

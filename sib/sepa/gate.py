@@ -18,6 +18,8 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
+import ssl
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -31,6 +33,7 @@ from ..access import Grant
 from ..budget import OverBudget
 from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
+from ..options import apply_keywords
 from .broker import SepaBroker, SepaError
 from .jsap import describe
 from .outbound import Outbound
@@ -217,56 +220,77 @@ class _Socket:
         return sock is None or sock.fileno() == -1
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateListen:
+    """Where the gate listens: a port below 0 is off, 0 asks for a free one. HTTPS and WSS
+    (the secure mode: `/oauth/register`, `/oauth/token`, `/secure/query`, `/secure/update`,
+    `/secure/subscribe`) only with an `ssl_context`."""
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    ws_port: int = 9000
+    ssl_context: ssl.SSLContext | None = None
+    https_port: int = 8443
+    wss_port: int = 9443
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateLimits:
+    """How much the gate takes, from one client and from all."""
+    max_body_bytes: int = 1 << 20
+    max_frame_bytes: int = 64 << 10
+    #: Subscriptions in all, on one socket, and of one secure client (or one address for
+    #: anonymous ones) on all its sockets (None: only `max_subscriptions`).
+    max_subscriptions: int = 10_000
+    max_socket_subscriptions: int = 1_000
+    max_subscriptions_per_identity: int | None = None
+    #: Frames queued for one socket that does not read; past them it is aborted.
+    max_socket_queue: int = 1_024
+    #: Seconds between WebSocket pings.
+    heartbeat: float = 30.0
+    #: Seconds an HTTP connection may stay silent before its first request and between
+    #: requests (`web.run_app`'s default; aiohttp's own is an hour).
+    keepalive: float = 75.0
+    #: The pace of one client's requests and frames (`sib.fairness.Pace`: a secure client's
+    #: HTTP requests by its identity, the rest by address; None: any).
+    requests_per_second_per_identity: float | None = None
+
+
 class SepaGate:
     """Start with `await SepaGate(sib, ...).start()`; `http_port`/`ws_port` are the bound
     ports afterwards (0 asks for free ones)."""
 
-    def __init__(self, sib, *, host: str = "127.0.0.1", http_port: int = 8000,
-                 ws_port: int = 9000, max_body_bytes: int = 1 << 20,
-                 max_frame_bytes: int = 64 << 10, max_subscriptions: int = 10_000,
-                 max_socket_subscriptions: int = 1_000, max_socket_queue: int = 1_024,
-                 heartbeat: float = 30.0, ssl_context=None, https_port: int = 8443,
-                 wss_port: int = 9443, clients: Clients | None = None,
+    def __init__(self, sib, *, listen: GateListen = GateListen(),
+                 limits: GateLimits = GateLimits(), clients: Clients | None = None,
                  tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
                  namespaces: Mapping[str, str] | None = None, connections=None,
-                 keepalive: float = 75.0,
-                 max_subscriptions_per_identity: int | None = None,
-                 outbound: Outbound | None = None,
-                 requests_per_second_per_identity: float | None = None) -> None:
-        """`ssl_context` turns the secure mode on: HTTPS on `https_port` (`/oauth/register`,
-        `/oauth/token`, `/secure/query`, `/secure/update`) and WSS on `wss_port`
-        (`/secure/subscribe`), for the `clients` registered and the `tokens` they get
-        (`sib.sepa.secure`). `GET /jsap` describes the SIB (`sib.sepa.jsap`): these ports, the
-        KSP listeners' `ksp` ports by URL scheme, and `namespaces`. `connections`: the limits
-        on the connections of all four listeners together (`_Admitted`; None: none).
-        `keepalive`: seconds an HTTP connection may stay silent before its first request and
-        between requests (`web.run_app`'s default; aiohttp's own is an hour).
-        `max_subscriptions_per_identity`: subscriptions of one secure client, or of one address
-        for anonymous ones, on all their sockets (None: only `max_subscriptions` in all).
-        `outbound`: the SERVICE endpoints allowed, and how their queries run
-        (`sib.sepa.outbound`; None: none allowed). `requests_per_second_per_identity`: the
-        pace of one client's requests and frames (`sib.fairness.Pace`: a secure client's
-        HTTP requests by its identity, the rest by address; None: any)."""
+                 outbound: Outbound | None = None, **settings) -> None:
+        """`listen`: where (`GateListen`); `limits`: how much (`GateLimits`); `settings`: any
+        of their fields by name, over theirs. With `listen.ssl_context` the secure mode is on,
+        for the `clients` registered and the `tokens` they get (`sib.sepa.secure`).
+        `GET /jsap` describes the SIB (`sib.sepa.jsap`): the ports, the KSP listeners' `ksp`
+        ports by URL scheme, and `namespaces`. `connections`: the limits on the connections of
+        all four listeners together (`_Admitted`; None: none). `outbound`: the SERVICE
+        endpoints allowed, and how their queries run (`sib.sepa.outbound`; None: none
+        allowed)."""
+        listen, limits = apply_keywords("SepaGate", settings, listen, limits)
         self.sib = sib
-        self.host = host
-        self.http_port, self.ws_port = http_port, ws_port
-        self.ssl_context = ssl_context
-        self.https_port, self.wss_port = (https_port, wss_port) if ssl_context else (None, None)
+        self.listen, self.limits = listen, limits
+        self.host = listen.host
+        #: The bound ports once started (None: that listener is off).
+        self.http_port, self.ws_port = listen.http_port, listen.ws_port
+        self.ssl_context = listen.ssl_context
+        self.https_port, self.wss_port = ((listen.https_port, listen.wss_port)
+                                          if listen.ssl_context else (None, None))
         self.clients = clients if clients is not None else Clients(None, ())
         self.tokens = tokens if tokens is not None else Tokens(None)
-        self.max_body_bytes = max_body_bytes
-        self.max_frame_bytes = max_frame_bytes
-        self.max_socket_queue = max_socket_queue
-        self.heartbeat = heartbeat
         self.ksp = dict(ksp or {})
         self.namespaces = dict(namespaces or {})
         self.connections = connections
-        self.keepalive = keepalive
         self.outbound = outbound if outbound is not None else Outbound()
-        self.pace = Pace(requests_per_second_per_identity)
-        self.broker = SepaBroker(sib.core, max_subscriptions=max_subscriptions,
-                                 max_per_owner=max_socket_subscriptions,
-                                 max_per_party=max_subscriptions_per_identity)
+        self.pace = Pace(limits.requests_per_second_per_identity)
+        self.broker = SepaBroker(sib.core, max_subscriptions=limits.max_subscriptions,
+                                 max_per_owner=limits.max_socket_subscriptions,
+                                 max_per_party=limits.max_subscriptions_per_identity)
         self.sockets: set[_Socket] = set()
         self._runners: list[web.AppRunner] = []
         self._servers: list[asyncio.Server] = []
@@ -324,7 +348,7 @@ class SepaGate:
             b.latency)
 
     async def start(self) -> "SepaGate":
-        http = web.Application(client_max_size=self.max_body_bytes)
+        http = web.Application(client_max_size=self.limits.max_body_bytes)
         http.router.add_route("GET", "/query", self._query)
         http.router.add_route("POST", "/query", self._query)
         http.router.add_route("POST", "/update", self._update)
@@ -333,7 +357,7 @@ class SepaGate:
         self._page = DASHBOARD.read_bytes()  # once: a missing file is said at start
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
-        https = web.Application(client_max_size=self.max_body_bytes)
+        https = web.Application(client_max_size=self.limits.max_body_bytes)
         for path in ("/oauth/register", "/register"):
             https.router.add_route("POST", path, self._register)
         for path in ("/oauth/token", "/token"):
@@ -353,7 +377,7 @@ class SepaGate:
                 ports.append(None)
                 continue
             runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                   keepalive_timeout=self.keepalive)
+                                   keepalive_timeout=self.limits.keepalive)
             await runner.setup()
             self._runners.append(runner)
             factory = runner.server  # what aiohttp's TCPSite listens with
@@ -388,7 +412,7 @@ class SepaGate:
             return await self._read(request, field, direct)
         except web.HTTPRequestEntityTooLarge:
             raise SepaError(413, "request_too_large",
-                            f"bodies are limited to {self.max_body_bytes} bytes") from None
+                            f"bodies are limited to {self.limits.max_body_bytes} bytes") from None
 
     async def _read(self, request: web.Request, field: str, direct: str):
         kind = request.content_type
@@ -554,9 +578,10 @@ class SepaGate:
 
     async def _subscribe(self, request: web.Request, secure: bool = False
                          ) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=self.max_frame_bytes)
+        ws = web.WebSocketResponse(heartbeat=self.limits.heartbeat,
+                                  max_msg_size=self.limits.max_frame_bytes)
         await ws.prepare(request)
-        sock = _Socket(ws, self.max_socket_queue, request.transport, request.remote)
+        sock = _Socket(ws, self.limits.max_socket_queue, request.transport, request.remote)
         self.sockets.add(sock)
         try:
             async for msg in ws:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ksp import IRI, UDP, Literal, Request, Response, Status, Triple, Tx, encode
+from ksp.service import Service
 from ksp.terms import XSD_FLOAT
 from transports.reads import small_reads
 
@@ -58,7 +59,7 @@ RESPONSE_SIZE = len(encode(Response(0, Status.OK), UDP))
 _clock = time.perf_counter
 
 
-class _AnswerOK:
+class _AnswerOK(Service):
     """A Service that answers every request OK at once (what is measured is the transport)."""
 
     def submit(self, request, channel) -> None:
