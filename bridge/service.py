@@ -35,7 +35,6 @@ subscription only within one identity, whose grants decide what it may see.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import json
 import logging
@@ -54,6 +53,7 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib.access import AccessPolicy
 from sib.auth import Authenticator
+from sib.engine import Cascade, Visit
 from sib.errors import RequestError
 from sib.journal import Journal, TrackedChannel
 from sib.metrics import Metrics
@@ -618,50 +618,32 @@ class Bridge:
             self._background(self._cascade())
 
     async def _cascade(self) -> None:
-        """Fire the rules whose solutions changed, as the SIB's cascade does (sib/core.py):
-        in passes in registration order, a rule firing when its solution set differs from the
-        one it last saw and is not empty; a firing is the rule's plain update sent to the
-        broker, and the notifications it causes (read by `Subscriber.flush`) mark the rules
-        it reached: later ones in this pass, earlier ones and itself in the next. A rule past
-        `rule_firing_limit` firings in one cascade, or any past `cascade_limit` in all, ends
-        with a TERMINATED IND."""
+        """Fire the rules whose solutions changed, as the SIB's cascade does: the same
+        `sib.engine.Cascade` (its order and its limits) driven through the broker. A firing is
+        the rule's plain update sent to the broker, and the notifications it causes (read by
+        `Subscriber.flush`) mark the rules it reached; a rule past a limit ends with a
+        TERMINATED IND."""
         async with self._cascade_lock:
-            fired: Counter = Counter()
-            current = sorted(self._pending_rules)
-            self._pending_rules.clear()
-            while current:
-                following: set[int] = set()
-                heapq.heapify(current)
-                while current:
-                    rid = heapq.heappop(current)
-                    if await self._fire(rid, fired):
-                        for other in self._pending_rules:
-                            if other > rid:
-                                if other not in current:
-                                    heapq.heappush(current, other)
-                            else:
-                                following.add(other)
-                        self._pending_rules.clear()
-                current = sorted(following | self._pending_rules)
-                self._pending_rules.clear()
+            cascade = Cascade(self._pending_rules, rule_firing_limit=self.rule_firing_limit,
+                              cascade_limit=self.cascade_limit)
+            while (rid := cascade.next()) is not None:
+                if await self._fire(rid, cascade):
+                    cascade.spread(rid)
 
-    async def _fire(self, rid: int, fired: Counter) -> bool:
+    async def _fire(self, rid: int, cascade: Cascade) -> bool:
         """One visit of a rule in a cascade; True if it fired."""
         member = self._rules.get(rid)
         if member is None:
             return False
-        now, before = frozenset(member.shared.rows), member.last
-        if now == before:
-            return False
-        member.last = now
-        if not now:
+        before = member.last
+        visit = cascade.visit(rid, member, frozenset(member.shared.rows))
+        if visit is Visit.SKIP:
             return False
         key = (member.channel.kp, member.request.tid)
-        if fired[rid] >= self.rule_firing_limit or sum(fired.values()) >= self.cascade_limit:
+        if visit is Visit.OVER_LIMIT:
             peer_log.warning("cascade limit", "rule %d of %s ended: cascade limit", key[1], key[0])
             self._end(key, Status.TERMINATED)
             return False
-        fired[rid] += 1
         self.rule_firings += 1
         try:
             await self._at_broker(self.broker.update, render(

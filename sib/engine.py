@@ -1,0 +1,100 @@
+"""The persistent-operation engine shared by the SIB (`sib.propagation`) and the bridge
+(`bridge.service`): the rules' cascade — its order and its protection — with no I/O in it.
+
+A cascade does not evaluate patterns or write anything: its driver does (the SIB against its
+store, synchronously; the bridge through its broker, awaiting each firing). The driver asks
+`Cascade.next` which rule to visit, tells `Cascade.visit` the rule's solutions now (the cascade
+decides whether it fires, within the limits), carries out a firing, puts the rules the firing
+reached in `Cascade.marked` and calls `Cascade.spread`. The same driver loop therefore gives the
+same order and the same ends in both, so that a device cannot tell the bridge from a SIB:
+
+- rules are visited in passes, in registration order (their numbers);
+- a visited rule fires when its solution set differs from the one it last saw and is not
+  empty; the rules a firing reached are visited later in this pass when they come after it,
+  in the next pass otherwise (itself included); the cascade ends when a pass fires nothing;
+- a rule may fire at most `rule_firing_limit` times per cascade and a cascade at most
+  `cascade_limit` times in all: the rule that would exceed either is ended (TERMINATED) instead
+  of firing, and the cascade goes on without it.
+"""
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import Counter
+from typing import Any, Protocol
+
+__all__ = ["Cascade", "Visit", "Watching"]
+
+
+class Watching(Protocol):
+    """A rule as the cascade sees it: the solution set it last saw (None: none yet)."""
+
+    last: Any
+
+
+class Visit(enum.Enum):
+    """What a visit of a rule comes to (`Cascade.visit`)."""
+
+    SKIP = "skip"  # its solutions did not change, or there are none
+    FIRE = "fire"  # fire it: its update over its solutions (the firing is counted)
+    OVER_LIMIT = "over limit"  # firing would pass a limit: end it with a TERMINATED IND
+
+
+class Cascade:
+    """One cascade: which rule to visit next, whether a visited rule fires.
+
+    `marked`: the rules whose solutions may have changed, by number. The driver adds to it (the
+    rules a firing reached; at the bridge also those a change from elsewhere reached, at any
+    time between visits); the cascade takes them out: all of them when it starts and when a
+    pass ends, and those a firing reached at `spread`."""
+
+    def __init__(self, marked: set[int], *, rule_firing_limit: int,
+                 cascade_limit: int) -> None:
+        self.marked = marked
+        self.rule_firing_limit = rule_firing_limit
+        self.cascade_limit = cascade_limit
+        self.fired: Counter[int] = Counter()  # firings per rule in this cascade
+        self.total = 0  # firings in all
+        self._current = sorted(marked)  # this pass's rules still to visit (a heap)
+        self._queued = set(self._current)
+        self._following: set[int] = set()  # the next pass's
+        marked.clear()
+
+    def next(self) -> int | None:
+        """The number of the next rule to visit (None: the cascade is over)."""
+        if not self._current:
+            self._current = sorted(self._following | self.marked)
+            self._queued = set(self._current)
+            self._following.clear()
+            self.marked.clear()
+            if not self._current:
+                return None
+        rid = heapq.heappop(self._current)
+        self._queued.discard(rid)
+        return rid
+
+    def visit(self, rid: int, rule: Watching, now: frozenset) -> Visit:
+        """Rule `rid`'s solutions are `now`: they become what it last saw; FIRE (counted) when
+        they changed and are not empty, within the limits."""
+        if now == rule.last:
+            return Visit.SKIP
+        rule.last = now
+        if not now:
+            return Visit.SKIP
+        if self.fired[rid] >= self.rule_firing_limit or self.total >= self.cascade_limit:
+            return Visit.OVER_LIMIT
+        self.fired[rid] += 1
+        self.total += 1
+        return Visit.FIRE
+
+    def spread(self, rid: int) -> None:
+        """Rule `rid` fired and the rules it reached are in `marked`: those after it are
+        visited in this pass, the others in the next."""
+        for other in self.marked:
+            if other > rid:
+                if other not in self._queued:
+                    self._queued.add(other)
+                    heapq.heappush(self._current, other)
+            else:
+                self._following.add(other)
+        self.marked.clear()

@@ -1,0 +1,80 @@
+"""The shared persistent-operation engine (`sib.engine`) on its own: a cascade's order and
+limits, driven by a table of rules (what each one's solutions are, what a firing reaches) in
+place of a store or a broker."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sib.engine import Cascade, Visit
+
+
+@dataclass
+class Rule:
+    last: Any = None
+
+
+def drive(marked: set[int], reaches: dict[int, set[int]], solutions, *,
+          rule_firing_limit: int = 16, cascade_limit: int = 1024):
+    """Run a cascade as the SIB and the bridge do; `solutions(rid, visits)` is rule `rid`'s
+    solution set at its `visits`-th visit. Returns the visits and the firings, in order, and
+    the rules ended."""
+    rules = {rid: Rule() for rid in reaches}
+    cascade = Cascade(marked, rule_firing_limit=rule_firing_limit, cascade_limit=cascade_limit)
+    visited, fired, ended = [], [], []
+    while (rid := cascade.next()) is not None:
+        if rid not in rules:
+            continue
+        visited.append(rid)
+        visit = cascade.visit(rid, rules[rid], solutions(rid, visited.count(rid)))
+        if visit is Visit.OVER_LIMIT:
+            ended.append(rid)
+            del rules[rid]
+        elif visit is Visit.FIRE:
+            fired.append(rid)
+            cascade.marked.update(reaches[rid])
+            cascade.spread(rid)
+    return visited, fired, ended
+
+
+def always_new(rid: int, visit: int) -> frozenset:
+    return frozenset({(rid, visit)})
+
+
+def test_later_rules_in_this_pass_earlier_ones_in_the_next():
+    visited, fired, _ = drive({2}, {1: set(), 2: {1, 3}, 3: set()}, always_new)
+    assert visited == [2, 3, 1]
+    assert fired == [2, 3, 1]
+
+
+def test_a_rule_fires_only_when_its_solutions_changed_and_are_not_empty():
+    seen = {1: [frozenset({"a"}), frozenset({"a"})], 2: [frozenset()]}
+    visited, fired, _ = drive({1, 2}, {1: {1}, 2: set()},
+                              lambda rid, visit: seen[rid][visit - 1])
+    assert visited == [1, 2, 1]
+    assert fired == [1]
+
+
+def test_the_firing_limit_per_rule_ends_a_runaway_rule():
+    visited, fired, ended = drive({1}, {1: {1}}, always_new, rule_firing_limit=3)
+    assert fired == [1, 1, 1]
+    assert ended == [1] and visited == [1, 1, 1, 1]
+
+
+def test_the_cascade_limit_ends_the_rule_that_would_pass_it():
+    _, fired, ended = drive({1}, {1: {2}, 2: {1}}, always_new, cascade_limit=5)
+    assert fired == [1, 2, 1, 2, 1]
+    assert ended == [2]
+
+
+def test_rules_marked_from_elsewhere_wait_for_the_next_firing_or_pass():
+    """At the bridge, notifications from elsewhere mark rules between visits: they are taken
+    with the next firing's (relative to it) or at the end of the pass."""
+    marked = {1}
+    cascade = Cascade(marked, rule_firing_limit=16, cascade_limit=1024)
+    assert cascade.next() == 1
+    marked.update({1, 4})  # not a firing's: 1 did not fire
+    assert cascade.next() == 1  # the pass is over: the next one takes them
+    assert cascade.next() == 4
+    assert cascade.next() is None
+    assert not marked
