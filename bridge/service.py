@@ -51,15 +51,9 @@ from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
-from sib.access import AccessPolicy
-from sib.auth import Authenticator
+from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
+                 TrackedChannel, check_request, results_of)
 from sib.engine import Cascade, Visit
-from sib.errors import RequestError
-from sib.journal import Journal, TrackedChannel
-from sib.metrics import Metrics
-from sib.pattern import Pattern
-from sib.query import results_of
-from sib.validate import check_request
 from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError

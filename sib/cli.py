@@ -36,6 +36,10 @@ from .metrics import Metrics
 from .service import Sib
 from .store import QuadStore
 
+__all__ = ["main", "build_parser", "add_capture_flags", "open_capture", "claim_data_dir",
+           "lock_data_dir", "DataDirLocked", "on_signals", "reload_access", "sepa_connections",
+           "hash_password_command", "jsap_command"]
+
 log = logging.getLogger("ksp.sib")
 
 TRANSPORTS = ("udp", "tcp", "coap")

@@ -33,11 +33,13 @@ class Watching(Protocol):
 
 
 class Visit(enum.Enum):
-    """What a visit of a rule comes to (`Cascade.visit`)."""
+    """What a visit of a rule comes to (`Cascade.visit`): SKIP (its solutions did not change,
+    or there are none), FIRE (its update over its solutions; the firing is counted) or
+    OVER_LIMIT (firing would pass a limit: end it with a TERMINATED IND)."""
 
-    SKIP = "skip"  # its solutions did not change, or there are none
-    FIRE = "fire"  # fire it: its update over its solutions (the firing is counted)
-    OVER_LIMIT = "over limit"  # firing would pass a limit: end it with a TERMINATED IND
+    SKIP = "skip"
+    FIRE = "fire"
+    OVER_LIMIT = "over limit"
 
 
 class Cascade:
