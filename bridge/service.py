@@ -53,7 +53,7 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, Visit
+from sib.engine import Cascade, OpKey, Operations, Visit
 from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
@@ -147,16 +147,16 @@ class Bridge:
         self.registrations = registrations
         self.anonymous_identity = anonymous_identity
         self.max_queued = max_queued
-        self.max_persistent_per_kp = max_persistent_per_kp
-        self.max_persistent = max_persistent
         self.max_subscriptions = max_subscriptions
         self.rule_firing_limit, self.cascade_limit = rule_firing_limit, cascade_limit
         self.journal = journal
-        self.ops: dict[tuple[KPIdentity, int], _Member] = {}
+        #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all, as in
+        #: the SIB (`sib.engine.Operations`).
+        self.ops: Operations[_Member] = Operations(
+            max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the bridge")
         self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription
         self._screen = Screen()  # the triple patterns of `_shared`'s subscriptions
         self.flushes_skipped = 0  # updates that could not reach a subscription (stats)
-        self._per_kp: Counter = Counter()
         self._joining = 0  # operations past the caps, waiting for their broker subscription
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
@@ -475,11 +475,7 @@ class Bridge:
         """Within the caps (those still waiting for their subscription count): a new
         operation, or one restored after a restart past a cap lowered meanwhile."""
         key = (channel.kp, request.tid)
-        if self._per_kp[key[0]] >= self.max_persistent_per_kp:
-            raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
-        if len(self.ops) + self._joining >= self.max_persistent:
-            raise RequestError(Status.LIMIT_EXCEEDED, f"the bridge holds {self.max_persistent}"
-                                                      " persistent operations, its limit")
+        self.ops.admit(key, waiting=self._joining)
         self._joining += 1
         try:
             shared = await self._subscription(_solutions_query(request),
@@ -487,8 +483,8 @@ class Bridge:
         finally:
             self._joining -= 1
         member = _Member(request, TrackedChannel(channel, self.journal), shared)
-        shared.members[key] = self.ops[key] = member
-        self._per_kp[key[0]] += 1
+        shared.members[key] = member
+        self.ops.add(key, member)
         if not request.tx.is_query:
             member.rule = next(self._rule_ids)
             self._rules[member.rule] = member
@@ -692,16 +688,13 @@ class Bridge:
         return Response(tid)
 
     def _drop_kp(self, kp: KPIdentity) -> None:
-        for key in [k for k in self.ops if k[0] == kp]:
+        for key in self.ops.keys_of(kp):
             self._end(key, None)
 
-    def _end(self, key: tuple[KPIdentity, int], status: Status | None) -> None:
+    def _end(self, key: OpKey, status: Status | None) -> None:
         """Forget a persistent query: with a last IND of `status`, or silently (TERMINATE,
         RESET); the subscription goes with its last member."""
         member = self.ops.pop(key)
-        self._per_kp[key[0]] -= 1
-        if not self._per_kp[key[0]]:
-            del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
         if status is not None:  # a last IND: the session delivers it, then forgets

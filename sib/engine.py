@@ -1,5 +1,11 @@
-"""The persistent-operation engine shared by the SIB (`sib.propagation`) and the bridge
-(`bridge.service`): the rules' cascade — its order and its protection — with no I/O in it.
+"""The persistent-operation engine shared by the SIB (`sib.registry`, `sib.propagation`) and the
+bridge (`bridge.service`), with no I/O in it: the table of persistent operations with its caps
+(`Operations`), and the rules' cascade — its order and its protection (`Cascade`).
+
+An operation is known by its KP's identity and its TID. A KP may hold `max_per_kp` of them and
+the server `max_all` in all (a KP identity is only an address when it gives no KP ID, so the
+per-KP cap alone would not bound a server open to anyone); a KP reusing the TID of an active
+operation replaces it and takes no new slot.
 
 A cascade does not evaluate patterns or write anything: its driver does (the SIB against its
 store, synchronously; the bridge through its broker, awaiting each firing). The driver asks
@@ -21,9 +27,76 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import Counter
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Cascade", "Visit", "Watching"]
+from ksp.codes import Status
+from ksp.session import KPIdentity
+
+from .errors import RequestError
+
+__all__ = ["Cascade", "OpKey", "Operations", "Visit", "Watching"]
+
+#: A persistent operation's key: its KP's identity and its TID.
+OpKey = tuple[KPIdentity, int]
+Op = TypeVar("Op")
+
+
+class Operations(Generic[Op]):
+    """Every persistent operation of a server by key (`OpKey`), counted per KP, held within the
+    caps (`admit`). `holder` names the server in a refusal ("the SIB")."""
+
+    def __init__(self, *, max_per_kp: int | None = None, max_all: int | None = None,
+                 holder: str = "the SIB") -> None:
+        self.max_per_kp = max_per_kp
+        self.max_all = max_all
+        self.holder = holder
+        self._ops: dict[OpKey, Op] = {}
+        self._per_kp: Counter[KPIdentity] = Counter()
+
+    def admit(self, key: OpKey, waiting: int = 0) -> None:
+        """Raise LIMIT_EXCEEDED if a new operation `key` would pass a cap; `waiting`: those
+        admitted but not added yet, which count in all. An active `key` takes no new slot."""
+        if key in self._ops:
+            return
+        cap = self.max_per_kp
+        if cap is not None and self._per_kp[key[0]] >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED, f"{cap} persistent operations per KP")
+        cap = self.max_all
+        if cap is not None and len(self._ops) + waiting >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED,
+                               f"{self.holder} holds {cap} persistent operations, its limit")
+
+    def add(self, key: OpKey, op: Op) -> None:
+        self._ops[key] = op
+        self._per_kp[key[0]] += 1
+
+    def pop(self, key: OpKey) -> Op:
+        """Forget operation `key` (KeyError if there is none) and return it."""
+        op = self._ops.pop(key)
+        self._per_kp[key[0]] -= 1
+        if not self._per_kp[key[0]]:
+            del self._per_kp[key[0]]
+        return op
+
+    def get(self, key: OpKey) -> Op | None:
+        return self._ops.get(key)
+
+    def keys_of(self, kp: KPIdentity) -> list[OpKey]:
+        """The keys of `kp`'s operations (none looked for when it has none)."""
+        return [k for k in self._ops if k[0] == kp] if kp in self._per_kp else []
+
+    def items(self):
+        return self._ops.items()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ops
+
+    def __iter__(self) -> Iterator[OpKey]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
 
 
 class Watching(Protocol):

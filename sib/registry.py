@@ -1,12 +1,11 @@
 """The registry of persistent operations: query groups (identical persistent queries share one
-evaluation), rules, the pattern indices that find which ones a change can affect, the cap per
-KP and the journal. It registers, ends and looks up; it neither executes requests
+evaluation), rules, the pattern indices that find which ones a change can affect, the caps
+(`sib.engine.Operations`, the bridge's too) and the journal. It registers, ends and looks up; it neither executes requests
 (`sib.core`) nor decides what a change sets off (`sib.propagation`)."""
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable
 
 from ksp.codes import Status
@@ -15,7 +14,7 @@ from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
-from .errors import RequestError
+from .engine import Operations
 from .index import PatternIndex
 from .journal import Journal, TrackedChannel
 from .metrics import Metrics
@@ -43,17 +42,14 @@ class Registry:
         self.access = access
         self.journal = journal
         self.metrics = metrics or Metrics()
-        self.max_persistent_per_kp = max_persistent_per_kp
-        #: Persistent operations of all KPs at once: a KP identity is only an address when it
-        #: gives no KP ID, so the per-KP cap alone would not bound a SIB open to anyone.
-        self.max_persistent = max_persistent
-        self.ops: dict[OpKey, Subscription | Rule] = {}
+        #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all.
+        self.ops: Operations[Subscription | Rule] = Operations(
+            max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the SIB")
         self.groups: dict[object, QueryGroup] = {}
         self.group_by_id: dict[int, QueryGroup] = {}
         self.rules: dict[int, Rule] = {}
         self.group_index = PatternIndex()
         self.rule_index = PatternIndex()
-        self._per_kp: Counter[KPIdentity] = Counter()
         self._next_id = 0
 
     def __len__(self) -> int:
@@ -106,15 +102,7 @@ class Registry:
         """The caps on persistent operations, per KP and in all (reusing an active TID takes
         no new slot); the channel, tracked and journaled."""
         key = (kp, req.tid)
-        if key not in self.ops:
-            cap = self.max_persistent_per_kp
-            if cap is not None and self._per_kp[kp] >= cap:
-                raise RequestError(Status.LIMIT_EXCEEDED,
-                                   f"{cap} persistent operations per KP")
-            cap = self.max_persistent
-            if cap is not None and len(self.ops) >= cap:
-                raise RequestError(Status.LIMIT_EXCEEDED,
-                                   f"the SIB holds {cap} persistent operations, its limit")
+        self.ops.admit(key)
         self.replace(key)
         if restored:
             return channel
@@ -124,8 +112,7 @@ class Registry:
         return channel
 
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
-        self.ops[key] = op
-        self._per_kp[key[0]] += 1
+        self.ops.add(key, op)
         op_log.info("started", "%s tid %d: persistent %s started", self.who(key[0]), key[1],
                     request_of(op).tx.name)
 
@@ -138,9 +125,6 @@ class Registry:
 
     def remove(self, key: OpKey) -> Subscription | Rule:
         op = self.ops.pop(key)
-        self._per_kp[key[0]] -= 1
-        if not self._per_kp[key[0]]:
-            del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
         op_log.info("ended", "%s tid %d: persistent operation ended", self.who(key[0]), key[1])
@@ -180,7 +164,7 @@ class Registry:
 
     def keys_of(self, kp: KPIdentity) -> list[OpKey]:
         """The keys of `kp`'s operations (none looked for when it has none)."""
-        return [k for k in self.ops if k[0] == kp] if kp in self._per_kp else []
+        return self.ops.keys_of(kp)
 
     def end_ops_on_graphs(self, dropped: Iterable) -> None:
         """End (TERMINATED) every operation that names a graph just dropped."""

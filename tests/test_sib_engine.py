@@ -1,12 +1,17 @@
-"""The shared persistent-operation engine (`sib.engine`) on its own: a cascade's order and
-limits, driven by a table of rules (what each one's solutions are, what a firing reaches) in
-place of a store or a broker."""
+"""The shared persistent-operation engine (`sib.engine`) on its own: the table of operations
+with its caps, and a cascade's order and limits, driven by a table of rules (what each one's
+solutions are, what a firing reaches) in place of a store or a broker."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from sib.engine import Cascade, Visit
+import pytest
+
+from ksp.codes import Status
+from ksp.session import KPIdentity
+from sib import RequestError
+from sib.engine import Cascade, Operations, Visit
 
 
 @dataclass
@@ -78,3 +83,31 @@ def test_rules_marked_from_elsewhere_wait_for_the_next_firing_or_pass():
     assert cascade.next() == 4
     assert cascade.next() is None
     assert not marked
+
+
+def test_operations_are_held_within_the_caps_per_kp_and_in_all():
+    a, b = KPIdentity(kp_id=b"a"), KPIdentity(kp_id=b"b")
+    ops: Operations[str] = Operations(max_per_kp=2, max_all=3, holder="the bridge")
+    ops.admit((a, 1))
+    ops.add((a, 1), "a1")
+    ops.add((a, 2), "a2")
+    ops.admit((a, 2))  # active: replaced, no new slot
+    with pytest.raises(RequestError) as refused:
+        ops.admit((a, 3))
+    assert refused.value.status is Status.LIMIT_EXCEEDED
+    ops.admit((b, 1))
+    with pytest.raises(RequestError) as refused:
+        ops.admit((b, 1), waiting=1)  # one more admitted, still waiting to be added
+    assert "the bridge holds 3" in str(refused.value)
+    assert ops.keys_of(a) == [(a, 1), (a, 2)] and ops.keys_of(b) == []
+    assert ops.pop((a, 1)) == "a1" and len(ops) == 1 and (a, 1) not in ops
+    ops.admit((a, 3))
+
+
+def test_operations_without_caps_take_any_number():
+    kp = KPIdentity(None, ("127.0.0.1", 1))
+    ops: Operations[int] = Operations()
+    for tid in range(100):
+        ops.admit((kp, tid))
+        ops.add((kp, tid), tid)
+    assert len(ops.keys_of(kp)) == 100 and sorted(tid for _, tid in ops) == list(range(100))
