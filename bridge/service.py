@@ -53,7 +53,7 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, OpKey, Operations, Visit
+from sib.engine import Cascade, Groups, OpKey, Operations, Visit
 from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
@@ -154,7 +154,8 @@ class Bridge:
         #: the SIB (`sib.engine.Operations`).
         self.ops: Operations[_Member] = Operations(
             max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the bridge")
-        self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription
+        #: The broker subscriptions, by (identity, query text), as the SIB's query groups.
+        self._shared: Groups[tuple, _Shared] = Groups()
         self._screen = Screen()  # the triple patterns of `_shared`'s subscriptions
         self.flushes_skipped = 0  # updates that could not reach a subscription (stats)
         self._joining = 0  # operations past the caps, waiting for their broker subscription
@@ -483,7 +484,7 @@ class Bridge:
         finally:
             self._joining -= 1
         member = _Member(request, TrackedChannel(channel, self.journal), shared)
-        shared.members[key] = member
+        self._shared.join(shared, key, member)
         self.ops.add(key, member)
         if not request.tx.is_query:
             member.rule = next(self._rule_ids)
@@ -565,9 +566,10 @@ class Bridge:
         if shared is None:
             if len(self._shared) >= self.max_subscriptions:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
-            shared = self._shared[key] = _Shared(
+            shared = _Shared(
                 text, [f"v{k}" for k in range(asked.projection or 0)],
                 asyncio.get_running_loop().create_future(), identity, Pattern(asked).triples)
+            self._shared.add(key, shared)
             self._screen.add(shared.triples)
             try:
                 shared.sub = await self.subscriber.subscribe(
@@ -575,7 +577,7 @@ class Bridge:
                                                                       whole),
                     None if identity is None else lambda: self._authorization(identity))
             except BaseException as exc:
-                del self._shared[key]
+                self._shared.discard(key, shared)
                 self._screen.remove(shared.triples)
                 shared.ready.set_exception(exc)
                 shared.ready.exception()  # said to whoever waits, not to the loop's log
@@ -704,9 +706,7 @@ class Bridge:
         if member.rule is not None:
             del self._rules[member.rule]
         shared = member.shared
-        shared.members.pop(key, None)
-        if not shared.members and self._shared.get((shared.identity, shared.text)) is shared:
-            del self._shared[shared.identity, shared.text]
+        if self._shared.leave((shared.identity, shared.text), shared, key):
             self._screen.remove(shared.triples)
             self._background(self.subscriber.unsubscribe(shared.sub))
 

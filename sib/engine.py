@@ -1,6 +1,7 @@
 """The persistent-operation engine shared by the SIB (`sib.registry`, `sib.propagation`) and the
 bridge (`bridge.service`), with no I/O in it: the table of persistent operations with its caps
-(`Operations`), and the rules' cascade — its order and its protection (`Cascade`).
+(`Operations`), the groups of those asking the same thing (`Groups`), and the rules' cascade —
+its order and its protection (`Cascade`).
 
 An operation is known by its KP's identity and its TID. A KP may hold `max_per_kp` of them and
 the server `max_all` in all (a KP identity is only an address when it gives no KP ID, so the
@@ -35,11 +36,13 @@ from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "OpKey", "Operations", "Visit", "Watching"]
+__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Visit", "Watching"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
 Op = TypeVar("Op")
+K = TypeVar("K")
+G = TypeVar("G", bound="Grouped")
 
 
 class Operations(Generic[Op]):
@@ -97,6 +100,51 @@ class Operations(Generic[Op]):
 
     def __len__(self) -> int:
         return len(self._ops)
+
+
+class Grouped(Protocol):
+    """A group as `Groups` sees it: its members by operation."""
+
+    members: dict[OpKey, Any]
+
+
+class Groups(Generic[K, G]):
+    """Persistent operations asking the same thing share a group (at the SIB one evaluation, at
+    the bridge one broker subscription), filed under what they ask; a group goes with its last
+    member (`leave`)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, G] = {}
+
+    def get(self, key: K) -> G | None:
+        return self._by_key.get(key)
+
+    def add(self, key: K, group: G) -> None:
+        """File a new group (no members yet) under `key`."""
+        self._by_key[key] = group
+
+    def discard(self, key: K, group: G) -> None:
+        """Forget `group` if it is still the one filed under `key` (one never finished)."""
+        if self._by_key.get(key) is group:
+            del self._by_key[key]
+
+    def join(self, group: G, op: OpKey, member: Any) -> None:
+        group.members[op] = member
+
+    def leave(self, key: K, group: G, op: OpKey) -> bool:
+        """Operation `op` leaves `group`, filed under `key`; True if it was the last member: the
+        group is gone (its owner lets go of what it held for it)."""
+        group.members.pop(op, None)
+        if group.members or self._by_key.get(key) is not group:
+            return False
+        del self._by_key[key]
+        return True
+
+    def values(self):
+        return self._by_key.values()
+
+    def __len__(self) -> int:
+        return len(self._by_key)
 
 
 class Watching(Protocol):

@@ -14,7 +14,7 @@ from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
-from .engine import Operations
+from .engine import Groups, Operations
 from .index import PatternIndex
 from .journal import Journal, TrackedChannel
 from .metrics import Metrics
@@ -45,7 +45,7 @@ class Registry:
         #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all.
         self.ops: Operations[Subscription | Rule] = Operations(
             max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the SIB")
-        self.groups: dict[object, QueryGroup] = {}
+        self.groups: Groups[object, QueryGroup] = Groups()  # by `group_key`
         self.group_by_id: dict[int, QueryGroup] = {}
         self.rules: dict[int, Rule] = {}
         self.group_index = PatternIndex()
@@ -85,11 +85,11 @@ class Registry:
                 result = evaluate(self.store, req, pattern)
             group = QueryGroup(self._new_id(), req, pattern, result,
                                shape=shape_of(req, pattern))
-            self.groups[key] = group
+            self.groups.add(key, group)
             self.group_by_id[group.id] = group
             self.group_index.add(group.id, pattern.triples, pattern.graphs)
         sub = Subscription(kp, req.tid, channel, group)
-        group.members[(kp, req.tid)] = sub
+        self.groups.join(group, (kp, req.tid), sub)
         self._registered((kp, req.tid), sub)
         return Response(req.tid, Status.OK, group.result)
 
@@ -134,9 +134,7 @@ class Registry:
             self.rule_index.remove(op.id)
         else:
             group = op.group
-            del group.members[key]
-            if not group.members:
-                del self.groups[group_key(group.request, group.pattern)]
+            if self.groups.leave(group_key(group.request, group.pattern), group, key):
                 del self.group_by_id[group.id]
                 self.group_index.remove(group.id)
         return op

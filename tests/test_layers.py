@@ -144,7 +144,7 @@ BRIDGE_MAY_IMPORT = {
     "sib": {"AccessPolicy", "Authenticator", "Histogram", "JOURNAL_FILE", "Journal", "Metrics",
             "Pattern", "RequestError", "TrackedChannel", "canonical", "check_request",
             "results_of"},
-    "sib.engine": {"Cascade", "OpKey", "Operations", "Visit"},
+    "sib.engine": {"Cascade", "Groups", "OpKey", "Operations", "Visit"},
     "sib.config": {"ConfigError", "ServingConfig", "check_ranges", "load"},
     "sib.cli": {"add_capture_flags", "claim_data_dir", "on_signals", "open_capture",
                 "reload_access"},

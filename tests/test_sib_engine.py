@@ -3,7 +3,7 @@ with its caps, and a cascade's order and limits, driven by a table of rules (wha
 solutions are, what a firing reaches) in place of a store or a broker."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from ksp.codes import Status
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import Cascade, Operations, Visit
+from sib.engine import Cascade, Groups, Operations, Visit
 
 
 @dataclass
@@ -111,3 +111,29 @@ def test_operations_without_caps_take_any_number():
         ops.admit((kp, tid))
         ops.add((kp, tid), tid)
     assert len(ops.keys_of(kp)) == 100 and sorted(tid for _, tid in ops) == list(range(100))
+
+
+@dataclass(eq=False)
+class Group:
+    members: dict = field(default_factory=dict)
+
+
+def test_a_group_goes_with_its_last_member():
+    a, b = (KPIdentity(b"a"), 1), (KPIdentity(b"b"), 1)
+    groups: Groups[str, Group] = Groups()
+    group = Group()
+    groups.add("q", group)
+    groups.join(group, a, "member a")
+    groups.join(group, b, "member b")
+    assert not groups.leave("q", group, a) and groups.get("q") is group
+    assert groups.leave("q", group, b) and groups.get("q") is None and len(groups) == 0
+
+
+def test_a_group_replaced_under_its_key_is_not_forgotten_for_the_old_one():
+    old, new = Group(), Group()
+    groups: Groups[str, Group] = Groups()
+    groups.add("q", old)
+    groups.add("q", new)  # the old one was let go of while it was being made
+    groups.discard("q", old)
+    assert not groups.leave("q", old, (KPIdentity(b"a"), 1))
+    assert groups.get("q") is new and list(groups.values()) == [new]
