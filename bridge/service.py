@@ -251,15 +251,12 @@ class Bridge:
         ACCESS_DENIED IND, as the SIB does. Returns how many were ended."""
         self.access = self.authenticator.policy = access
         ended = 0
-        for key, member in list(self.ops.items()):
-            try:
-                access.check_by_id(key[0].kp_id, member.request)
-            except RequestError as exc:
-                log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
-                            key[1], exc)
-                self.metrics.denied += 1
-                self._end(key, exc.status)
-                ended += 1
+        for key, exc in self.ops.disallowed(access):
+            log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
+                        key[1], exc)
+            self.metrics.denied += 1
+            self._end(key, exc.status)
+            ended += 1
         return ended
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
@@ -287,11 +284,8 @@ class Bridge:
             await asyncio.gather(*self._workers.values(), *self._tasks,
                                  return_exceptions=True)
         self._running = False
-        for key, member in list(self.ops.items()):
-            if member.channel.journal is not None:  # resumes after the restart
-                member.channel.save()
-            else:
-                self._end(key, Status.TERMINATED)
+        for key in self.ops.closing():  # those the journal keeps resume after the restart
+            self._end(key, Status.TERMINATED)
         if self.subscriber is not None:
             await self.subscriber.close()
         if self.registrations is not None:

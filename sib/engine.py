@@ -32,17 +32,36 @@ from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from ksp.codes import Status
+from ksp.model import Request
 from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Visit", "Watching"]
+__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Visit",
+           "Watching"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
-Op = TypeVar("Op")
+Op = TypeVar("Op", bound="Persistent")
 K = TypeVar("K")
 G = TypeVar("G", bound="Grouped")
+
+
+class Persistent(Protocol):
+    """An operation as `Operations` sees it: what it asked, and the channel its INDs go on (a
+    `sib.TrackedChannel`: `journal` is not None when the journal keeps it)."""
+
+    @property
+    def request(self) -> Request: ...
+
+    channel: Any
+
+
+class Checks(Protocol):
+    """An access policy as `Operations.disallowed` asks it (`sib.AccessPolicy`)."""
+
+    def check_by_id(self, kp_id: bytes | None, request: Request) -> None:
+        """Raise RequestError if the KP of `kp_id` may not make `request`."""
 
 
 class Operations(Generic[Op]):
@@ -84,6 +103,29 @@ class Operations(Generic[Op]):
 
     def get(self, key: OpKey) -> Op | None:
         return self._ops.get(key)
+
+    def disallowed(self, access: Checks) -> list[tuple[OpKey, RequestError]]:
+        """The operations `access` (a policy put in force) does not allow, each with why: to be
+        ended with an IND of that status."""
+        found = []
+        for key, op in self._ops.items():
+            try:
+                access.check_by_id(key[0].kp_id, op.request)
+            except RequestError as exc:
+                found.append((key, exc))
+        return found
+
+    def closing(self) -> list[OpKey]:
+        """The server stops: each operation the journal keeps has its state journaled once more
+        (it resumes after the restart, and what its KP ACKed by now is not sent again); returns
+        the others, to be ended with a TERMINATED IND."""
+        ending = []
+        for key, op in self._ops.items():
+            if op.channel.journal is not None:
+                op.channel.save()
+            else:
+                ending.append(key)
+        return ending
 
     def keys_of(self, kp: KPIdentity) -> list[OpKey]:
         """The keys of `kp`'s operations (none looked for when it has none)."""

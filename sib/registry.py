@@ -114,7 +114,7 @@ class Registry:
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
         self.ops.add(key, op)
         op_log.info("started", "%s tid %d: persistent %s started", self.who(key[0]), key[1],
-                    request_of(op).tx.name)
+                    op.request.tx.name)
 
     # -- ending ---------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Registry:
         if not dropped:
             return
         for key, op in list(self.ops.items()):
-            opts = request_of(op).options
+            opts = op.request.options
             named = set(opts.query_graphs or ()) | set(opts.insert_graphs or ()) | set(
                 opts.delete_graphs or ())
             if named & dropped:
@@ -180,12 +180,5 @@ class Registry:
         """The SIB shuts down: end every persistent operation with a TERMINATED IND, except
         those the journal keeps (they resume after the restart): their state is journaled once
         more, so that what the KPs ACKed by now is not sent again after the restart."""
-        for key, op in list(self.ops.items()):
-            if self.journal is not None and op.channel.journal is not None:
-                op.channel.save()
-                continue
+        for key in self.ops.closing():
             self.terminate(key)
-
-
-def request_of(op: Subscription | Rule) -> Request:
-    return op.request if isinstance(op, Rule) else op.group.request

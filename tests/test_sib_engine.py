@@ -137,3 +137,47 @@ def test_a_group_replaced_under_its_key_is_not_forgotten_for_the_old_one():
     groups.discard("q", old)
     assert not groups.leave("q", old, (KPIdentity(b"a"), 1))
     assert groups.get("q") is new and list(groups.values()) == [new]
+
+
+@dataclass
+class Channel:
+    journal: object = None
+    saved: int = 0
+
+    def save(self) -> None:
+        self.saved += 1
+
+
+@dataclass
+class Op:
+    request: object
+    channel: Channel = field(default_factory=Channel)
+
+
+class Policy:
+    """Allows what KP `a` asks, nothing of others'."""
+
+    def check_by_id(self, kp_id, request) -> None:
+        if kp_id != b"a":
+            raise RequestError(Status.ACCESS_DENIED, f"{request} of {kp_id!r}")
+
+
+def test_a_new_policy_names_the_operations_it_does_not_allow():
+    a, b = KPIdentity(b"a"), KPIdentity(b"b")
+    ops: Operations[Op] = Operations()
+    for key in ((a, 1), (b, 1), (b, 2)):
+        ops.add(key, Op(f"tid {key[1]}"))
+    refused = ops.disallowed(Policy())
+    assert [key for key, _ in refused] == [(b, 1), (b, 2)]
+    assert all(exc.status is Status.ACCESS_DENIED for _, exc in refused)
+    assert len(ops) == 3  # ending them is the server's
+
+
+def test_closing_saves_what_the_journal_keeps_and_names_the_rest():
+    kp = KPIdentity(b"a")
+    kept, lost = Channel(journal="journal"), Channel()
+    ops: Operations[Op] = Operations()
+    ops.add((kp, 1), Op("kept", kept))
+    ops.add((kp, 2), Op("lost", lost))
+    assert ops.closing() == [(kp, 2)]
+    assert (kept.saved, lost.saved) == (1, 0)
