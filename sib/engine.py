@@ -12,8 +12,8 @@ A cascade does not evaluate patterns or write anything: its driver does (the SIB
 store, synchronously; the bridge through its broker, awaiting each firing). The driver asks
 `Cascade.next` which rule to visit, tells `Cascade.visit` the rule's solutions now (the cascade
 decides whether it fires, within the limits), carries out a firing, puts the rules the firing
-reached in `Cascade.marked` and calls `Cascade.spread`. The same driver loop therefore gives the
-same order and the same ends in both, so that a device cannot tell the bridge from a SIB:
+reached in `Cascade.marked` and calls `Cascade.spread`. Both drivers are that loop, so the order
+and the ends are the same in both and a device cannot tell the bridge from a SIB:
 
 - rules are visited in passes, in registration order (their numbers);
 - a visited rule fires when its solution set differs from the one it last saw and is not
