@@ -25,7 +25,7 @@ import time
 import aiohttp
 
 from ksp.codes import Status
-from sib.metrics import Histogram
+from sib import Histogram
 
 log = logging.getLogger("ksp.bridge")
 

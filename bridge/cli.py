@@ -70,8 +70,8 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
                 reload=None) -> None:
     """Run the bridge until `stop` is set (or SIGINT/SIGTERM). `reload`: what SIGHUP reads
     the access policy from (the configuration file again)."""
+    from sib import JOURNAL_FILE, Journal
     from sib.cli import open_capture
-    from sib.journal import FILE as JOURNAL_FILE, Journal
 
     pcap = open_capture(config)  # a file that cannot be written stops the start here
     if pcap is not None:
@@ -96,8 +96,8 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
 
 async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None,
                  reload) -> None:
+    from sib import Metrics
     from sib.lifecycle import run_until_stopped, start_metrics, stop_metrics
-    from sib.metrics import Metrics
     from transports.server import Server
 
     from .broker import Broker

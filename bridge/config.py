@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sib.access import AccessPolicy
+from sib import AccessPolicy
 from sib.config import ConfigError, ServingConfig, check_ranges
 
 __all__ = ["BridgeConfig", "ConfigError", "Endpoints"]

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ksp.terms import BNode, Literal, Triple, Var
-from sib.oxterms import canonical
+from sib import canonical
 
 __all__ = ["Screen"]
 

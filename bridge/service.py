@@ -35,7 +35,6 @@ subscription only within one identity, whose grants decide what it may see.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import json
 import logging
@@ -52,15 +51,10 @@ from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, Var
 from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
-from sib.access import AccessPolicy
-from sib.auth import Authenticator
-from sib.errors import RequestError
-from sib.journal import Journal, TrackedChannel
-from sib.metrics import Metrics
+from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
+                 TrackedChannel, check_request, results_of)
+from sib.engine import Cascade, Groups, OpKey, Operations, Visit
 from sib.options import apply_keywords
-from sib.pattern import Pattern
-from sib.query import results_of
-from sib.validate import check_request
 from ksp.ratelog import RateLimitedLog
 
 from .broker import Broker, BrokerError
@@ -151,17 +145,19 @@ class Bridge(Service):
         self.registrations = registrations
         self.anonymous_identity = anonymous_identity
         self.max_queued = options.max_queued
-        self.max_persistent_per_kp = options.max_persistent_per_kp
-        self.max_persistent = options.max_persistent
         self.max_subscriptions = options.max_subscriptions
         self.rule_firing_limit = options.rule_firing_limit
         self.cascade_limit = options.cascade_limit
         self.journal = journal
-        self.ops: dict[tuple[KPIdentity, int], _Member] = {}
-        self._shared: dict[tuple, _Shared] = {}  # (identity, query text) -> its subscription
+        #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all, as in
+        #: the SIB (`sib.engine.Operations`).
+        self.ops: Operations[_Member] = Operations(
+            max_per_kp=options.max_persistent_per_kp, max_all=options.max_persistent,
+            holder="the bridge")
+        #: The broker subscriptions, by (identity, query text), as the SIB's query groups.
+        self._shared: Groups[tuple, _Shared] = Groups()
         self._screen = Screen()  # the triple patterns of `_shared`'s subscriptions
         self.flushes_skipped = 0  # updates that could not reach a subscription (stats)
-        self._per_kp: Counter = Counter()
         self._joining = 0  # operations past the caps, waiting for their broker subscription
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
@@ -255,15 +251,12 @@ class Bridge(Service):
         ACCESS_DENIED IND, as the SIB does. Returns how many were ended."""
         self.access = self.authenticator.policy = access
         ended = 0
-        for key, member in list(self.ops.items()):
-            try:
-                access.check_by_id(key[0].kp_id, member.request)
-            except RequestError as exc:
-                log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
-                            key[1], exc)
-                self.metrics.denied += 1
-                self._end(key, exc.status)
-                ended += 1
+        for key, exc in self.ops.disallowed(access):
+            log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
+                        key[1], exc)
+            self.metrics.denied += 1
+            self._end(key, exc.status)
+            ended += 1
         return ended
 
     def kp_unreachable(self, kp: KPIdentity, tid: int) -> None:
@@ -291,11 +284,8 @@ class Bridge(Service):
             await asyncio.gather(*self._workers.values(), *self._tasks,
                                  return_exceptions=True)
         self._running = False
-        for key, member in list(self.ops.items()):
-            if member.channel.journal is not None:  # resumes after the restart
-                member.channel.save()
-            else:
-                self._end(key, Status.TERMINATED)
+        for key in self.ops.closing():  # those the journal keeps resume after the restart
+            self._end(key, Status.TERMINATED)
         if self.subscriber is not None:
             await self.subscriber.close()
         if self.registrations is not None:
@@ -480,11 +470,7 @@ class Bridge(Service):
         """Within the caps (those still waiting for their subscription count): a new
         operation, or one restored after a restart past a cap lowered meanwhile."""
         key = (channel.kp, request.tid)
-        if self._per_kp[key[0]] >= self.max_persistent_per_kp:
-            raise RequestError(Status.LIMIT_EXCEEDED, "persistent operations per KP")
-        if len(self.ops) + self._joining >= self.max_persistent:
-            raise RequestError(Status.LIMIT_EXCEEDED, f"the bridge holds {self.max_persistent}"
-                                                      " persistent operations, its limit")
+        self.ops.admit(key, waiting=self._joining)
         self._joining += 1
         try:
             shared = await self._subscription(_solutions_query(request),
@@ -492,8 +478,8 @@ class Bridge(Service):
         finally:
             self._joining -= 1
         member = _Member(request, TrackedChannel(channel, self.journal), shared)
-        shared.members[key] = self.ops[key] = member
-        self._per_kp[key[0]] += 1
+        self._shared.join(shared, key, member)
+        self.ops.add(key, member)
         if not request.tx.is_query:
             member.rule = next(self._rule_ids)
             self._rules[member.rule] = member
@@ -574,9 +560,10 @@ class Bridge(Service):
         if shared is None:
             if len(self._shared) >= self.max_subscriptions:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
-            shared = self._shared[key] = _Shared(
+            shared = _Shared(
                 text, [f"v{k}" for k in range(asked.projection or 0)],
                 asyncio.get_running_loop().create_future(), identity, Pattern(asked).triples)
+            self._shared.add(key, shared)
             self._screen.add(shared.triples)
             try:
                 shared.sub = await self.subscriber.subscribe(
@@ -584,7 +571,7 @@ class Bridge(Service):
                                                                       whole),
                     None if identity is None else lambda: self._authorization(identity))
             except BaseException as exc:
-                del self._shared[key]
+                self._shared.discard(key, shared)
                 self._screen.remove(shared.triples)
                 shared.ready.set_exception(exc)
                 shared.ready.exception()  # said to whoever waits, not to the loop's log
@@ -617,50 +604,32 @@ class Bridge(Service):
             self._background(self._cascade())
 
     async def _cascade(self) -> None:
-        """Fire the rules whose solutions changed, as the SIB's cascade does (sib/core.py):
-        in passes in registration order, a rule firing when its solution set differs from the
-        one it last saw and is not empty; a firing is the rule's plain update sent to the
-        broker, and the notifications it causes (read by `Subscriber.flush`) mark the rules
-        it reached: later ones in this pass, earlier ones and itself in the next. A rule past
-        `rule_firing_limit` firings in one cascade, or any past `cascade_limit` in all, ends
-        with a TERMINATED IND."""
+        """Fire the rules whose solutions changed, as the SIB's cascade does: the same
+        `sib.engine.Cascade` (its order and its limits) driven through the broker. A firing is
+        the rule's plain update sent to the broker, and the notifications it causes (read by
+        `Subscriber.flush`) mark the rules it reached; a rule past a limit ends with a
+        TERMINATED IND."""
         async with self._cascade_lock:
-            fired: Counter = Counter()
-            current = sorted(self._pending_rules)
-            self._pending_rules.clear()
-            while current:
-                following: set[int] = set()
-                heapq.heapify(current)
-                while current:
-                    rid = heapq.heappop(current)
-                    if await self._fire(rid, fired):
-                        for other in self._pending_rules:
-                            if other > rid:
-                                if other not in current:
-                                    heapq.heappush(current, other)
-                            else:
-                                following.add(other)
-                        self._pending_rules.clear()
-                current = sorted(following | self._pending_rules)
-                self._pending_rules.clear()
+            cascade = Cascade(self._pending_rules, rule_firing_limit=self.rule_firing_limit,
+                              cascade_limit=self.cascade_limit)
+            while (rid := cascade.next()) is not None:
+                if await self._fire(rid, cascade):
+                    cascade.spread(rid)
 
-    async def _fire(self, rid: int, fired: Counter) -> bool:
+    async def _fire(self, rid: int, cascade: Cascade) -> bool:
         """One visit of a rule in a cascade; True if it fired."""
         member = self._rules.get(rid)
         if member is None:
             return False
-        now, before = frozenset(member.shared.rows), member.last
-        if now == before:
-            return False
-        member.last = now
-        if not now:
+        before = member.last
+        visit = cascade.visit(rid, member, frozenset(member.shared.rows))
+        if visit is Visit.SKIP:
             return False
         key = (member.channel.kp, member.request.tid)
-        if fired[rid] >= self.rule_firing_limit or sum(fired.values()) >= self.cascade_limit:
+        if visit is Visit.OVER_LIMIT:
             peer_log.warning("cascade limit", "rule %d of %s ended: cascade limit", key[1], key[0])
             self._end(key, Status.TERMINATED)
             return False
-        fired[rid] += 1
         self.rule_firings += 1
         try:
             await self._at_broker(self.broker.update, render(
@@ -715,16 +684,13 @@ class Bridge(Service):
         return Response(tid)
 
     def _drop_kp(self, kp: KPIdentity) -> None:
-        for key in [k for k in self.ops if k[0] == kp]:
+        for key in self.ops.keys_of(kp):
             self._end(key, None)
 
-    def _end(self, key: tuple[KPIdentity, int], status: Status | None) -> None:
+    def _end(self, key: OpKey, status: Status | None) -> None:
         """Forget a persistent query: with a last IND of `status`, or silently (TERMINATE,
         RESET); the subscription goes with its last member."""
         member = self.ops.pop(key)
-        self._per_kp[key[0]] -= 1
-        if not self._per_kp[key[0]]:
-            del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
         if status is not None:  # a last IND: the session delivers it, then forgets
@@ -734,9 +700,7 @@ class Bridge(Service):
         if member.rule is not None:
             del self._rules[member.rule]
         shared = member.shared
-        shared.members.pop(key, None)
-        if not shared.members and self._shared.get((shared.identity, shared.text)) is shared:
-            del self._shared[shared.identity, shared.text]
+        if self._shared.leave((shared.identity, shared.text), shared, key):
             self._screen.remove(shared.triples)
             self._background(self.subscriber.unsubscribe(shared.sub))
 

@@ -32,13 +32,16 @@ from .access import hash_password
 from .budget import stop_all
 from .config import Config, ConfigError, ServingConfig, load
 from .journal import FILE as JOURNAL_FILE, Journal
-from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: as before, from here)
+from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: also named here)
     DataDirLocked, claim_data_dir, lock_data_dir, run_main, run_until_stopped, start_metrics,
     stop_metrics,
 )
 from .metrics import Metrics
 from .service import Sib
 from .store import QuadStore
+
+__all__ = ["main", "build_parser", "add_capture_flags", "open_capture", "lock_data_dir",
+           "DataDirLocked", "sepa_connections", "hash_password_command", "jsap_command"]
 
 log = logging.getLogger("ksp.sib")
 

@@ -18,6 +18,8 @@ from ksp.secure import parse_key
 from .access import ANONYMOUS_POLICIES, AccessPolicy, is_password_hash
 from .budget import Budgets
 
+__all__ = ["Config", "ConfigError", "ServingConfig", "check_ranges", "load"]
+
 
 class ConfigError(ValueError):
     pass

@@ -47,7 +47,7 @@ from .pattern import Pattern
 from .persistent import Channel
 from .propagation import Propagation
 from .query import evaluate, evaluate_once
-from .registry import Registry, request_of
+from .registry import Registry
 from .store import QuadStore
 from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
@@ -240,15 +240,12 @@ class SibCore:
         IND, every persistent operation it does not allow. Returns how many were ended."""
         self.access = access
         ended = 0
-        for key, op in list(self.registry.ops.items()):
-            try:
-                access.check_by_id(key[0].kp_id, request_of(op))
-            except RequestError as exc:
-                log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
-                            key[1], exc)
-                self.metrics.denied += 1
-                self.registry.terminate(key, exc.status)
-                ended += 1
+        for key, exc in self.registry.ops.disallowed(access):
+            log.warning("%s tid %d: ended by the new access policy: %s", access.who(key[0]),
+                        key[1], exc)
+            self.metrics.denied += 1
+            self.registry.terminate(key, exc.status)
+            ended += 1
         for check in self.access_checks:
             ended += check(access)
         return ended

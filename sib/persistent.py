@@ -10,10 +10,8 @@ from ksp.model import Request, Result
 from ksp.session import KPIdentity
 from ksp.service import Channel
 
+from .engine import OpKey
 from .pattern import Pattern
-
-
-OpKey = tuple[KPIdentity, int]
 
 
 @dataclass(eq=False)
@@ -22,6 +20,10 @@ class Subscription:
     tid: int
     channel: Channel
     group: "QueryGroup"
+
+    @property
+    def request(self) -> Request:
+        return self.group.request
 
 
 @dataclass(eq=False)

@@ -1,13 +1,12 @@
 """Propagation: what a write sets off, after every change (an update, a graph operation, a new
 rule) — the rules' cascade, then the INDs of the query groups whose result changed. Both steps
 and the smart/naive choice are described in `sib.core`'s docstring; this module holds them so
-that the request runner (`sib.core`) and the registry (`sib.registry`) stay small."""
+that the request runner (`sib.core`) and the registry (`sib.registry`) stay small. The cascade's
+order and limits are `sib.engine.Cascade`, which the bridge drives too."""
 from __future__ import annotations
 
-import heapq
 import logging
 import time
-from collections import Counter
 from typing import Protocol
 
 from ksp.codes import Status
@@ -15,6 +14,7 @@ from ksp.model import Response
 from ksp.ratelog import RateLimitedLog
 
 from .budget import Deadline, OverBudget, timed, within
+from .engine import Cascade, Visit
 from .errors import RequestError
 from .persistent import QueryGroup, Rule
 from .query import evaluate
@@ -131,69 +131,56 @@ class Propagation:
                 except Exception:
                     peer_log.exception("observer failed", "after a change: %r failed", observer)
 
-    def _cascade(self, current: list[int]) -> None:
+    def _cascade(self, rules: list[int]) -> None:
+        """Drive a `Cascade` (`sib.engine`) over the store: each visit evaluates the rule's
+        pattern, each firing writes its templates over its solutions."""
         r = self.registry
-        fired: Counter[int] = Counter()
-        total = 0
-        queued = set(current)
-        heapq.heapify(current)
-        while current:
-            following: set[int] = set()
-            while current:
-                rid = heapq.heappop(current)
-                queued.discard(rid)
-                rule = r.rules.get(rid)
-                if rule is None:
-                    continue
-                try:
-                    with timed(self.budget, "the rule's evaluation"):
-                        solutions = rule.pattern.solutions(self.store)
-                except OverBudget as exc:
-                    peer_log.warning("rule over budget", "rule %d of %s ended: %s", rule.tid,
-                                     r.who(rule.kp), exc)
-                    r.terminate((rule.kp, rule.tid), exc.status)
-                    continue
-                except Exception:
-                    peer_log.exception("rule failed", "rule %d of %s failed", rule.tid,
-                                       r.who(rule.kp))
-                    r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
-                    continue
-                self.evaluations += 1
-                now = frozenset(solutions)
-                if now == rule.last:
-                    continue
-                rule.last = now
-                if not now:
-                    continue
-                if fired[rid] >= self.rule_firing_limit or total >= self.cascade_limit:
-                    peer_log.warning("cascade limit", "rule %d of %s ended: cascade limit",
-                                     rule.tid, r.who(rule.kp))
-                    r.terminate((rule.kp, rule.tid))
-                    continue
-                fired[rid] += 1
-                total += 1
-                try:
-                    d = template_delta(self.store, rule.request, solutions, self.fresh)
-                    affected = self.write(d)
-                except RequestError as exc:  # the store's cap: the rule ends, the rest goes on
-                    peer_log.warning("rule refused", "rule %d of %s ended: %s", rule.tid,
-                                     r.who(rule.kp), exc)
-                    r.terminate((rule.kp, rule.tid), exc.status)
-                    continue
-                except Exception:
-                    peer_log.exception("rule failed", "rule %d of %s failed", rule.tid,
-                                       r.who(rule.kp))
-                    r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
-                    continue
-                for other in affected:
-                    if other > rid:
-                        if other not in queued:
-                            queued.add(other)
-                            heapq.heappush(current, other)
-                    else:
-                        following.add(other)
-            current = sorted(following)
-            queued = set(current)
+        cascade = Cascade(set(rules), rule_firing_limit=self.rule_firing_limit,
+                          cascade_limit=self.cascade_limit)
+        while (rid := cascade.next()) is not None:
+            rule = r.rules.get(rid)
+            if rule is None:
+                continue
+            try:
+                with timed(self.budget, "the rule's evaluation"):
+                    solutions = rule.pattern.solutions(self.store)
+            except OverBudget as exc:
+                self._end_rule(rule, exc.status, "rule over budget", exc)
+                continue
+            except Exception:
+                self._rule_failed(rule)
+                continue
+            self.evaluations += 1
+            visit = cascade.visit(rid, rule, frozenset(solutions))
+            if visit is Visit.SKIP:
+                continue
+            if visit is Visit.OVER_LIMIT:
+                self._end_rule(rule, Status.TERMINATED, "cascade limit", "cascade limit")
+                continue
+            try:
+                d = template_delta(self.store, rule.request, solutions, self.fresh)
+                cascade.marked.update(self.write(d))
+            except RequestError as exc:  # the store's cap: the rule ends, the rest goes on
+                self._end_rule(rule, exc.status, "rule refused", exc)
+                continue
+            except Exception:
+                self._rule_failed(rule)
+                continue
+            cascade.spread(rid)
+
+    def _end_rule(self, rule: Rule, status: Status, kind: str, why: object) -> None:
+        """End `rule` in a cascade, with a final IND of `status`; the cascade goes on. `kind`
+        and `why`: its log line's."""
+        r = self.registry
+        peer_log.warning(kind, "rule %d of %s ended: %s", rule.tid, r.who(rule.kp), why)
+        r.terminate((rule.kp, rule.tid), status)
+
+    def _rule_failed(self, rule: Rule) -> None:
+        """A rule's evaluation or firing raised (a bug): it ends with INTERNAL_ERROR, the
+        cascade goes on."""
+        r = self.registry
+        peer_log.exception("rule failed", "rule %d of %s failed", rule.tid, r.who(rule.kp))
+        r.terminate((rule.kp, rule.tid), Status.INTERNAL_ERROR)
 
     def _notify(self) -> None:
         r = self.registry

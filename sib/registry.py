@@ -1,12 +1,11 @@
 """The registry of persistent operations: query groups (identical persistent queries share one
-evaluation), rules, the pattern indices that find which ones a change can affect, the cap per
-KP and the journal. It registers, ends and looks up; it neither executes requests
+evaluation), rules, the pattern indices that find which ones a change can affect, the caps
+(`sib.engine.Operations`, the bridge's too) and the journal. It registers, ends and looks up; it neither executes requests
 (`sib.core`) nor decides what a change sets off (`sib.propagation`)."""
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable
 
 from ksp.codes import Status
@@ -15,7 +14,7 @@ from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
-from .errors import RequestError
+from .engine import Groups, Operations
 from .index import PatternIndex
 from .journal import Journal, TrackedChannel
 from .metrics import Metrics
@@ -43,17 +42,14 @@ class Registry:
         self.access = access
         self.journal = journal
         self.metrics = metrics or Metrics()
-        self.max_persistent_per_kp = max_persistent_per_kp
-        #: Persistent operations of all KPs at once: a KP identity is only an address when it
-        #: gives no KP ID, so the per-KP cap alone would not bound a SIB open to anyone.
-        self.max_persistent = max_persistent
-        self.ops: dict[OpKey, Subscription | Rule] = {}
-        self.groups: dict[object, QueryGroup] = {}
+        #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all.
+        self.ops: Operations[Subscription | Rule] = Operations(
+            max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the SIB")
+        self.groups: Groups[object, QueryGroup] = Groups()  # by `group_key`
         self.group_by_id: dict[int, QueryGroup] = {}
         self.rules: dict[int, Rule] = {}
         self.group_index = PatternIndex()
         self.rule_index = PatternIndex()
-        self._per_kp: Counter[KPIdentity] = Counter()
         self._next_id = 0
 
     def __len__(self) -> int:
@@ -89,11 +85,11 @@ class Registry:
                 result = evaluate(self.store, req, pattern)
             group = QueryGroup(self._new_id(), req, pattern, result,
                                shape=shape_of(req, pattern))
-            self.groups[key] = group
+            self.groups.add(key, group)
             self.group_by_id[group.id] = group
             self.group_index.add(group.id, pattern.triples, pattern.graphs)
         sub = Subscription(kp, req.tid, channel, group)
-        group.members[(kp, req.tid)] = sub
+        self.groups.join(group, (kp, req.tid), sub)
         self._registered((kp, req.tid), sub)
         return Response(req.tid, Status.OK, group.result)
 
@@ -106,15 +102,7 @@ class Registry:
         """The caps on persistent operations, per KP and in all (reusing an active TID takes
         no new slot); the channel, tracked and journaled."""
         key = (kp, req.tid)
-        if key not in self.ops:
-            cap = self.max_persistent_per_kp
-            if cap is not None and self._per_kp[kp] >= cap:
-                raise RequestError(Status.LIMIT_EXCEEDED,
-                                   f"{cap} persistent operations per KP")
-            cap = self.max_persistent
-            if cap is not None and len(self.ops) >= cap:
-                raise RequestError(Status.LIMIT_EXCEEDED,
-                                   f"the SIB holds {cap} persistent operations, its limit")
+        self.ops.admit(key)
         self.replace(key)
         if restored:
             return channel
@@ -124,10 +112,9 @@ class Registry:
         return channel
 
     def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
-        self.ops[key] = op
-        self._per_kp[key[0]] += 1
+        self.ops.add(key, op)
         op_log.info("started", "%s tid %d: persistent %s started", self.who(key[0]), key[1],
-                    request_of(op).tx.name)
+                    op.request.tx.name)
 
     # -- ending ---------------------------------------------------------------------------
 
@@ -138,9 +125,6 @@ class Registry:
 
     def remove(self, key: OpKey) -> Subscription | Rule:
         op = self.ops.pop(key)
-        self._per_kp[key[0]] -= 1
-        if not self._per_kp[key[0]]:
-            del self._per_kp[key[0]]
         if self.journal is not None:
             self.journal.remove(*key)
         op_log.info("ended", "%s tid %d: persistent operation ended", self.who(key[0]), key[1])
@@ -150,9 +134,7 @@ class Registry:
             self.rule_index.remove(op.id)
         else:
             group = op.group
-            del group.members[key]
-            if not group.members:
-                del self.groups[group_key(group.request, group.pattern)]
+            if self.groups.leave(group_key(group.request, group.pattern), group, key):
                 del self.group_by_id[group.id]
                 self.group_index.remove(group.id)
         return op
@@ -180,7 +162,7 @@ class Registry:
 
     def keys_of(self, kp: KPIdentity) -> list[OpKey]:
         """The keys of `kp`'s operations (none looked for when it has none)."""
-        return [k for k in self.ops if k[0] == kp] if kp in self._per_kp else []
+        return self.ops.keys_of(kp)
 
     def end_ops_on_graphs(self, dropped: Iterable) -> None:
         """End (TERMINATED) every operation that names a graph just dropped."""
@@ -188,7 +170,7 @@ class Registry:
         if not dropped:
             return
         for key, op in list(self.ops.items()):
-            opts = request_of(op).options
+            opts = op.request.options
             named = set(opts.query_graphs or ()) | set(opts.insert_graphs or ()) | set(
                 opts.delete_graphs or ())
             if named & dropped:
@@ -198,12 +180,5 @@ class Registry:
         """The SIB shuts down: end every persistent operation with a TERMINATED IND, except
         those the journal keeps (they resume after the restart): their state is journaled once
         more, so that what the KPs ACKed by now is not sent again after the restart."""
-        for key, op in list(self.ops.items()):
-            if self.journal is not None and op.channel.journal is not None:
-                op.channel.save()
-                continue
+        for key in self.ops.closing():
             self.terminate(key)
-
-
-def request_of(op: Subscription | Rule) -> Request:
-    return op.request if isinstance(op, Rule) else op.group.request

@@ -15,6 +15,9 @@ from ksp.session import KPIdentity
 
 from .service import Sib
 
+__all__ = ["RecordingChannel", "Client", "ex", "LoggedProcess", "SibProcess", "free_port",
+           "scrape"]
+
 
 @dataclass(eq=False)
 class RecordingChannel:

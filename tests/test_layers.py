@@ -11,6 +11,9 @@
 - transports/ uses no private name of ksp: it neither overrides nor calls a session's private
   methods, nor reads its private tables; a SIB message layer keeps the public contract
   `ksp.session.SibMessageLayer`.
+- bridge/ uses sib's public API only (`BRIDGE_MAY_IMPORT`, each name in its module's
+  `__all__`): the persistent-operation engine is `sib.engine`, one for both, not a copy kept
+  alike by tests; `sib.engine` is sans-I/O.
 """
 from __future__ import annotations
 
@@ -231,3 +234,49 @@ def test_transports_use_no_private_name_of_ksp(path):
     own = _defined_names(modules("transports"))
     found = private_uses_of_ksp(path.read_text(encoding="utf-8"), own)
     assert not found, f"{path.name}: " + "; ".join(found)
+#: The names of `sib` the bridge may import, by module. Each is in its module's `__all__`: the
+#: bridge shares the SIB's public API and its engine (`sib.engine`), never its internals.
+BRIDGE_MAY_IMPORT = {
+    "sib": {"AccessPolicy", "Authenticator", "Histogram", "JOURNAL_FILE", "Journal", "Metrics",
+            "Pattern", "RequestError", "TrackedChannel", "canonical", "check_request",
+            "results_of"},
+    "sib.engine": {"Cascade", "Groups", "OpKey", "Operations", "Visit"},
+    "sib.config": {"ConfigError", "ServingConfig", "check_ranges", "load"},
+    "sib.cli": {"add_capture_flags", "open_capture"},
+    "sib.lifecycle": {"claim_data_dir", "run_main", "run_until_stopped", "start_metrics",
+                      "stop_metrics"},
+    "sib.options": {"apply_keywords"},
+    "sib.sepa.secure": {"write_private"},
+    "sib.testing": {"LoggedProcess", "SibProcess"},
+}
+
+
+@pytest.mark.parametrize("path", modules("bridge"), ids=lambda p: p.name)
+def test_the_bridge_imports_only_the_public_api_of_sib(path):
+    for module, names, line in imports(path):
+        if _top(module) != "sib":
+            continue
+        allowed = BRIDGE_MAY_IMPORT.get(module)
+        assert allowed is not None, f"{path.name}:{line} imports {module}, not public for it"
+        assert names or module == "sib", f"{path.name}:{line}: import names from {module}"
+        for name in names:
+            assert name in allowed, f"{path.name}:{line} imports {module}.{name}"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # after `import sib`
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == "sib"):
+            assert node.attr in BRIDGE_MAY_IMPORT["sib"], f"{path.name}:{node.lineno} uses " \
+                                                          f"sib.{node.attr}"
+
+
+@pytest.mark.parametrize("module", sorted(BRIDGE_MAY_IMPORT))
+def test_what_the_bridge_may_import_is_public(module):
+    exported = set(importlib.import_module(module).__all__)
+    for name in BRIDGE_MAY_IMPORT[module]:
+        assert not name.startswith("_") and name in exported, f"{module}.{name}"
+
+
+def test_the_engine_is_sans_io():
+    for module, names, line in imports(ROOT / "sib" / "engine.py"):
+        for target in _targets(module, names):
+            assert _top(target) not in {"asyncio", "socket", "selectors", "threading", "time",
+                                        "transports"}, f"engine.py:{line} imports {target}"

@@ -17,6 +17,7 @@ MODULES = (
     ("transports", "the Python KP client and the servers"),
     ("ksp", "the protocol core: codec, message model, terms, sessions (sans-I/O)"),
     ("sib", "the SIB, to embed in a program"),
+    ("sib.engine", "the persistent-operation engine the SIB and the bridge share (sans-I/O)"),
 )
 
 

@@ -35,7 +35,7 @@ import jwt
 from ..config import TOKEN_REPLIES
 from .broker import SepaError
 
-__all__ = ["Clients", "Tokens"]
+__all__ = ["Clients", "Tokens", "write_private"]
 
 ISSUER = "ksp-sib"
 

@@ -1,0 +1,265 @@
+"""The persistent-operation engine shared by the SIB (`sib.registry`, `sib.propagation`) and the
+bridge (`bridge.service`), with no I/O in it: the table of persistent operations with its caps
+(`Operations`), the groups of those asking the same thing (`Groups`), and the rules' cascade —
+its order and its protection (`Cascade`).
+
+An operation is known by its KP's identity and its TID. A KP may hold `max_per_kp` of them and
+the server `max_all` in all (a KP identity is only an address when it gives no KP ID, so the
+per-KP cap alone would not bound a server open to anyone); a KP reusing the TID of an active
+operation replaces it and takes no new slot.
+
+A cascade does not evaluate patterns or write anything: its driver does (the SIB against its
+store, synchronously; the bridge through its broker, awaiting each firing). The driver asks
+`Cascade.next` which rule to visit, tells `Cascade.visit` the rule's solutions now (the cascade
+decides whether it fires, within the limits), carries out a firing, puts the rules the firing
+reached in `Cascade.marked` and calls `Cascade.spread`. Both drivers are that loop, so the order
+and the ends are the same in both and a device cannot tell the bridge from a SIB:
+
+- rules are visited in passes, in registration order (their numbers);
+- a visited rule fires when its solution set differs from the one it last saw and is not
+  empty; the rules a firing reached are visited later in this pass when they come after it,
+  in the next pass otherwise (itself included); the cascade ends when a pass fires nothing;
+- a rule may fire at most `rule_firing_limit` times per cascade and a cascade at most
+  `cascade_limit` times in all: the rule that would exceed either is ended (TERMINATED) instead
+  of firing, and the cascade goes on without it.
+"""
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from ksp.codes import Status
+from ksp.model import Request
+from ksp.session import KPIdentity
+
+from .errors import RequestError
+
+__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Visit",
+           "Watching"]
+
+#: A persistent operation's key: its KP's identity and its TID.
+OpKey = tuple[KPIdentity, int]
+Op = TypeVar("Op", bound="Persistent")
+K = TypeVar("K")
+G = TypeVar("G", bound="Grouped")
+
+
+class Persistent(Protocol):
+    """An operation as `Operations` sees it: what it asked, and the channel its INDs go on (a
+    `sib.TrackedChannel`: `journal` is not None when the journal keeps it)."""
+
+    @property
+    def request(self) -> Request: ...
+
+    channel: Any
+
+
+class Checks(Protocol):
+    """An access policy as `Operations.disallowed` asks it (`sib.AccessPolicy`)."""
+
+    def check_by_id(self, kp_id: bytes | None, request: Request) -> None:
+        """Raise RequestError if the KP of `kp_id` may not make `request`."""
+
+
+class Operations(Generic[Op]):
+    """Every persistent operation of a server by key (`OpKey`), counted per KP, held within the
+    caps (`admit`). `holder` names the server in a refusal ("the SIB")."""
+
+    def __init__(self, *, max_per_kp: int | None = None, max_all: int | None = None,
+                 holder: str = "the SIB") -> None:
+        self.max_per_kp = max_per_kp
+        self.max_all = max_all
+        self.holder = holder
+        self._ops: dict[OpKey, Op] = {}
+        self._per_kp: Counter[KPIdentity] = Counter()
+
+    def admit(self, key: OpKey, waiting: int = 0) -> None:
+        """Raise LIMIT_EXCEEDED if a new operation `key` would pass a cap; `waiting`: those
+        admitted but not added yet, which count in all. An active `key` takes no new slot."""
+        if key in self._ops:
+            return
+        cap = self.max_per_kp
+        if cap is not None and self._per_kp[key[0]] >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED, f"{cap} persistent operations per KP")
+        cap = self.max_all
+        if cap is not None and len(self._ops) + waiting >= cap:
+            raise RequestError(Status.LIMIT_EXCEEDED,
+                               f"{self.holder} holds {cap} persistent operations, its limit")
+
+    def add(self, key: OpKey, op: Op) -> None:
+        self._ops[key] = op
+        self._per_kp[key[0]] += 1
+
+    def pop(self, key: OpKey) -> Op:
+        """Forget operation `key` (KeyError if there is none) and return it."""
+        op = self._ops.pop(key)
+        self._per_kp[key[0]] -= 1
+        if not self._per_kp[key[0]]:
+            del self._per_kp[key[0]]
+        return op
+
+    def get(self, key: OpKey) -> Op | None:
+        return self._ops.get(key)
+
+    def disallowed(self, access: Checks) -> list[tuple[OpKey, RequestError]]:
+        """The operations `access` (a policy put in force) does not allow, each with why: to be
+        ended with an IND of that status."""
+        found = []
+        for key, op in self._ops.items():
+            try:
+                access.check_by_id(key[0].kp_id, op.request)
+            except RequestError as exc:
+                found.append((key, exc))
+        return found
+
+    def closing(self) -> list[OpKey]:
+        """The server stops: each operation the journal keeps has its state journaled once more
+        (it resumes after the restart, and what its KP ACKed by now is not sent again); returns
+        the others, to be ended with a TERMINATED IND."""
+        ending = []
+        for key, op in self._ops.items():
+            if op.channel.journal is not None:
+                op.channel.save()
+            else:
+                ending.append(key)
+        return ending
+
+    def keys_of(self, kp: KPIdentity) -> list[OpKey]:
+        """The keys of `kp`'s operations (none looked for when it has none)."""
+        return [k for k in self._ops if k[0] == kp] if kp in self._per_kp else []
+
+    def items(self):
+        return self._ops.items()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ops
+
+    def __iter__(self) -> Iterator[OpKey]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
+class Grouped(Protocol):
+    """A group as `Groups` sees it: its members by operation."""
+
+    members: dict[OpKey, Any]
+
+
+class Groups(Generic[K, G]):
+    """Persistent operations asking the same thing share a group (at the SIB one evaluation, at
+    the bridge one broker subscription), filed under what they ask; a group goes with its last
+    member (`leave`)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, G] = {}
+
+    def get(self, key: K) -> G | None:
+        return self._by_key.get(key)
+
+    def add(self, key: K, group: G) -> None:
+        """File a new group (no members yet) under `key`."""
+        self._by_key[key] = group
+
+    def discard(self, key: K, group: G) -> None:
+        """Forget `group` if it is still the one filed under `key` (one never finished)."""
+        if self._by_key.get(key) is group:
+            del self._by_key[key]
+
+    def join(self, group: G, op: OpKey, member: Any) -> None:
+        group.members[op] = member
+
+    def leave(self, key: K, group: G, op: OpKey) -> bool:
+        """Operation `op` leaves `group`, filed under `key`; True if it was the last member: the
+        group is gone (its owner lets go of what it held for it)."""
+        group.members.pop(op, None)
+        if group.members or self._by_key.get(key) is not group:
+            return False
+        del self._by_key[key]
+        return True
+
+    def values(self):
+        return self._by_key.values()
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+class Watching(Protocol):
+    """A rule as the cascade sees it: the solution set it last saw (None: none yet)."""
+
+    last: Any
+
+
+class Visit(enum.Enum):
+    """What a visit of a rule comes to (`Cascade.visit`): SKIP (its solutions did not change,
+    or there are none), FIRE (its update over its solutions; the firing is counted) or
+    OVER_LIMIT (firing would pass a limit: end it with a TERMINATED IND)."""
+
+    SKIP = "skip"
+    FIRE = "fire"
+    OVER_LIMIT = "over limit"
+
+
+class Cascade:
+    """One cascade: which rule to visit next, whether a visited rule fires.
+
+    `marked`: the rules whose solutions may have changed, by number. The driver adds to it (the
+    rules a firing reached; at the bridge also those a change from elsewhere reached, at any
+    time between visits); the cascade takes them out: all of them when it starts and when a
+    pass ends, and those a firing reached at `spread`."""
+
+    def __init__(self, marked: set[int], *, rule_firing_limit: int,
+                 cascade_limit: int) -> None:
+        self.marked = marked
+        self.rule_firing_limit = rule_firing_limit
+        self.cascade_limit = cascade_limit
+        self.fired: Counter[int] = Counter()  # firings per rule in this cascade
+        self.total = 0  # firings in all
+        self._current = sorted(marked)  # this pass's rules still to visit (a heap)
+        self._queued = set(self._current)
+        self._following: set[int] = set()  # the next pass's
+        marked.clear()
+
+    def next(self) -> int | None:
+        """The number of the next rule to visit (None: the cascade is over)."""
+        if not self._current:
+            self._current = sorted(self._following | self.marked)
+            self._queued = set(self._current)
+            self._following.clear()
+            self.marked.clear()
+            if not self._current:
+                return None
+        rid = heapq.heappop(self._current)
+        self._queued.discard(rid)
+        return rid
+
+    def visit(self, rid: int, rule: Watching, now: frozenset) -> Visit:
+        """Rule `rid`'s solutions are `now`: they become what it last saw; FIRE (counted) when
+        they changed and are not empty, within the limits."""
+        if now == rule.last:
+            return Visit.SKIP
+        rule.last = now
+        if not now:
+            return Visit.SKIP
+        if self.fired[rid] >= self.rule_firing_limit or self.total >= self.cascade_limit:
+            return Visit.OVER_LIMIT
+        self.fired[rid] += 1
+        self.total += 1
+        return Visit.FIRE
+
+    def spread(self, rid: int) -> None:
+        """Rule `rid` fired and the rules it reached are in `marked`: those after it are
+        visited in this pass, the others in the next."""
+        for other in self.marked:
+            if other > rid:
+                if other not in self._queued:
+                    self._queued.add(other)
+                    heapq.heappush(self._current, other)
+            else:
+                self._following.add(other)
+        self.marked.clear()
