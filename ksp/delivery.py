@@ -41,7 +41,7 @@ MAX_UDP_PAYLOAD = 65_507
 class DeliveryPolicy:
     """How one message layer delivers INDs: one value per transport, the transaction layer
     (`ksp.transactions.SibTransactions`) asks it. The three in use are named: `ACKED` (UDP),
-    `STREAMED` (TCP), `OBSERVED` (CoAP)."""
+    `STREAMED` (TCP), `OBSERVED` (CoAP); `UNJOURNALED` is the transaction layer's own default."""
 
     #: INDs carry sequence numbers (§9).
     numbered: bool = True
@@ -54,6 +54,7 @@ class DeliveryPolicy:
     ACKED: ClassVar["DeliveryPolicy"]
     STREAMED: ClassVar["DeliveryPolicy"]
     OBSERVED: ClassVar["DeliveryPolicy"]
+    UNJOURNALED: ClassVar["DeliveryPolicy"]
 
 
 DeliveryPolicy.ACKED = DeliveryPolicy(numbered=True, acked=True, durable=True)
@@ -62,6 +63,9 @@ DeliveryPolicy.STREAMED = DeliveryPolicy(numbered=False, acked=False, durable=Fa
 """TCP: unnumbered, delivered once on the stream (or the connection is gone)."""
 DeliveryPolicy.OBSERVED = DeliveryPolicy(numbered=True, acked=False, durable=False)
 """CoAP: numbered notifications, which CoAP confirms or whose observation it ends."""
+DeliveryPolicy.UNJOURNALED = DeliveryPolicy(numbered=True, acked=True, durable=False)
+"""Numbered and ACKed as `ACKED`, but kept by no journal (no result digests taken): the
+transaction layer used on its own, with no message layer naming its policy."""
 
 
 @dataclass(frozen=True, slots=True)

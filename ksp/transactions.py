@@ -93,15 +93,17 @@ class SibTransactions:
     """The SIB's transaction layer for one message layer (see the module docstring).
 
     `transport`: the layout of what it encodes; `policy`: how the message layer delivers INDs
-    (`DeliveryPolicy`: numbered, ACKed at the KSP level, kept by a journal). Tables hold at most
-    `max_entries` each, oldest evicted; `on_forget(key, delivery, evicted)` is called for every
-    delivery that ends or (`evicted`) leaves the full table, so the message layer drops what it
-    holds for it (an IND kept for retransmission, an observation). An evicted delivery lives on
-    where its holder keeps it (a channel, a CoAP resource) and comes back with its next IND
-    (`delivery_for`).
+    (`DeliveryPolicy`: numbered, ACKed at the KSP level, kept by a journal; a SIB session
+    passes its message layer's, `DeliveryPolicy.UNJOURNALED` when none is named). Tables hold
+    at most `max_entries` each, oldest evicted; `on_forget(key, delivery, evicted)` is called
+    for every delivery that ends or (`evicted`) leaves the full table, so the message layer
+    drops what it holds for it (an IND kept for retransmission, an observation). An evicted
+    delivery lives on where its holder keeps it (a channel, a CoAP resource) and comes back
+    with its next IND (`delivery_for`).
     """
 
-    def __init__(self, transport: Transport = UDP, *, policy: DeliveryPolicy = DeliveryPolicy(),
+    def __init__(self, transport: Transport = UDP, *,
+                 policy: DeliveryPolicy = DeliveryPolicy.UNJOURNALED,
                  max_entries: int = 65_536,
                  on_forget: Callable[[OpKey, Delivery, bool], None] | None = None) -> None:
         self.transport = transport
