@@ -61,7 +61,9 @@ class SIBSession:
     its transport's message layer and input methods; `SIBSession(UDP, layer=...)` runs over
     the layer given (CoAP's). This class is what they share on top of the transaction layer
     (`self.transactions`): credentials before anything else, where each KP is, events; what
-    differs is the layer's (`self.layer`, the contract in `ksp.session.layer`)."""
+    differs is the layer's (`self.layer`, the contract in `ksp.session.layer`). A transport's
+    input side gives it whole messages (`receive_message`), input that is none (`reject`) and
+    endpoints gone (`drop_held`)."""
 
     DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
 
@@ -255,9 +257,9 @@ class SIBSession:
         self.layer.handle_timer(now)
 
     def receive_message(self, data: bytes, addr: Hashable, now: float) -> None:
-        """One whole KSP message from session address `addr` (a datagram's, a CoAP POST's):
-        a sealed one is opened first, before anything else sees it, and dropped unverified
-        (`stats.sealed_dropped`)."""
+        """One whole KSP message from session address `addr` (a datagram's, a TCP frame's, a
+        CoAP POST's): a sealed one is opened first, before anything else sees it, and dropped
+        unverified (`stats.sealed_dropped`)."""
         self.layer.expire(now)
         if data and data[0] == MAGIC and self.sealers is not None:
             try:  # verified before anything else sees it: a replay moves no exchange
@@ -266,6 +268,21 @@ class SIBSession:
                 self.stats.sealed_dropped += 1
                 return
         self._on_message(bytes(data), addr, now)
+
+    def reject(self, event: ProtocolError) -> None:
+        """Report input that is no KSP message (`event`: undecodable, or a frame over the size
+        limit) and answer it with its status at `event.addr` when it has a TID: for the message
+        layer's input side, and for `receive_message`."""
+        self._events.append(event)
+        if event.tid is not None:
+            self.layer.send(encode(Response(event.tid, event.status), self.transport),
+                            event.addr)
+
+    def drop_held(self, addr: Hashable) -> None:
+        """Forget the requests from `addr` held for a verdict on their credentials, unanswered:
+        for an input side whose endpoint is gone (a closed TCP connection)."""
+        if any(item[1] == addr for item in self._held):
+            self._held = deque(item for item in self._held if item[1] != addr)
 
     def seal(self, data: bytes, addr: Hashable) -> tuple[bytes, Hashable] | None:
         """What goes on the wire for message `data` to session address `addr`, and to which
@@ -299,13 +316,6 @@ class SIBSession:
             if now is not None and binding is not None and binding[1] != addr:
                 self.layer.moved(kp, addr, now)
 
-    def _reject(self, event: ProtocolError) -> None:
-        """Report undecodable input and answer it with its status (when it has a TID)."""
-        self._events.append(event)
-        if event.tid is not None:
-            self.layer.send(encode(Response(event.tid, event.status), self.transport),
-                            event.addr)
-
     def _on_message(self, data: bytes, addr: Hashable, now: float) -> None:
         self.layer.receiving(data, addr)
         try:
@@ -313,7 +323,7 @@ class SIBSession:
         except DecodeError as exc:
             tid = exc.tid if exc.tid is not None else peek_tid(data)
             self.layer.heard_from(addr, now)
-            self._reject(ProtocolError(exc.status, str(exc), tid, addr))
+            self.reject(ProtocolError(exc.status, str(exc), tid, addr))
             return
         if isinstance(msg, Ack):
             self.layer.heard_from(addr, now)

@@ -2,7 +2,6 @@
 no duplicates, no ACKs) and `TcpSIBSession`, the session over it with the stream's input."""
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable
 
 from ..codec import TCP, Transport
@@ -74,13 +73,12 @@ class TcpSIBSession(SIBSession):
             reader = readers[conn] = FrameReader(self.max_message_size)
         for item in reader.feed(data):
             if item[0] == _FRAME:
-                self._on_message(item[1], conn, now)
+                self.receive_message(item[1], conn, now)
             elif item[0] == _OVERSIZE:
-                event = oversize_error(item[1], item[2], self.max_message_size, conn)
-                self._reject(event)
+                self.reject(oversize_error(item[1], item[2], self.max_message_size, conn))
             else:
                 exc = item[1]
-                self._reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
+                self.reject(ProtocolError(exc.status, str(exc), exc.tid, conn, fatal=True))
 
     def buffered(self, conn: Hashable) -> int:
         """Bytes of an unfinished message held for connection `conn` (for a server's bound
@@ -92,5 +90,4 @@ class TcpSIBSession(SIBSession):
         """Forget connection `conn`: INDs for KPs last seen there report KPUnreachable."""
         self.layer.readers.pop(conn, None)
         self.layer.streams.pop(conn, None)
-        if any(item[1] == conn for item in self._held):
-            self._held = deque(item for item in self._held if item[1] != conn)
+        self.drop_held(conn)
