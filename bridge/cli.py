@@ -96,6 +96,7 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
 
 async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None,
                  reload) -> None:
+    from ksp.session import SessionOptions
     from sib import Metrics
     from sib.lifecycle import run_until_stopped, start_metrics, stop_metrics
     from transports.server import Server
@@ -127,7 +128,8 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
                               metrics=metrics).start()
         try:
             server = await Server.start(bridge, config.host, timing=config.timing, pcap=pcap,
-                                        max_entries=config.max_session_entries,
+                                        options=SessionOptions(
+                                            max_entries=config.max_session_entries),
                                         **{t: config.port(t) for t in TRANSPORTS})
         except OSError:
             await bridge.close()

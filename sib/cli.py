@@ -176,6 +176,7 @@ def _new_sib(config: Config, storage: _Storage, metrics: Metrics) -> Sib:
 
 async def _start_server(config: Config, sib: Sib, tls, pcap):
     """The KSP listeners (`transports.Server`)."""
+    from ksp.session import SessionOptions
     from transports.limits import ConnectionLimits
     from transports.server import Server
 
@@ -185,7 +186,7 @@ async def _start_server(config: Config, sib: Sib, tls, pcap):
                                   config.max_tcp_connections_per_address,
                                   config.max_tcp_buffered_bytes, config.tcp_idle_timeout,
                                   config.tcp_frame_timeout),
-                              max_entries=config.max_session_entries,
+                              options=SessionOptions(max_entries=config.max_session_entries),
                               **{t: config.port(t) for t in TRANSPORTS})
 
 

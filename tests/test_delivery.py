@@ -14,7 +14,7 @@ from ksp import UDP, Literal, Request, Response, Status, Triple, Tx, Var, encode
 from ksp.delivery import Delivery, DeliveryState, encoding_digest, result_digest
 from ksp.model import SelectResult
 from ksp.terms import XSD_DOUBLE
-from ksp.session import KPIdentity, SIBSession
+from ksp.session import KPIdentity, SessionOptions, SIBSession
 from sib import QuadStore, Sib
 from sib.journal import Journal
 from sib.testing import Client, ex
@@ -92,7 +92,7 @@ def test_redundant_only_right_after_a_restore_of_a_state_the_kp_acked():
 
 
 def _udp_sib_with_subscriber(max_entries: int = 65_536):
-    sib = SIBSession(UDP, max_entries=max_entries)
+    sib = SIBSession(UDP, options=SessionOptions(max_entries=max_entries))
     addr = ("10.0.0.2", 5683)
     sib.receive_datagram(encode(SUB, UDP), addr, 0.0)
     event = sib.next_event()

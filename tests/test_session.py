@@ -23,7 +23,7 @@ from ksp import (
 from ksp.session import (
     AckReceived, CredentialsPending, IndicationReceived, KPIdentity, KPSession, KPUnreachable,
     PersistentEnded, ProtocolError, RequestReceived, RequestRefused, RequestTimedOut,
-    ResponseReceived, SessionError, SIBSession, Timing,
+    ResponseReceived, SessionError, SessionOptions, SIBSession, Timing,
 )
 
 from strategies import results_for
@@ -442,7 +442,8 @@ def test_dedup_keys_on_kp_id_across_addresses():
 
 
 def test_cache_is_bounded():
-    sib = SIBSession(rng=random.Random(0), max_entries=10, max_cache_bytes=30)
+    sib = SIBSession(rng=random.Random(0),
+                     options=SessionOptions(max_entries=10, max_cache_bytes=30))
     for tid in range(100):
         sib.receive_datagram(encode(insert(tid)), KP_ADDR, 0)
         sib.respond(KPIdentity(addr=KP_ADDR), tid, Response(tid), 0)
@@ -508,7 +509,7 @@ def test_requests_wait_for_a_pending_verdict_then_resume_in_order_over_tcp():
 
 
 def test_held_requests_are_bounded_and_dropped_with_their_connection():
-    sib = SIBSession(TCP, authenticate=Verdicts(), max_held=2)
+    sib = SIBSession(TCP, authenticate=Verdicts(), options=SessionOptions(max_held=2))
     a, b = object(), object()
     for tid, conn in ((1, a), (2, b), (3, b)):
         sib.receive_data(encode(with_creds(insert(tid), f"p{tid}"), TCP), conn, 0)
@@ -1246,7 +1247,7 @@ def test_held_requests_keep_each_connections_order(steps):
 def test_unacknowledged_inds_are_bounded_in_bytes():
     """INDs kept for retransmission count against `max_ind_bytes`: past it the oldest KPs that
     do not ACK are given up on (KPUnreachable), the newest IND is always kept."""
-    sib = SIBSession(rng=random.Random(0), max_ind_bytes=2000)
+    sib = SIBSession(rng=random.Random(0), options=SessionOptions(max_ind_bytes=2000))
     kps = []
     for k in range(10):
         addr = ("192.0.2.1", 5000 + k)
@@ -1329,7 +1330,8 @@ def test_a_final_ind_given_up_on_follows_an_ack_and_is_given_up_on_again():
 
 
 def test_a_kp_that_never_comes_back_gets_nothing_and_tombstones_are_bounded():
-    sib = SIBSession(rng=random.Random(0), max_entries=4, tombstone_lifetime=3600.0)
+    sib = SIBSession(rng=random.Random(0),
+                     options=SessionOptions(max_entries=4, tombstone_lifetime=3600.0))
     now, gone = 0.0, []
     for k in range(6):  # one KP after the other, each silent past every retry
         addr = ("192.0.2.1", 5000 + k)

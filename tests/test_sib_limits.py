@@ -10,6 +10,7 @@ import pytest
 
 from ksp import Literal, Request, Status, Timing, Triple, Tx, Var
 from ksp.codec import TCP, UDP, decode_sib_message, encode
+from ksp.session import SessionOptions
 from sib import Sib
 from sib.testing import Client, ex
 from transports import Server, connect
@@ -207,7 +208,8 @@ def test_more_persistent_operations_than_the_session_keeps_still_number_their_in
 
     async def go():
         sib = Sib()
-        server = await UdpServer.start(sib, "127.0.0.1", 0, max_entries=4)
+        server = await UdpServer.start(sib, "127.0.0.1", 0,
+                                       options=SessionOptions(max_entries=4))
         try:
             async with await connect(f"udp://127.0.0.1:{server.port}") as kp:
                 subs = []
@@ -231,13 +233,14 @@ def test_more_persistent_operations_than_the_session_keeps_still_number_their_in
 
 
 def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
-    """`Server.start(max_entries=)` sizes both sessions; `ksp-sib` takes it from
+    """`Server.start(options=SessionOptions(max_entries=))` sizes both sessions; `ksp-sib` takes it from
     `[limits] max_session_entries`, by default large enough for 10,000+ subscriptions."""
     from sib.config import ConfigError, load
 
     async def go():
         sib = Sib()
-        async with await Server.start(sib, udp=0, tcp=0, max_entries=123) as server:
+        async with await Server.start(sib, udp=0, tcp=0,
+                                          options=SessionOptions(max_entries=123)) as server:
             assert server.udp.session.max_entries == server.tcp.session.max_entries == 123
         await sib.close()
 

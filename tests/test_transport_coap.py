@@ -14,6 +14,7 @@ from ksp import (
     UDP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
 )
 from ksp.secure import MAGIC
+from ksp.session import SessionOptions
 from sib import Sib
 from transports import CoapServer
 
@@ -311,7 +312,7 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
     """Over `max_entries` the session evicts the oldest delivery; its resource and channel keep
     it, so its INDs go on, numbered on, and ending the operation removes the resource."""
     async def go():
-        async with serving(MemoryService(), max_entries=1) as (server, ctx, base):
+        async with serving(MemoryService(), options=SessionOptions(max_entries=1)) as (server, ctx, base):
             uris = []
             for tid in (40, 41):
                 answer = await post(ctx, base, encode(SUB._replace(tid=tid), UDP))
@@ -345,7 +346,7 @@ def test_posts_waiting_for_an_answer_are_bounded():
 
     async def go():
         service = Holding()
-        async with serving(service, max_entries=4) as (server, ctx, base):
+        async with serving(service, options=SessionOptions(max_entries=4)) as (server, ctx, base):
             data = encode(insert(7, "a"), UDP)
             copies = []
             for _ in range(MAX_COPIES + 3):

@@ -27,7 +27,7 @@ from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery, DeliveryPolicy
-from ksp.session import DuplicateCache, SibMessageLayer, SIBSession
+from ksp.session import DuplicateCache, SessionOptions, SibMessageLayer, SIBSession
 from ksp.transactions import PERSISTENT, Exchange
 
 from ._sibadapter import SessionAdapter
@@ -101,7 +101,7 @@ class _CoapLayer(SibMessageLayer):
     def attach(self, session: SIBSession) -> None:
         super().attach(session)
         self.cache = DuplicateCache(session.timing.exchange_lifetime, session.max_entries,
-                                    session.max_cache_bytes)
+                                    session.options.max_cache_bytes)
 
     def sizes(self) -> dict[str, int]:
         return {"recent requests": len(self.cache)}
@@ -225,9 +225,9 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     def __init__(self, service: Service, timing: Timing | None = None, *,
                  max_lingering: int = MAX_LINGERING,
                  notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
-                 max_age: int = MAX_AGE, **session_args) -> None:
-        super().__init__(service, SIBSession(UDP, layer=_CoapLayer(self), timing=timing,
-                                             **session_args))
+                 max_age: int = MAX_AGE, options: SessionOptions | None = None) -> None:
+        super().__init__(service, SIBSession(UDP, layer=_CoapLayer(self), options=options,
+                                             timing=timing))
         self.max_lingering = max_lingering
         self.max_age = max_age
         self.linger = max(FINAL_LINGER, 2.0 * max_age)
@@ -257,12 +257,13 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     timing: Timing | None = None, max_lingering: int = MAX_LINGERING,
                     notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
-                    max_age: int = MAX_AGE, **session_args) -> "CoapServer":
+                    max_age: int = MAX_AGE,
+                    options: SessionOptions | None = None) -> "CoapServer":
         """`timing`: its EXCHANGE_LIFETIME bounds the duplicate cache, and the SIB's CON
-        notifications are retransmitted as it says; `max_age`: see `MAX_AGE`; `session_args`
-        go to the `SIBSession` (`max_entries`, `max_cache_bytes`, ...)."""
+        notifications are retransmitted as it says; `max_age`: see `MAX_AGE`; `options`: the
+        bounds of the `SIBSession`'s tables (`ksp.session.SessionOptions`)."""
         self = cls(service, timing, max_lingering=max_lingering,
-                   notification_budget=notification_budget, max_age=max_age, **session_args)
+                   notification_budget=notification_budget, max_age=max_age, options=options)
         self.context = await aiocoap.Context.create_server_context(
             self.site, bind=(host, port), transports=["udp6"])
         self.port = self._interface()._local_port()

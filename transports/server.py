@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ksp import KPIdentity, Timing
 from ksp.service import Channel, Service
+from ksp.session import SessionOptions
 
 from .limits import ConnectionLimits
 from .tcp import TcpServer
@@ -40,32 +41,32 @@ class Server:
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
                     max_message_size: int | None = None,
                     tcp_limits: ConnectionLimits | None = None, pcap=None,
-                    **session_args) -> "Server":
-        """`session_args` go to every listener's `SIBSession` (`max_entries`: size of each of
-        their tables, at least the number of persistent operations the SIB will hold;
-        `max_cache_bytes`, ...). `pcap`: a
-        `transports.pcap.PcapWriter` for every UDP and CoAP datagram and TCP byte in and out."""
+                    options: SessionOptions | None = None) -> "Server":
+        """`options`: the bounds of every listener's `SIBSession` (`ksp.session.SessionOptions`:
+        `max_entries`, the size of each of their tables, at least the number of persistent
+        operations the SIB will hold, ...). `pcap`: a `transports.pcap.PcapWriter` for every
+        UDP and CoAP datagram and TCP byte in and out."""
         self = cls()
         port = None
         try:
             if udp is not None:
                 port = ("UDP", udp)
                 self.udp = await UdpServer.start(service, host, udp, timing=timing,
-                                                 **session_args)
+                                                 options=options)
                 self.udp.pcap = pcap
             if tcp is not None:
                 port = ("TCP", tcp)
                 self.tcp = await TcpServer.start(service, host, tcp, ssl=ssl, timing=timing,
                                                  limits=tcp_limits,
                                                  max_message_size=max_message_size,
-                                                 **session_args)
+                                                 options=options)
                 self.tcp.pcap = pcap
             if coap is not None:
                 port = ("CoAP", coap)
                 from .coap import CoapServer
 
                 self.coap = await CoapServer.start(service, host, coap, timing=timing,
-                                                   **session_args)
+                                                   options=options)
                 if pcap is not None:
                     self.coap.tap(pcap, host)
         except BaseException as exc:

@@ -14,6 +14,7 @@ from collections.abc import Hashable
 
 from ksp import TCP, KPSession, SIBSession, Timing
 from ksp.service import Service
+from ksp.session import SessionOptions
 
 from ._kplink import SessionLink
 from .reads import small_reads
@@ -94,12 +95,14 @@ class TcpServer(SessionAdapter):
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     ssl: _ssl.SSLContext | None = None, timing: Timing | None = None,
                     max_message_size: int | None = None,
-                    limits: ConnectionLimits | None = None, **session_args) -> "TcpServer":
+                    limits: ConnectionLimits | None = None,
+                    options: SessionOptions | None = None) -> "TcpServer":
         """`limits`: on connections, buffered bytes and timeouts (`transports.limits`; the
-        defaults when None)."""
+        defaults when None); `options`: the bounds of the session's tables
+        (`ksp.session.SessionOptions`)."""
         loop = asyncio.get_running_loop()
-        session = SIBSession(TCP, timing=timing, max_message_size=max_message_size,
-                             **session_args)
+        session = SIBSession(TCP, options=options, timing=timing,
+                             max_message_size=max_message_size)
         self = cls(service, session)
         self.guard = Guard(limits or ConnectionLimits(), f"tcp :{port}", self._abort_conn)
         self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)

@@ -12,6 +12,7 @@ import random
 from collections.abc import Hashable
 
 from ksp import UDP, KPSession, SIBSession, Timing
+from ksp.session import SessionOptions
 from ksp.service import Service
 
 from ._kplink import SessionLink
@@ -38,9 +39,10 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
                     timing: Timing | None = None, rng: random.Random | None = None,
-                    **session_args) -> "UdpServer":
+                    options: SessionOptions | None = None) -> "UdpServer":
+        """`options`: the bounds of the session's tables (`ksp.session.SessionOptions`)."""
         loop = asyncio.get_running_loop()
-        session = SIBSession(UDP, timing=timing, rng=rng, **session_args)
+        session = SIBSession(UDP, options=options, timing=timing, rng=rng)
         self = cls(service, session)
         await loop.create_datagram_endpoint(lambda: self, local_addr=(host, port))
         return self

@@ -38,11 +38,12 @@ INDs and retransmits the newest unacknowledged one until an ACK covers it (R10).
 Every table is bounded; the oldest entry goes first. State machines, timers and defaults:
 docs/sessions.md.
 
-Modules, one role each: `timing` (retransmission parameters, the deadline heap), `events` (what
-a session reports, the KP identity), `kp` (the KP side and its UDP and TCP message layers),
-`dedup` (the SIB's duplicate cache), `sib` (the SIB side), `layer` (the contract between the SIB
-session and its message layer, `SibMessageLayer`), `sib_udp` and `sib_tcp` (the SIB's UDP and
-TCP message layers, and the sessions over them).
+Modules, one role each: `timing` (retransmission parameters, the deadline heap), `options`
+(the bounds of a SIB session's tables, `SessionOptions`), `events` (what a session reports,
+the KP identity), `kp` (the KP side and its UDP and TCP message layers), `dedup` (the SIB's
+duplicate cache), `sib` (the SIB side), `layer` (the contract between the SIB session and its
+message layer, `SibMessageLayer`), `sib_udp` and `sib_tcp` (the SIB's UDP and TCP message
+layers, and the sessions over them).
 """
 from __future__ import annotations
 from __future__ import annotations
@@ -59,6 +60,7 @@ from .events import (
 )
 from .kp import KPSession, TcpKPSession, UdpKPSession
 from .layer import SibMessageLayer
+from .options import SessionOptions
 from .sib import SessionStats, SIBSession
 from .sib_tcp import TcpMessageLayer, TcpSIBSession
 from .sib_udp import UdpMessageLayer, UdpSIBSession
@@ -70,5 +72,5 @@ __all__ = [
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
     "RequestRefused", "UdpKPSession", "TcpKPSession", "UdpSIBSession", "TcpSIBSession",
-    "TidsBusy", "SibMessageLayer", "UdpMessageLayer", "TcpMessageLayer",
+    "TidsBusy", "SibMessageLayer", "UdpMessageLayer", "TcpMessageLayer", "SessionOptions",
 ]

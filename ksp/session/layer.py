@@ -14,7 +14,7 @@ the duplicate cache, INDs as notifications).
 
 Rules both ways: the session calls only the methods below; a layer calls only the session's
 public methods and attributes (`seal`, `emit`, `end_persistent`, `endpoint`, `transactions`,
-`stats`, `timing`, `rng`, `max_entries`, `max_cache_bytes`, `max_ind_bytes`). Every method but
+`stats`, `timing`, `rng`, `options`, `max_entries`). Every method but
 `send` and `deliver` has a default that does nothing, right for a layer without that concern.
 Keys: `key` of an operation is (KP identity, TID); a request's cache key is (KP identity, TID,
 transaction type, hash of its bytes).

@@ -9,6 +9,7 @@ import random
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..codec import UDP, Transport, decode_kp_message, encode, peek_tid
 from ..codes import Status
@@ -22,6 +23,7 @@ from .events import (
     RequestReceived, RequestRefused,
 )
 from .layer import SibMessageLayer
+from .options import SessionOptions
 from .timing import Timing
 
 __all__ = ["SIBSession", "SessionStats"]
@@ -66,6 +68,9 @@ class SIBSession:
     endpoints gone (`drop_held`)."""
 
     DEFAULT_MAX_MESSAGE = MAX_UDP_PAYLOAD
+    #: The message layer a subclass runs over, and its transport (None: `layer` is given).
+    LAYER: ClassVar[type[SibMessageLayer] | None] = None
+    TRANSPORT: ClassVar[Transport | None] = None
 
     def __new__(cls, transport: Transport | str = UDP, *, layer: SibMessageLayer | None = None,
                 **kwargs):
@@ -76,20 +81,23 @@ class SIBSession:
         return super().__new__(cls)
 
     def __init__(self, transport: Transport | str = UDP, *, layer: SibMessageLayer | None = None,
-                 timing: Timing | None = None, rng: random.Random | None = None,
-                 max_message_size: int | None = None, max_entries: int = 65_536,
-                 max_cache_bytes: int = 8 << 20, authenticate: Authenticate | None = None,
-                 max_held: int = 1024, max_ind_bytes: int = 64 << 20) -> None:
+                 options: SessionOptions | None = None, timing: Timing | None = None,
+                 rng: random.Random | None = None, max_message_size: int | None = None,
+                 authenticate: Authenticate | None = None) -> None:
+        """`options`: the bounds of its tables (`SessionOptions()` when None); `timing`:
+        retransmission; `max_message_size`: the largest KSP message (None: the transport's)."""
         if layer is None:
-            raise SessionError("a SIBSession needs its message layer: SIBSession(transport) "
-                               "makes UDP's or TCP's")
+            if self.LAYER is None:
+                raise SessionError("a SIBSession needs its message layer: SIBSession(transport) "
+                                   "makes UDP's or TCP's")
+            if Transport(transport) is not self.TRANSPORT:
+                raise ValueError(f"a {type(self).__name__} is a {self.TRANSPORT.name} session")
+            layer = self.LAYER()
         self.transport = Transport(transport)
         #: The message layer (`ksp.session.layer.SibMessageLayer`).
         self.layer = layer
-        #: Bytes of unacknowledged INDs kept for retransmission (UDP), across every KP: past
-        #: it the oldest one is given up on (`KPUnreachable`), so memory is bounded in bytes,
-        #: not only by `max_entries`.
-        self.max_ind_bytes = max_ind_bytes
+        #: The bounds of its tables, and how long a tombstone is kept (`SessionOptions`).
+        self.options = options if options is not None else SessionOptions()
         #: Checks CREDENTIALS before anything else looks at a request (None: every KP ID is
         #: taken at its word, as by a SIB without access control). Without it, anyone who
         #: names a KP ID would get that KP's cached answers and move its exchanges.
@@ -97,11 +105,8 @@ class SIBSession:
         #: Opens and seals the authenticated envelope (wire format 13) per KP ID; None: a
         #: sealed datagram is decoded as plain KSP and answered 0x01 (version not supported).
         self.sealers: SealerTable | None = None
-        self.max_held = max_held
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or self.DEFAULT_MAX_MESSAGE
-        self.max_entries = max_entries
-        self.max_cache_bytes = max_cache_bytes
         self.stats = SessionStats()
         #: Draws the retransmission timeouts (seeded in tests).
         self.rng = rng if rng is not None else random.Random()
@@ -109,7 +114,7 @@ class SIBSession:
         #: The transaction layer (`ksp.transactions`): executing requests, the persistent
         #: lifecycle, the NON rule, MAX RESPONSE SIZE, IND numbering, one `Delivery` per
         #: operation, as the layer's `policy` says.
-        self.transactions = SibTransactions(self.transport, max_entries=max_entries,
+        self.transactions = SibTransactions(self.transport, max_entries=self.max_entries,
                                             on_forget=layer.forget, policy=layer.policy)
         self._executing = self.transactions.executing
         # KP-ID identity -> (serial of the request that set it, endpoint).
@@ -121,6 +126,11 @@ class SIBSession:
         layer.attach(self)
 
     # -- API --------------------------------------------------------------------------------
+
+    @property
+    def max_entries(self) -> int:
+        """Entries in each of its tables (`options.max_entries`)."""
+        return self.options.max_entries
 
     def sizes(self) -> dict[str, int]:
         """Entries in each table (timers: heap entries, stale ones included), for soak
@@ -366,7 +376,7 @@ class SIBSession:
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable, data: bytes) -> None:
-        if len(self._held) >= self.max_held:
+        if len(self._held) >= self.options.max_held:
             self._refuse(request, addr, Status.LIMIT_EXCEEDED)
             return
         creds = request.options.credentials

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from ..codec import TCP, Transport
+from ..codec import TCP
 from ..delivery import Delivery, DeliveryPolicy
 from ..framing import DEFAULT_MAX_TCP_MESSAGE, FRAME as _FRAME, OVERSIZE as _OVERSIZE, FrameReader
 from .events import KPIdentity, ProtocolError, oversize_error
@@ -48,11 +48,8 @@ class TcpSIBSession(SIBSession):
     stream into messages by their Length field (`ksp.framing`)."""
 
     DEFAULT_MAX_MESSAGE = DEFAULT_MAX_TCP_MESSAGE
-
-    def __init__(self, transport: Transport | str = TCP, **kwargs) -> None:
-        if Transport(transport) is not TCP:
-            raise ValueError("a TcpSIBSession is a TCP session")
-        super().__init__(TCP, layer=TcpMessageLayer(), **kwargs)
+    LAYER = TcpMessageLayer
+    TRANSPORT = TCP
 
     def data_to_send(self) -> list[tuple[bytes, Hashable]]:
         """(bytes, connection) pairs, one per connection with something to send."""

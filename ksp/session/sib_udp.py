@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..codec import UDP, Transport
+from ..codec import UDP
 from ..codes import Tx
 from ..delivery import Delivery, DeliveryPolicy
 from ..model import Ack, Request
@@ -61,13 +61,14 @@ class UdpMessageLayer(SibMessageLayer):
     """The SIB's UDP message layer: a duplicate cache answering copies of a request within
     EXCHANGE_LIFETIME, each IND retransmitted with back-off until an ACK covers it (R10), a
     newer one superseding it, bounded in bytes (`max_ind_bytes`); a final IND given up on kept
-    as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from."""
+    as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from
+    (the bounds: the session's `SessionOptions`)."""
 
     policy = DeliveryPolicy.ACKED
     sealed = True
 
-    def __init__(self, tombstone_lifetime: float = 86_400.0) -> None:
-        self.tombstone_lifetime = tombstone_lifetime
+    def __init__(self) -> None:
+        self.tombstone_lifetime = 0.0  # the session's, once attached
         #: (datagram, address) pairs to send.
         self.datagrams: list[tuple[bytes, Hashable]] = []
         #: The IND kept for retransmission per operation, and their bytes in all.
@@ -84,9 +85,11 @@ class UdpMessageLayer(SibMessageLayer):
 
     def attach(self, session: SIBSession) -> None:
         super().attach(session)
+        options = session.options
+        self.tombstone_lifetime = options.tombstone_lifetime
         #: (kp, tid, tx, hash of the bytes) -> the request seen, and its RES.
-        self.cache = DuplicateCache(session.timing.exchange_lifetime, session.max_entries,
-                                    session.max_cache_bytes)
+        self.cache = DuplicateCache(session.timing.exchange_lifetime, options.max_entries,
+                                    options.max_cache_bytes)
 
     def sizes(self) -> dict[str, int]:
         return {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
@@ -102,7 +105,7 @@ class UdpMessageLayer(SibMessageLayer):
     def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
         self._keep_ind(key, data)
         self._send_indication(key, addr)
-        if self.ind_bytes > self.session.max_ind_bytes:
+        if self.ind_bytes > self.session.options.max_ind_bytes:
             self._shed(key, now)
         if key not in self.timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
@@ -194,7 +197,7 @@ class UdpMessageLayer(SibMessageLayer):
         reported unreachable, as if their retries had run out), never the one just sent."""
         session = self.session
         for key, d in list(session.transactions.deliveries.items()):
-            if self.ind_bytes <= session.max_ind_bytes:
+            if self.ind_bytes <= session.options.max_ind_bytes:
                 return
             if key != keep and key in self.unacked:
                 self._unreachable(key, d, session.endpoint(key[0]) or d.endpoint, now)
@@ -331,11 +334,8 @@ class UdpSIBSession(SIBSession):
     """The SIB over UDP: the session over a `UdpMessageLayer`, one per socket; sealed datagrams
     are opened before anything else sees them (`receive_message`)."""
 
-    def __init__(self, transport: Transport | str = UDP, *,
-                 tombstone_lifetime: float = 86_400.0, **kwargs) -> None:
-        if Transport(transport) is not UDP:
-            raise ValueError("a UdpSIBSession is a UDP session")
-        super().__init__(UDP, layer=UdpMessageLayer(tombstone_lifetime), **kwargs)
+    LAYER = UdpMessageLayer
+    TRANSPORT = UDP
 
     @property
     def tombstone_lifetime(self) -> float:

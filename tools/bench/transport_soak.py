@@ -31,12 +31,14 @@ MAX_ENTRIES = 2_048
 
 async def soak(transport: str, cycles: int, window: int, churn: int,
                max_entries: int = MAX_ENTRIES, rate: float | None = None) -> list[dict]:
+    from ksp.session import SessionOptions
     from sib import QuadStore, Sib
     from transports import Server
 
     store = QuadStore(maintain_after=10_000)
     sib = await Sib(store).start()
-    server = await Server.start(sib, **{transport: 0}, max_entries=max_entries)
+    server = await Server.start(sib, **{transport: 0},
+                                options=SessionOptions(max_entries=max_entries))
     listener = getattr(server, transport)
     tables = listener.sizes if transport == "coap" else listener.session.sizes
     try:
