@@ -233,8 +233,9 @@ def test_more_persistent_operations_than_the_session_keeps_still_number_their_in
 
 
 def test_session_sizing_reaches_the_udp_and_tcp_sessions(tmp_path):
-    """`Server.start(options=SessionOptions(max_entries=))` sizes both sessions; `ksp-sib` takes it from
-    `[limits] max_session_entries`, by default large enough for 10,000+ subscriptions."""
+    """`Server.start(options=SessionOptions(max_entries=))` sizes both sessions; `ksp-sib`
+    takes it from `[limits] max_session_entries`, by default large enough for 10,000+
+    subscriptions."""
     from sib.config import ConfigError, load
 
     async def go():

@@ -312,7 +312,8 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
     """Over `max_entries` the session evicts the oldest delivery; its resource and channel keep
     it, so its INDs go on, numbered on, and ending the operation removes the resource."""
     async def go():
-        async with serving(MemoryService(), options=SessionOptions(max_entries=1)) as (server, ctx, base):
+        one = SessionOptions(max_entries=1)
+        async with serving(MemoryService(), options=one) as (server, ctx, base):
             uris = []
             for tid in (40, 41):
                 answer = await post(ctx, base, encode(SUB._replace(tid=tid), UDP))
