@@ -90,13 +90,30 @@ class _CoapLayer(SibMessageLayer):
     """The SIB session's message layer over aiocoap: the duplicate cache (a transaction sent
     again in a new CoAP message is answered as the first copy was); what the session sends
     completes the POSTs waiting for it; INDs go to the resources' observers (counted delivered:
-    CoAP confirms or ends the observation); a KSP ACK is answered 0x03."""
+    CoAP confirms or ends the observation); a KSP ACK is answered 0x03.
+
+    It asks its server only through the server's methods for it (`CoapServer`, "what its
+    message layer asks"): `wait_for_answer`, `answer`, `answer_empty`, `move_waiting`,
+    `add_resource`, `publish`, `remove_resource`; the server gives it a POST with `take`."""
 
     policy = DeliveryPolicy.OBSERVED
     sealed = True
 
     def __init__(self, server: "CoapServer") -> None:
         self.server = server
+        self._post: asyncio.Future | None = None  # the POST `take` is giving the session
+
+    def take(self, post: asyncio.Future, payload: bytes, addr: Hashable, now: float) -> bool:
+        """Give the session the payload of a POST from `addr`; `post` is completed with its
+        answer (it waits from the moment the session opened the message, so an answer the
+        session sends at once reaches it). False: a sealed payload that did not open (the POST
+        waits for nothing)."""
+        self._post = post
+        try:
+            self.session.receive_message(payload, addr, now)
+            return self._post is None
+        finally:
+            self._post = None
 
     def attach(self, session: SIBSession) -> None:
         super().attach(session)
@@ -107,48 +124,50 @@ class _CoapLayer(SibMessageLayer):
         return {"recent requests": len(self.cache)}
 
     def receiving(self, data: bytes, addr: Hashable) -> None:
-        self.server._heard(addr, peek_tid(data))
+        post, self._post = self._post, None
+        if post is not None:
+            self.server.wait_for_answer(post, addr, peek_tid(data))
 
     def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
-        self.server._answer(data, addr, answering)
+        self.server.answer(data, addr, answering)
 
     def answered(self, ex: Exchange, data: bytes | None) -> None:
         if data is not None:
             self.cache.answered(ex, data)
         else:  # the NON rule sent nothing
-            self.server._unanswered((ex.addr, ex.key[1]))
+            self.server.answer_empty((ex.addr, ex.key[1]))
 
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
         seen = self.cache.get(key)
         if seen is None:
             return False
         if seen.exchange.addr != addr:  # the KP moved: the copies it sent before wait here now
-            self.server._move((seen.exchange.addr, key[1]), (addr, key[1]))
+            self.server.move_waiting((seen.exchange.addr, key[1]), (addr, key[1]))
         self.cache.answer_copy(key, addr, lambda data, to: self.send(data, to, key),
                                self.session.stats)
         if key[:2] not in self.session.transactions.executing:  # answered: with nothing, 2.04
-            self.server._unanswered((addr, key[1]))
+            self.server.answer_empty((addr, key[1]))
         return True
 
     def remember(self, key: tuple, ex: Exchange, now: float) -> None:
         self.cache.add(key, ex, now)
         if ex.tx in PERSISTENT:  # before the service sees it: its RES may come at once
-            self.server._add(key[0], key[1], ex.addr)
+            self.server.add_resource(key[0], key[1], ex.addr)
 
     def expire(self, now: float) -> None:
         self.cache.expire(now)
 
     def deliver(self, key, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
-        self.server._publish(key, data, d.final)
+        self.server.publish(key, data, d.final)
         if d.final:
             self.session.end_persistent(*key)
 
     def ended(self, key: tuple[KPIdentity, int]) -> None:
-        self.server._remove(*key)  # also when its delivery was evicted from the table
+        self.server.remove_resource(*key)  # also when its delivery was evicted from the table
 
     def forget(self, key, d: Delivery, evicted: bool) -> None:
         if not evicted:  # an evicted delivery stays with its channel and resource
-            self.server._remove(*key)
+            self.server.remove_resource(*key)
 
     def on_ack(self, ack, addr: Hashable, now: float) -> None:
         self.send(encode(Response(ack.tid, Status.INVALID_MESSAGE_TYPE)), addr)
@@ -187,7 +206,7 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
 
     def notify(self) -> None:
         """Send the newest IND to every observer; if its KP's key was removed meanwhile, end
-        the observations with 4.01, which carries nothing of it (as `_answer`), and the SIB
+        the observations with 4.01, which carries nothing of it (as `answer`), and the SIB
         drops the operation as one nobody listens to."""
         for observation in list(self._observations):  # sealed afresh for each
             sealed = self.server.session.seal(self.latest, self.addr)
@@ -226,7 +245,8 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                  max_lingering: int = MAX_LINGERING,
                  notification_budget: tuple[int, float] = NOTIFICATION_BUDGET,
                  max_age: int = MAX_AGE, options: SessionOptions | None = None) -> None:
-        super().__init__(service, SIBSession(UDP, layer=_CoapLayer(self), options=options,
+        self.layer = _CoapLayer(self)
+        super().__init__(service, SIBSession(UDP, layer=self.layer, options=options,
                                              timing=timing))
         self.max_lingering = max_lingering
         self.max_age = max_age
@@ -248,7 +268,6 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self.site.add_resource(RESOURCE, self)
         self.context: aiocoap.Context | None = None
         self._waiting: dict[tuple[Hashable, int], list[asyncio.Future]] = {}
-        self._taking: asyncio.Future | None = None  # the POST being read by the session
         self._persistent: dict[tuple[KPIdentity, int], _PersistentResource] = {}
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
         self._release_at: asyncio.TimerHandle | None = None
@@ -313,7 +332,7 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             self._release_at.cancel()
         self.pacer.clear()
         for key in list(self._persistent):
-            self._remove(*key)
+            self.remove_resource(*key)
         for resource in list(self._lingering):
             self._unlink(resource)
         self.shut()
@@ -335,25 +354,23 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     async def render_post(self, request: aiocoap.Message) -> aiocoap.Message:
         if request.opt.content_format not in (None, CONTENT_FORMAT):
             return aiocoap.Message(code=Code.UNSUPPORTED_CONTENT_FORMAT)
-        answer = self._taking = self.loop.create_future()
-        try:
-            addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
-            self.session.receive_message(request.payload, addr, self.loop.time())
-            if self._taking is not None:  # a sealed payload that did not open
-                return aiocoap.Message(code=Code.UNAUTHORIZED)
-        finally:
-            self._taking = None
+        answer = self.loop.create_future()
+        addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
+        if not self.layer.take(answer, request.payload, addr, self.loop.time()):
+            return aiocoap.Message(code=Code.UNAUTHORIZED)  # a sealed payload that did not open
         self.pump()
         return await answer
 
-    def _heard(self, addr: Hashable, tid: int | None) -> None:
-        """The session opened the POST being taken: it waits for what goes to (addr, tid)."""
-        answer, self._taking = self._taking, None
+    # -- what its message layer asks (`_CoapLayer`) --------------------------------------------
+
+    def wait_for_answer(self, post: asyncio.Future, addr: Hashable, tid: int | None) -> None:
+        """POST `post`, whose KSP message the session opened, waits for what goes to (addr,
+        tid); one without a TID is answered 4.00 at once."""
         if tid is None:
-            answer.set_result(aiocoap.Message(code=Code.BAD_REQUEST,
-                                              payload=b"not a KSP request"))
+            post.set_result(aiocoap.Message(code=Code.BAD_REQUEST,
+                                            payload=b"not a KSP request"))
         else:
-            self._wait((addr, tid), [answer])
+            self._wait((addr, tid), [post])
 
     def _wait(self, key: tuple[Hashable, int], futures) -> None:
         """`futures` (POSTs) wait on `key`, within `MAX_COPIES` and `max_entries`."""
@@ -365,7 +382,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             for future in self._waiting.pop(next(iter(self._waiting))):
                 _unavailable(future)
 
-    def _answer(self, data: bytes, addr: Hashable, answering: tuple | None) -> None:
+    def answer(self, data: bytes, addr: Hashable, answering: tuple | None) -> None:
+        """Answer the POSTs waiting on (addr, TID of `data`) with KSP message `data`, sealed
+        for `addr` (4.01 if it no longer can be); 2.01 with the resource's Location-Path when
+        it is the RES that starts persistent transaction `answering` (the request's cache
+        key)."""
         resource = None
         if answering is not None and answering[2] in PERSISTENT:
             resource = self._persistent.get(answering[:2])  # gone if it did not start
@@ -378,8 +399,9 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
                                    **location)
         self._complete((addr, peek_tid(data)), message)
 
-    def _unanswered(self, key: tuple[Hashable, int]) -> None:
-        """The NON rule sent nothing: CoAP still answers, 2.04 without payload."""
+    def answer_empty(self, key: tuple[Hashable, int]) -> None:
+        """The NON rule sent nothing for (addr, TID) `key`: CoAP still answers the POSTs
+        waiting on it, 2.04 without payload."""
         if key in self._waiting:
             self._complete(key, aiocoap.Message(code=Code.CHANGED))
 
@@ -389,26 +411,30 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             if not future.done():  # copies of a duplicate's POST get a message each
                 future.set_result(message.copy() if n else message)
 
-    def _move(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
+    def move_waiting(self, key: tuple[Hashable, int], to: tuple[Hashable, int]) -> None:
         """The POSTs waiting on `key` wait on `to` (their KP's new address) now."""
         self._wait(to, self._waiting.pop(key, ()))
 
-    # -- persistent operations -------------------------------------------------------------
+    # -- persistent operations (`add_resource`, `publish`, `remove_resource`: for the layer) --
 
-    def _add(self, kp: KPIdentity, tid: int, addr: Hashable) -> None:
+    def add_resource(self, kp: KPIdentity, tid: int, addr: Hashable) -> None:
+        """Persistent transaction (kp, tid) starts: its resource `/ksp/p/<token>` is made
+        (kept if the TID is active already); its INDs leave sealed if `addr` is sealed."""
         if (kp, tid) not in self._persistent:  # R12: a request for an active TID keeps it
             resource = self._persistent[(kp, tid)] = _PersistentResource(self, (kp, tid), addr)
             self.site.add_resource(resource.path, resource)
 
-    def _publish(self, key: tuple[KPIdentity, int], data: bytes, final: bool) -> None:
+    def publish(self, key: tuple[KPIdentity, int], data: bytes, final: bool) -> None:
+        """IND `data` of persistent transaction `key` goes to its resource's observers; a
+        final one ends their observations and leaves the resource lingering with it."""
         resource = self._persistent.get(key)
         if resource is not None and not resource.ended:
             resource.publish(data, final)
             if final:  # lingers with the final IND, for a KP whose observation is on its way
-                self._remove(*key, notify=False, linger=True)
+                self.remove_resource(*key, notify=False, linger=True)
 
-    def _remove(self, kp: KPIdentity, tid: int, notify: bool = True,
-                linger: bool = False) -> None:
+    def remove_resource(self, kp: KPIdentity, tid: int, notify: bool = True,
+                        linger: bool = False) -> None:
         """Forget a persistent transaction's resource; `notify`: end its observations with
         4.04 (not after a final IND, which ends them itself); `linger`: keep answering GET
         with the final IND for `self.linger` seconds."""
