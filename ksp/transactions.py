@@ -309,6 +309,18 @@ class KpTransactions:
         self._kept_digest = array("q", bytes(8 * 0x10000))
         self._held = bytearray(0x10000)
 
+    @property
+    def cursor(self) -> int:
+        """The TID `next_tid` tries first. A KP that kept its place across a sleep or a restart
+        (firmware keeps it in RTC RAM) sets it to go on from there."""
+        return self._next
+
+    @cursor.setter
+    def cursor(self, tid: int) -> None:
+        if not 0 <= tid <= 0xFFFF:
+            raise ValueError(f"a TID is 0 to 65535, not {tid}")
+        self._next = tid
+
     def next_tid(self) -> int:
         """A TID no pending request, active or recently ended persistent transaction uses (R12).
 

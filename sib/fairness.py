@@ -119,6 +119,11 @@ class Pace:
         self.waited = 0
         self.refused = 0
 
+    @property
+    def remembered(self) -> int:
+        """Parties whose pace is kept now (at most `parties`): the table's size, for metrics."""
+        return len(self._due)
+
     def delay(self, party: Hashable) -> float | None:
         """Seconds the request of `party` waits before it runs (0.0: none), its turn then
         taken; None: it would wait past `most` — refuse it (nothing taken)."""

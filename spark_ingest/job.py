@@ -309,7 +309,7 @@ class Ingest:
         self._placed("ntriples", place_batch(self.out, "ntriples", batch_id, placed, ".nt"))
         shutil.rmtree(staging, ignore_errors=True)
 
-    def _push(self, latest: list[_Reading]) -> None:
+    def _push(self, latest: list[Reading]) -> None:
         """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs."""
         fresh = self._sent.fresh(latest)
         if not fresh:
@@ -381,7 +381,10 @@ def place_batch(out: Path, table: str, batch_id: int, files: list[tuple[Path, Pa
     return [rel for _, rel in files]
 
 
-class _Reading(NamedTuple):
+class Reading(NamedTuple):
+    """The newest value of one (device, property) in a batch, as pushed to the SIB and kept
+    by `SentReadings`."""
+
     device: str
     property: str
     value: float
@@ -424,11 +427,11 @@ class SentReadings:
     def __len__(self) -> int:
         return len(self._ms)
 
-    def fresh(self, latest: list[_Reading]) -> list[_Reading]:
+    def fresh(self, latest: list[Reading]) -> list[Reading]:
         """Those of `latest` newer than what was sent for their pair."""
         return [r for r in latest if self._ms.get((r.device, r.property), -1) < r.ms]
 
-    def record(self, sent: list[_Reading]) -> None:
+    def record(self, sent: list[Reading]) -> None:
         for r in sent:
             self._ms[(r.device, r.property)] = r.ms
             self._ms.move_to_end((r.device, r.property))
@@ -436,12 +439,12 @@ class SentReadings:
             self._ms.popitem(last=False)
 
 
-def _latest(partials: list[tuple]) -> list[_Reading]:
+def _latest(partials: list[tuple]) -> list[Reading]:
     """The newest reading of each (device, property) among a batch's partial aggregates."""
-    newest: dict[tuple[str, str], _Reading] = {}
+    newest: dict[tuple[str, str], Reading] = {}
     for _, device, prop, _, _, _, _, ms, value in partials:
         if (device, prop) not in newest or newest[device, prop].ms < ms:
-            newest[device, prop] = _Reading(device, prop, value, ms)
+            newest[device, prop] = Reading(device, prop, value, ms)
     return list(newest.values())
 
 

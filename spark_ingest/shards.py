@@ -64,7 +64,8 @@ def read_secret(path: str | None) -> bytes:
     return secret.encode()
 
 
-def _signature(secret: bytes, method: str, target: str, when: str) -> str:
+def signature(secret: bytes, method: str, target: str, when: str) -> str:
+    """The `X-KSP-Signature` of a request to a shard: HMAC-SHA256 of "METHOD target when"."""
     return hmac.new(secret, f"{method} {target} {when}".encode(), hashlib.sha256).hexdigest()
 
 
@@ -131,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Checked before anything else is looked at."""
         when = self.headers.get("X-KSP-Time", "")
         given = self.headers.get("X-KSP-Signature", "")
-        want = _signature(self.server.secret, self.command, self.path, when)
+        want = signature(self.server.secret, self.command, self.path, when)
         try:
             fresh = abs(float(when) - time.time()) <= MAX_SKEW
         except ValueError:
@@ -178,7 +179,7 @@ class RemoteShard:
             when = f"{time.time():.3f}"
             request = urllib.request.Request(self.url + target, method=method, headers={
                 "X-KSP-Time": when,
-                "X-KSP-Signature": _signature(self.secret, method, target, when)})
+                "X-KSP-Signature": signature(self.secret, method, target, when)})
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as answer:
                     return json.loads(answer.read())

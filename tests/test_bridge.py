@@ -46,7 +46,7 @@ async def bridged_through(script, http_port: int, ws_port: int | None = None,
         link = await open_udp_link("127.0.0.1", server.udp.port)
         try:
             res, last = await send_script(link, script, expected)
-            subscriptions = len(bridge._shared)
+            subscriptions = bridge.sizes()["subscriptions"]
         finally:
             await link.close()
             await server.close()
@@ -243,7 +243,7 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
                 sub = Request(Tx.SELECT_PERSISTENT, tid, projection=1,
                               where=(Triple(ex("s"), o, Var(0)),))
                 capped.append((await bridge.answer(sub, RecordingChannel(kp, tid, []))).status)
-            subscriptions = len(bridge._shared)
+            subscriptions = bridge.sizes()["subscriptions"]
             await bridge.close()
 
         shared = []  # past max_subscriptions, a new one is refused; an equal one shares
@@ -255,7 +255,7 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
                 sub = Request(Tx.SELECT_PERSISTENT, 1, projection=1,
                               where=(Triple(ex("s"), o, Var(0)),))
                 shared.append((await bridge.answer(sub, RecordingChannel(other, 1, []))).status)
-            shared.append(len(bridge._shared))
+            shared.append(bridge.sizes()["subscriptions"])
             await bridge.close()
 
         in_all = []  # past max_persistent, counting those still waiting for the broker
@@ -268,7 +268,7 @@ def test_the_bridge_s_queue_and_persistent_caps_are_bounded():
             answers = await asyncio.gather(*(bridge.answer(sub, RecordingChannel(k, 1, []))
                                              for k in kps[:6]))  # all at once
             in_all.append([r.status for r in answers])
-            in_all.append((len(bridge.ops), len(bridge._shared)))
+            in_all.append((len(bridge.ops), bridge.sizes()["subscriptions"]))
             end = Request(Tx.TERMINATE, 1)
             in_all.append((await bridge.answer(end, RecordingChannel(kps[0], 1, []))).status)
             in_all.append((await bridge.answer(sub, RecordingChannel(kps[6], 1, []))).status)

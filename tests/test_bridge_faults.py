@@ -235,7 +235,7 @@ def test_a_broker_down_at_start_gives_clear_statuses_and_is_used_once_up():
                 down = [(await link.request(r, _Sink() if r.tx.persistent else None)).status
                         for r in (_insert(1), WATCH, Request(Tx.SELECT, projection=1,
                                                              where=WATCH.where))]
-                assert not bridge.ops and not bridge._shared  # nothing half-made
+                assert not bridge.ops and not bridge.sizes()["subscriptions"]  # nothing half-made
                 broker_process = await asyncio.to_thread(
                     SibProcess, "--memory", *GATE_ONLY, "--sepa-http-port", str(http),
                     "--sepa-ws-port", str(ws))
@@ -276,14 +276,14 @@ def test_a_device_that_stops_acking_is_dropped_and_its_subscription_freed():
                 other = WATCH._replace(where=(Triple(Var(1), ex("p"), Var(0)),))
                 sink = _Sink()
                 await stays.request(other, sink)
-                before = (len(bridge.ops), len(bridge._shared), bridge.subscriber.live)
+                before = (len(bridge.ops), bridge.sizes()["subscriptions"], bridge.subscriber.live)
                 await gone.close()  # no ACK will come from it again
                 await stays.request(_insert(1))
                 await until(lambda: len(bridge.ops) == 1)
                 await until(lambda: bridge.subscriber.live == 1)
                 await stays.request(_insert(2))
                 await until(lambda: len(sink.inds) >= 2)
-                return before, (len(bridge.ops), len(bridge._shared)), \
+                return before, (len(bridge.ops), bridge.sizes()["subscriptions"]), \
                     server.ind_retransmissions, sink.inds[-1]
             finally:
                 await stays.close()

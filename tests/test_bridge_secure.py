@@ -143,7 +143,7 @@ def test_each_device_speaks_for_itself_at_a_secure_broker(tmp_path, certificate,
                     async with writer.subscribe(ASK) as mine, reader.subscribe(ASK) as theirs:
                         await asyncio.wait_for(anext(mine), 30)
                         await asyncio.wait_for(anext(theirs), 30)
-                        assert len(bridge._shared) == 2
+                        assert bridge.sizes()["subscriptions"] == 2
                         # Requests for longer than two token lifetimes: each carries a token
                         # asked for before the one held expired, so the broker refuses none.
                         for value in range(2, 10):

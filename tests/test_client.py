@@ -274,7 +274,7 @@ def test_rows_by_name_and_position_and_async_with_connect(tmp_path):
                 # ...and any value given is replaced
                 res = await kp.request(SELECT_TEMP._replace(tid=12345))
                 assert res.tid != 12345 and res.status == Status.OK
-            assert kp._link._lost is not None  # closed on leaving the block
+            assert kp.link.lost_with is not None  # closed on leaving the block
 
     run(scenario())
 
@@ -297,7 +297,7 @@ def test_connection_failures_are_client_errors_naming_the_address():
             with pytest.raises(ClientError, match=f"udp://127.0.0.1:{port}.*unreachable"):
                 await kp.query(SELECT_TEMP)
             assert loop.time() - started < 20  # not the retransmission schedule's time-out
-            assert not kp._link.session.pending
+            assert not kp.link.session.pending
             # the link is still usable (a SIB may come up there later)
             with pytest.raises(ClientError):
                 await kp.query(SELECT_TEMP)

@@ -105,7 +105,8 @@ def test_option_types_and_applicability_match_spec():
             if "DELETE, INSERT, UPDATE" in text and "pattern updates" in text:
                 named = {Tx.DELETE, Tx.INSERT, Tx.UPDATE}
             if "+ persistent" in text:
-                named |= {Tx(t + 6) for t in named if t.value + 6 in Tx._value2member_map_ and Tx(t + 6).persistent}
+                named |= {Tx(t + 6) for t in named
+                          if t.value + 6 in {int(x) for x in Tx} and Tx(t + 6).persistent}
             assert allowed == frozenset(named), opt.name
 
 

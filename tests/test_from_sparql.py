@@ -474,7 +474,7 @@ def test_benchmark_texts_compile_and_the_benchmark_runs():
     for text, query in bench.CASES.values():
         req = compile(text)
         (ox.Store().query if query else ox.Store().update)(render(req))
-    report = {name: _timing.compare(bench._contenders(text, query), target=0, repeats=1,
+    report = {name: _timing.compare(bench.contenders(text, query), target=0, repeats=1,
                                     max_loops=1)
               for name, (text, query) in bench.CASES.items()}
     assert [row[0] for row in bench.table_rows(report)] == list(bench.CASES)

@@ -272,16 +272,16 @@ def test_an_output_whose_checkpoint_is_gone_is_refused_before_spark_starts(tmp_p
 def test_the_readings_sent_to_the_sib_are_remembered_within_a_bound():
     """A late reading never replaces a newer value in the SIB; the pairs remembered are
     bounded, the least recently sent forgotten first."""
-    from spark_ingest.job import SentReadings, _Reading
+    from spark_ingest.job import Reading, SentReadings
 
     sent = SentReadings(limit=3)
-    first = [_Reading(f"d{k}", "temperature", 20.0, 1000) for k in range(3)]
+    first = [Reading(f"d{k}", "temperature", 20.0, 1000) for k in range(3)]
     assert sent.fresh(first) == first
     sent.record(first)
-    late = _Reading("d1", "temperature", 19.0, 900)
-    newer = _Reading("d0", "temperature", 21.0, 2000)
+    late = Reading("d1", "temperature", 19.0, 900)
+    newer = Reading("d0", "temperature", 21.0, 2000)
     assert sent.fresh([late, newer]) == [newer]
     sent.record([newer])  # d0 sent last now
-    sent.record([_Reading("d9", "temperature", 5.0, 1000)])  # a fourth pair: d1 goes
+    sent.record([Reading("d9", "temperature", 5.0, 1000)])  # a fourth pair: d1 goes
     assert len(sent) == 3
     assert sent.fresh([late, newer]) == [late]  # d1 forgotten; d0 kept

@@ -71,7 +71,7 @@ def test_only_signed_requests_get_an_answer(tmp_path):
         def signed(target: str, method: str = "GET", secret: bytes = SECRET,
                    at: str = when) -> dict:
             return {"X-KSP-Time": at,
-                    "X-KSP-Signature": shards._signature(secret, method, target, at)}
+                    "X-KSP-Signature": shards.signature(secret, method, target, at)}
 
         assert status(url + "/state") == 401
         assert status(url + "/state", headers=signed("/state", secret=b"x" * 24)) == 401
@@ -128,7 +128,7 @@ def test_bad_requests_get_a_clear_status_and_change_nothing(tmp_path_factory, pa
         when = f"{time.time():.3f}"
         code = status(url + target, method, {
             "X-KSP-Time": when,
-            "X-KSP-Signature": shards._signature(SECRET, method, target, when)})
+            "X-KSP-Signature": shards.signature(SECRET, method, target, when)})
         assert code in (200, 400, 404, 501)  # never a crash (500) or a hang
         if not (method == "POST" and path == "/commit" and code == 200):
             assert server.buffer.committed() == 0 and len(server.buffer) == 5

@@ -8,7 +8,6 @@ import logging
 
 from ksp import Literal, Request, Status, Triple, Tx
 from ksp.codec import TCP, decode_sib_message, encode
-from ksp.wire import _U32
 from sib import Sib
 from sib import service
 from sib.testing import ex
@@ -75,7 +74,7 @@ def test_a_kp_flooding_past_max_queued_leaves_a_few_lines(caplog, monkeypatch):
                     writer.write(b"".join(batch))
                     for _ in range(size):
                         head = await asyncio.wait_for(reader.readexactly(8), 30)
-                        body = await reader.readexactly(_U32.unpack_from(head, 4)[0] - 8)
+                        body = await reader.readexactly(int.from_bytes(head[4:8], "little") - 8)
                         res = decode_sib_message(head + body, TCP, Tx.INSERT_DATA)
                         refused += res.status == Status.LIMIT_EXCEEDED
                 return refused

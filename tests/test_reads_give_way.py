@@ -220,9 +220,9 @@ def test_a_pace_remembers_at_most_its_parties_and_none_without_a_rate():
     pace = Pace(rate=1, burst=1, parties=3, clock=clock)
     for party in range(10):
         assert pace.delay(party) == 0.0
-    assert len(pace._due) == 3
+    assert pace.remembered == 3
     unpaced = Pace(None)
-    assert all(unpaced.delay("a") == 0.0 for _ in range(10_000)) and not unpaced._due
+    assert all(unpaced.delay("a") == 0.0 for _ in range(10_000)) and not unpaced.remembered
 
 
 class PacedLab:

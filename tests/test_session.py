@@ -447,11 +447,11 @@ def test_cache_is_bounded():
     for tid in range(100):
         sib.receive_datagram(encode(insert(tid)), KP_ADDR, 0)
         sib.respond(KPIdentity(addr=KP_ADDR), tid, Response(tid), 0)
-    assert len(sib._cache) <= 10 and sib._cache.bytes <= 30
-    assert len(sib._executing) == 0
+    assert sib.sizes()["recent requests"] <= 10 and sib.layer.cache.bytes <= 30
+    assert sib.sizes()["executing"] == 0
     for tid in range(1000):  # never answered: still bounded
         sib.receive_datagram(encode(insert(tid, 1)), ("192.0.2.99", tid), 0)
-    assert len(sib._executing) <= 10 and len(sib._cache) <= 10
+    assert sib.sizes()["executing"] <= 10 and sib.sizes()["recent requests"] <= 10
 
 
 def with_creds(request: Request, password: str) -> Request:
@@ -489,7 +489,7 @@ def test_credentials_are_checked_before_the_duplicate_cache():
     sib.receive_datagram(encode(with_creds(ask(5), "wrong")), thief, 0.3)  # after: no cache
     [(data, addr)] = sib.datagrams_to_send(0.3)
     assert addr == thief and decode_sib_message(data, answers=Tx.ASK).result is None
-    assert sib.stats.refused == 2 and len(sib._cache) == 1
+    assert sib.stats.refused == 2 and sib.sizes()["recent requests"] == 1
 
 
 def test_requests_wait_for_a_pending_verdict_then_resume_in_order_over_tcp():
@@ -677,7 +677,7 @@ def test_final_ind_ends_the_delivery():
     with pytest.raises(SessionError):
         sib.indicate(kp, 5, state(5, 1), 0.05)  # nothing follows a final IND
     sib.receive_datagram(encode(Ack(5, 1)), KP_ADDR, 0.1)
-    assert sib.get_timer() is None and (kp, 5) not in sib._deliveries
+    assert sib.get_timer() is None and (kp, 5) not in sib.transactions.deliveries
 
 
 def test_terminate_and_reset_stop_retransmission():
@@ -688,10 +688,10 @@ def test_terminate_and_reset_stop_retransmission():
     sib.indicate(kp, 6, state(6, 1), 1)
     sib.receive_datagram(encode(Request(Tx.TERMINATE, 5)), KP_ADDR, 1)
     sib.respond(kp, 5, Response(5), 1)
-    assert (kp, 5) not in sib._deliveries and (kp, 6) in sib._deliveries
+    assert (kp, 5) not in sib.transactions.deliveries and (kp, 6) in sib.transactions.deliveries
     sib.receive_datagram(encode(Request(Tx.RESET, 99)), KP_ADDR, 1)
     sib.respond(kp, 99, Response(99), 1)
-    assert sib._deliveries == {} and sib.get_timer() is None
+    assert sib.transactions.deliveries == {} and sib.get_timer() is None
 
 
 def test_failed_persistent_request_leaves_no_state():
@@ -699,7 +699,7 @@ def test_failed_persistent_request_leaves_no_state():
     sib.receive_datagram(encode(subscribe(5)), KP_ADDR, 0)
     [e] = events(sib)
     sib.respond(e.kp, 5, Response(5, Status.LIMIT_EXCEEDED), 0)
-    assert sib._deliveries == {}
+    assert sib.transactions.deliveries == {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -750,10 +750,10 @@ def test_non_ok_ind_ends_the_transaction_and_late_copies_are_still_acked():
 
 def test_tids_never_reuse_an_active_persistent_transaction():
     kp = KPSession(rng=random.Random(0))
-    kp._next = 5
+    kp.transactions.cursor = 5
     kp.send(subscribe(5), 0)
     assert kp.next_tid() == 6
-    kp._next = 5
+    kp.transactions.cursor = 5
     assert kp.next_tid() == 6  # skips 5
     with pytest.raises(SessionError):
         kp.send(insert(5), 0)  # R12
@@ -769,10 +769,10 @@ def test_tids_never_reuse_an_active_persistent_transaction():
     kp.receive_datagram(ind(5, 10, 10), 3)  # late: ACKed, not delivered
     assert events(kp) == [] and [decode_kp_message(d) for d in kp.datagrams_to_send(3)] == [
         Ack(5, 10)]
-    kp._next = 5
+    kp.transactions.cursor = 5
     assert kp.next_tid() == 6  # recently ended: not handed out yet
     kp.handle_timer(3 + 247)
-    kp._next = 5
+    kp.transactions.cursor = 5
     assert kp.next_tid() == 5
 
 
@@ -1259,14 +1259,14 @@ def test_unacknowledged_inds_are_bounded_in_bytes():
     for k, kp in enumerate(kps):
         sib.indicate(kp, k + 1, big._replace(tid=k + 1), 0)
     gone = [e for e in events(sib) if isinstance(e, KPUnreachable)]
-    assert sib._ind_bytes <= 2000
+    assert sib.layer.ind_bytes <= 2000
     assert [e.tid for e in gone] == list(range(1, len(gone) + 1)) and len(gone) >= 5
     assert sib.awaiting_ack(kps[-1], 10)  # the newest kept
     for k in range(len(gone)):
         assert not sib.awaiting_ack(kps[k], k + 1)
     for k, kp in enumerate(kps):  # ending them all frees every byte
         sib.end_persistent(kp, k + 1)
-    assert sib._ind_bytes == 0
+    assert sib.layer.ind_bytes == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1306,7 +1306,8 @@ def test_a_final_ind_given_up_on_is_sent_when_the_kp_is_heard_from_again(kp_id):
         ResponseReceived)] == [ResponseReceived, ResponseReceived]
     assert net.down[-1][1] == net.addr  # the final IND went where the KP is now
     assert net.server.sizes()["tombstones"] == 0 and net.server.get_timer() is None
-    assert (kp, tid) not in net.server._deliveries and net.server.stats.ends_resent == 1
+    assert (kp, tid) not in net.server.transactions.deliveries
+    assert net.server.stats.ends_resent == 1
     net.send(ask(net.client.next_tid()))  # once ACKed it is gone: nothing more
     net.run()
     assert len([d for d, _ in net.down if d[1] & 0x80]) == 1 + 4 + 1

@@ -40,7 +40,7 @@ def test_a_tid_reused_for_another_request_is_executed_and_a_copy_is_not():
         assert events(sib) == []
         assert len(sib.datagrams_to_send(t)) == 1
     assert sib.stats.res_retransmissions_answered == 2
-    assert len(sib._cache) == 1  # the second took the first's place
+    assert sib.sizes()["recent requests"] == 1  # the second took the first's place
 
 
 def test_the_same_request_under_a_tid_the_sib_may_hold_goes_under_another():
@@ -50,30 +50,30 @@ def test_the_same_request_under_a_tid_the_sib_may_hold_goes_under_another():
     [data] = kp.datagrams_to_send(0.0)
     kp.receive_datagram(encode(Response(tid)), 0.1)
     assert isinstance(events(kp)[0], ResponseReceived)
-    kp._next = tid  # the TID space went round within EXCHANGE_LIFETIME
+    kp.transactions.cursor = tid  # the TID space went round within EXCHANGE_LIFETIME
     moved = kp.send(insert(kp.next_tid(), 1), 1.0)
     assert moved != tid
     [again] = kp.datagrams_to_send(1.0)
     assert again[4:] == data[4:] and int.from_bytes(again[2:4], "little") == moved
     kp.receive_datagram(encode(Response(moved)), 1.1)
-    kp._next = tid  # another request may go under it
+    kp.transactions.cursor = tid  # another request may go under it
     assert kp.send(insert(kp.next_tid(), 2), 2.0) == tid
     kp.receive_datagram(encode(Response(tid)), 2.1)
-    kp._next = moved  # and the same one once the SIB has forgotten it
+    kp.transactions.cursor = moved  # and the same one once the SIB has forgotten it
     assert kp.send(insert(kp.next_tid(), 1), 1.0 + LIFETIME) == moved
 
 
 def test_no_tid_free_for_a_request_says_when_one_is():
     transactions = KpTransactions(random.Random(0))
     digest = request_digest(encode(insert(0)))
-    start = transactions._next
+    start = transactions.cursor
     for k in range(0x10000):  # the same request under every TID, one per ms
         transactions.kept(transactions.next_tid(), digest, k / 1000)
     with pytest.raises(TidsBusy) as busy:
         transactions.fit(transactions.next_tid(), digest, 65.6)
     assert busy.value.retry_at == pytest.approx(0.001 + LIFETIME)
     # Every TID held, none taken: the one whose hold ends first is tried first.
-    assert transactions._next == (start + 1) & 0xFFFF
+    assert transactions.cursor == (start + 1) & 0xFFFF
     assert transactions.fit(transactions.next_tid(), digest, busy.value.retry_at) == \
         (start + 1) & 0xFFFF
     other = request_digest(encode(insert(0, 1)))
@@ -90,9 +90,9 @@ def test_a_tid_whose_request_timed_out_is_not_reused_meanwhile():
     while not any(isinstance(e, RequestTimedOut) for e in events(kp)):
         now = kp.get_timer()
         kp.handle_timer(now)
-    kp._next = tid
+    kp.transactions.cursor = tid
     assert kp.send(insert(kp.next_tid(), 2), now) != tid
-    kp._next = tid
+    kp.transactions.cursor = tid
     assert kp.send(insert(kp.next_tid(), 2), LIFETIME + now) == tid
 
 
@@ -135,12 +135,12 @@ def test_any_reuse_of_tids_and_bytes_executes_each_request_answered_once(steps, 
     net = Net(KPSession(timing=timing, rng=random.Random(seed)),
               SIBSession(timing=timing, rng=random.Random(seed + 1)),
               seed=seed, loss=0.2, dup=0.2, reorder=0.3)
-    first = net.client._next
+    first = net.client.transactions.cursor
     sent = []
     for value, wrap, rounds in steps:
         if wrap:
             net.run_for(1.0)
-            net.client._next = first
+            net.client.transactions.cursor = first
         tid = net.client.send(insert(net.client.next_tid(), value), net.now)
         sent.append((tid, value))
         net.flush()
@@ -179,7 +179,7 @@ def test_a_kp_waits_for_a_tid_rather_than_send_a_request_the_sib_would_not_execu
         server = await UdpServer.start(Store(), timing=timing)
         try:
             async with await connect(f"udp://127.0.0.1:{server.port}", timing=timing) as kp:
-                session = kp._link.session
+                session = kp.link.session
                 digest = request_digest(encode(insert(0, 5)))
                 now = asyncio.get_running_loop().time()
                 for tid in range(0x10000):
@@ -223,7 +223,7 @@ def test_a_coap_kp_keeps_within_65_536_messages_per_exchange_lifetime():
         server = await CoapServer.start(service, timing=timing)
         try:
             async with await connect(f"coap://127.0.0.1:{server.port}", timing=timing) as kp:
-                budget = kp._link.budget
+                budget = kp.link.budget
                 loop = asyncio.get_running_loop()
                 budget.spend(REQUEST_BUDGET, loop.time(), force=True)
                 assert budget.free_at(loop.time()) > loop.time()

@@ -157,7 +157,7 @@ def test_tables_stay_bounded_and_every_forgotten_delivery_is_reported_once(steps
 
 def test_kp_tids_skip_pending_active_and_recently_ended_ones():
     t = KpTransactions(random.Random(1), lifetime=10.0)
-    t._next = 100
+    t.cursor = 100
     t.sent(100, Tx.SELECT_PERSISTENT, object())
     t.sent(101, Tx.INSERT_DATA, object())
     t.tombstone(102, 0.0, ack=True)

@@ -368,12 +368,12 @@ def test_posts_waiting_for_an_answer_are_bounded():
                 await until(lambda: len(service.held) == len(posts))
             await until(lambda: sum(p.done() for p in posts) == 2)
             assert [p.result().code for p in posts[:2]] == [Code.SERVICE_UNAVAILABLE] * 2
-            assert len(server._waiting) == 4
+            assert server.sizes()["posts waiting"] == 4
             service.release()
             for answer in await asyncio.gather(*posts[2:]):
                 assert decode_sib_message(answer.payload, UDP).status == Status.OK
             assert [r.tid for _, r in service.requests] == [7, *range(10, 16)]
-            assert not server._waiting
+            assert not server.sizes()["posts waiting"]
 
     run(go())
 
@@ -392,8 +392,8 @@ def test_resources_lingering_with_a_final_ind_are_bounded():
                 assert answer.code == Code.CREATED
                 uris.append(f"{base}/{'/'.join(answer.opt.location_path)}")
             service.end_all(Status.TERMINATED)
-            await until(lambda: not server._persistent)
-            assert len(server._lingering) == 2
+            await until(lambda: not server.sizes()["resources"])
+            assert server.sizes()["lingering"] == 2
             codes = []
             for uri in uris:
                 answer = await ctx.request(aiocoap.Message(code=Code.GET, uri=uri)).response
@@ -402,8 +402,8 @@ def test_resources_lingering_with_a_final_ind_are_bounded():
                     final = decode_sib_message(answer.payload, UDP, answers=SUB.tx)
                     assert final.indication and final.status == Status.TERMINATED
             assert codes == [Code.NOT_FOUND] * 3 + [Code.CONTENT] * 2
-            assert len(server._lingering) == 2 and len(server.site._resources) == 1 + 2
-        assert not server._lingering
+            assert server.sizes()["lingering"] == 2 and len(server.site._resources) == 1 + 2
+        assert not server.sizes()["lingering"]
 
     run(go())
 
@@ -437,7 +437,7 @@ def test_random_payloads_get_an_answer_and_never_stop_the_server(posts):
                 answer = await post(ctx, base, encode(query, UDP))
                 assert decode_sib_message(answer.payload, UDP, answers=Tx.SELECT).status == \
                     Status.OK
-                assert not server._waiting
+                assert not server.sizes()["posts waiting"]
         finally:
             await sib.close()
 

@@ -99,7 +99,7 @@ def test_a_message_larger_than_one_read_arrives_whole_both_ways():
                 await kp.insert_data([(IRI(EX + "s"), IRI(EX + "p"), Literal(value))])
                 rows = await kp.query(SELECT._replace(projection=2))
                 sizes = {conn.transport.max_size for conn in server._connections}
-                sizes.add(kp._link.transport.max_size)
+                sizes.add(kp.link.transport.max_size)
         finally:
             await server.close()
         return rows, sizes
@@ -199,7 +199,7 @@ def test_a_kp_that_reconnects_keeps_its_persistent_operation():
             await first.close(keep_persistent=True)  # as a device going to sleep
             async with await connect(url, kp_id="sensor-7", timing=FAST) as again:
                 # its next request moves the INDs to the new connection
-                link = again._link
+                link = again.link
                 received = []
 
                 class Sink:

@@ -333,7 +333,7 @@ def test_the_largest_datagram_arrives_whole_both_ways():
             async with await connect(f"udp://127.0.0.1:{server.port}", timing=FAST) as kp:
                 await kp.update(request)
                 rows = await kp.query(SELECT)
-                sizes = (server.transport.max_size, kp._link.transport.max_size)
+                sizes = (server.transport.max_size, kp.link.transport.max_size)
         finally:
             await server.close()
         return service, rows, sizes

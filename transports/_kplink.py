@@ -149,6 +149,11 @@ class SessionLink(Link):
         finally:
             self._unreachable = None
 
+    @property
+    def lost_with(self) -> BaseException | None:
+        """Why the transport is gone (`lost`, also on `close`); None while it is up."""
+        return self._lost
+
     def lost(self, exc: BaseException) -> None:
         """The transport is gone: fail every waiter and every persistent transaction."""
         if self._lost is not None:

@@ -192,6 +192,13 @@ class KP:
         self._subscriptions: set[Subscription] = set()
         self._persistent: set[int] = set()  # TIDs of persistent operations started here
 
+    @property
+    def link(self) -> Link:
+        """The transport link under this KP, to inspect what the connection holds.
+
+        A session link (UDP, TCP, CoAP) has its `session`, `transport` and `lost_with`."""
+        return self._link
+
     async def __aenter__(self) -> "KP":
         return self
 
