@@ -35,7 +35,6 @@ subscription only within one identity, whose grants decide what it may see.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import time
@@ -53,7 +52,7 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, Groups, OpKey, Operations, Visit
+from sib.engine import Cascade, Groups, OpKey, Operations, Rules, Visit
 from sib.options import apply_keywords
 from ksp.ratelog import RateLimitedLog
 
@@ -161,8 +160,7 @@ class Bridge(Service):
         self._joining = 0  # operations past the caps, waiting for their broker subscription
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
-        self._rules: dict[int, _Member] = {}  # by number, in registration order
-        self._rule_ids = itertools.count(1)
+        self._rules: Rules[_Member] = Rules()  # by number, in registration order
         self._pending_rules: set[int] = set()  # rules whose solutions may have changed
         self._cascade_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
@@ -481,8 +479,8 @@ class Bridge(Service):
         self._shared.join(shared, key, member)
         self.ops.add(key, member)
         if not request.tx.is_query:
-            member.rule = next(self._rule_ids)
-            self._rules[member.rule] = member
+            member.rule = self._rules.number()
+            self._rules.add(member.rule, member)
         return member
 
     async def restore(self, server) -> int:
@@ -698,7 +696,7 @@ class Bridge(Service):
         else:
             member.channel.end()
         if member.rule is not None:
-            del self._rules[member.rule]
+            self._rules.pop(member.rule)
         shared = member.shared
         if self._shared.leave((shared.identity, shared.text), shared, key):
             self._screen.remove(shared.triples)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
@@ -37,14 +38,15 @@ from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Visit",
-           "Watching"]
+__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Rules",
+           "Visit", "Watching"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
 Op = TypeVar("Op", bound="Persistent")
 K = TypeVar("K")
 G = TypeVar("G", bound="Grouped")
+R = TypeVar("R")
 
 
 class Persistent(Protocol):
@@ -187,6 +189,42 @@ class Groups(Generic[K, G]):
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+
+class Rules(Generic[R]):
+    """The rules by number. A rule is numbered when it registers (`number`), so numbers are
+    registration order, the order a cascade visits rules in. `numbers`: where the numbers come
+    from (the SIB numbers its query groups from the same count); by default 1, 2, 3..."""
+
+    def __init__(self, numbers: Iterator[int] | None = None) -> None:
+        self._numbers = itertools.count(1) if numbers is None else numbers
+        self._by_number: dict[int, R] = {}
+
+    def number(self) -> int:
+        """The number of a rule registering now: past every number given before."""
+        return next(self._numbers)
+
+    def add(self, rid: int, rule: R) -> None:
+        self._by_number[rid] = rule
+
+    def pop(self, rid: int) -> R:
+        """Forget rule `rid` (KeyError if there is none) and return it."""
+        return self._by_number.pop(rid)
+
+    def get(self, rid: int) -> R | None:
+        return self._by_number.get(rid)
+
+    def __getitem__(self, rid: int) -> R:
+        return self._by_number[rid]
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._by_number
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_number)
+
+    def __len__(self) -> int:
+        return len(self._by_number)
 
 
 class Watching(Protocol):

@@ -4,6 +4,7 @@ evaluation), rules, the pattern indices that find which ones a change can affect
 (`sib.core`) nor decides what a change sets off (`sib.propagation`)."""
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable
@@ -14,7 +15,7 @@ from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
-from .engine import Groups, Operations
+from .engine import Groups, Operations, Rules
 from .index import PatternIndex
 from .journal import Journal, TrackedChannel
 from .metrics import Metrics
@@ -47,10 +48,11 @@ class Registry:
             max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the SIB")
         self.groups: Groups[object, QueryGroup] = Groups()  # by `group_key`
         self.group_by_id: dict[int, QueryGroup] = {}
-        self.rules: dict[int, Rule] = {}
+        #: Groups and rules are numbered from one count: each in its order of creation.
+        self._ids = itertools.count(1)
+        self.rules: Rules[Rule] = Rules(self._ids)
         self.group_index = PatternIndex()
         self.rule_index = PatternIndex()
-        self._next_id = 0
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -66,8 +68,8 @@ class Registry:
     def add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
                  restored: bool = False) -> Rule:
         channel = self._admit(req, channel, kp, restored)
-        rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
-        self.rules[rule.id] = rule
+        rule = Rule(self.rules.number(), kp, req.tid, channel, req, pattern)
+        self.rules.add(rule.id, rule)
         self._registered((kp, req.tid), rule)
         self.rule_index.add(rule.id, pattern.triples, pattern.graphs)
         return rule
@@ -83,7 +85,7 @@ class Registry:
         if group is None:
             if result is None:
                 result = evaluate(self.store, req, pattern)
-            group = QueryGroup(self._new_id(), req, pattern, result,
+            group = QueryGroup(next(self._ids), req, pattern, result,
                                shape=shape_of(req, pattern))
             self.groups.add(key, group)
             self.group_by_id[group.id] = group
@@ -92,10 +94,6 @@ class Registry:
         self.groups.join(group, (kp, req.tid), sub)
         self._registered((kp, req.tid), sub)
         return Response(req.tid, Status.OK, group.result)
-
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
 
     def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
                restored: bool) -> Channel:
@@ -130,7 +128,7 @@ class Registry:
         op_log.info("ended", "%s tid %d: persistent operation ended", self.who(key[0]), key[1])
         if isinstance(op, Rule):
             op.ended = True
-            del self.rules[op.id]
+            self.rules.pop(op.id)
             self.rule_index.remove(op.id)
         else:
             group = op.group

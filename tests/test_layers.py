@@ -240,7 +240,7 @@ BRIDGE_MAY_IMPORT = {
     "sib": {"AccessPolicy", "Authenticator", "Histogram", "JOURNAL_FILE", "Journal", "Metrics",
             "Pattern", "RequestError", "TrackedChannel", "canonical", "check_request",
             "results_of"},
-    "sib.engine": {"Cascade", "Groups", "OpKey", "Operations", "Visit"},
+    "sib.engine": {"Cascade", "Groups", "OpKey", "Operations", "Rules", "Visit"},
     "sib.config": {"ConfigError", "ServingConfig", "check_ranges", "load"},
     "sib.cli": {"add_capture_flags", "open_capture"},
     "sib.lifecycle": {"claim_data_dir", "run_main", "run_until_stopped", "start_metrics",

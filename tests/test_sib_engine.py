@@ -3,6 +3,7 @@ with its caps, and a cascade's order and limits, driven by a table of rules (wha
 solutions are, what a firing reaches) in place of a store or a broker."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from ksp.codes import Status
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import Cascade, Groups, Operations, Visit
+from sib.engine import Cascade, Groups, Operations, Rules, Visit
 
 
 @dataclass
@@ -111,6 +112,22 @@ def test_operations_without_caps_take_any_number():
         ops.admit((kp, tid))
         ops.add((kp, tid), tid)
     assert len(ops.keys_of(kp)) == 100 and sorted(tid for _, tid in ops) == list(range(100))
+
+
+def test_rules_are_numbered_in_registration_order_and_never_again():
+    rules: Rules[str] = Rules()
+    first, second = rules.number(), rules.number()
+    rules.add(second, "b")
+    rules.add(first, "a")
+    assert first < second and list(rules) == [second, first]
+    assert rules.pop(first) == "a" and first not in rules and rules.get(first) is None
+    assert rules.number() > second and rules[second] == "b" and len(rules) == 1
+
+
+def test_rules_may_share_their_count_with_other_numbered_things():
+    count = itertools.count(1)
+    rules: Rules[str] = Rules(count)
+    assert (rules.number(), next(count), rules.number()) == (1, 2, 3)
 
 
 @dataclass(eq=False)
