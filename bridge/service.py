@@ -52,7 +52,7 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, Groups, OpKey, Operations, Rules, Visit
+from sib.engine import Cascade, Groups, OpKey, Operations, Restoring, Rules, Visit
 from sib.options import apply_keywords
 from ksp.ratelog import RateLimitedLog
 
@@ -512,10 +512,11 @@ class Bridge(Service):
         while waiting:
             saved, channel = waiting[0]
             request = saved.request
-            channel.restore(saved.state)  # numbering, endpoint and what the KP has
+            restoring = Restoring(saved, self.journal)
+            restoring.reopen(channel)
             try:
                 check_request(request)
-                self.access.check_by_id(saved.kp.kp_id, request)  # the policy in force now
+                restoring.check(self.access)  # the policy in force now
                 if self.subscriber is None:
                     raise RequestError(Status.INVALID_TRANSACTION_TYPE,
                                        "no broker subscribe endpoint now")
@@ -525,19 +526,16 @@ class Bridge(Service):
                     log.info("restoring: the broker: %s; trying again later", exc)
                     return restored
                 log.warning("%s tid %d: not restored: %s", saved.kp, saved.tid, exc)
-                self.journal.remove(saved.kp, saved.tid)
-                channel.indicate(Response(saved.tid, exc.status, indication=True))
+                restoring.refuse(exc.status, channel)
             except RequestError as exc:
-                self.journal.remove(saved.kp, saved.tid)
-                channel.indicate(Response(saved.tid, exc.status, indication=True))
+                restoring.refuse(exc.status, channel)
             else:
                 restored += 1
                 if member.rule is not None:
-                    member.last = frozenset(member.shared.rows)
+                    now = frozenset(member.shared.rows)
                 else:
-                    member.last = member.shared.result_for(request)
-                    self._indicate(member.channel, Response(saved.tid, Status.OK, member.last,
-                                                            indication=True))
+                    now = member.shared.result_for(request)
+                restoring.resume(now, lambda ind: self._indicate(member.channel, ind), member)
                 log.info("%s tid %d: %s restored", saved.kp, saved.tid, request.tx.name)
             waiting.pop(0)
         return restored

@@ -29,17 +29,18 @@ import enum
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from ksp.codes import Status
-from ksp.model import Request
+from ksp.delivery import DeliveryState
+from ksp.model import Request, Response
 from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Rules",
-           "Visit", "Watching"]
+__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Restoring",
+           "Rules", "Visit", "Watching"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
@@ -231,6 +232,69 @@ class Watching(Protocol):
     """A rule as the cascade sees it: the solution set it last saw (None: none yet)."""
 
     last: Any
+
+
+class Journaled(Protocol):
+    """A journaled operation as `Restoring` sees it (`sib.journal.Saved`)."""
+
+    kp: KPIdentity
+    tid: int
+    request: Request
+
+    @property
+    def state(self) -> DeliveryState: ...
+
+
+class Reopens(Protocol):
+    """The channel of an operation being restored (`ksp.service.Channel`)."""
+
+    def restore(self, state: DeliveryState) -> None: ...
+
+    def indicate(self, response: Response) -> None: ...
+
+
+class Forgets(Protocol):
+    """The journal as `Restoring` asks it (`sib.Journal`)."""
+
+    def remove(self, kp: KPIdentity, tid: int) -> None: ...
+
+
+class Restoring:
+    """One journaled operation restored after a restart, without a RES, in the same steps at
+    the SIB and at the bridge: its channel takes back its numbering, endpoint and what its KP
+    has (`reopen`); it is checked against the access policy in force (`check`, by KP ID: the
+    saved copy has no password); the driver registers it (against its store, or through its
+    broker: the limits in force apply there); then either it is `refuse`d — it leaves the
+    journal and its KP gets a final IND of the status, an end it can tell — or it is
+    `resume`d: a query sends an IND with its current result (the delivery drops it when the KP
+    ACKed that very result, `ksp.delivery.Delivery.redundant`), a rule takes its current
+    solutions as seen (it does not fire again for a state it already acted on)."""
+
+    def __init__(self, saved: Journaled, journal: Forgets | None) -> None:
+        self.saved = saved
+        self.journal = journal
+
+    def reopen(self, channel: Reopens) -> None:
+        channel.restore(self.saved.state)
+
+    def check(self, access: Checks) -> None:
+        """Raise RequestError if the policy in force no longer allows the operation."""
+        access.check_by_id(self.saved.kp.kp_id, self.saved.request)
+
+    def refuse(self, status: Status, channel: Reopens) -> None:
+        saved = self.saved
+        if self.journal is not None:
+            self.journal.remove(saved.kp, saved.tid)
+        channel.indicate(Response(saved.tid, status, indication=True))
+
+    def resume(self, now: Any, indicate: Callable[[Response], None],
+               op: Watching | None = None) -> None:
+        """`now`: a query's current result, a rule's current solution set; `op`, when given,
+        keeps it as what it last saw."""
+        if op is not None:
+            op.last = now
+        if self.saved.request.tx.is_query:
+            indicate(Response(self.saved.tid, Status.OK, now, indication=True))
 
 
 class Visit(enum.Enum):

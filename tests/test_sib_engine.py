@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from ksp.codes import Status
+from ksp.codes import Status, Tx
+from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import Cascade, Groups, Operations, Rules, Visit
+from sib.engine import Cascade, Groups, Operations, Restoring, Rules, Visit
 
 
 @dataclass
@@ -198,3 +199,59 @@ def test_closing_saves_what_the_journal_keeps_and_names_the_rest():
     ops.add((kp, 2), Op("lost", lost))
     assert ops.closing() == [(kp, 2)]
     assert (kept.saved, lost.saved) == (1, 0)
+
+
+@dataclass
+class Saved:
+    kp: KPIdentity
+    tid: int
+    request: object
+    state: str = "state"
+
+
+@dataclass
+class Reopened:
+    restored: list = field(default_factory=list)
+    sent: list = field(default_factory=list)
+
+    def restore(self, state) -> None:
+        self.restored.append(state)
+
+    def indicate(self, response) -> None:
+        self.sent.append(response)
+
+
+@dataclass
+class Forgetting:
+    removed: list = field(default_factory=list)
+
+    def remove(self, kp, tid) -> None:
+        self.removed.append((kp, tid))
+
+
+def query_request() -> Request:
+    return Request(Tx.SELECT_PERSISTENT, 7)
+
+
+def test_a_refused_restore_leaves_the_journal_with_a_final_ind():
+    kp = KPIdentity(b"b")
+    journal, channel = Forgetting(), Reopened()
+    restoring = Restoring(Saved(kp, 7, query_request()), journal)
+    restoring.reopen(channel)
+    with pytest.raises(RequestError) as refused:
+        restoring.check(Policy())
+    restoring.refuse(refused.value.status, channel)
+    assert channel.restored == ["state"] and journal.removed == [(kp, 7)]
+    assert channel.sent == [Response(7, Status.ACCESS_DENIED, indication=True)]
+
+
+def test_a_resumed_query_sends_its_result_and_a_rule_keeps_its_solutions():
+    kp = KPIdentity(b"a")
+    channel = Reopened()
+    query = Restoring(Saved(kp, 7, query_request()), None)
+    query.check(Policy())
+    query.resume("result", channel.indicate)
+    assert channel.sent == [Response(7, Status.OK, "result", indication=True)]
+    rule, seen = Restoring(Saved(kp, 8, Request(Tx.UPDATE_PERSISTENT, 8)), None), Rule()
+    rule.resume(frozenset({"s"}), channel.indicate, seen)
+    assert seen.last == frozenset({"s"}) and len(channel.sent) == 1
