@@ -52,7 +52,8 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, Groups, OpKey, Operations, Restoring, Rules, Visit
+from sib.engine import (Cascade, Groups, OpKey, Operations, Restoring, Rules, Visit,
+                        indication, sees)
 from sib.options import apply_keywords
 from ksp.ratelog import RateLimitedLog
 
@@ -590,10 +591,8 @@ class Bridge(Service):
             result = results.get(form)
             if result is None:
                 result = results[form] = shared.result_for(member.request)
-            if result != member.last:
-                member.last = result
-                self._indicate(member.channel, Response(member.request.tid, Status.OK, result,
-                                                        indication=True))
+            if sees(member, result):
+                self._indicate(member.channel, indication(member.request.tid, result))
         if self._pending_rules and not self._cascade_lock.locked():
             # a change from elsewhere (another client of the broker, a reconnection): the
             # cascade runs on its own; after a device's update, `_settle` runs it

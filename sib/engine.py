@@ -40,7 +40,7 @@ from ksp.session import KPIdentity
 from .errors import RequestError
 
 __all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Restoring",
-           "Rules", "Visit", "Watching"]
+           "Rules", "Visit", "Watching", "indication", "sees"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
@@ -229,9 +229,25 @@ class Rules(Generic[R]):
 
 
 class Watching(Protocol):
-    """A rule as the cascade sees it: the solution set it last saw (None: none yet)."""
+    """What a change is told to (`sees`): a rule, with the solution set it last saw; a
+    persistent query, with the result its KP was last sent (None: none yet)."""
 
     last: Any
+
+
+def sees(op: Watching, now: Any) -> bool:
+    """`op` sees `now` (a result, a solution set): True if it differs from what `op` last saw,
+    which `now` becomes — a query's KP is then sent an IND with it (`indication`), a rule may
+    fire (`Cascade.visit`)."""
+    if now == op.last:
+        return False
+    op.last = now
+    return True
+
+
+def indication(tid: int, result: Any) -> Response:
+    """The IND of a persistent query's new result: the full result, not what changed."""
+    return Response(tid, Status.OK, result, indication=True)
 
 
 class Journaled(Protocol):
@@ -294,7 +310,7 @@ class Restoring:
         if op is not None:
             op.last = now
         if self.saved.request.tx.is_query:
-            indicate(Response(self.saved.tid, Status.OK, now, indication=True))
+            indicate(indication(self.saved.tid, now))
 
 
 class Visit(enum.Enum):
@@ -343,10 +359,7 @@ class Cascade:
     def visit(self, rid: int, rule: Watching, now: frozenset) -> Visit:
         """Rule `rid`'s solutions are `now`: they become what it last saw; FIRE (counted) when
         they changed and are not empty, within the limits."""
-        if now == rule.last:
-            return Visit.SKIP
-        rule.last = now
-        if not now:
+        if not sees(rule, now) or not now:
             return Visit.SKIP
         if self.fired[rid] >= self.rule_firing_limit or self.total >= self.cascade_limit:
             return Visit.OVER_LIMIT

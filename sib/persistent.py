@@ -29,12 +29,13 @@ class Subscription:
 @dataclass(eq=False)
 class QueryGroup:
     """Persistent queries asking exactly the same thing: one evaluation, one result, an IND
-    to each member when the result changes. `id` orders groups by creation."""
+    to each member when the result changes (`sib.engine.sees`). `id` orders groups by
+    creation; `last` is the result last sent."""
 
     id: int
     request: Request
     pattern: Pattern
-    result: Result | None = None
+    last: Result | None = None
     members: dict[OpKey, Subscription] = field(default_factory=dict)
     #: (shape key, constants) for evaluation with same-shape groups (`sib.shapes`), or None.
     shape: tuple | None = None

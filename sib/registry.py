@@ -93,7 +93,7 @@ class Registry:
         sub = Subscription(kp, req.tid, channel, group)
         self.groups.join(group, (kp, req.tid), sub)
         self._registered((kp, req.tid), sub)
-        return Response(req.tid, Status.OK, group.result)
+        return Response(req.tid, Status.OK, group.last)
 
     def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
                restored: bool) -> Channel:

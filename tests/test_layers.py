@@ -241,7 +241,7 @@ BRIDGE_MAY_IMPORT = {
             "Pattern", "RequestError", "TrackedChannel", "canonical", "check_request",
             "results_of"},
     "sib.engine": {"Cascade", "Groups", "OpKey", "Operations", "Restoring", "Rules",
-                   "Visit"},
+                   "Visit", "indication", "sees"},
     "sib.config": {"ConfigError", "ServingConfig", "check_ranges", "load"},
     "sib.cli": {"add_capture_flags", "open_capture"},
     "sib.lifecycle": {"claim_data_dir", "run_main", "run_until_stopped", "start_metrics",

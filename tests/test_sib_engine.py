@@ -13,7 +13,8 @@ from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import Cascade, Groups, Operations, Restoring, Rules, Visit
+from sib.engine import (Cascade, Groups, Operations, Restoring, Rules, Visit, indication,
+                        sees)
 
 
 @dataclass
@@ -46,6 +47,14 @@ def drive(marked: set[int], reaches: dict[int, set[int]], solutions, *,
 
 def always_new(rid: int, visit: int) -> frozenset:
     return frozenset({(rid, visit)})
+
+
+def test_a_result_is_news_once_and_only_when_it_changed():
+    query = Rule()
+    assert sees(query, "a") and query.last == "a"
+    assert not sees(query, "a")
+    assert sees(query, "b") and not sees(query, "b")
+    assert indication(3, "b") == Response(3, Status.OK, "b", indication=True)
 
 
 def test_later_rules_in_this_pass_earlier_ones_in_the_next():
