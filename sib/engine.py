@@ -30,6 +30,7 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from ksp.codes import Status
@@ -39,8 +40,8 @@ from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Restoring",
-           "Rules", "Visit", "Watching", "indication", "sees"]
+__all__ = ["Cascade", "Group", "Grouped", "Groups", "OpKey", "Operation", "Operations",
+           "Persistent", "Restoring", "Rules", "Visit", "Watching", "indication", "sees"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
@@ -48,6 +49,33 @@ Op = TypeVar("Op", bound="Persistent")
 K = TypeVar("K")
 G = TypeVar("G", bound="Grouped")
 R = TypeVar("R")
+
+
+@dataclass(eq=False, kw_only=True)
+class Operation:
+    """A persistent operation as both servers hold it: whose (`kp`, `tid`), what it asked, the
+    channel its INDs go on (a `sib.TrackedChannel`), the `Group` it shares with those asking
+    the same (None: a SIB's rule), what it last saw (`sees`) and, a rule, its `number`
+    (`Rules`). What it last saw: a rule's solution set; at the bridge, a query's result (its
+    members differ in form); at the SIB a query's is its group's."""
+
+    kp: KPIdentity
+    tid: int
+    request: Request
+    channel: Any
+    group: Group | None = None
+    last: Any = None
+    number: int | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class Group:
+    """Persistent operations asking the same thing, answered once for all: at the SIB one
+    evaluation of the store, whose result is `last`, the one last sent to every member; at the
+    bridge one broker subscription and its rows, from which each member's result is made."""
+
+    members: dict[OpKey, Operation] = field(default_factory=dict)
+    last: Any = None
 
 
 class Persistent(Protocol):

@@ -119,7 +119,7 @@ class Propagation:
 
     def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
         if new_rule is not None:
-            rules = rules | {new_rule.id}
+            rules = rules | {new_rule.number}
         if rules:
             self._cascade(sorted(rules))
         if self._changed:

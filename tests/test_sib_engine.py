@@ -13,8 +13,8 @@ from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import (Cascade, Groups, Operations, Restoring, Rules, Visit, indication,
-                        sees)
+from sib.engine import (Cascade, Group as EngineGroup, Groups, Operation, Operations,
+                        Restoring, Rules, Visit, indication, sees)
 
 
 @dataclass
@@ -154,6 +154,21 @@ def test_a_group_goes_with_its_last_member():
     groups.join(group, b, "member b")
     assert not groups.leave("q", group, a) and groups.get("q") is group
     assert groups.leave("q", group, b) and groups.get("q") is None and len(groups) == 0
+
+
+def test_an_operation_in_a_group_sees_a_result_there_or_on_its_own():
+    """At the SIB a group's members share the result it last sent; at the bridge each member
+    keeps its own (they differ in form)."""
+    kp = KPIdentity(b"a")
+    groups: Groups[str, EngineGroup] = Groups()
+    group = EngineGroup()
+    groups.add("q", group)
+    op = Operation(kp=kp, tid=1, request=Request(Tx.SELECT_PERSISTENT, 1), channel=None,
+                   group=group)
+    groups.join(group, (kp, 1), op)
+    assert sees(group, "r") and not sees(group, "r") and op.last is None
+    assert sees(op, "r") and op.number is None and group.members == {(kp, 1): op}
+    assert groups.leave("q", op.group, (kp, 1)) and len(groups) == 0
 
 
 def test_a_group_replaced_under_its_key_is_not_forgotten_for_the_old_one():
