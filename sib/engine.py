@@ -1,7 +1,11 @@
 """The persistent-operation engine shared by the SIB (`sib.registry`, `sib.propagation`) and the
-bridge (`bridge.service`), with no I/O in it: the table of persistent operations with its caps
-(`Operations`), the groups of those asking the same thing (`Groups`), and the rules' cascade —
-its order and its protection (`Cascade`).
+bridge (`bridge.service`), with no I/O in it: a persistent operation and a group of those
+asking the same thing (`Operation`, `Group`: the SIB's groups hold the store's result, the
+bridge's a broker subscription's rows), the table of operations with its caps (`Operations`),
+the groups by what they ask (`Groups`), the rules by number (`Rules`), whether a result is news
+and the IND that says it (`sees`, `indication`), the steps of restoring a journaled operation
+after a restart (`Restoring`), and the rules' cascade — its order and its protection
+(`Cascade`).
 
 An operation is known by its KP's identity and its TID. A KP may hold `max_per_kp` of them and
 the server `max_all` in all (a KP identity is only an address when it gives no KP ID, so the
