@@ -35,7 +35,6 @@ subscription only within one identity, whose grants decide what it may see.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import time
@@ -53,7 +52,8 @@ from ksp.sparql.render import render, render_term, solutions_query
 from ksp.sparql.results import from_results_json
 from sib import (AccessPolicy, Authenticator, Journal, Metrics, Pattern, RequestError,
                  TrackedChannel, check_request, results_of)
-from sib.engine import Cascade, Groups, OpKey, Operations, Visit
+from sib.engine import (Cascade, Group, Groups, OpKey, Operation, Operations, Restoring,
+                        Rules, Visit, indication, sees)
 from sib.options import apply_keywords
 from ksp.ratelog import RateLimitedLog
 
@@ -70,18 +70,10 @@ peer_log = RateLimitedLog(log, time.monotonic)
 __all__ = ["Bridge", "BridgeOptions"]
 
 
-@dataclass(eq=False)
-class _Member:
-    request: Request
-    channel: Channel
-    shared: "_Shared"
-    last: object = None  # the result it was last sent; a rule: the solution set it last saw
-    rule: int | None = None  # a rule's number, in registration order
-
-
-@dataclass(eq=False)
-class _Shared:
-    """One broker subscription: its solutions query, its rows, the persistent queries on it."""
+@dataclass(eq=False, kw_only=True)
+class _Shared(Group):
+    """One broker subscription: its solutions query, its rows, the persistent operations on it
+    (`members`: queries, each with the result it was last sent, and rules)."""
 
     text: str
     names: list[str]
@@ -91,7 +83,6 @@ class _Shared:
     sub: Subscription | None = None
     rows: Counter = field(default_factory=Counter)  # a binding's JSON -> how many
     row_of: dict = field(default_factory=dict)  # a binding's JSON -> its row of KSP terms
-    members: dict = field(default_factory=dict)  # (kp, tid) -> _Member
 
     def apply(self, added: dict, removed: dict, whole: bool) -> None:
         if whole:  # a first notification: the whole result, in place of what was kept
@@ -151,7 +142,7 @@ class Bridge(Service):
         self.journal = journal
         #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all, as in
         #: the SIB (`sib.engine.Operations`).
-        self.ops: Operations[_Member] = Operations(
+        self.ops: Operations[Operation] = Operations(
             max_per_kp=options.max_persistent_per_kp, max_all=options.max_persistent,
             holder="the bridge")
         #: The broker subscriptions, by (identity, query text), as the SIB's query groups.
@@ -161,8 +152,7 @@ class Bridge(Service):
         self._joining = 0  # operations past the caps, waiting for their broker subscription
         self._waiting: dict[KPIdentity, deque] = {}  # a KP's requests, while its worker runs
         self._workers: dict[KPIdentity, asyncio.Task] = {}
-        self._rules: dict[int, _Member] = {}  # by number, in registration order
-        self._rule_ids = itertools.count(1)
+        self._rules: Rules[Operation] = Rules()  # by number, in registration order
         self._pending_rules: set[int] = set()  # rules whose solutions may have changed
         self._cascade_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
@@ -461,12 +451,12 @@ class Bridge(Service):
         if self.journal is not None and member.channel.journal is not None:
             self.journal.add(kp, request.tid, channel.transport, request)
         if request.tx.is_query:
-            member.last = member.shared.result_for(request)
+            member.last = member.group.result_for(request)
             return Response(request.tid, Status.OK, member.last)
-        self._pending_rules.add(member.rule)  # its first visit follows its RES (`_work`)
+        self._pending_rules.add(member.number)  # its first visit follows its RES (`_work`)
         return Response(request.tid)
 
-    async def _register(self, request: Request, channel: Channel) -> _Member:
+    async def _register(self, request: Request, channel: Channel) -> Operation:
         """Within the caps (those still waiting for their subscription count): a new
         operation, or one restored after a restart past a cap lowered meanwhile."""
         key = (channel.kp, request.tid)
@@ -477,12 +467,13 @@ class Bridge(Service):
                                               self._identity(channel.kp))
         finally:
             self._joining -= 1
-        member = _Member(request, TrackedChannel(channel, self.journal), shared)
+        member = Operation(kp=channel.kp, tid=request.tid, request=request,
+                           channel=TrackedChannel(channel, self.journal), group=shared)
         self._shared.join(shared, key, member)
         self.ops.add(key, member)
         if not request.tx.is_query:
-            member.rule = next(self._rule_ids)
-            self._rules[member.rule] = member
+            member.number = self._rules.number()
+            self._rules.add(member.number, member)
         return member
 
     async def restore(self, server) -> int:
@@ -514,10 +505,11 @@ class Bridge(Service):
         while waiting:
             saved, channel = waiting[0]
             request = saved.request
-            channel.restore(saved.state)  # numbering, endpoint and what the KP has
+            restoring = Restoring(saved, self.journal)
+            restoring.reopen(channel)
             try:
                 check_request(request)
-                self.access.check_by_id(saved.kp.kp_id, request)  # the policy in force now
+                restoring.check(self.access)  # the policy in force now
                 if self.subscriber is None:
                     raise RequestError(Status.INVALID_TRANSACTION_TYPE,
                                        "no broker subscribe endpoint now")
@@ -527,19 +519,16 @@ class Bridge(Service):
                     log.info("restoring: the broker: %s; trying again later", exc)
                     return restored
                 log.warning("%s tid %d: not restored: %s", saved.kp, saved.tid, exc)
-                self.journal.remove(saved.kp, saved.tid)
-                channel.indicate(Response(saved.tid, exc.status, indication=True))
+                restoring.refuse(exc.status, channel)
             except RequestError as exc:
-                self.journal.remove(saved.kp, saved.tid)
-                channel.indicate(Response(saved.tid, exc.status, indication=True))
+                restoring.refuse(exc.status, channel)
             else:
                 restored += 1
-                if member.rule is not None:
-                    member.last = frozenset(member.shared.rows)
+                if member.number is not None:
+                    now = frozenset(member.group.rows)
                 else:
-                    member.last = member.shared.result_for(request)
-                    self._indicate(member.channel, Response(saved.tid, Status.OK, member.last,
-                                                            indication=True))
+                    now = member.group.result_for(request)
+                restoring.resume(now, lambda ind: self._indicate(member.channel, ind), member)
                 log.info("%s tid %d: %s restored", saved.kp, saved.tid, request.tx.name)
             waiting.pop(0)
         return restored
@@ -561,8 +550,9 @@ class Bridge(Service):
             if len(self._shared) >= self.max_subscriptions:
                 raise RequestError(Status.LIMIT_EXCEEDED, "broker subscriptions")
             shared = _Shared(
-                text, [f"v{k}" for k in range(asked.projection or 0)],
-                asyncio.get_running_loop().create_future(), identity, Pattern(asked).triples)
+                text=text, names=[f"v{k}" for k in range(asked.projection or 0)],
+                ready=asyncio.get_running_loop().create_future(), identity=identity,
+                triples=Pattern(asked).triples)
             self._shared.add(key, shared)
             self._screen.add(shared.triples)
             try:
@@ -587,17 +577,15 @@ class Bridge(Service):
         shared.apply(added, removed, whole)
         results: dict = {}  # members of one subscription differ at most in form and template
         for member in list(shared.members.values()):
-            if member.rule is not None:  # fired, if its solutions changed, by the cascade
-                self._pending_rules.add(member.rule)
+            if member.number is not None:  # fired, if its solutions changed, by the cascade
+                self._pending_rules.add(member.number)
                 continue
             form = (member.request.tx.base, member.request.template)
             result = results.get(form)
             if result is None:
                 result = results[form] = shared.result_for(member.request)
-            if result != member.last:
-                member.last = result
-                self._indicate(member.channel, Response(member.request.tid, Status.OK, result,
-                                                        indication=True))
+            if sees(member, result):
+                self._indicate(member.channel, indication(member.request.tid, result))
         if self._pending_rules and not self._cascade_lock.locked():
             # a change from elsewhere (another client of the broker, a reconnection): the
             # cascade runs on its own; after a device's update, `_settle` runs it
@@ -622,7 +610,7 @@ class Bridge(Service):
         if member is None:
             return False
         before = member.last
-        visit = cascade.visit(rid, member, frozenset(member.shared.rows))
+        visit = cascade.visit(rid, member, frozenset(member.group.rows))
         if visit is Visit.SKIP:
             return False
         key = (member.channel.kp, member.request.tid)
@@ -634,7 +622,7 @@ class Bridge(Service):
         try:
             await self._at_broker(self.broker.update, render(
                 member.request._replace(tx=member.request.tx.base), union=True),
-                member.shared.identity)
+                member.group.identity)
         except BrokerError as exc:
             self.broker_errors[exc.status.name] += 1
             if exc.status is Status.INTERNAL_ERROR:  # unreachable: it fires when it is back
@@ -646,14 +634,14 @@ class Bridge(Service):
                                  key[1], key[0], exc)
                 self._end(key, exc.status)
             return False
-        await self._flush(member.shared.identity)
+        await self._flush(member.group.identity)
         return True
 
     def _ended(self, sub: Subscription, status: Status) -> None:
         """The broker ended a subscription: its persistent queries end with an IND of
         `status`."""
         for key, member in list(self.ops.items()):
-            if member.shared.sub is sub:
+            if member.group.sub is sub:
                 self._end(key, status)
 
     def _indicate(self, channel: Channel, ind: Response) -> None:
@@ -697,9 +685,9 @@ class Bridge(Service):
             self._indicate(member.channel, Response(key[1], status, indication=True))
         else:
             member.channel.end()
-        if member.rule is not None:
-            del self._rules[member.rule]
-        shared = member.shared
+        if member.number is not None:
+            self._rules.pop(member.number)
+        shared = member.group
         if self._shared.leave((shared.identity, shared.text), shared, key):
             self._screen.remove(shared.triples)
             self._background(self.subscriber.unsubscribe(shared.sub))

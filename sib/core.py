@@ -39,6 +39,7 @@ from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
 from .budget import Budgets, Deadline, timed, within
+from .engine import Restoring
 from .errors import RequestError
 from .journal import Journal, Saved, TrackedChannel
 from .metrics import Metrics
@@ -205,13 +206,15 @@ class SibCore:
         ends with an ACCESS_DENIED IND, one past a limit (lowered meanwhile) with
         LIMIT_EXCEEDED. Returns whether it was restored."""
         req, kp = saved.request, saved.kp
-        channel.restore(saved.state)  # numbering, endpoint and what the KP has, as they were
+        restoring = Restoring(saved, self.journal)
+        restoring.reopen(channel)
         tracked = TrackedChannel(channel, self.journal, self.metrics.indicated)
         pattern = Pattern(req)
+        rule = None
         try:
-            self.access.check_by_id(kp.kp_id, req)
+            restoring.check(self.access)
             if req.tx.is_query:
-                response = self.registry.subscribe(req, tracked, kp, pattern, restored=True)
+                now = self.registry.subscribe(req, tracked, kp, pattern, restored=True).result
             else:
                 rule = self.registry.add_rule(req, tracked, kp, pattern, restored=True)
         except RequestError as exc:
@@ -221,16 +224,11 @@ class SibCore:
                 self.metrics.denied += 1
             elif exc.status == Status.LIMIT_EXCEEDED:
                 self.metrics.limited += 1
-            if self.journal is not None:
-                self.journal.remove(kp, req.tid)
-            tracked.indicate(Response(req.tid, exc.status, indication=True))
+            restoring.refuse(exc.status, tracked)
             return False
-        if req.tx.is_query:
-            # Sent if it changed while down or may never have arrived; the delivery drops it
-            # if the KP ACKed this very result (`ksp.delivery.Delivery.redundant`).
-            tracked.indicate(Response(req.tid, Status.OK, response.result, indication=True))
-        else:
-            rule.last = frozenset(pattern.solutions(self.store))
+        if rule is not None:
+            now = frozenset(pattern.solutions(self.store))
+        restoring.resume(now, tracked.indicate, rule)
         log.info("%s tid %d: %s restored (%s, endpoint %s)", self.access.who(kp), req.tid,
                  req.tx.name, saved.transport, saved.endpoint)
         return True

@@ -1,7 +1,11 @@
 """The persistent-operation engine shared by the SIB (`sib.registry`, `sib.propagation`) and the
-bridge (`bridge.service`), with no I/O in it: the table of persistent operations with its caps
-(`Operations`), the groups of those asking the same thing (`Groups`), and the rules' cascade —
-its order and its protection (`Cascade`).
+bridge (`bridge.service`), with no I/O in it: a persistent operation and a group of those
+asking the same thing (`Operation`, `Group`: the SIB's groups hold the store's result, the
+bridge's a broker subscription's rows), the table of operations with its caps (`Operations`),
+the groups by what they ask (`Groups`), the rules by number (`Rules`), whether a result is news
+and the IND that says it (`sees`, `indication`), the steps of restoring a journaled operation
+after a restart (`Restoring`), and the rules' cascade — its order and its protection
+(`Cascade`).
 
 An operation is known by its KP's identity and its TID. A KP may hold `max_per_kp` of them and
 the server `max_all` in all (a KP identity is only an address when it gives no KP ID, so the
@@ -27,24 +31,55 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from ksp.codes import Status
-from ksp.model import Request
+from ksp.delivery import DeliveryState
+from ksp.model import Request, Response
 from ksp.session import KPIdentity
 
 from .errors import RequestError
 
-__all__ = ["Cascade", "Grouped", "Groups", "OpKey", "Operations", "Persistent", "Visit",
-           "Watching"]
+__all__ = ["Cascade", "Group", "Grouped", "Groups", "OpKey", "Operation", "Operations",
+           "Persistent", "Restoring", "Rules", "Visit", "Watching", "indication", "sees"]
 
 #: A persistent operation's key: its KP's identity and its TID.
 OpKey = tuple[KPIdentity, int]
 Op = TypeVar("Op", bound="Persistent")
 K = TypeVar("K")
 G = TypeVar("G", bound="Grouped")
+R = TypeVar("R")
+
+
+@dataclass(eq=False, kw_only=True)
+class Operation:
+    """A persistent operation as both servers hold it: whose (`kp`, `tid`), what it asked, the
+    channel its INDs go on (a `sib.TrackedChannel`), the `Group` it shares with those asking
+    the same (None: a SIB's rule), what it last saw (`sees`) and, a rule, its `number`
+    (`Rules`). What it last saw: a rule's solution set; at the bridge, a query's result (its
+    members differ in form); at the SIB a query's is its group's."""
+
+    kp: KPIdentity
+    tid: int
+    request: Request
+    channel: Any
+    group: Group | None = None
+    last: Any = None
+    number: int | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class Group:
+    """Persistent operations asking the same thing, answered once for all: at the SIB one
+    evaluation of the store, whose result is `last`, the one last sent to every member; at the
+    bridge one broker subscription and its rows, from which each member's result is made."""
+
+    members: dict[OpKey, Operation] = field(default_factory=dict)
+    last: Any = None
 
 
 class Persistent(Protocol):
@@ -189,10 +224,125 @@ class Groups(Generic[K, G]):
         return len(self._by_key)
 
 
+class Rules(Generic[R]):
+    """The rules by number. A rule is numbered when it registers (`number`), so numbers are
+    registration order, the order a cascade visits rules in. `numbers`: where the numbers come
+    from (the SIB numbers its query groups from the same count); by default 1, 2, 3..."""
+
+    def __init__(self, numbers: Iterator[int] | None = None) -> None:
+        self._numbers = itertools.count(1) if numbers is None else numbers
+        self._by_number: dict[int, R] = {}
+
+    def number(self) -> int:
+        """The number of a rule registering now: past every number given before."""
+        return next(self._numbers)
+
+    def add(self, rid: int, rule: R) -> None:
+        self._by_number[rid] = rule
+
+    def pop(self, rid: int) -> R:
+        """Forget rule `rid` (KeyError if there is none) and return it."""
+        return self._by_number.pop(rid)
+
+    def get(self, rid: int) -> R | None:
+        return self._by_number.get(rid)
+
+    def __getitem__(self, rid: int) -> R:
+        return self._by_number[rid]
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._by_number
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_number)
+
+    def __len__(self) -> int:
+        return len(self._by_number)
+
+
 class Watching(Protocol):
-    """A rule as the cascade sees it: the solution set it last saw (None: none yet)."""
+    """What a change is told to (`sees`): a rule, with the solution set it last saw; a
+    persistent query, with the result its KP was last sent (None: none yet)."""
 
     last: Any
+
+
+def sees(op: Watching, now: Any) -> bool:
+    """`op` sees `now` (a result, a solution set): True if it differs from what `op` last saw,
+    which `now` becomes — a query's KP is then sent an IND with it (`indication`), a rule may
+    fire (`Cascade.visit`)."""
+    if now == op.last:
+        return False
+    op.last = now
+    return True
+
+
+def indication(tid: int, result: Any) -> Response:
+    """The IND of a persistent query's new result: the full result, not what changed."""
+    return Response(tid, Status.OK, result, indication=True)
+
+
+class Journaled(Protocol):
+    """A journaled operation as `Restoring` sees it (`sib.journal.Saved`)."""
+
+    kp: KPIdentity
+    tid: int
+    request: Request
+
+    @property
+    def state(self) -> DeliveryState: ...
+
+
+class Reopens(Protocol):
+    """The channel of an operation being restored (`ksp.service.Channel`)."""
+
+    def restore(self, state: DeliveryState) -> None: ...
+
+    def indicate(self, response: Response) -> None: ...
+
+
+class Forgets(Protocol):
+    """The journal as `Restoring` asks it (`sib.Journal`)."""
+
+    def remove(self, kp: KPIdentity, tid: int) -> None: ...
+
+
+class Restoring:
+    """One journaled operation restored after a restart, without a RES, in the same steps at
+    the SIB and at the bridge: its channel takes back its numbering, endpoint and what its KP
+    has (`reopen`); it is checked against the access policy in force (`check`, by KP ID: the
+    saved copy has no password); the driver registers it (against its store, or through its
+    broker: the limits in force apply there); then either it is `refuse`d — it leaves the
+    journal and its KP gets a final IND of the status, an end it can tell — or it is
+    `resume`d: a query sends an IND with its current result (the delivery drops it when the KP
+    ACKed that very result, `ksp.delivery.Delivery.redundant`), a rule takes its current
+    solutions as seen (it does not fire again for a state it already acted on)."""
+
+    def __init__(self, saved: Journaled, journal: Forgets | None) -> None:
+        self.saved = saved
+        self.journal = journal
+
+    def reopen(self, channel: Reopens) -> None:
+        channel.restore(self.saved.state)
+
+    def check(self, access: Checks) -> None:
+        """Raise RequestError if the policy in force no longer allows the operation."""
+        access.check_by_id(self.saved.kp.kp_id, self.saved.request)
+
+    def refuse(self, status: Status, channel: Reopens) -> None:
+        saved = self.saved
+        if self.journal is not None:
+            self.journal.remove(saved.kp, saved.tid)
+        channel.indicate(Response(saved.tid, status, indication=True))
+
+    def resume(self, now: Any, indicate: Callable[[Response], None],
+               op: Watching | None = None) -> None:
+        """`now`: a query's current result, a rule's current solution set; `op`, when given,
+        keeps it as what it last saw."""
+        if op is not None:
+            op.last = now
+        if self.saved.request.tx.is_query:
+            indicate(indication(self.saved.tid, now))
 
 
 class Visit(enum.Enum):
@@ -241,10 +391,7 @@ class Cascade:
     def visit(self, rid: int, rule: Watching, now: frozenset) -> Visit:
         """Rule `rid`'s solutions are `now`: they become what it last saw; FIRE (counted) when
         they changed and are not empty, within the limits."""
-        if now == rule.last:
-            return Visit.SKIP
-        rule.last = now
-        if not now:
+        if not sees(rule, now) or not now:
             return Visit.SKIP
         if self.fired[rid] >= self.rule_firing_limit or self.total >= self.cascade_limit:
             return Visit.OVER_LIMIT

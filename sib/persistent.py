@@ -1,41 +1,29 @@
-"""Persistent operations: subscriptions (persistent SELECT/ASK/CONSTRUCT, grouped so that
-identical ones share one evaluation) and rules (persistent DELETE/INSERT/UPDATE)."""
+"""Persistent operations at the SIB: subscriptions (persistent SELECT/ASK/CONSTRUCT, each a
+`sib.engine.Operation` in a `QueryGroup`, so that identical ones share one evaluation) and rules
+(persistent DELETE/INSERT/UPDATE)."""
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from ksp.model import Request, Result
-from ksp.session import KPIdentity
+from ksp.model import Request
 from ksp.service import Channel
 
-from .engine import OpKey
+from .engine import Group, OpKey, Operation
 from .pattern import Pattern
 
-
-@dataclass(eq=False)
-class Subscription:
-    kp: KPIdentity
-    tid: int
-    channel: Channel
-    group: "QueryGroup"
-
-    @property
-    def request(self) -> Request:
-        return self.group.request
+__all__ = ["Channel", "OpKey", "QueryGroup", "Rule", "group_key"]
 
 
-@dataclass(eq=False)
-class QueryGroup:
-    """Persistent queries asking exactly the same thing: one evaluation, one result, an IND
-    to each member when the result changes. `id` orders groups by creation."""
+@dataclass(eq=False, kw_only=True)
+class QueryGroup(Group):
+    """Persistent queries asking exactly the same thing: one evaluation, one result (`last`, the
+    one last sent), an IND to each member when the result changes (`sib.engine.sees`). `id`
+    orders groups by creation."""
 
     id: int
     request: Request
     pattern: Pattern
-    result: Result | None = None
-    members: dict[OpKey, Subscription] = field(default_factory=dict)
     #: (shape key, constants) for evaluation with same-shape groups (`sib.shapes`), or None.
     shape: tuple | None = None
 
@@ -45,16 +33,10 @@ def group_key(request: Request, pattern: Pattern) -> Hashable:
             pattern.key)
 
 
-@dataclass(eq=False)
-class Rule:
+@dataclass(eq=False, kw_only=True)
+class Rule(Operation):
     """A persistent DELETE/INSERT/UPDATE. `last` is the solution set it last saw; it fires
-    when the set changed and is not empty. `id` orders rules by registration."""
+    when the set changed and is not empty. `number` orders rules by registration."""
 
-    id: int
-    kp: KPIdentity
-    tid: int
-    channel: Channel
-    request: Request
     pattern: Pattern
-    last: Any = None
     ended: bool = False

@@ -10,11 +10,10 @@ import time
 from typing import Protocol
 
 from ksp.codes import Status
-from ksp.model import Response
 from ksp.ratelog import RateLimitedLog
 
 from .budget import Deadline, OverBudget, timed, within
-from .engine import Cascade, Visit
+from .engine import Cascade, Visit, indication, sees
 from .errors import RequestError
 from .persistent import QueryGroup, Rule
 from .query import evaluate
@@ -120,7 +119,7 @@ class Propagation:
 
     def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
         if new_rule is not None:
-            rules = rules | {new_rule.id}
+            rules = rules | {new_rule.number}
         if rules:
             self._cascade(sorted(rules))
         if self._changed:
@@ -210,13 +209,12 @@ class Propagation:
                     for key in list(group.members):
                         r.terminate(key, Status.INTERNAL_ERROR)
                     continue
-            if result == group.result:
+            if not sees(group, result):
                 continue
             if result is not last:
-                result = last = shared.setdefault(result, result)
-            group.result = result
+                result = last = group.last = shared.setdefault(result, result)
             for sub in list(group.members.values()):
-                sub.channel.indicate(Response(sub.tid, Status.OK, result, indication=True))
+                sub.channel.indicate(indication(sub.tid, result))
 
     def _evaluate_groups(self, groups: list[QueryGroup]) -> dict[int, object]:
         """Results of the groups that share a shape with another, one store query per shape

@@ -4,6 +4,7 @@ evaluation), rules, the pattern indices that find which ones a change can affect
 (`sib.core`) nor decides what a change sets off (`sib.propagation`)."""
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable
@@ -14,12 +15,12 @@ from ksp.session import KPIdentity
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy
-from .engine import Groups, Operations
+from .engine import Groups, Operation, Operations, Rules
 from .index import PatternIndex
 from .journal import Journal, TrackedChannel
 from .metrics import Metrics
 from .pattern import Pattern
-from .persistent import Channel, OpKey, QueryGroup, Rule, Subscription, group_key
+from .persistent import Channel, OpKey, QueryGroup, Rule, group_key
 from .query import evaluate
 from .shapes import shape_of
 from .store import QuadStore
@@ -43,14 +44,15 @@ class Registry:
         self.journal = journal
         self.metrics = metrics or Metrics()
         #: By key, within `max_persistent_per_kp` per KP and `max_persistent` in all.
-        self.ops: Operations[Subscription | Rule] = Operations(
+        self.ops: Operations[Operation] = Operations(
             max_per_kp=max_persistent_per_kp, max_all=max_persistent, holder="the SIB")
         self.groups: Groups[object, QueryGroup] = Groups()  # by `group_key`
         self.group_by_id: dict[int, QueryGroup] = {}
-        self.rules: dict[int, Rule] = {}
+        #: Groups and rules are numbered from one count: each in its order of creation.
+        self._ids = itertools.count(1)
+        self.rules: Rules[Rule] = Rules(self._ids)
         self.group_index = PatternIndex()
         self.rule_index = PatternIndex()
-        self._next_id = 0
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -58,7 +60,7 @@ class Registry:
     def who(self, kp: KPIdentity) -> str:
         return self.access.who(kp)
 
-    def get(self, key: OpKey) -> Subscription | Rule | None:
+    def get(self, key: OpKey) -> Operation | None:
         return self.ops.get(key)
 
     # -- registering ----------------------------------------------------------------------
@@ -66,10 +68,11 @@ class Registry:
     def add_rule(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
                  restored: bool = False) -> Rule:
         channel = self._admit(req, channel, kp, restored)
-        rule = Rule(self._new_id(), kp, req.tid, channel, req, pattern)
-        self.rules[rule.id] = rule
+        rule = Rule(number=self.rules.number(), kp=kp, tid=req.tid, channel=channel,
+                    request=req, pattern=pattern)
+        self.rules.add(rule.number, rule)
         self._registered((kp, req.tid), rule)
-        self.rule_index.add(rule.id, pattern.triples, pattern.graphs)
+        self.rule_index.add(rule.number, pattern.triples, pattern.graphs)
         return rule
 
     def subscribe(self, req: Request, channel: Channel, kp: KPIdentity, pattern: Pattern,
@@ -83,19 +86,15 @@ class Registry:
         if group is None:
             if result is None:
                 result = evaluate(self.store, req, pattern)
-            group = QueryGroup(self._new_id(), req, pattern, result,
+            group = QueryGroup(id=next(self._ids), request=req, pattern=pattern, last=result,
                                shape=shape_of(req, pattern))
             self.groups.add(key, group)
             self.group_by_id[group.id] = group
             self.group_index.add(group.id, pattern.triples, pattern.graphs)
-        sub = Subscription(kp, req.tid, channel, group)
+        sub = Operation(kp=kp, tid=req.tid, request=group.request, channel=channel, group=group)
         self.groups.join(group, (kp, req.tid), sub)
         self._registered((kp, req.tid), sub)
-        return Response(req.tid, Status.OK, group.result)
-
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
+        return Response(req.tid, Status.OK, group.last)
 
     def _admit(self, req: Request, channel: Channel, kp: KPIdentity,
                restored: bool) -> Channel:
@@ -111,7 +110,7 @@ class Registry:
             channel.journal.add(kp, req.tid, channel.transport, req)
         return channel
 
-    def _registered(self, key: OpKey, op: Subscription | Rule) -> None:
+    def _registered(self, key: OpKey, op: Operation) -> None:
         self.ops.add(key, op)
         op_log.info("started", "%s tid %d: persistent %s started", self.who(key[0]), key[1],
                     op.request.tx.name)
@@ -123,15 +122,15 @@ class Registry:
         if key in self.ops:
             self.remove(key).channel.end()
 
-    def remove(self, key: OpKey) -> Subscription | Rule:
+    def remove(self, key: OpKey) -> Operation:
         op = self.ops.pop(key)
         if self.journal is not None:
             self.journal.remove(*key)
         op_log.info("ended", "%s tid %d: persistent operation ended", self.who(key[0]), key[1])
         if isinstance(op, Rule):
             op.ended = True
-            del self.rules[op.id]
-            self.rule_index.remove(op.id)
+            self.rules.pop(op.number)
+            self.rule_index.remove(op.number)
         else:
             group = op.group
             if self.groups.leave(group_key(group.request, group.pattern), group, key):

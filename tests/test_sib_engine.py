@@ -3,15 +3,18 @@ with its caps, and a cascade's order and limits, driven by a table of rules (wha
 solutions are, what a firing reaches) in place of a store or a broker."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from ksp.codes import Status
+from ksp.codes import Status, Tx
+from ksp.model import Request, Response
 from ksp.session import KPIdentity
 from sib import RequestError
-from sib.engine import Cascade, Groups, Operations, Visit
+from sib.engine import (Cascade, Group as EngineGroup, Groups, Operation, Operations,
+                        Restoring, Rules, Visit, indication, sees)
 
 
 @dataclass
@@ -44,6 +47,14 @@ def drive(marked: set[int], reaches: dict[int, set[int]], solutions, *,
 
 def always_new(rid: int, visit: int) -> frozenset:
     return frozenset({(rid, visit)})
+
+
+def test_a_result_is_news_once_and_only_when_it_changed():
+    query = Rule()
+    assert sees(query, "a") and query.last == "a"
+    assert not sees(query, "a")
+    assert sees(query, "b") and not sees(query, "b")
+    assert indication(3, "b") == Response(3, Status.OK, "b", indication=True)
 
 
 def test_later_rules_in_this_pass_earlier_ones_in_the_next():
@@ -113,6 +124,22 @@ def test_operations_without_caps_take_any_number():
     assert len(ops.keys_of(kp)) == 100 and sorted(tid for _, tid in ops) == list(range(100))
 
 
+def test_rules_are_numbered_in_registration_order_and_never_again():
+    rules: Rules[str] = Rules()
+    first, second = rules.number(), rules.number()
+    rules.add(second, "b")
+    rules.add(first, "a")
+    assert first < second and list(rules) == [second, first]
+    assert rules.pop(first) == "a" and first not in rules and rules.get(first) is None
+    assert rules.number() > second and rules[second] == "b" and len(rules) == 1
+
+
+def test_rules_may_share_their_count_with_other_numbered_things():
+    count = itertools.count(1)
+    rules: Rules[str] = Rules(count)
+    assert (rules.number(), next(count), rules.number()) == (1, 2, 3)
+
+
 @dataclass(eq=False)
 class Group:
     members: dict = field(default_factory=dict)
@@ -127,6 +154,21 @@ def test_a_group_goes_with_its_last_member():
     groups.join(group, b, "member b")
     assert not groups.leave("q", group, a) and groups.get("q") is group
     assert groups.leave("q", group, b) and groups.get("q") is None and len(groups) == 0
+
+
+def test_an_operation_in_a_group_sees_a_result_there_or_on_its_own():
+    """At the SIB a group's members share the result it last sent; at the bridge each member
+    keeps its own (they differ in form)."""
+    kp = KPIdentity(b"a")
+    groups: Groups[str, EngineGroup] = Groups()
+    group = EngineGroup()
+    groups.add("q", group)
+    op = Operation(kp=kp, tid=1, request=Request(Tx.SELECT_PERSISTENT, 1), channel=None,
+                   group=group)
+    groups.join(group, (kp, 1), op)
+    assert sees(group, "r") and not sees(group, "r") and op.last is None
+    assert sees(op, "r") and op.number is None and group.members == {(kp, 1): op}
+    assert groups.leave("q", op.group, (kp, 1)) and len(groups) == 0
 
 
 def test_a_group_replaced_under_its_key_is_not_forgotten_for_the_old_one():
@@ -181,3 +223,59 @@ def test_closing_saves_what_the_journal_keeps_and_names_the_rest():
     ops.add((kp, 2), Op("lost", lost))
     assert ops.closing() == [(kp, 2)]
     assert (kept.saved, lost.saved) == (1, 0)
+
+
+@dataclass
+class Saved:
+    kp: KPIdentity
+    tid: int
+    request: object
+    state: str = "state"
+
+
+@dataclass
+class Reopened:
+    restored: list = field(default_factory=list)
+    sent: list = field(default_factory=list)
+
+    def restore(self, state) -> None:
+        self.restored.append(state)
+
+    def indicate(self, response) -> None:
+        self.sent.append(response)
+
+
+@dataclass
+class Forgetting:
+    removed: list = field(default_factory=list)
+
+    def remove(self, kp, tid) -> None:
+        self.removed.append((kp, tid))
+
+
+def query_request() -> Request:
+    return Request(Tx.SELECT_PERSISTENT, 7)
+
+
+def test_a_refused_restore_leaves_the_journal_with_a_final_ind():
+    kp = KPIdentity(b"b")
+    journal, channel = Forgetting(), Reopened()
+    restoring = Restoring(Saved(kp, 7, query_request()), journal)
+    restoring.reopen(channel)
+    with pytest.raises(RequestError) as refused:
+        restoring.check(Policy())
+    restoring.refuse(refused.value.status, channel)
+    assert channel.restored == ["state"] and journal.removed == [(kp, 7)]
+    assert channel.sent == [Response(7, Status.ACCESS_DENIED, indication=True)]
+
+
+def test_a_resumed_query_sends_its_result_and_a_rule_keeps_its_solutions():
+    kp = KPIdentity(b"a")
+    channel = Reopened()
+    query = Restoring(Saved(kp, 7, query_request()), None)
+    query.check(Policy())
+    query.resume("result", channel.indicate)
+    assert channel.sent == [Response(7, Status.OK, "result", indication=True)]
+    rule, seen = Restoring(Saved(kp, 8, Request(Tx.UPDATE_PERSISTENT, 8)), None), Rule()
+    rule.resume(frozenset({"s"}), channel.indicate, seen)
+    assert seen.last == frozenset({"s"}) and len(channel.sent) == 1
