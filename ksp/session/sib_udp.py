@@ -11,6 +11,7 @@ from ..codec import UDP
 from ..codes import Tx
 from ..delivery import Delivery, DeliveryPolicy
 from ..model import Ack, Request
+from ..secure import SealedAddr
 from ..seqnum import is_newer
 from ..transactions import Exchange
 from .dedup import DuplicateCache
@@ -69,6 +70,8 @@ class UdpMessageLayer(SibMessageLayer):
 
     def __init__(self) -> None:
         self.tombstone_lifetime = 0.0  # the session's, once attached
+        # the session's max_entries (ack routes kept) and max_ind_bytes, once attached
+        self._max_routes, self._max_ind_bytes = 65_536, 1 << 30
         #: (datagram, address) pairs to send.
         self.datagrams: list[tuple[bytes, Hashable]] = []
         #: The IND kept for retransmission per operation, and their bytes in all.
@@ -87,6 +90,8 @@ class UdpMessageLayer(SibMessageLayer):
         super().attach(session)
         options = session.options
         self.tombstone_lifetime = options.tombstone_lifetime
+        self._max_routes = options.max_entries
+        self._max_ind_bytes = options.max_ind_bytes
         #: (kp, tid, tx, hash of the bytes) -> the request seen, and its RES.
         self.cache = DuplicateCache(session.timing.exchange_lifetime, options.max_entries,
                                     options.max_cache_bytes)
@@ -98,14 +103,23 @@ class UdpMessageLayer(SibMessageLayer):
     # -- the contract (`SibMessageLayer`) ----------------------------------------------------
 
     def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
+        if type(addr) is not SealedAddr:  # the common case, on every IND: no call
+            self.datagrams.append((data, addr))
+            return
         out = self.session.seal(data, addr)
         if out is not None:
             self.datagrams.append(out)
 
     def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
-        self._keep_ind(key, data)
-        self._send_indication(key, addr)
-        if self.ind_bytes > self.session.options.max_ind_bytes:
+        unacked = self.unacked.get(key)  # `_keep_ind(key, data)`, on the path of every IND
+        if unacked is None:
+            self.unacked[key] = _Unacked(data)
+        else:
+            self.ind_bytes -= len(unacked.data)
+            unacked.data = data
+        self.ind_bytes += len(data)
+        self._send_indication(key, addr, data)
+        if self.ind_bytes > self._max_ind_bytes:
             self._shed(key, now)
         if key not in self.timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
@@ -242,13 +256,14 @@ class UdpMessageLayer(SibMessageLayer):
         session.stats.kp_unreachable += 1
         session.emit(KPUnreachable(*key))
 
-    def _send_indication(self, key: OpKey, addr: Hashable) -> None:
-        self.send(self.unacked[key].data, addr)
+    def _send_indication(self, key: OpKey, addr: Hashable, data: bytes | None = None) -> None:
+        self.send(self.unacked[key].data if data is None else data, addr)
+        routes = self.ack_routes
         route = (addr, key[1])
-        self.ack_routes[route] = key[0]
-        self.ack_routes.move_to_end(route)
-        while len(self.ack_routes) > self.session.max_entries:
-            self.ack_routes.popitem(last=False)
+        routes[route] = key[0]
+        routes.move_to_end(route)
+        while len(routes) > self._max_routes:
+            routes.popitem(last=False)
 
     # -- tombstones: final INDs given up on ------------------------------------------------
 
