@@ -70,8 +70,6 @@ class UdpMessageLayer(SibMessageLayer):
 
     def __init__(self) -> None:
         self.tombstone_lifetime = 0.0  # the session's, once attached
-        # the session's max_entries (ack routes kept) and max_ind_bytes, once attached
-        self._max_routes, self._max_ind_bytes = 65_536, 1 << 30
         #: (datagram, address) pairs to send.
         self.datagrams: list[tuple[bytes, Hashable]] = []
         #: The IND kept for retransmission per operation, and their bytes in all.
@@ -90,8 +88,7 @@ class UdpMessageLayer(SibMessageLayer):
         super().attach(session)
         options = session.options
         self.tombstone_lifetime = options.tombstone_lifetime
-        self._max_routes = options.max_entries
-        self._max_ind_bytes = options.max_ind_bytes
+        self._options = options  # its bounds, read on the path of every IND
         #: (kp, tid, tx, hash of the bytes) -> the request seen, and its RES.
         self.cache = DuplicateCache(session.timing.exchange_lifetime, options.max_entries,
                                     options.max_cache_bytes)
@@ -111,15 +108,9 @@ class UdpMessageLayer(SibMessageLayer):
             self.datagrams.append(out)
 
     def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
-        unacked = self.unacked.get(key)  # `_keep_ind(key, data)`, on the path of every IND
-        if unacked is None:
-            self.unacked[key] = _Unacked(data)
-        else:
-            self.ind_bytes -= len(unacked.data)
-            unacked.data = data
-        self.ind_bytes += len(data)
+        self._keep_ind(key, data)
         self._send_indication(key, addr, data)
-        if self.ind_bytes > self._max_ind_bytes:
+        if self.ind_bytes > self._options.max_ind_bytes:
             self._shed(key, now)
         if key not in self.timers:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
@@ -211,7 +202,7 @@ class UdpMessageLayer(SibMessageLayer):
         reported unreachable, as if their retries had run out), never the one just sent."""
         session = self.session
         for key, d in list(session.transactions.deliveries.items()):
-            if self.ind_bytes <= session.options.max_ind_bytes:
+            if self.ind_bytes <= self._options.max_ind_bytes:
                 return
             if key != keep and key in self.unacked:
                 self._unreachable(key, d, session.endpoint(key[0]) or d.endpoint, now)
@@ -262,7 +253,7 @@ class UdpMessageLayer(SibMessageLayer):
         route = (addr, key[1])
         routes[route] = key[0]
         routes.move_to_end(route)
-        while len(routes) > self._max_routes:
+        while len(routes) > self._options.max_entries:
             routes.popitem(last=False)
 
     # -- tombstones: final INDs given up on ------------------------------------------------
