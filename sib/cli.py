@@ -4,6 +4,7 @@
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
     ksp-sib new-key                      # a random key for [[access.kp]] key (sealed messages)
     ksp-sib jsap [--config sib.toml] [--merge app.jsap]   # the running SIB's JSAP
+    ksp-sib systemd-unit [--config FILE]  # a systemd unit running this ksp-sib (sib/ksp-sib.service)
 
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
@@ -439,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         return hash_password_command(argv[1:])
     if argv[:1] == ["jsap"]:
         return jsap_command(argv[1:])
+    if argv[:1] == ["systemd-unit"]:
+        from .systemd import systemd_unit_command
+        return systemd_unit_command(argv[1:])
     if argv[:1] == ["new-key"]:
         if len(argv) > 1:
             print("usage: ksp-sib new-key", file=sys.stderr)
