@@ -31,7 +31,7 @@ from typing import IO
 
 from .access import hash_password
 from .budget import stop_all
-from .config import Config, ConfigError, ServingConfig, load
+from .config import Config, ConfigError, ServingConfig, anonymous_notice, load
 from .journal import FILE as JOURNAL_FILE, Journal
 from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: also named here)
     DataDirLocked, claim_data_dir, lock_data_dir, run_main, run_until_stopped, start_metrics,
@@ -135,6 +135,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     ksp_ports = _ksp_ports(server, tls is not None)
     for scheme, port in ksp_ports.items():
         log.info("listening on %s://%s:%d", scheme, config.host, port)
+    if (notice := anonymous_notice(config.access, config.host)) is not None:
+        log.warning("%s", notice)
     gate = await _start_gate(config, sib, sepa_tls, ksp_ports)
     metrics_server = await start_metrics(metrics, config, log)
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
