@@ -26,6 +26,7 @@ def test_benchmark_runs_and_renders(tmp_path):
     built = flash.build(tmp_path / "b", "esp32")
     assert report["sizes"]["esp32"] == sum(f.stat().st_size for f in built)
     assert mpy["heap"] == "live" and mpy["heap_subscribed"] < mpy["allocated_subscribed"]
+    assert mpy["heap_subscribed"] < firmware.SUBSCRIBED_TARGET  # issue 41: < 20 KiB, live
     # each role ran its agent from only the modules `ksp flash --config` builds for it
     assert set(report["roles"]) == set(firmware.role_configs())
     for role in report["roles"].values():

@@ -110,12 +110,12 @@ def test_flash_copies_the_mqtt_mode_s_umqtt_and_telemetry_agent(tmp_path):
     config.write_text(json.dumps(dict(example, mqtt={"host": "10.0.0.3"})))
     lines = dry_run(config, build)
     names = built(build)
-    assert {"lib/umqtt/simple.mpy", "kspfw/telemetry_agent.mpy", "kspfw/hal.mpy",
-            "kspfw/drivers/dht22.mpy"} <= names
+    assert {"lib/umqtt/simple.mpy", "kspfw/telemetry_agent.mpy", "kspfw/floats.mpy",
+            "kspfw/state.mpy", "kspfw/drivers/dht22.mpy"} <= names
     gone = left_out(lines)
     for module in ("kspfw/sensor_agent.mpy", "kspfw/agent.mpy", "kspfw/client.mpy",
-                   "kspfw/results.mpy"):
-        assert module not in names and module in gone  # no SIB: no KSP client
+                   "kspfw/results.mpy", "kspfw/codec.mpy", "kspfw/hal.mpy"):
+        assert module not in names and module in gone  # no SIB: no KSP client nor codec
     assert f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'lib'} :" in lines
 
 
@@ -193,8 +193,25 @@ def test_example_config_is_valid():
     harness.import_path()
     from kspfw import config
 
-    cfg = config.check(json.loads((harness.FIRMWARE / "config.example.json").read_text()), 64000)
-    assert cfg["agent"] == "sensor" and len(cfg["sensors"]) == 5 and cfg["max_size"] == 8000
+    example = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    cfg = config.check(example, 64000)
+    assert cfg["agent"] == "sensor" and len(cfg["sensors"]) == 5
+
+
+def test_auto_max_response_size_follows_what_the_board_receives():
+    """"auto": an eighth of the free heap (256..8192) for a board that receives SELECT
+    results, 64 bytes (the receive buffer) for one that only gets statuses and ASK answers."""
+    harness.import_path()
+    from kspfw import config
+
+    sensor = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    actuator = json.loads((harness.FIRMWARE / "config.actuator.example.json").read_text())
+    selecting = dict(actuator, outputs=[{"pin": 5, "select": [["urn:fan", "urn:level", "?0"]]}])
+    assert config.check(sensor, 64000)["max_size"] == 64
+    assert config.check(dict(sensor, period_property="urn:p"), 64000)["max_size"] == 8000
+    assert config.check(actuator, 64000)["max_size"] == 64
+    assert config.check(selecting, 40000)["max_size"] == 5000
+    assert config.check(dict(sensor, max_response_size=1024), 64000)["max_size"] == 1024
 
 
 def test_compiled_bundle_runs_in_micropython(tmp_path):

@@ -5,7 +5,8 @@ tools/bench/firmware.py. MicroPython-compatible on purpose: no typing, no datacl
 
 BUNDLE_DIR holds what `ksp flash --config CONFIG` builds for the role, and nothing else on
 sys.path is firmware, so a module the role needs but the build left out fails the import.
-The role's modules are imported as main.py imports them (not board.py nor the sensor drivers,
+The role's modules are imported as main.py imports them (kspfw.config unloaded once the
+settings are checked; not board.py nor the sensor drivers,
 which need the board's `machine`: tests/firmware/simboard.py stands in for them), then the
 agent runs as on a board: a KSP agent sends its cold-boot RESET and DELETEs, a reading and its
 subscriptions, each answered (RES OK, an ASK's true, a SELECT's row from INPUTS) and followed
@@ -61,7 +62,8 @@ class Broker:
 def load():
     from kspfw import config
 
-    M["config"] = config
+    M["cfg"] = config.check(RAW, 64 * 1024)
+    config.unload()  # as main.py does once the settings are checked
     if "mqtt" in RAW:
         from kspfw.telemetry_agent import TelemetryAgent, run  # noqa: F401
 
@@ -98,7 +100,7 @@ def answer(agent, link):
 
 
 def run():
-    cfg = M["config"].check(RAW, 64 * 1024)
+    cfg = M["cfg"]
     board = SimBoard({s["property"]: 21.5 for s in cfg.get("sensors") or []})
     agent = M["agent"] = M["kind"](cfg, board)
     if cfg["mqtt"]:
@@ -127,7 +129,7 @@ def step():
     if len(HEAP) > len(STEPS):
         print(json.dumps({"heap_after_import": HEAP[2] - HEAP[1],
                           "heap_running": HEAP[3] - HEAP[1],
-                          "max_size": M["config"].check(RAW, 64 * 1024)["max_size"]}))
+                          "max_size": M["cfg"]["max_size"]}))
         return False
     fn = STEPS[len(HEAP) - 1]
     if fn is not None:
