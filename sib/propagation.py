@@ -19,7 +19,7 @@ from .persistent import QueryGroup, Rule
 from .query import evaluate
 from .registry import Registry
 from .screen import could_use
-from .shapes import evaluate_together
+from .shapes import Prepared, run
 from .store import Delta, QuadStore
 from .updates import Fresh, template_delta
 
@@ -66,6 +66,8 @@ class Propagation:
         self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
         self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
+        #: The queries of the same-shape group sets evaluated lately (`sib.shapes`), by ids.
+        self.prepared = Prepared()
         #: Told of every write and change (`Observer`), after the INDs: they see the same
         #: final state.
         self.observers: list[Observer] = []
@@ -113,6 +115,9 @@ class Propagation:
             for owner, position, quad in index.hits(quads):
                 if owner not in found:
                     pattern = owners[owner].pattern
+                    if position in pattern.unconditional:
+                        found.add(owner)
+                        continue
                     tp, others = pattern.probes[position]
                     if could_use(self.store, pattern.graphs, tp, others, quad):
                         found.add(owner)
@@ -229,8 +234,10 @@ class Propagation:
                 continue
             try:
                 with within(Deadline(self.budget, "queries evaluated together")):
-                    found = evaluate_together(
-                        self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
+                    together = self.prepared.get(
+                        tuple(g.id for g in same),
+                        lambda: [(g.request, g.pattern, g.shape[1]) for g in same])
+                    found = run(self.store, together, [g.request for g in same])
             except Exception:  # evaluated one by one instead, which reports the failure
                 log.debug("shape of %d groups not evaluable together", len(same),
                           exc_info=True)
