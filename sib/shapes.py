@@ -36,6 +36,7 @@ from .oxterms import from_ox, graph_to_ox
 from .pattern import Pattern
 from .query import results_of
 from .store import QuadStore
+from .thresholds import Thresholds, Undecided, thresholds
 
 _SLOT = object()  # a constant's place in a shape key
 _term_text = lru_cache(maxsize=1 << 16)(render_term)  # the same devices' constants, again
@@ -82,6 +83,10 @@ class Together:
     kwargs: dict
     group_var: int
     width: int
+    #: When the members differ only in integer thresholds (`sib.thresholds`): the query of
+    #: the pattern without them, every variable projected, and the members' comparisons.
+    base: str | None = None
+    thresholds: Thresholds | None = None
 
 
 def prepare(members: Sequence[tuple[Request, Pattern, tuple]]) -> Together:
@@ -119,17 +124,35 @@ def prepare(members: Sequence[tuple[Request, Pattern, tuple]]) -> Together:
     base = first_req.tx.base
     width = 0 if base is Tx.ASK else (
         first_req.projection or 0 if base is Tx.SELECT else nvars)
-    return Together(text, kwargs, group_var, width)
+    slots_before = sum(isinstance(t, (IRI, Literal))
+                       for tp in first.where + tuple(t for g in first.optional for t in g)
+                       for t in tp)
+    compared = thresholds(first.filters, slots_before, columns, [m[2] for m in members])
+    if compared is None:
+        return Together(text, kwargs, group_var, width)
+    shared = tuple(e for i, e in enumerate(first.filters) if i not in compared.filters)
+    alone = render(Request(Tx.SELECT, 0, projection=nvars, where=first.where,
+                           optional=first.optional or None,
+                           options=Options(filters=shared or None)), dataset_clauses=False)
+    return Together(text, kwargs, group_var, width, alone, compared)
 
 
 def run(store: QuadStore, together: Together, requests: Sequence[Request]) -> list[Result]:
     """The result of each of `requests` (the members `together` was prepared for, in order)."""
     group_var, width = together.group_var, together.width
-    rows: list[list] = [[] for _ in requests]
     # pyoxigraph's terms first: members with the same rows (devices watching one sensor) are
     # told apart by them, and only one member of each kind has its terms converted
-    for row in store.oxigraph.query(together.text, **together.kwargs):
-        rows[int(row[group_var].value)].append(tuple(row)[:width])
+    rows: list[list] | None = None
+    if together.thresholds is not None:
+        try:
+            rows = together.thresholds.split(
+                store.oxigraph.query(together.base, **together.kwargs), width)
+        except Undecided:  # a value only the store can compare: the VALUES query decides
+            pass
+    if rows is None:
+        rows = [[] for _ in requests]
+        for row in store.oxigraph.query(together.text, **together.kwargs):
+            rows[int(row[group_var].value)].append(tuple(row)[:width])
     # Members with the same solutions share one result object, which the sessions then
     # encode once for all of them.
     results: dict[tuple, Result] = {}

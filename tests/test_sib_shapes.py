@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ksp import DEFAULT_GRAPH, Literal, Options, Request, Triple, Tx, Var
 from ksp.codes import Op
-from ksp.terms import XSD_INTEGER, BNode
+from ksp.terms import XSD, XSD_INTEGER, BNode
 from sib.pattern import Pattern
 from sib.query import evaluate
 from sib.screen import could_use, unconditional
@@ -24,7 +24,9 @@ GRAPHS = [DEFAULT_GRAPH, ex("g1")]
 # integers in canonical and other lexical forms (the VALUES block writes the canonical ones
 # bare), strings, IRIs: the constants devices put in their queries and the values they write
 values = st.one_of(
+    st.integers(-6, 6).map(Literal.of),
     st.integers(-300, 300).map(Literal.of),
+    st.just(Literal("2.5", XSD + "decimal")),
     st.sampled_from(["007", "-0", "+5", "0", "-12"]).map(lambda lex: Literal(lex, XSD_INTEGER)),
     st.sampled_from(["a", "b", ""]).map(Literal.of),
     st.sampled_from(SUBJECTS))
@@ -35,12 +37,28 @@ quads = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(PREDICATES), values
 @st.composite
 def same_shape(draw) -> list[Request]:
     """Requests of one shape (a family below) differing in their constants."""
-    family = draw(st.integers(0, 3))
-    op = draw(st.sampled_from([Op.EQ, Op.NE, Op.LT, Op.GE, Op.GT]))
+    family = min(draw(st.integers(0, 7)), 5)  # 4 and 5 (integer thresholds) more often
+    op = draw(st.sampled_from([Op.EQ, Op.NE, Op.LT, Op.GE, Op.GT, Op.LE]))
     graphs = draw(st.sampled_from([None, (DEFAULT_GRAPH,), (ex("g1"),)]))
     tx = draw(st.sampled_from([Tx.SELECT_PERSISTENT, Tx.ASK_PERSISTENT]))
+    watched, p0 = draw(st.sampled_from(SUBJECTS)), draw(st.sampled_from(PREDICATES))
+    var_first, integers = draw(st.booleans()), draw(st.booleans())
     out = []
     for tid in range(draw(st.integers(2, 6))):
+        threshold = draw(st.integers(-4, 4).map(Literal.of) if integers else values)
+        if family == 4:  # one sensor, each device its threshold (`sib.thresholds`)
+            compare = (Var(0), threshold, op) if var_first else (threshold, Var(0), op)
+            out.append(Request(tx, tid, projection=1 if tx is Tx.SELECT_PERSISTENT else None,
+                               where=(Triple(watched, p0, Var(0)),),
+                               options=Options(filters=(compare,), query_graphs=graphs)))
+            continue
+        if family == 5:  # thresholds on an optional value, beside a shared FILTER
+            out.append(Request(Tx.SELECT_PERSISTENT, tid, projection=2,
+                               where=(Triple(Var(1), p0, Var(2)),),
+                               optional=((Triple(Var(1), ex("p1"), Var(0)),),),
+                               options=Options(filters=((Var(2), Literal.of(0), Op.GE),
+                                                        (Var(0), threshold, op)))))
+            continue
         s, p, p2 = draw(st.sampled_from(SUBJECTS)), draw(st.sampled_from(PREDICATES)), \
             draw(st.sampled_from(PREDICATES))
         bound = draw(values)
@@ -59,7 +77,7 @@ def same_shape(draw) -> list[Request]:
                                options=Options(filters=((Var(1), draw(values), op),))))
         else:
             out.append(Request(Tx.CONSTRUCT_PERSISTENT, tid,
-                               template=(Triple(s, ex("seen"), Var(0)),),
+                               template=(Triple(ex("device"), ex("seen"), Var(0)),),
                                where=(Triple(s, p, Var(0)),),
                                options=Options(filters=((Var(0), bound, op),))))
     return out
@@ -68,14 +86,16 @@ def same_shape(draw) -> list[Request]:
 def members(requests: list[Request]) -> list[tuple]:
     """(request, pattern, constants) of the requests, one of each pattern (as query groups
     are: identical queries share one group)."""
-    out, seen = [], set()
+    out, seen, shapes = [], set(), set()
     for req in requests:
         pattern = Pattern(req)
         shape = shape_of(req, pattern)
         assert shape is not None
+        shapes.add(shape[0])
         if pattern.key not in seen:
             seen.add(pattern.key)
             out.append((req, pattern, shape[1]))
+    assert len(shapes) == 1
     return out
 
 
@@ -110,6 +130,25 @@ def test_values_cells_name_the_same_terms():
     assert "(-48 0)" in text and "(0 1)" in text and "(12 5)" in text
     for lex in ("007", "-0", "+5"):
         assert f'"{lex}"^^<{XSD_INTEGER}>' in text
+
+
+def test_thresholds_alone_are_compared_here_and_other_values_by_the_store():
+    """Members differing only in integer thresholds get the query without them (and their
+    comparisons); a value only the store can compare (a decimal, a string) sends them all to
+    the VALUES query, with the same results."""
+    group = _group(5)
+    together = prepare(group)
+    assert together.thresholds is not None and "VALUES" not in together.base
+    store = QuadStore()
+    reqs = [m[0] for m in group]
+    for value in (Literal.of(-2), Literal("2.5", XSD + "decimal"), Literal.of("x"),
+                  Literal(str(1 << 70), XSD_INTEGER), Literal("+03", XSD_INTEGER)):
+        store.load([(ex("s"), ex("p"), value, DEFAULT_GRAPH)])
+        assert run(store, together, reqs) == [evaluate(store, r, p) for r, p, _ in group]
+    assert prepare(_group(5)[:1] + members([Request(
+        Tx.SELECT_PERSISTENT, 9, projection=1, where=(Triple(ex("s"), ex("p"), Var(0)),),
+        options=Options(filters=((Var(0), Literal("7.5", XSD + "decimal"), Op.GT),)))])
+    ).thresholds is None  # a threshold that is not a canonical integer: VALUES
 
 
 def _group(n: int, threshold: int = 0) -> list[tuple]:
