@@ -112,15 +112,19 @@ class Propagation:
             return
         for index, owners, found in ((r.group_index, r.group_by_id, self._dirty_groups),
                                      (r.rule_index, r.rules, rules)):
-            for owner, position, quad in index.hits(quads):
-                if owner not in found:
-                    pattern = owners[owner].pattern
-                    if position in pattern.unconditional:
-                        found.add(owner)
+            for quad, filed_by in index.keys(quads):
+                g = quad[3]
+                for owner, filed in filed_by.items():
+                    if owner in found:
                         continue
-                    tp, others = pattern.probes[position]
-                    if could_use(self.store, pattern.graphs, tp, others, quad):
-                        found.add(owner)
+                    for scope, position in filed:
+                        if scope is not None and g not in scope:
+                            continue
+                        pattern = owners[owner].pattern
+                        if position in pattern.unconditional or could_use(
+                                self.store, pattern.graphs, *pattern.probes[position], quad):
+                            found.add(owner)
+                            break
 
     def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
         if new_rule is not None:
