@@ -121,10 +121,12 @@ class Propagation:
                         if scope is not None and g not in scope:
                             continue
                         pattern = owners[owner].pattern
-                        if position in pattern.unconditional or could_use(
-                                self.store, pattern.graphs, *pattern.probes[position], quad):
-                            found.add(owner)
-                            break
+                        if position not in pattern.unconditional:
+                            tp, others = pattern.probes[position]
+                            if not could_use(self.store, pattern.graphs, tp, others, quad):
+                                continue
+                        found.add(owner)
+                        break
 
     def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
         if new_rule is not None:

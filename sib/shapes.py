@@ -143,7 +143,7 @@ def run(store: QuadStore, together: Together, requests: Sequence[Request]) -> li
     # pyoxigraph's terms first: members with the same rows (devices watching one sensor) are
     # told apart by them, and only one member of each kind has its terms converted
     rows: list[list] | None = None
-    if together.thresholds is not None:
+    if together.thresholds is not None and together.base is not None:
         try:
             rows = together.thresholds.split(
                 store.oxigraph.query(together.base, **together.kwargs), width)

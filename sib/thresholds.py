@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyoxigraph as ox
@@ -24,7 +24,7 @@ import pyoxigraph as ox
 from ksp.codes import Op
 from ksp.terms import IRI, XSD_INTEGER, Literal, Var
 
-_COMPARE = {Op.EQ: operator.eq, Op.NE: operator.ne, Op.LT: operator.lt, Op.GT: operator.gt,
+_COMPARE: dict[Op, Callable[[int, int], bool]] = {Op.EQ: operator.eq, Op.NE: operator.ne, Op.LT: operator.lt, Op.GT: operator.gt,
             Op.LE: operator.le, Op.GE: operator.ge}
 _FLIPPED = {Op.EQ: Op.EQ, Op.NE: Op.NE, Op.LT: Op.GT, Op.GT: Op.LT, Op.LE: Op.GE,
             Op.GE: Op.LE}  # `t op ?x` as `?x op' t`
@@ -37,7 +37,7 @@ class Undecided(Exception):
     """A row holds a value the comparisons here cannot decide exactly."""
 
 
-Check = tuple[int, object, int]  # (variable index, comparison, threshold)
+Check = tuple[int, Callable[[int, int], bool], int]  # (variable, comparison, threshold)
 
 
 @dataclass(frozen=True, slots=True)
