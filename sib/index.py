@@ -69,14 +69,20 @@ class PatternIndex:
 
     def hits(self, quads: Iterable[Quad]) -> Iterator[tuple[Hashable, int, Quad]]:
         """(owner, position of the triple pattern matched, quad) for each match in scope."""
+        for q, owners in self.keys(quads):
+            g = q[3]
+            for owner, filed in owners.items():
+                for scope, position in filed:
+                    if scope is None or g in scope:
+                        yield owner, position, q
+
+    def keys(self, quads: Iterable[Quad]) -> Iterator[tuple[Quad, dict[Hashable, list]]]:
+        """`hits` a key at a time: (quad, {owner: [(graph scope or None, position)]}) for each
+        key a quad meets, its scopes not checked yet: a caller done with an owner (already a
+        candidate) skips it without looking at its patterns."""
         tables = list(self._tables.items())
         for q in quads:
-            g = q[3]
             for mask, table in tables:
                 owners = table.get(tuple(q[i] for i in _POSITIONS[mask]))
-                if not owners:
-                    continue
-                for owner, filed in owners.items():
-                    for scope, position in filed:
-                        if scope is None or g in scope:
-                            yield owner, position, q
+                if owners:
+                    yield q, owners

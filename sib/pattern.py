@@ -19,7 +19,7 @@ from ksp.sparql import render
 from .budget import checked
 from .errors import RequestError
 from .oxterms import from_ox, graph_to_ox
-from .screen import Probe, probes
+from .screen import Probe, probes, unconditional
 from .store import QuadStore
 
 Solution = tuple  # tuple[Term | None, ...], index = variable index
@@ -60,6 +60,12 @@ class Pattern:
     def probes(self) -> list[Probe]:
         """`sib.screen.probes`, by position in `triples`."""
         return probes(self)
+
+    @cached_property
+    def unconditional(self) -> frozenset[int]:
+        """Positions in `triples` whose every match the screen lets through
+        (`sib.screen.unconditional`)."""
+        return frozenset(i for i, probe in enumerate(self.probes) if unconditional(probe))
 
     def sparql(self, projection: int, modifier: SolutionModifier | None) -> str:
         """SELECT text projecting variables 0 … projection-1 (cached per projection/modifier)."""

@@ -19,7 +19,7 @@ from .persistent import QueryGroup, Rule
 from .query import evaluate
 from .registry import Registry
 from .screen import could_use
-from .shapes import evaluate_together
+from .shapes import Prepared, run
 from .store import Delta, QuadStore
 from .updates import Fresh, template_delta
 
@@ -66,6 +66,8 @@ class Propagation:
         self._dirty_groups: set[int] = set()
         self.evaluations = 0  # pattern evaluations done for persistent operations (stats)
         self.evaluated_together = 0  # query groups evaluated with same-shape ones (stats)
+        #: The queries of the same-shape group sets evaluated lately (`sib.shapes`), by ids.
+        self.prepared = Prepared()
         #: Told of every write and change (`Observer`), after the INDs: they see the same
         #: final state.
         self.observers: list[Observer] = []
@@ -110,12 +112,21 @@ class Propagation:
             return
         for index, owners, found in ((r.group_index, r.group_by_id, self._dirty_groups),
                                      (r.rule_index, r.rules, rules)):
-            for owner, position, quad in index.hits(quads):
-                if owner not in found:
-                    pattern = owners[owner].pattern
-                    tp, others = pattern.probes[position]
-                    if could_use(self.store, pattern.graphs, tp, others, quad):
+            for quad, filed_by in index.keys(quads):
+                g = quad[3]
+                for owner, filed in filed_by.items():
+                    if owner in found:
+                        continue
+                    for scope, position in filed:
+                        if scope is not None and g not in scope:
+                            continue
+                        pattern = owners[owner].pattern
+                        if position not in pattern.unconditional:
+                            tp, others = pattern.probes[position]
+                            if not could_use(self.store, pattern.graphs, tp, others, quad):
+                                continue
                         found.add(owner)
+                        break
 
     def propagate(self, rules: set[int], new_rule: Rule | None) -> None:
         if new_rule is not None:
@@ -229,8 +240,10 @@ class Propagation:
                 continue
             try:
                 with within(Deadline(self.budget, "queries evaluated together")):
-                    found = evaluate_together(
-                        self.store, [(g.request, g.pattern, g.shape[1]) for g in same])
+                    together = self.prepared.get(
+                        tuple(g.id for g in same),
+                        lambda: [(g.request, g.pattern, g.shape[1]) for g in same])
+                    found = run(self.store, together, [g.request for g in same])
             except Exception:  # evaluated one by one instead, which reports the failure
                 log.debug("shape of %d groups not evaluable together", len(same),
                           exc_info=True)

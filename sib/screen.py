@@ -41,6 +41,14 @@ def probes(pattern: "Pattern") -> list[Probe]:
     return out
 
 
+def unconditional(probe: Probe) -> bool:
+    """`could_use` is True for every quad the index matched to this probe's triple pattern: it
+    needs no other pattern and binds no variable twice (so a match always binds it)."""
+    tp, others = probe
+    free = [term for term in tp if isinstance(term, (Var, BNode))]
+    return not others and len(free) == len(set(free))
+
+
 def _bindings(tp: Triple, quad: Quad) -> dict | None:
     bound: dict = {}
     for term, value in zip(tp, quad):

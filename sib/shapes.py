@@ -15,24 +15,32 @@ member's query extends to exactly one solution of the grouped query and back, so
 the same. Only shapes for which that argument holds are grouped: no solution modifier (ORDER,
 LIMIT, OFFSET, DISTINCT act on the whole bag), no BIND (it splits the group's scope). Anything
 else, or a grouped query the store refuses, falls back to one evaluation per query.
+
+An update of one sensor affects the same groups each time: their query is kept (`Prepared`, by
+the groups' ids, bounded), so that only the store's work is done again.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ksp.codes import Tx
 from ksp.model import Options, Request, Result
-from ksp.terms import IRI, Literal, Triple, Var
+from ksp.terms import IRI, XSD_INTEGER, Literal, Triple, Var
 from ksp.sparql import render, render_term, var_name
 
 from .oxterms import from_ox, graph_to_ox
 from .pattern import Pattern
 from .query import results_of
 from .store import QuadStore
+from .thresholds import Thresholds, Undecided, thresholds
 
 _SLOT = object()  # a constant's place in a shape key
 _term_text = lru_cache(maxsize=1 << 16)(render_term)  # the same devices' constants, again
+_INTEGER = re.compile(r"0|-?[1-9][0-9]*")  # canonical xsd:integer lexical forms
 
 
 def _abstract(term, constants: list):
@@ -56,10 +64,33 @@ def shape_of(request: Request, pattern: Pattern) -> tuple[Hashable, tuple] | Non
     return key, tuple(constants)
 
 
-def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern, tuple]]
-                      ) -> list[Result]:
-    """The result of each (request, pattern, constants) of one shape, in order, from one
-    query. Raises what the store raises (the caller then evaluates them one by one)."""
+def _value_text(term) -> str:
+    """A VALUES cell: a canonical xsd:integer as its bare token, which the store reads as the
+    same term (`-42` is `"-42"^^xsd:integer`) and parses faster than the typed form; any
+    other term as the renderer writes it."""
+    if type(term) is Literal and term.datatype == XSD_INTEGER and _INTEGER.fullmatch(
+            term.lexical):
+        return term.lexical
+    return _term_text(term)
+
+
+@dataclass(frozen=True, slots=True)
+class Together:
+    """The one store query answering the members of one shape (`prepare`): its text, its
+    dataset, the column of the member number `?g`, and how many columns a solution keeps."""
+
+    text: str
+    kwargs: dict
+    group_var: int
+    width: int
+    #: When the members differ only in integer thresholds (`sib.thresholds`): the query of
+    #: the pattern without them, every variable projected, and the members' comparisons.
+    base: str | None = None
+    thresholds: Thresholds | None = None
+
+
+def prepare(members: Sequence[tuple[Request, Pattern, tuple]]) -> Together:
+    """The query of `evaluate_together` for these (request, pattern, constants) of one shape."""
     first_req, first = members[0][0], members[0][1]
     columns = [i for i, c in enumerate(members[0][2])
                if any(m[2][i] != c for m in members[1:])]
@@ -82,7 +113,7 @@ def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern
                           options=Options(filters=filters or None)), dataset_clauses=False)
     names = " ".join(f"?{var_name(v.index)}" for v in (*slot_var.values(), Var(group_var)))
     rows = " ".join(
-        "(" + " ".join([*(_term_text(m[2][i]) for i in columns), str(g)]) + ")"
+        "(" + " ".join([*(_value_text(m[2][i]) for i in columns), str(g)]) + ")"
         for g, m in enumerate(members))
     head, sep, tail = text.partition("WHERE {")
     text = f"{head}{sep} VALUES ({names}) {{ {rows} }}{tail}"
@@ -93,18 +124,83 @@ def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern
     base = first_req.tx.base
     width = 0 if base is Tx.ASK else (
         first_req.projection or 0 if base is Tx.SELECT else nvars)
-    solutions: list[list] = [[] for _ in members]
-    for row in store.oxigraph.query(text, **kwargs):
-        solutions[int(row[group_var].value)].append(tuple(
-            None if (t := row[k]) is None else from_ox(t) for k in range(width)))
-    # Members with the same solutions (devices watching one sensor) share one result object,
-    # which the sessions then encode once for all of them.
+    slots_before = sum(isinstance(t, (IRI, Literal))
+                       for tp in first.where + tuple(t for g in first.optional for t in g)
+                       for t in tp)
+    compared = thresholds(first.filters, slots_before, columns, [m[2] for m in members])
+    if compared is None:
+        return Together(text, kwargs, group_var, width)
+    shared = tuple(e for i, e in enumerate(first.filters) if i not in compared.filters)
+    alone = render(Request(Tx.SELECT, 0, projection=nvars, where=first.where,
+                           optional=first.optional or None,
+                           options=Options(filters=shared or None)), dataset_clauses=False)
+    return Together(text, kwargs, group_var, width, alone, compared)
+
+
+def run(store: QuadStore, together: Together, requests: Sequence[Request]) -> list[Result]:
+    """The result of each of `requests` (the members `together` was prepared for, in order)."""
+    group_var, width = together.group_var, together.width
+    # pyoxigraph's terms first: members with the same rows (devices watching one sensor) are
+    # told apart by them, and only one member of each kind has its terms converted
+    rows: list[list] | None = None
+    if together.thresholds is not None and together.base is not None:
+        try:
+            rows = together.thresholds.split(
+                store.oxigraph.query(together.base, **together.kwargs), width)
+        except Undecided:  # a value only the store can compare: the VALUES query decides
+            pass
+    if rows is None:
+        rows = [[] for _ in requests]
+        for row in store.oxigraph.query(together.text, **together.kwargs):
+            rows[int(row[group_var].value)].append(tuple(row)[:width])
+    # Members with the same solutions share one result object, which the sessions then
+    # encode once for all of them.
     results: dict[tuple, Result] = {}
     out = []
-    for (req, _, _), sols in zip(members, solutions):
-        key = tuple(sols)
+    for req, found in zip(requests, rows):
+        key = tuple(found)
         result = results.get(key)
         if result is None:
-            result = results[key] = results_of(req, sols)
+            result = results[key] = results_of(req, [
+                tuple(None if t is None else from_ox(t) for t in sol) for sol in found])
         out.append(result)
     return out
+
+
+def evaluate_together(store: QuadStore, members: Sequence[tuple[Request, Pattern, tuple]]
+                      ) -> list[Result]:
+    """The result of each (request, pattern, constants) of one shape, in order, from one
+    query. Raises what the store raises (the caller then evaluates them one by one)."""
+    return run(store, prepare(members), [m[0] for m in members])
+
+
+class Prepared:
+    """The `Together` queries of the member sets seen lately, by a key naming the set (the
+    query groups' ids): an update of the same sensor affects the same groups again, whose
+    query is then neither assembled nor rendered anew. Bounded: at most `limit` queries and
+    `chars` characters of text in all (least recently used ones go first; a text longer than
+    `chars` is not kept)."""
+
+    def __init__(self, limit: int = 256, chars: int = 1 << 22) -> None:
+        self.limit, self.chars = limit, chars
+        self._kept: OrderedDict[Hashable, Together] = OrderedDict()
+        self._size = 0  # characters of text kept
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, key: Hashable, members: Callable[[], Sequence[tuple[Request, Pattern, tuple]]]
+            ) -> Together:
+        """The query of set `key`, prepared from `members()` unless kept."""
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept
+        together = prepare(members())
+        size = len(together.text)
+        if size <= self.chars:
+            self._kept[key] = together
+            self._size += size
+            while len(self._kept) > self.limit or self._size > self.chars:
+                self._size -= len(self._kept.popitem(last=False)[1].text)
+        return together
