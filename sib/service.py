@@ -191,8 +191,10 @@ class Sib(Service):
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
         tx = request.tx
-        if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
-            self._put(_KspRead(request, channel))
+        if tx.is_query and not tx.persistent:  # a read: at once if simple and nothing is before
+            # it (`_answer_at_once`), else started from the queue and run beside it
+            if self._queue.qsize() or self._closing or not self._answer_at_once(request, channel):
+                self._put(_KspRead(request, channel))
         else:
             self._put(_Handle(request, channel, time.perf_counter()))
         self._seen(channel)
@@ -231,6 +233,17 @@ class Sib(Service):
         if job.writes:
             self.readers.gate.close()
         self._queue.put_nowait(job)
+
+    def _answer_at_once(self, request: Request, channel: Channel) -> bool:
+        """Answer a simple read now (`SibCore.read_at_once`), if it is one: with nothing queued
+        before it, at its turn as from the queue. Its KP's share, taken, is given back."""
+        response = self.core.read_at_once(request, channel.kp,
+                                          getattr(channel, "payload_cap", None))
+        if response is None:
+            return False
+        self.queued_by.give(kp_party(channel.kp))
+        channel.respond(response)
+        return True
 
     def _start_read(self, job: _KspRead) -> None:
         """A KSP read reached the head of the queue: it starts now, beside what follows."""
@@ -359,8 +372,9 @@ class Sib(Service):
                     case _Handle(request, channel, since):
                         self.queued_by.give(kp_party(channel.kp))
                         self.core.handle(request, channel, since)
-                    case _KspRead():
-                        self._start_read(job)
+                    case _KspRead(request, channel):
+                        if not self._answer_at_once(request, channel):
+                            self._start_read(job)
                     case _GateRead(started):
                         if not started.done():
                             started.set_result(None)
