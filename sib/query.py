@@ -102,8 +102,10 @@ def select(req: Request, rows: Iterator | list, payload: int | None = None) -> S
     variables, in the order of its modifier): the rows a RES of at most `payload` bytes and
     MAX RESPONSE SIZE can hold, in the canonical order (`evaluate_once`)."""
     projection = req.projection or 0
-    caps = [c for c in (payload, req.options.max_response_size) if c is not None]
-    keep = min(MAX_ROWS, min(caps) // max(1, projection)) if caps else MAX_ROWS
+    cap = req.options.max_response_size
+    if payload is not None:
+        cap = payload if cap is None else min(cap, payload)
+    keep = MAX_ROWS if cap is None else min(MAX_ROWS, cap // max(1, projection))
     if _ordered(req.options.modifier):
         rows = iter(rows)
         kept = list(islice(rows, keep))

@@ -209,7 +209,7 @@ class MinimalKP:
     async def check(self) -> None:
         self.prepare(1)
         response = decode_sib_message(await self.once(), UDP, Tx.SELECT)
-        if response.result.rows != ((reading(self.k),),):
+        if response.result.rows != ((reading(self.k % SENSORS),),):
             raise RuntimeError(f"unexpected answer {response}")
 
 
@@ -226,17 +226,22 @@ class _Answer:
 
 
 class InProcess:
-    """A `Sib` in this process over the same triples; `once` submits and awaits the RES."""
+    """A `Sib` in this process over the same triples, in a store as ``ksp-sib --memory`` has
+    (RocksDB in a temporary directory); `once` submits and awaits the RES."""
 
     def __init__(self) -> None:
         from ksp.session import KPIdentity
         from sib import QuadStore, Sib
 
-        store = QuadStore()
+        store = QuadStore(temporary=True)
         store.load((*t, DEFAULT_GRAPH) for t in triples())
         self.sib = Sib(store)
         self.kp = KPIdentity(addr=("127.0.0.1", 1))
         self.k = 0
+
+    async def close(self) -> None:
+        await self.sib.close()
+        self.sib.store.close()
 
     async def once(self) -> Response:
         self.k += 1
@@ -286,7 +291,7 @@ async def profile_in_process(calls: int = 5000) -> str:
     prof.disable()
     report += [f"Sib.submit → RES: {submit_us:.1f} µs per query (unprofiled)",
                _top(prof, "Sib.submit loop (event loop thread)")]
-    await ip.sib.close()
+    await ip.close()
     return "\n".join(report)
 
 
@@ -357,7 +362,7 @@ async def _run_async(rounds: int, per_round: int, echo_port: int, sib_port: int,
                 results[name].rounds.append(statistics.median(samples))
     finally:
         await kp.close()
-        await in_process.sib.close()
+        await in_process.close()
     return list(results.values())
 
 
