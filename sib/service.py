@@ -183,7 +183,8 @@ class Sib(Service):
                              self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
-        if not self.queued_by.take(kp_party(channel.kp)):
+        party = kp_party(channel.kp)
+        if not self.queued_by.take(party):
             self.core.metrics.limited += 1
             peer_log.warning("share full", "%s %s tid %d refused: %d of its requests queued",
                              self.core.access.who(channel.kp), request.tx.name, request.tid,
@@ -193,7 +194,8 @@ class Sib(Service):
         tx = request.tx
         if tx.is_query and not tx.persistent:  # a read: at once if simple and nothing is before
             # it (`_answer_at_once`), else started from the queue and run beside it
-            if self._queue.qsize() or self._closing or not self._answer_at_once(request, channel):
+            if self._queue.qsize() or self._closing or not self._answer_at_once(
+                    request, channel, party):
                 self._put(_KspRead(request, channel))
         else:
             self._put(_Handle(request, channel, time.perf_counter()))
@@ -234,14 +236,15 @@ class Sib(Service):
             self.readers.gate.close()
         self._queue.put_nowait(job)
 
-    def _answer_at_once(self, request: Request, channel: Channel) -> bool:
+    def _answer_at_once(self, request: Request, channel: Channel, party=None) -> bool:
         """Answer a simple read now (`SibCore.read_at_once`), if it is one: with nothing queued
-        before it, at its turn as from the queue. Its KP's share, taken, is given back."""
+        before it, at its turn as from the queue. Its KP's share, taken, is given back (`party`:
+        its `kp_party`, if known)."""
         response = self.core.read_at_once(request, channel.kp,
                                           getattr(channel, "payload_cap", None))
         if response is None:
             return False
-        self.queued_by.give(kp_party(channel.kp))
+        self.queued_by.give(kp_party(channel.kp) if party is None else party)
         channel.respond(response)
         return True
 

@@ -6,9 +6,11 @@ rendering and parsing and two thread hand-offs.
 
 *Simple* is decided from the request alone (`plan`): one triple pattern, no OPTIONAL, FILTER,
 BIND or solution modifier, the union of all graphs or one QUERY GRAPH, no variable twice and no
-blank node; constants that the renderer writes (`ksp.sparql.render_term`) and pyoxigraph
-holds. Anything else takes the normal path, and so does every refusal: `plan` returning None is
-never an answer.
+blank node, no field a query does not have; constants that the renderer writes
+(`ksp.sparql.render_term`) and pyoxigraph holds. Such a request passes `sib.validate`'s checks
+by its shape alone (the test file checks that too), so they are not run again; the access
+policy's are. Anything else takes the normal path, and so does every refusal: `plan` returning
+None is never an answer.
 
 *Bounded*: one lookup and at most `MOST_ROWS` + 1 quads read; a pattern matching more takes
 the normal path (under its time budget, beside the writes), having cost that many quads here.
@@ -46,23 +48,27 @@ _POSITIONS = (attrgetter("subject"), attrgetter("predicate"), attrgetter("object
 _others = attrgetter("delete_graphs", "insert_graphs", "optional", "filters", "modifier",
                      "binds")
 _NONE = (None,) * 6
+# The fields of a request that a query has none of (`sib.validate` checks the first three).
+_fields = attrgetter("delete", "insert", "template", "graphs", "source", "target")
+_NO_FIELDS = (None,) * 6
 
 
 class Plan:
     """A simple read (see the module docstring): the store terms of its pattern (None where a
     variable is) and, per projected variable, where its value is in a matching quad."""
 
-    __slots__ = ("request", "terms", "graph", "columns")
+    __slots__ = ("request", "terms", "graph", "columns", "ask")
 
     def __init__(self, request: Request, terms: tuple, graph, columns: tuple) -> None:
         self.request, self.terms, self.graph, self.columns = request, terms, graph, columns
+        self.ask = request.tx is Tx.ASK
 
     def answer(self, store: QuadStore, payload: int | None = None) -> Result | None:
         """The result, or None when the pattern matches more than `MOST_ROWS` quads.
         `payload`: the most bytes the transport carries in one RES (`sib.query.select`)."""
         s, p, o = self.terms
         quads = store.oxigraph.quads_for_pattern(s, p, o, self.graph)
-        if self.request.tx is Tx.ASK:
+        if self.ask:
             return AskResult(next(quads, None) is not None)
         found = list(islice(quads, MOST_ROWS + 1))
         if len(found) > MOST_ROWS:
@@ -79,7 +85,8 @@ def plan(request: Request) -> Plan | None:
     if tx is not Tx.SELECT and tx is not Tx.ASK:
         return None
     where, opts = request.where, request.options
-    if where is None or len(where) != 1 or request.optional or _others(opts) != _NONE:
+    if (where is None or len(where) != 1 or request.optional or _others(opts) != _NONE
+            or _fields(request) != _NO_FIELDS):
         return None
     graphs = opts.query_graphs
     graph = None

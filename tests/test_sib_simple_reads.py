@@ -16,8 +16,9 @@ from sib import QuadStore, Sib
 from sib.core import SibCore
 from sib.simple import MOST_ROWS, plan
 from sib.testing import Client, ex
+from sib.validate import check_request
 
-from strategies import iris, literals
+from strategies import iris, literals, requests
 
 KP = KPIdentity(addr=("kp", 1))
 SUBJECTS = [ex(f"s{i}") for i in range(3)]
@@ -169,3 +170,17 @@ def test_a_simple_read_is_answered_within_submit_and_sees_the_writes_before_it()
         assert sib.core.metrics.requests["SELECT"] == 2
         await sib.close()
     asyncio.run(main())
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(requests(small=True, txs=(Tx.SELECT, Tx.ASK)), reads(),
+                 st.builds(lambda r, field, value: r._replace(**{field: value}), reads(),
+                           st.sampled_from(["delete", "insert", "template", "optional"]),
+                           st.sampled_from([None, (), (Triple(Literal("a"), Var(0), Var(1)),)]))))
+def test_a_simple_read_passes_the_checks_by_its_shape(request):
+    """`read_at_once` does not run `check_request` again: every request `plan` takes passes
+    it (requests of any shape, fields a query does not have included)."""
+    planned = plan(request) is not None
+    event("planned" if planned else "not planned")
+    if planned:
+        check_request(request)

@@ -46,6 +46,7 @@ from ksp.terms import DEFAULT_GRAPH, XSD_FLOAT
 from transports.reads import small_reads
 
 from .report import bench_parser, environment, print_report
+from .transport import Result
 
 TARGET_RATIO = 2.5
 EX = "http://example.org/greenhouse#"
@@ -83,19 +84,10 @@ RESPONSE_SIZE = len(encode(Response(1, Status.OK, SelectResult(1, ((reading(123)
 
 
 @dataclass
-class Contender:
-    name: str
-    samples: list[float] = field(default_factory=list)  # seconds per round trip
-    rounds: list[float] = field(default_factory=list)  # each round's median
+class Contender(Result):
+    """One row: every round trip's seconds (`samples`, p50, p99) and each round's median."""
 
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def p99(self) -> float:
-        s = sorted(self.samples)
-        return s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
+    rounds: list[float] = field(default_factory=list)
 
 
 # -- the bare echo, in a process of its own --------------------------------------------------
