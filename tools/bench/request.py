@@ -25,6 +25,13 @@ ratio of the p50s; the per-round ratio is each round's median over the echo's me
 round, reported as min/median/max. ``--profile`` prints where the in-process path spends its
 time (cProfile of `SibCore.read`, which a reader thread runs, and of the `Sib.submit` loop).
 Target: the minimal KP's median within 2.5× the echo's.
+
+Where the processes run decides the ratio more than anything they do: on a 2-core VM a round
+trip between two CPUs cost the echo 73 µs against 25 µs on one, and the OS put the echo beside
+the client but the SIB now beside it, now not (the same tree measured 2.66× and 3.73× minutes
+apart). So by default (``--cpus one``, Linux) the client, the echo and the SIBs share one CPU
+and a round trip costs what the processes do; ``--cpus split`` puts the servers on another CPU
+than the client, ``--cpus any`` leaves the placement to the OS.
 """
 from __future__ import annotations
 
@@ -358,21 +365,46 @@ async def _run_async(rounds: int, per_round: int, echo_port: int, sib_port: int,
     return list(results.values())
 
 
-def run(quick: bool = False, tree: str | None = None) -> tuple[list[Contender], dict]:
+CPUS = ("one", "split", "any")
+
+
+def _placement(cpus: str) -> tuple[set[int], set[int]] | None:
+    """The CPUs of (this process, the servers) for `--cpus`; None: as the OS places them."""
+    if cpus == "any" or not hasattr(os, "sched_setaffinity"):
+        return None
+    mine = sorted(os.sched_getaffinity(0))
+    return {mine[0]}, {mine[0] if cpus == "one" or len(mine) == 1 else mine[1]}
+
+
+def run(quick: bool = False, tree: str | None = None, cpus: str = "one"
+        ) -> tuple[list[Contender], dict]:
+    """`cpus`: "one" puts the client, the echo and the SIBs on one CPU, "split" the client on
+    one and the servers on another, "any" leaves them where the OS puts them (see `main`)."""
     rounds, per_round = (5, 200) if quick else (20, 500)
-    settings = {"rounds": rounds, "per_round": per_round, "load": os.getloadavg()[0]}
+    settings = {"rounds": rounds, "per_round": per_round, "load": os.getloadavg()[0],
+                "cpus": cpus}
+    placement = _placement(cpus)
+    before = os.sched_getaffinity(0) if placement is not None else None
+    if placement is not None:
+        os.sched_setaffinity(0, placement[1])  # what starts now inherits it
     tree_sib = None
-    with EchoServer() as echo, _start_sib(None) as sib:
-        try:
-            if tree is not None:
-                tree_sib = _start_sib(tree)
-            results = asyncio.run(_run_async(
-                rounds, per_round, echo.port, sib.ports["udp"],
-                tree_sib.ports["udp"] if tree_sib else None, tree))
-        finally:
-            if tree_sib is not None:
-                tree_sib.stop()
-        sib.stop()
+    try:
+        with EchoServer() as echo, _start_sib(None) as sib:
+            try:
+                if tree is not None:
+                    tree_sib = _start_sib(tree)
+                if placement is not None:
+                    os.sched_setaffinity(0, placement[0])
+                results = asyncio.run(_run_async(
+                    rounds, per_round, echo.port, sib.ports["udp"],
+                    tree_sib.ports["udp"] if tree_sib else None, tree))
+            finally:
+                if tree_sib is not None:
+                    tree_sib.stop()
+            sib.stop()
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
     return results, settings
 
 
@@ -406,15 +438,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                           "5 rounds × 200 instead of 20 × 500")
     parser.add_argument("--profile", action="store_true",
                         help="also print where the in-process path spends its time (cProfile)")
+    parser.add_argument("--cpus", choices=CPUS, default="one",
+                        help="one: the client, the echo and the SIBs on one CPU (default); "
+                             "split: the client on one, the servers on another; any: where the "
+                             "OS puts them (Linux; elsewhere always any)")
     parser.add_argument("--tree", metavar="DIR",
                         help="also run a ksp-sib from the source tree DIR (the tree before a "
                              "change), in the same rounds")
     args = parser.parse_args(argv)
-    results, settings = run(args.quick, args.tree)
+    results, settings = run(args.quick, args.tree, args.cpus)
     env = environment("pyoxigraph")
     print_report(f"A 1-row SELECT through ksp-sib over UDP against a bare UDP echo "
                  f"({settings['rounds']} rounds × {settings['per_round']}, "
-                 f"{time.strftime('%Y-%m-%d')}, load {settings['load']:.2f})", HEADERS,
+                 f"{time.strftime('%Y-%m-%d')}, load {settings['load']:.2f}, CPUs: {settings['cpus']})",
+                 HEADERS,
                  table_rows(results), markdown=args.markdown, module="tools.bench.request",
                  prog=prog, argv=argv, libraries=f"{env['python']}; {env['libraries']}")
     print("\n" + target_line(results) + f" Request {REQUEST_SIZE} B, RES {RESPONSE_SIZE} B; "
