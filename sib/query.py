@@ -110,8 +110,12 @@ def select(req: Request, rows: Iterator | list, payload: int | None = None) -> S
         rows = iter(rows)
         kept = list(islice(rows, keep))
         total = len(kept) + sum(1 for _ in islice(rows, MAX_ROWS - len(kept)))
-    elif isinstance(rows, list) and len(rows) <= keep:  # every row kept (a simple read's)
-        kept, total = sorted(rows, key=_store_row_key) if len(rows) > 1 else rows, len(rows)
+    elif type(rows) is list and len(rows) <= keep:  # every row kept (a simple read's)
+        if not projection:
+            return SelectResult(0, ((),) * len(rows))
+        if len(rows) > 1:
+            rows = sorted(rows, key=_store_row_key)
+        return SelectResult(projection, tuple([row_from_ox(row) for row in rows]))
     else:
         seen = [0]
 
