@@ -27,9 +27,9 @@ time (cProfile of `SibCore.read`, which a reader thread runs, and of the `Sib.su
 Target: the minimal KP's median within 2.5× the echo's.
 
 Where the processes run decides the ratio more than anything they do: on a 2-core VM a round
-trip between two CPUs cost the echo 73 µs against 25 µs on one, and the OS put the echo beside
-the client but the SIB now beside it, now not (the same tree measured 2.66× and 3.73× minutes
-apart). So by default (``--cpus one``, Linux) the client, the echo and the SIBs share one CPU
+trip between two CPUs cost the echo 73 µs against 25 µs on one, and the OS seemed to put the echo
+beside the client and the SIB now beside it, now not (the same tree measured 2.66× and 3.73×
+minutes apart). So by default (``--cpus one``, Linux) the client, the echo and the SIBs share one CPU
 and a round trip costs what the processes do; ``--cpus split`` puts the servers on another CPU
 than the client, ``--cpus any`` leaves the placement to the OS.
 """
