@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, TypeVar
 
-from ksp.codes import Status
+from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
 from ksp.service import Service
@@ -89,6 +89,8 @@ class _Stop:
 
 
 _Job = _Handle | _KspRead | _GateRead | _Unreachable | _Work | _Stop
+#: The one-shot queries: the reads, run beside the writes.
+_READS = frozenset({Tx.SELECT, Tx.ASK, Tx.CONSTRUCT})
 
 
 class Sib(Service):
@@ -191,9 +193,8 @@ class Sib(Service):
                              self.queued_by.per_party)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
-        tx = request.tx
-        if tx.is_query and not tx.persistent:  # a read: at once if simple and nothing is before
-            # it (`_answer_at_once`), else started from the queue and run beside it
+        if request.tx in _READS:  # at once if simple and nothing is queued before it
+            # (`_answer_at_once`), else started from the queue and run beside it
             if self._queue.qsize() or self._closing or not self._answer_at_once(
                     request, channel, party):
                 self._put(_KspRead(request, channel))
