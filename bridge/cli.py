@@ -20,6 +20,8 @@ import logging
 import sys
 from pathlib import Path
 
+from sib.config import anonymous_notice
+
 from .config import BridgeConfig, ConfigError
 
 log = logging.getLogger("ksp.bridge")
@@ -143,6 +145,8 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
             adapter = getattr(server, t)
             if adapter is not None:
                 log.info("listening on %s://%s:%d", t, config.host, adapter.port)
+        if (notice := anonymous_notice(config.access, config.host)) is not None:
+            log.warning("%s", notice)
         metrics_server = await start_metrics(metrics, config, log)
         log.info("broker: %s (query %s, update %s), subscriptions: %s", where.base,
                  where.query_path, where.update_path,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sib import AccessPolicy
-from sib.config import ConfigError, ServingConfig, check_ranges
+from sib.config import ConfigError, ServingConfig, check_ranges, serving_policy
 
 __all__ = ["BridgeConfig", "ConfigError", "Endpoints"]
 
@@ -96,7 +96,7 @@ class BridgeConfig(ServingConfig):
             raise ConfigError(f"[access]: {exc}") from None
 
     def access_policy(self) -> AccessPolicy:
-        return AccessPolicy.from_config(self.access)
+        return serving_policy(self.access, self.host)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """What https and wss connections to the broker trust: `ca_file`, else the system's

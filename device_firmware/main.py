@@ -3,8 +3,20 @@ the link to the SIB, run the configured agent. Every bad setting is printed on t
 import gc
 import time
 
-from kspfw import config
 from kspfw.board import MCUBoard
+
+
+def settings(board):
+    """config.json through kspfw.config's checks (None when a setting is bad), which are then
+    unloaded."""
+    from kspfw import config
+
+    try:
+        return config.load("config.json", board.free_ram())
+    except config.ConfigError:
+        return None
+    finally:
+        config.unload()
 
 
 def make_link(cfg):
@@ -16,9 +28,8 @@ def make_link(cfg):
 def main():
     board = MCUBoard()
     gc.collect()
-    try:
-        cfg = config.load("config.json", board.free_ram())
-    except config.ConfigError:
+    cfg = settings(board)
+    if cfg is None:
         print("ksp: fix config.json and reset the board")
         while True:
             time.sleep(60)

@@ -4,6 +4,7 @@
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
     ksp-sib new-key                      # a random key for [[access.kp]] key (sealed messages)
     ksp-sib jsap [--config sib.toml] [--merge app.jsap]   # the running SIB's JSAP
+    ksp-sib systemd-unit [--config FILE]  # a systemd unit running this ksp-sib (sib/ksp-sib.service)
 
 SIGHUP re-reads the `[access]` section of the configuration file: the new policy is in force for
 the next request, and every persistent operation it no longer allows ends with an ACCESS_DENIED
@@ -30,7 +31,7 @@ from typing import IO
 
 from .access import hash_password
 from .budget import stop_all
-from .config import Config, ConfigError, ServingConfig, load
+from .config import Config, ConfigError, ServingConfig, anonymous_notice, load
 from .journal import FILE as JOURNAL_FILE, Journal
 from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: also named here)
     DataDirLocked, claim_data_dir, lock_data_dir, run_main, run_until_stopped, start_metrics,
@@ -134,6 +135,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     ksp_ports = _ksp_ports(server, tls is not None)
     for scheme, port in ksp_ports.items():
         log.info("listening on %s://%s:%d", scheme, config.host, port)
+    if (notice := anonymous_notice(config.access, config.host)) is not None:
+        log.warning("%s", notice)
     gate = await _start_gate(config, sib, sepa_tls, ksp_ports)
     metrics_server = await start_metrics(metrics, config, log)
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
@@ -439,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
         return hash_password_command(argv[1:])
     if argv[:1] == ["jsap"]:
         return jsap_command(argv[1:])
+    if argv[:1] == ["systemd-unit"]:
+        from .systemd import systemd_unit_command
+        return systemd_unit_command(argv[1:])
     if argv[:1] == ["new-key"]:
         if len(argv) > 1:
             print("usage: ksp-sib new-key", file=sys.stderr)

@@ -18,7 +18,8 @@ from ksp.secure import parse_key
 from .access import ANONYMOUS_POLICIES, AccessPolicy, is_password_hash
 from .budget import Budgets
 
-__all__ = ["Config", "ConfigError", "ServingConfig", "check_ranges", "load"]
+__all__ = ["Config", "ConfigError", "ServingConfig", "anonymous_closed", "anonymous_notice",
+           "check_ranges", "load", "loopback_only", "serving_policy"]
 
 
 class ConfigError(ValueError):
@@ -139,7 +140,7 @@ class Config(ServingConfig):
                        self.persistent_seconds or None)
 
     def access_policy(self) -> AccessPolicy:
-        return AccessPolicy.from_config(self.access)
+        return serving_policy(self.access, self.host)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TCP listener's TLS context from [tls] (None: plain TCP). With `client_ca`, a
@@ -161,6 +162,44 @@ class Config(ServingConfig):
 
     def check(self) -> None:
         _check_values(self)
+
+
+def serving_policy(access: dict, host: str) -> AccessPolicy:
+    """`[access]` of a server listening on `host` (`ksp-sib`'s, `ksp-bridge`'s). With no
+    `anonymous` in it, anonymous clients may read and write while the listeners are on
+    loopback (a developer's machine, `ksp demo`) and get nothing once they listen beyond it
+    (mosquitto 2's rule): a server opened to a network is never open to anyone by a key left
+    out."""
+    if anonymous_closed(access, host):
+        return AccessPolicy.from_config({**access, "anonymous": "none"})
+    return AccessPolicy.from_config(access)
+
+
+def anonymous_closed(access: dict, host: str) -> bool:
+    """Anonymous clients refused for want of an explicit `[access] anonymous`."""
+    return "anonymous" not in access and not loopback_only(host)
+
+
+def anonymous_notice(access: dict, host: str) -> str | None:
+    """What the startup log says when `serving_policy` closed the door (None: it did not)."""
+    if not anonymous_closed(access, host):
+        return None
+    return (f"anonymous clients get nothing: the listeners are on {host or '*'}, beyond "
+            "loopback, and [access] sets no anonymous policy; anonymous = \"read\" (or a "
+            "table of graphs) in [access] lets them in")
+
+
+def loopback_only(host: str) -> bool:
+    """`host` (the listeners' address) reaches this machine only: a loopback address or
+    `localhost`. The wildcard (`""`, `0.0.0.0`, `::`), any other address or name: beyond."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _server_context(cert: str, key: str, client_ca: str, where: str) -> ssl.SSLContext:

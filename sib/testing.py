@@ -114,13 +114,14 @@ def ex(local: str):
 class LoggedProcess:
     """A project command as a real subprocess (`python -m MODULE ARGS`), its stderr log read
     on a thread: `lines` so far, `wait_for` a line, `stop` with a signal; ready once a line
-    contains `ready` (`each` sees every line until then). The base of `SibProcess`,
+    contains `ready` (`each` sees every line until then). `program`: run that command line
+    instead of `python -m MODULE` (an installed console script). The base of `SibProcess`,
     `bridge.testing.BridgeProcess` and `spark_ingest.testing.IngestProcess`."""
 
     name = "process"
 
     def __init__(self, module: str, args, ready: str, timeout: float = 60.0, each=None,
-                 cwd=None) -> None:
+                 cwd=None, program: list[str] | None = None) -> None:
         import queue
         import subprocess
         import sys
@@ -128,7 +129,8 @@ class LoggedProcess:
 
         self.lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd,
+        command = [sys.executable, "-m", module] if program is None else program
+        self.proc = subprocess.Popen([*command, *args], cwd=cwd,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
 

@@ -42,9 +42,9 @@ def kp_entry(name: str, write: bool) -> str:
             + ('write = ["*"]\n' if write else ""))
 
 
-def broker_config(tmp_path: Path, certificate) -> Path:
+def broker_config(tmp_path: Path, certificate, token_lifetime: int = 3) -> Path:
     """The broker's policy: `writer` reads and writes, `reader` and `guest` only read,
-    anonymous clients nothing."""
+    anonymous clients nothing; tokens last `token_lifetime` seconds."""
     cert, key = certificate
     path = tmp_path / "broker.toml"
     path.write_text(f"""
@@ -57,7 +57,7 @@ key = "{key}"
 https_port = 0
 wss_port = 0
 identities = ["writer", "reader", "guest"]
-token_lifetime = 3
+token_lifetime = {token_lifetime}
 """)
     return path
 
@@ -175,13 +175,17 @@ def test_each_device_speaks_for_itself_at_a_secure_broker(tmp_path, certificate,
 def test_a_broker_that_forgot_the_bridge_gets_it_registered_again(tmp_path, certificate):
     """The broker restarted without its data (a new token key, no clients): the token held
     is refused, then the saved client credentials; the bridge registers anew, and the device's
-    request goes through without the device seeing any of it."""
+    request goes through without the device seeing any of it. Tokens last an hour here: the
+    bridge's is still good when the broker comes back, however long the restart takes on a
+    loaded machine (with a short lifetime it may renew the token before using it, and the
+    broker's refusal of the token is never seen)."""
     from sib.testing import free_port
 
     clients = tmp_path / "clients.json"
     https, wss = free_port("tcp"), free_port("tcp")
     ports = ("--sepa-https-port", str(https), "--sepa-wss-port", str(wss))
-    brokers = [SibProcess("--memory", "--config", str(broker_config(tmp_path, certificate)),
+    brokers = [SibProcess("--memory", "--config", str(broker_config(tmp_path, certificate,
+                                                                     token_lifetime=3600)),
                           "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1", *ports)]
     try:
         async def main():

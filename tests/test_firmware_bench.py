@@ -1,7 +1,8 @@
 """Smoke test of the firmware benchmark (tools/bench/firmware.py); no timing assertions (speed
 is measured by the benchmark, never by tests). It guards that the benchmark measures what its
 table says: both implementations ran every message, MicroPython reported its heap, the bundle
-sizes are those `ksp flash` builds, and the vector agreement covers the firmware's scope."""
+sizes are those `ksp flash` builds, each role's agent ran from only its `ksp flash --config`
+bundle, and the vector agreement covers the firmware's scope."""
 from __future__ import annotations
 
 import json
@@ -22,9 +23,16 @@ def test_benchmark_runs_and_renders(tmp_path):
     assert [n for n, _ in mpy["ops"]] == [n for n, _ in cpy["ops"]]
     assert all(len(t) == report["rounds"] and min(t) > 0 for _, t in mpy["ops"] + cpy["ops"])
     assert 0 < mpy["heap_after_import"] < mpy["heap_subscribed"]
-    assert mpy["held_rows"] == cpy["held_rows"] == 3
     built = flash.build(tmp_path / "b", "esp32")
     assert report["sizes"]["esp32"] == sum(f.stat().st_size for f in built)
+    assert mpy["heap"] == "live" and mpy["heap_subscribed"] < mpy["allocated_subscribed"]
+    assert mpy["heap_subscribed"] < firmware.SUBSCRIBED_TARGET  # issue 41: < 20 KiB, live
+    # each role ran its agent from only the modules `ksp flash --config` builds for it
+    assert set(report["roles"]) == set(firmware.role_configs())
+    for role in report["roles"].values():
+        assert 0 < role["heap_after_import"] < role["heap_running"]
+        assert role["modules"] < len(built) and role["bundle"] < report["sizes"]["esp32"]
+    assert mpy["held_rows"] == cpy["held_rows"] == 3
     assert report["agree"] == report["total"] > 100
     table = firmware.render(report, "ksp bench firmware --quick", markdown=True)
     assert table.count("\n| ") >= 12 and "heap after import" in table

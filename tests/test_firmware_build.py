@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from firmware import harness
-from tools import flash
+from tools import board_modules, flash
 
 # slow: mpy-cross, MicroPython in Node and pyright processes
 pytestmark = pytest.mark.slow
@@ -44,22 +44,120 @@ def test_build_compiles_the_board_bundle(board, tmp_path):
     assert (tmp_path / "b" / "main.py").read_text() == (harness.FIRMWARE / "main.py").read_text()
 
 
+def dry_run(config: Path, build: Path, *extra: str) -> list[str]:
+    """`ksp flash --dry-run --config` through the real command: its output lines."""
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "flash", "/dev/ttyUSB0", "--dry-run",
+                           "--config", str(config), "--build", str(build), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def built(build: Path) -> set[str]:
+    return {p.relative_to(build).as_posix() for p in build.rglob("*.mpy")}
+
+
+def left_out(lines: list[str]) -> dict[str, str]:
+    """The modules the output says were left out, with the reason it gives."""
+    start = lines.index("left out, not used by this configuration:")
+    out = {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        name, why = line.strip().split(": ", 1)
+        out[name] = why
+    return out
+
+
 def test_flash_dry_run_prints_the_mpremote_commands(tmp_path):
     build = tmp_path / "build"
     config = harness.FIRMWARE / "config.example.json"
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "flash", "/dev/ttyUSB0", "--dry-run",
-                           "--config", str(config), "--build", str(build)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"built {len(flash.sources('esp32'))} modules with mpy-cross")
-    assert lines[1:] == [
+    lines = dry_run(config, build)
+    cfg = flash.checked_config(config)
+    assert lines[0].startswith(f"built {len(flash.sources('esp32', cfg))} modules with mpy-cross")
+    assert lines[-4:] == [  # a sensor without "mqtt": nothing from lib/ to copy
         f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'kspfw'} :",
-        f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'lib'} :",
         f"mpremote connect /dev/ttyUSB0 fs cp {build / 'main.py'} :main.py",
         f"mpremote connect /dev/ttyUSB0 fs cp {config} :config.json",
         "mpremote connect /dev/ttyUSB0 reset"]
     assert (build / "kspfw" / "codec.mpy").is_file()
+
+
+def test_flash_copies_a_ksp_sensor_no_mqtt_and_says_so(tmp_path):
+    """The example sensor (KSP, no "mqtt"): no umqtt, no telemetry agent, no actuator built or
+    copied, each named in the output with its reason; its agent, client and drivers are."""
+    build = tmp_path / "build"
+    lines = dry_run(harness.FIRMWARE / "config.example.json", build)
+    names = built(build)
+    assert {"kspfw/sensor_agent.mpy", "kspfw/agent.mpy", "kspfw/client.mpy", "kspfw/codec.mpy",
+            "kspfw/net.mpy", "kspfw/drivers/dht22.mpy", "kspfw/drivers/bme280.mpy",
+            "kspfw/drivers/light.mpy", "kspfw/drivers/chip_temp_esp32.mpy"} <= names
+    gone = left_out(lines)
+    for module in ("lib/umqtt/simple.mpy", "kspfw/telemetry_agent.mpy",
+                   "kspfw/actuator_agent.mpy", "kspfw/secure.mpy",
+                   "kspfw/drivers/chip_temp_rp2.mpy"):
+        assert module not in names and module in gone
+    assert "mqtt" in gone["lib/umqtt/simple.mpy"] and "mqtt" in gone["kspfw/telemetry_agent.mpy"]
+    assert gone["kspfw/actuator_agent.mpy"] == 'agent is "sensor"'
+    assert not any("lib" in line and "fs cp" in line for line in lines)
+    assert names | set(gone) == {p.with_suffix(".mpy").as_posix()
+                                 for p in map(Path, board_modules.firmware_files())}
+
+
+def test_flash_copies_the_mqtt_mode_s_umqtt_and_telemetry_agent(tmp_path):
+    config, build = tmp_path / "board.json", tmp_path / "build"
+    example = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    config.write_text(json.dumps(dict(example, mqtt={"host": "10.0.0.3"})))
+    lines = dry_run(config, build)
+    names = built(build)
+    assert {"lib/umqtt/simple.mpy", "kspfw/telemetry_agent.mpy", "kspfw/floats.mpy",
+            "kspfw/state.mpy", "kspfw/drivers/dht22.mpy"} <= names
+    gone = left_out(lines)
+    for module in ("kspfw/sensor_agent.mpy", "kspfw/agent.mpy", "kspfw/client.mpy",
+                   "kspfw/results.mpy", "kspfw/codec.mpy", "kspfw/hal.mpy"):
+        assert module not in names and module in gone  # no SIB: no KSP client nor codec
+    assert f"mpremote connect /dev/ttyUSB0 fs cp -r {build / 'lib'} :" in lines
+
+
+def test_flash_copies_an_actuator_no_sensor_code(tmp_path):
+    build = tmp_path / "build"
+    lines = dry_run(harness.FIRMWARE / "config.actuator.example.json", build, "--board", "rp2")
+    names = built(build)
+    assert {"kspfw/actuator_agent.mpy", "kspfw/agent.mpy", "kspfw/client.mpy"} <= names
+    assert not any("drivers" in n or "sensor" in n or "telemetry" in n or "umqtt" in n
+                   for n in names)
+    gone = left_out(lines)
+    assert gone["kspfw/sensor_agent.mpy"] == 'agent is "actuator"'
+    assert gone["kspfw/drivers/dht22.mpy"] == 'no "dht22" sensor'
+    assert gone["kspfw/results.mpy"].startswith("no SELECT subscription")
+
+
+def test_flash_keeps_what_a_configuration_turns_on(tmp_path):
+    """A sealed sensor that subscribes to its period, and an actuator following a SELECT:
+    the sealing and the SELECT-result reader come along."""
+    example = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    sensor = dict(example, kp=dict(example["kp"], key="ab" * 32), period_property="urn:p")
+    del sensor["kp"]["password"]
+    harness.import_path()
+    from kspfw import config
+
+    names = {str(p) for p in flash.sources("esp32", config.check(sensor, 64000))}
+    assert {"kspfw/secure.py", "kspfw/results.py", "kspfw/floats.py"} <= names
+    actuator = json.loads((harness.FIRMWARE / "config.actuator.example.json").read_text())
+    actuator["outputs"][0] = {"pin": 5, "select": [["urn:fan", "urn:level", "?0"]]}
+    names = {str(p) for p in flash.sources("rp2", config.check(actuator, 64000))}
+    assert "kspfw/results.py" in names and "kspfw/secure.py" not in names
+
+
+def test_flash_without_a_config_copies_every_module_but_the_other_board_s(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "flash", "COM3", "--dry-run",
+                           "--build", str(tmp_path / "b")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "  kspfw/drivers/chip_temp_rp2.mpy: the rp2 board's driver (--board esp32)" in (
+        proc.stdout.splitlines())
+    assert {"lib/umqtt/simple.mpy", "kspfw/telemetry_agent.mpy", "kspfw/actuator_agent.mpy",
+            "kspfw/options.mpy"} <= built(tmp_path / "b")
 
 
 def test_flash_copies_the_mqtt_mode_s_ca_certificate(tmp_path, capsys):
@@ -95,8 +193,25 @@ def test_example_config_is_valid():
     harness.import_path()
     from kspfw import config
 
-    cfg = config.check(json.loads((harness.FIRMWARE / "config.example.json").read_text()), 64000)
-    assert cfg["agent"] == "sensor" and len(cfg["sensors"]) == 5 and cfg["max_size"] == 8000
+    example = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    cfg = config.check(example, 64000)
+    assert cfg["agent"] == "sensor" and len(cfg["sensors"]) == 5
+
+
+def test_auto_max_response_size_follows_what_the_board_receives():
+    """"auto": an eighth of the free heap (256..8192) for a board that receives SELECT
+    results, 64 bytes (the receive buffer) for one that only gets statuses and ASK answers."""
+    harness.import_path()
+    from kspfw import config
+
+    sensor = json.loads((harness.FIRMWARE / "config.example.json").read_text())
+    actuator = json.loads((harness.FIRMWARE / "config.actuator.example.json").read_text())
+    selecting = dict(actuator, outputs=[{"pin": 5, "select": [["urn:fan", "urn:level", "?0"]]}])
+    assert config.check(sensor, 64000)["max_size"] == 64
+    assert config.check(dict(sensor, period_property="urn:p"), 64000)["max_size"] == 8000
+    assert config.check(actuator, 64000)["max_size"] == 64
+    assert config.check(selecting, 40000)["max_size"] == 5000
+    assert config.check(dict(sensor, max_response_size=1024), 64000)["max_size"] == 1024
 
 
 def test_compiled_bundle_runs_in_micropython(tmp_path):

@@ -146,7 +146,8 @@ def test_config_messages(run):
                                  "settings"]
     assert broken["errors"] == ["config: DIR/bad-config.json is not valid JSON (check quotes, "
                                 "commas and braces)"]
-    assert results[0] == {"ok": True, "max_size": 5000}  # "auto": an eighth of 40000
+    # "auto": an ASK-only actuator receives no SELECT result, so 64 bytes, not 40000 / 8
+    assert results[0] == {"ok": True, "max_size": 64}
     for (cfg, want), got in zip(BAD, results[1:]):
         assert not got["ok"]
         assert got["errors"] == want

@@ -229,6 +229,20 @@ def test_on_a_cluster_master_executors_of_their_own_take_the_rows(mosquitto, tmp
     assert len(table(out, "dead_letters").to_pylist()) == counts["bad"]
 
 
+def publisher_held_at(mosquitto: str, sent: list, rate: float, held_at: int):
+    """A thread publishing `sent` at `rate`, which stops after the first `held_at` readings
+    until its event is set: the readings after those are certain to come after whatever the
+    test does meanwhile (a kill is then mid-stream however slow the machine)."""
+    go_on = threading.Event()
+
+    def run() -> None:
+        publish(mosquitto, sent[:held_at], rate=rate)
+        if go_on.wait(600):
+            publish(mosquitto, sent[held_at:], rate=rate)
+
+    return threading.Thread(target=run, daemon=True), go_on
+
+
 @pytest.mark.parametrize("receivers", [1, 2])
 def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path,
                                                                      receivers):
@@ -248,8 +262,7 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
                        "5 minutes", "--max-per-batch", "100",  # 15 batches at least
                        "--compact-after", "2")  # and small files merged meanwhile
     first = IngestProcess(*args)
-    publisher = threading.Thread(target=publish, args=(mosquitto, sent), kwargs={"rate": 75},
-                                 daemon=True)
+    publisher, go_on = publisher_held_at(mosquitto, sent, 75, 1000)
     publisher.start()
     try:  # after two committed batches: the aggregates' open minutes are in a saved state
         until(lambda: count(out, "observations") >= 300 and len(list(
@@ -257,15 +270,16 @@ def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, t
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(30)
         killed_at = count(out, "observations")
-        publishing = publisher.is_alive()
+        go_on.set()  # the last 500 readings: while the job is down and after it is back
         with IngestProcess(*args) as second:
-            publisher.join(120)
+            publisher.join(300)
             second.stop_when(lambda: count(out, "observations") >= 1500, "every observation")
     finally:
+        go_on.set()
         if first.proc.poll() is None:
             first.proc.kill()
     assert_each_once(out, 1500)  # none lost, none twice
-    assert 300 <= killed_at < 1500 and publishing  # it was killed mid-stream
+    assert 300 <= killed_at <= 1000  # it was killed mid-stream, with readings still to come
     assert list(out.glob("observations/*/*/merged-*.parquet"))  # merged as they came
     assert assert_minutes(out, sent, 300) >= 5 * 3 * 10  # the minutes open at the kill too
     assert os.path.exists(out / "_checkpoint")
@@ -307,8 +321,7 @@ def test_receivers_on_other_machines_a_shard_and_the_job_killed(mosquitto, tmp_p
     shards = [shard(0), shard(1)]
     urls = ",".join(s.url for s in shards)
     args = ingest_args(mosquitto, out, "--shards", urls)
-    publisher = threading.Thread(target=publish, args=(mosquitto, sent), kwargs={"rate": 60},
-                                 daemon=True)
+    publisher, go_on = publisher_held_at(mosquitto, sent, 60, 1000)
     first = IngestProcess(*args, ready="ingest ready")
     publisher.start()
     try:
@@ -321,16 +334,17 @@ def test_receivers_on_other_machines_a_shard_and_the_job_killed(mosquitto, tmp_p
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(30)
         killed_at = count(out, "observations")
-        publishing = publisher.is_alive()
+        go_on.set()  # the last 500 readings: while the job is down and after it is back
         with IngestProcess(*args, ready="ingest ready") as second:
-            publisher.join(120)
+            publisher.join(300)
             second.stop_when(lambda: count(out, "observations") >= 1500, "every observation")
     finally:
+        go_on.set()
         for process in (first, *shards):
             if process.proc.poll() is None:
                 process.proc.kill()
     assert_each_once(out, 1500)  # none lost, none twice
-    assert 300 <= killed_at < 1500 and publishing  # both kills came mid-stream
+    assert 300 <= killed_at <= 1000  # both kills came mid-stream, readings still to come
     letters = table(out, "dead_letters").to_pylist()
     assert {d["payload"] for d in letters} == {
         p.decode("utf-8", "replace") for _, p, kind in sent if kind == "bad"}
@@ -384,6 +398,20 @@ def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(
         "future_time", "not_json"]
 
 
+def recorded_watermark(out: Path) -> int:
+    """The newest watermark (ms) in the job's offset log: 0 until a batch has moved it."""
+    import json
+
+    marks = [0]
+    for entry in (out / "_checkpoint" / "offsets").glob("[0-9]*"):
+        try:
+            lines = entry.read_text(encoding="utf-8").splitlines()
+            marks.append(int(json.loads(lines[1]).get("batchWatermarkMs", 0)))
+        except (OSError, IndexError, ValueError):
+            continue  # being written
+    return max(marks)
+
+
 def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_path):
     """A reading older than the watermark when it comes, which Spark's de-duplication would
     drop, is a dead letter `late` with the message as sent, counted (metrics, status line);
@@ -402,7 +430,9 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
                                     "--metrics-port", "0")) as ingest:
         publish(mosquitto, fresh)
         until(lambda: count(out, "observations") >= 10, 240, "the readings")
-        time.sleep(2)  # a batch more: the watermark moves on after the batch with them
+        # the watermark moves on after the batch with them (a batch of its own records it):
+        # the old readings, published after that, come in a batch planned past it
+        until(lambda: recorded_watermark(out) > 0, 240, "the watermark past the readings")
         publish(mosquitto, old)
         port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
 

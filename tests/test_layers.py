@@ -159,7 +159,7 @@ def test_tools_use_no_private_name_of_another_module(path):
 
 @pytest.mark.parametrize("module", sorted(
     p.stem for p in (ROOT / "tools" / "bench").glob("*.py")
-    if p.stem not in ("__init__", "firmware_probe")))  # the probe runs inside MicroPython
+    if p.stem not in ("__init__", "firmware_probe", "firmware_roles")))  # run inside MicroPython
 def test_every_benchmark_module_imports(module):
     """A benchmark nothing runs in the suite still has to load: an import broken by a rename
     (tools/bench/_cli -> report) is found here, not by the next person who measures."""
@@ -244,7 +244,8 @@ BRIDGE_MAY_IMPORT = {
             "results_of"},
     "sib.engine": {"Cascade", "Group", "Groups", "OpKey", "Operation", "Operations",
                    "Restoring", "Rules", "Visit", "indication", "sees"},
-    "sib.config": {"ConfigError", "ServingConfig", "check_ranges", "load"},
+    "sib.config": {"ConfigError", "ServingConfig", "anonymous_notice", "check_ranges", "load",
+                   "serving_policy"},
     "sib.cli": {"add_capture_flags", "open_capture"},
     "sib.lifecycle": {"claim_data_dir", "run_main", "run_until_stopped", "start_metrics",
                       "stop_metrics"},

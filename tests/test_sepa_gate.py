@@ -436,13 +436,14 @@ def test_the_anonymous_policy_holds_for_sepa_clients():
         async with Lab(access=policy) as lab, lab.http.ws_connect(lab.ws_url) as ws:
             body = await lab.update(PRE + "INSERT DATA { ex:a ex:p 1 }", status=403)
             assert body["error"] == "forbidden"
-            async with lab.http.get(lab.base + "/query",
-                                    params={"query": "SELECT * WHERE { ?s ?p ?o }"}) as r:
-                assert r.status == 403  # the whole store: every graph
-            async with lab.http.get(lab.base + "/query", params={
-                    "query": "SELECT * WHERE { ?s ?p ?o }", "default-graph-uri": ""}) as r:
-                assert r.status in (200, 403)
-            err = await lab.subscribe(ws, "SELECT * WHERE { ?s ?p ?o }", "x")
+            for query, status in (
+                    ("SELECT * WHERE { ?s ?p ?o }", 200),  # the default graph only
+                    ("SELECT * WHERE { GRAPH ?g { ?s ?p ?o } }", 403),  # every graph
+                    ("SELECT * WHERE { GRAPH <http://example.org/g> { ?s ?p ?o } }", 403),
+                    ("SELECT * FROM <http://example.org/g> WHERE { ?s ?p ?o }", 403)):
+                async with lab.http.get(lab.base + "/query", params={"query": query}) as r:
+                    assert r.status == status, query
+            err = await lab.subscribe(ws, "SELECT * WHERE { GRAPH ?g { ?s ?p ?o } }", "x")
             assert err["status_code"] == 403 and err["alias"] == "x"
     run(main())
 

@@ -147,9 +147,14 @@ def test_example_config_loads():
     from sib.config import load
 
     config = load("sib.example.toml")
-    assert config.udp_port == 7000 and config.access["anonymous"] == "read"
+    assert config.udp_port == 7000
     policy = config.access_policy()
     assert len(policy.kps) == 1
+    # anonymous clients read one public graph, nothing else (a safe copy for a deployment)
+    grant = policy.anonymous_grant()
+    assert grant.allows("read", ["http://example.org/public"])
+    assert not grant.allows("read", ["default"]) and not grant.allows("read", ["*"])
+    assert not grant.allows("write", ["http://example.org/public"])
 
 
 def test_hash_password_subcommand():

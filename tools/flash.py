@@ -5,21 +5,25 @@ The build step turns every module under device_firmware/kspfw/ into a `.mpy` (by
 board imports it without compiling, which saves the RAM the compiler would take) in a build
 directory; `main.py` stays source, since MicroPython runs `main.py` by name. The copy step is
 a list of mpremote commands (`mpremote connect PORT ...`), printed instead of run with
---dry-run. The other board's on-chip-temperature driver is left out (--board).
+--dry-run. With --config only the modules that configuration uses are built and copied
+(tools/board_modules.py: e.g. no umqtt or telemetry agent without "mqtt", no sensor code on an
+actuator), and every module left out is printed with the reason; without it, every module
+but the other board's on-chip-temperature driver (--board).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tools import board_modules
+
 ROOT = Path(__file__).resolve().parents[1]
-FIRMWARE = ROOT / "device_firmware"
-PACKAGE = "kspfw"
-LIB = "lib"
-BOARDS = ("esp32", "rp2")
+FIRMWARE, PACKAGE, LIB, BOARDS = (board_modules.FIRMWARE, board_modules.PACKAGE,
+                                  board_modules.LIB, board_modules.BOARDS)
 
 
 def mpy_cross() -> str:
@@ -31,24 +35,23 @@ def mpy_cross() -> str:
     return found
 
 
-def sources(board: str) -> list[Path]:
-    """The package's modules for `board`, and lib/ (micropython-lib's umqtt.simple, for the
-    MQTT mode; a board's /lib is on its sys.path), relative to device_firmware/."""
-    other = [b for b in BOARDS if b != board]
-    return sorted(p.relative_to(FIRMWARE) for top in (PACKAGE, LIB)
-                  for p in (FIRMWARE / top).rglob("*.py")
-                  if "__pycache__" not in p.parts and not any(
-                      p.name == f"chip_temp_{o}.py" for o in other))
+def sources(board: str, cfg: dict | None = None) -> list[Path]:
+    """The modules a `board` with the checked configuration `cfg` uses (None: every module of
+    the package and lib/ (micropython-lib's umqtt.simple; a board's /lib is on its sys.path)
+    but the other board's driver), relative to device_firmware/."""
+    return [Path(rel) for rel in board_modules.select(cfg, board)[0]]
 
 
-def build(out: Path, board: str = "esp32", debug: bool = False) -> list[Path]:
-    """Compile the package into `out` (cleared first); returns the `.mpy` files written.
-    Without `debug` the bytecode has no line numbers (smaller; tracebacks say less)."""
+def build(out: Path, board: str = "esp32", debug: bool = False,
+          cfg: dict | None = None) -> list[Path]:
+    """Compile the modules of `sources(board, cfg)` into `out` (cleared first); returns the
+    `.mpy` files written. Without `debug` the bytecode has no line numbers (smaller;
+    tracebacks say less)."""
     if out.exists():
         shutil.rmtree(out)
     exe = mpy_cross()
     written = []
-    for rel in sources(board):
+    for rel in sources(board, cfg):
         target = out / rel.with_suffix(".mpy")
         target.parent.mkdir(parents=True, exist_ok=True)
         cmd = [exe, "-o", str(target), "-s", str(rel)]
@@ -65,9 +68,9 @@ def build(out: Path, board: str = "esp32", debug: bool = False) -> list[Path]:
 def copy_commands(port: str, out: Path, config: Path | None) -> list[list[str]]:
     """mpremote commands that put the build (and config.json) on the board and reset it."""
     base = ["mpremote", "connect", port]
-    cmds = [base + ["fs", "cp", "-r", str(out / PACKAGE), ":"],
-            base + ["fs", "cp", "-r", str(out / LIB), ":"],
-            base + ["fs", "cp", str(out / "main.py"), ":main.py"]]
+    cmds = [base + ["fs", "cp", "-r", str(out / top), ":"] for top in (PACKAGE, LIB)
+            if (out / top).is_dir()]
+    cmds.append(base + ["fs", "cp", str(out / "main.py"), ":main.py"])
     if config is not None:
         cmds.append(base + ["fs", "cp", str(config), ":config.json"])
         ca = board_files(config)
@@ -80,8 +83,6 @@ def copy_commands(port: str, out: Path, config: Path | None) -> list[list[str]]:
 def board_files(config: Path) -> tuple[Path, str] | None:
     """The MQTT mode's CA certificate (`mqtt.ca`: its name on the board), found on the host
     beside the config file: (host path, board path), or None."""
-    import json
-
     mqtt = json.loads(config.read_text()).get("mqtt")
     ca = mqtt.get("ca") if isinstance(mqtt, dict) and mqtt.get("tls") else None
     if not isinstance(ca, str) or not ca:
@@ -120,23 +121,35 @@ def simulate_module():
     return module
 
 
-def config_errors(path: Path) -> bool:
-    """Check a board's config.json with the firmware's own checks (as the board and
-    `ksp simulate-board` do); they print one line per bad setting. True if any."""
+def checked_config(path: Path) -> dict | None:
+    """A board's config.json through the firmware's own checks (as the board and
+    `ksp simulate-board` do), which print one line per bad setting: the checked settings,
+    or None if any is bad."""
     simulate_module().firmware_importable()
     from kspfw import config
 
     try:
-        config.load(str(path), 64 * 1024)
+        return config.load(str(path), 64 * 1024)
     except config.ConfigError:
-        return True
-    return False
+        return None
+
+
+def left_out_lines(cfg: dict | None, board: str) -> list[str]:
+    """What `ksp flash` says of the modules it does not copy, one line each."""
+    left = board_modules.select(cfg, board)[1]
+    head = ("left out, not used by this configuration:" if cfg is not None else
+            "no --config: every module copied (the board's config.json is not known) but:")
+    return [head] + [f"  {Path(rel).with_suffix('.mpy').as_posix()}: {why}"
+                     for rel, why in left.items()]
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.config is not None and config_errors(args.config):
-        print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)
-        return 2
+    cfg = None
+    if args.config is not None:
+        cfg = checked_config(args.config)
+        if cfg is None:
+            print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)
+            return 2
     ca = board_files(args.config) if args.config is not None else None
     if ca is not None and "/" in ca[1]:
         print(f"error: --config {args.config}: mqtt.ca {ca[1]!r}: ksp flash copies a file "
@@ -146,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --config {args.config}: mqtt.ca {ca[1]!r}: no {ca[0]} to copy to the "
               "board (put the broker's CA certificate beside the config)", file=sys.stderr)
         return 2
-    files = build(args.build, args.board, args.debug)
+    files = build(args.build, args.board, args.debug, cfg)
     size = sum(f.stat().st_size for f in files)
     print(f"built {len(files)} modules with mpy-cross into {args.build} ({size} bytes of .mpy)")
+    print("\n".join(left_out_lines(cfg, args.board)))
     cmds = copy_commands(args.port, args.build, args.config)
     if args.dry_run:
         for cmd in cmds:

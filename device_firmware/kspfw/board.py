@@ -6,7 +6,7 @@ import time
 
 import machine
 
-from .hal import FileState
+from .state import FileState
 
 _CHIP_TEMP = "kspfw.drivers.chip_temp_" + ("esp32" if sys.platform == "esp32" else "rp2")
 

@@ -16,7 +16,6 @@ from micropython import const
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
-RDFS = "http://www.w3.org/2000/01/rdf-schema#"
 XSD_STRING = XSD + "string"
 XSD_INTEGER = XSD + "integer"
 XSD_FLOAT = XSD + "float"
@@ -24,13 +23,8 @@ XSD_DOUBLE = XSD + "double"
 XSD_DATETIME = XSD + "dateTime"
 XSD_BOOLEAN = XSD + "boolean"
 RDF_LANGSTRING = RDF + "langString"
-
-#: Table 3.5: the IRIs sent as a one-byte reserved word (code = index).
-RESERVED = (RDF + "type", RDFS + "Class", RDFS + "subClassOf", RDF + "Property",
-            RDFS + "subPropertyOf", RDFS + "range", RDFS + "domain",
-            "http://www.w3.org/2002/07/owl#TransitiveProperty",
-            "http://www.w3.org/2002/07/owl#sameAs", XSD_STRING, XSD_INTEGER, XSD_FLOAT,
-            XSD_DATETIME, XSD_BOOLEAN)
+#: Where every reserved word (table 3.5, kspfw/reserved.py, loaded for such IRIs only) lives.
+_W3 = "http://www.w3.org/"
 
 
 class Lit:
@@ -197,7 +191,11 @@ def _literal(out, lit, prefixes, operand=False):
 
 def _mtype(t, vars_ok):
     if isinstance(t, str):
-        return 2 if t in RESERVED else 1
+        if t.startswith(_W3):
+            from .reserved import RESERVED
+
+            return 2 if t in RESERVED else 1
+        return 1
     if isinstance(t, int):
         if vars_ok and 0 <= t < 256:
             return 3
@@ -213,6 +211,8 @@ def _member(out, t, code, prefixes):
     if code == 1:
         _uri(out, t, prefixes)
     elif code == 2:
+        from .reserved import RESERVED
+
         out.append(RESERVED.index(t))
     elif code == 3:
         out.append(t)

@@ -5,6 +5,7 @@ printing one line per bad or missing setting, e.g. `config: sib.port: must be an
 1..65535, not "80a"`, so the serial console says everything that is wrong at once.
 """
 import json
+import sys
 
 SENSOR_TYPES = ("chip_temp", "dht22", "bme280", "light")
 
@@ -13,9 +14,11 @@ class ConfigError(Exception):
     pass
 
 
-def auto_max_size(free):
-    """MAX RESPONSE SIZE for a board with `free` bytes of heap: an eighth of it, 256..8192."""
-    return max(256, min(8192, free // 8))
+def auto_max_size(free, selects=True):
+    """MAX RESPONSE SIZE for a board with `free` bytes of heap: an eighth of it, 256..8192; 64
+    when it receives no SELECT result (`selects` false): statuses and ASK answers are under 40
+    bytes, sealed ones too, and the receive buffer is this size."""
+    return max(256, min(8192, free // 8)) if selects else 64
 
 
 class _Check:
@@ -116,7 +119,7 @@ def check(cfg, free=None):
     out["listen_ms"] = c.get("listen_ms", int, 0, required=False, lo=0, hi=60000)
     size = cfg.get("max_response_size", "auto")
     if size == "auto":
-        out["max_size"] = auto_max_size(free if free is not None else 64 * 1024)
+        out["max_size"] = auto_max_size(64 * 1024 if free is None else free, _selects(out, cfg))
     else:
         out["max_size"] = c.get("max_response_size", int, 1024, lo=64, hi=65507)
     if mqtt is not None and out["agent"] != "sensor":
@@ -130,6 +133,16 @@ def check(cfg, free=None):
             print(e)
         raise ConfigError(c.errors)
     return out
+
+
+def _selects(out, cfg):
+    """Whether the board receives SELECT results: a sensor subscribed to its period, an
+    actuator with a "select" output."""
+    if out["agent"] == "sensor":
+        return out["period_property"] is not None
+    outputs = cfg.get("outputs")
+    return not isinstance(outputs, list) or any(
+        not isinstance(o, dict) or "select" in o for o in outputs)
 
 
 def _mqtt(c, cfg):
@@ -203,6 +216,13 @@ def _outputs(c, items):
             c.bad(key + (".ask" if "ask" in o else ".select"),
                   "must be a non-empty list of [s, p, o] patterns", query)
     return items
+
+
+def unload():
+    """Forget this module (main.py, once the settings are checked): only the boot needs the
+    checks, and their code would otherwise hold about 6 KB of heap for good."""
+    del sys.modules["kspfw.config"]
+    delattr(sys.modules["kspfw"], "config")
 
 
 def _fail(msg):

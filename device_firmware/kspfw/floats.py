@@ -7,6 +7,12 @@ laid out as CPython's repr) is computed here from the IEEE bit pattern with Pyth
 lexical form rounds to, or None when it has no compact form (the caller then compares
 `lexical(bits(x)) == x`, the compact-form rule).
 """
+import struct
+
+
+def float32(x):
+    """The lexical form of number `x` as an xsd:float (rounded to binary32, as it travels)."""
+    return lexical(struct.unpack("<I", struct.pack("<f", x))[0], False)
 
 
 def _fmt(wide):

@@ -13,20 +13,18 @@ A board object provides:
 - `network(cfg)`: bring the network up (Wi-Fi), reconnecting after a loss; raises OSError;
   `connected()`: whether it is still up (checked every turn of the agent loop).
 
-`board.MCUBoard` is the real one (machine, network, esp32/rp2); tests/firmware/simboard.py is
-a simulated one for CPython and the WebAssembly MicroPython.
+`state.FileState` keeps the state and the counter in files. `board.MCUBoard` is the real one
+(machine, network, esp32/rp2); tests/firmware/simboard.py is a simulated one for CPython and
+the WebAssembly MicroPython.
 """
-import json
-import struct
-
 from .codec import XSD_BOOLEAN, XSD_FLOAT, XSD_INTEGER, Lit
 
 
 def flt(x):
     """An xsd:float literal of a number, in the canonical form that travels as 4 bytes."""
-    from .floats import lexical
+    from .floats import float32
 
-    return Lit(lexical(struct.unpack("<I", struct.pack("<f", x))[0], False), XSD_FLOAT)
+    return Lit(float32(x), XSD_FLOAT)
 
 
 def term(x):
@@ -56,31 +54,3 @@ def boolean(b):
 
 def pattern(triples):
     return [tuple(term(x) for x in t) for t in triples]
-
-
-class FileState:
-    """load_state/save_state over a JSON file (boards without RTC memory, and the simulation)."""
-
-    def __init__(self, path="ksp_state.json"):
-        self.path = path
-
-    def load_counter(self):
-        try:
-            return int(open(self.path + ".ctr").read())
-        except (OSError, ValueError):
-            return 0
-
-    def save_counter(self, n):
-        with open(self.path + ".ctr", "w") as f:
-            f.write(str(n))
-
-    def load_state(self):
-        try:
-            with open(self.path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def save_state(self, obj):
-        with open(self.path, "w") as f:
-            json.dump(obj, f)

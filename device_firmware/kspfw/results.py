@@ -2,8 +2,8 @@
 that only sends readings never needs it, and its heap stays smaller."""
 import struct
 
-from .codec import (RDF_LANGSTRING, RESERVED, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT,
-                    XSD_INTEGER, BNode, Lit, _is_datetime, _is_tag)
+from .codec import (RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER,
+                    BNode, Lit, _is_datetime, _is_tag)
 
 
 class Select:
@@ -105,6 +105,8 @@ def _term_at(buf, pos, prefixes):
     if k == 1:
         return _uri_at(buf, pos, prefixes)
     if k == 2:
+        from .reserved import RESERVED
+
         return RESERVED[buf[pos]], pos + 1  # IndexError: no such reserved word
     if k == 4:
         return _literal_at(buf, pos, prefixes)

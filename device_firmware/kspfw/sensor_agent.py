@@ -7,7 +7,6 @@ sleeping one stays awake "listen_ms" after its readings for the INDs (the SIB se
 board's new address only when it retransmits)."""
 from .agent import Agent, due_in, later
 from .codec import XSD_FLOAT, Lit
-from .hal import flt
 
 UPDATE_DATA = 0x03
 DELETE = 0x04
@@ -63,10 +62,12 @@ class SensorAgent(Agent):
                 print("sensor: ignoring period", rows[0][0])
 
     def read(self):
+        from .floats import float32  # loaded by the first reading, as the codec loads it
+
         values = {}
         for prop, read in self.readers:
             try:
-                values[prop] = flt(read()).value
+                values[prop] = float32(read())
             except (OSError, ValueError) as e:  # skip this sensor for this round
                 print("sensor: reading %s failed: %s" % (prop, e))
         return values

@@ -12,7 +12,7 @@ is rebuilt with back-off. The time is the board's UTC clock, set by NTP after Wi
 whose clock is not set yet publishes nothing (a reading's time is what makes it unique)."""
 import json
 
-from .hal import flt
+from .floats import float32
 
 #: UCUM units of the drivers' quantities (bme280: °C, hPa, %RH; light: a fraction 0..1).
 UNITS = {"temperature": "Cel", "humidity": "%", "pressure": "hPa", "light": "1"}
@@ -30,7 +30,7 @@ def stamp(t):
 
 def message(device, prop, value, unit, when):
     """(topic, payload) of one reading; None for a value JSON cannot carry (inf, nan)."""
-    text = flt(value).value
+    text = float32(value)
     if text in ("INF", "-INF", "NaN"):
         return None
     body = '{"device":%s,"property":%s,"value":%s,"time":"%s"' % (

@@ -33,7 +33,7 @@ import pyoxigraph as ox
 from ksp.errors import SparqlSyntaxError
 from ksp.ratelog import RateLimitedLog
 
-from ..access import ALL, Grant, graph_names
+from ..access import ALL, DEFAULT, Grant, graph_names
 from ..budget import OverBudget, checked, timed
 from ..errors import RequestError, StoreUnwritable
 from ..fairness import Shares
@@ -41,6 +41,7 @@ from ..index import PatternIndex
 from ..metrics import Histogram
 from ..store import Delta
 from ..updates import GraphChange, new_graphs
+from .reads import graphs_read
 from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
 
@@ -161,14 +162,18 @@ class SepaBroker:
             return None
         return grant if grant is not None else self.core.access.anonymous_grant()
 
-    def _check_read(self, grant: Grant | None, dataset: Dataset) -> None:
+    def _check_read(self, grant: Grant | None, dataset: Dataset, text: str | None) -> None:
+        """`text`: the query (or an update's WHERE as a query) whose graphs it reads when the
+        protocol's parameters do not say (`sib.sepa.reads`)."""
         grant = self._grant(grant)
         if grant is None:
             return
-        if dataset.default is None or dataset.named is None:
-            reads = {ALL}  # the store's own dataset: every graph (GRAPH ?g reads them all)
-        else:
-            reads = graph_names((*dataset.default, *dataset.named))
+        if dataset.default is not None and dataset.named is not None:
+            reads = graph_names((*dataset.default, *dataset.named))  # exactly these
+        elif text is None:
+            reads = {ALL}
+        else:  # the text's FROM clauses, else the graphs its patterns reach (WITH: default)
+            reads = graphs_read(text, graph_names(dataset.default, DEFAULT))
         if not grant.allows("read", reads):
             raise SepaError(403, "forbidden", f"no read permission on {sorted(reads)}")
 
@@ -183,7 +188,7 @@ class SepaBroker:
 
     def query(self, text: str, dataset: Dataset, grant: Grant | None = None):
         """The pyoxigraph result of a query (solutions, boolean or triples)."""
-        self._check_read(grant, dataset)
+        self._check_read(grant, dataset, text)
         return self._execute(text, dataset)
 
     def _execute(self, text: str, dataset: Dataset):
@@ -213,7 +218,7 @@ class SepaBroker:
         try:
             for op in ops:
                 if op.reads:
-                    self._check_read(grant, _reads(op))
+                    self._check_read(grant, _reads(op), op.where)
                 self._check_write(grant, op.writes())  # covers every graph its change writes
                 try:
                     with timed(self.core.budgets.update, "the update's WHERE"):
@@ -258,7 +263,7 @@ class SepaBroker:
         result as added). `grant_of` gives its subscriber's grant under the policy in force
         (None, or no `grant_of`: anonymous), now and again under a new one (`recheck`);
         `party` whose share of the subscriptions it counts against (`max_per_party`)."""
-        self._check_read(grant_of() if grant_of is not None else None, dataset)
+        self._check_read(grant_of() if grant_of is not None else None, dataset, text)
         if len(self.subscriptions) >= self.max_subscriptions:
             raise SepaError(429, "too_many_subscriptions",
                             f"the SIB holds {self.max_subscriptions} subscriptions, its limit")
@@ -304,7 +309,7 @@ class SepaBroker:
         ended = 0
         for sub in list(self.subscriptions.values()):
             try:
-                self._check_read(sub.grant(), sub.evaluation.dataset)
+                self._check_read(sub.grant(), sub.evaluation.dataset, sub.evaluation.text)
             except SepaError as exc:
                 log.warning("SEPA subscription %s ended by the new access policy: %s",
                             sub.spuid, exc.description)

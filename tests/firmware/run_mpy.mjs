@@ -1,13 +1,17 @@
 // Run a Python script inside real MicroPython (the WebAssembly build from npm) under Node.
 //
 //   node tests/firmware/run_mpy.mjs [--heap BYTES] [--copy HOSTDIR:MPDIR]...
-//                                    [--fetch MPFILE:HOSTFILE]... SCRIPT [ARGS...]
+//                                    [--fetch MPFILE:HOSTFILE]... [--step NAME] SCRIPT [ARGS...]
 //
 // Each --copy puts a host directory tree into MicroPython's in-memory filesystem (e.g. the
 // firmware at /fw, the golden vectors at /vectors); SCRIPT runs as __main__ with sys.argv set
 // to [SCRIPT, ...ARGS]. Its stdout and stderr pass through; each --fetch copies a file the
 // script wrote back to the host (MicroPython's stdout goes out byte by byte, slow for MBs). The exit code is 0 when the script
 // ends normally, 1 when it raises (the traceback is printed on stderr).
+// With --step NAME, the function NAME the script defined is then called from JavaScript until
+// it returns a false value: this build's gc.collect() only asks for a collection, which runs
+// when control is back in JavaScript, so each call starts with only live objects on the heap
+// (gc.mem_alloc() at its start is the live heap; inside one call it counts garbage too).
 import { readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadMicroPython } from "@micropython/micropython-webassembly-pyscript/micropython.mjs";
@@ -16,11 +20,13 @@ const argv = process.argv.slice(2);
 let heap = 64 * 1024 * 1024;
 const copies = [];
 const fetches = [];
+let step = null;
 while (argv.length && argv[0].startsWith("--")) {
   const flag = argv.shift();
   if (flag === "--heap") heap = Number(argv.shift());
   else if (flag === "--copy") copies.push(argv.shift());
   else if (flag === "--fetch") fetches.push(argv.shift());
+  else if (flag === "--step") step = argv.shift();
   else throw new Error(`unknown option ${flag}`);
 }
 if (!argv.length) throw new Error("usage: run_mpy.mjs [--heap N] [--copy HOST:MP]... SCRIPT [ARGS]");
@@ -62,7 +68,12 @@ let code = 0;
 try {
   mp.runPython(
     "import sys\nsys.argv[:] = list(_argv)\ndel _argv\n" +
-    "exec(open('/__main_script__.py').read(), {'__name__': '__main__'})\n");
+    "_g = {'__name__': '__main__'}\n" +
+    "exec(open('/__main_script__.py').read(), _g)\n");
+  if (step !== null) {
+    const fn = mp.globals.get("_g")[step];
+    while (fn()) { /* the heap is collected between calls */ }
+  }
 } catch (err) {
   process.stderr.write(String(err && err.message ? err.message : err) + "\n");
   code = 1;

@@ -6,14 +6,22 @@ Measured in one run (the ratios never mix runs):
 - heap (``gc.mem_alloc()``) of client + codec right after import, and while subscribed (a
   persistent SELECT with its RES and one IND held, plus a 1 KiB receive buffer), inside
   MicroPython's WebAssembly build under Node, importing the compiled ``.mpy`` bundle as a board
-  does (32-bit object model, like ESP32 and RP2040);
-- size of the ``.mpy`` bundle ``ksp flash`` builds, per board, and of its client + codec core;
+  does (32-bit object model, like ESP32 and RP2040). Two figures: the live heap (collected
+  between calls from JavaScript, as a board's gc.collect() leaves it: the target's figure)
+  and what was allocated since the import began, garbage included (this build's gc.collect()
+  inside one call collects nothing; tables before issue 41 give this one);
+- per board role (the example sensor, the same in the MQTT mode, the example actuator): the
+  ``.mpy`` bundle ``ksp flash --config`` builds for it, and its live heap after import and
+  while running (tools/bench/firmware_roles.py);
+- size of the ``.mpy`` bundle ``ksp flash`` builds without a config, per board, and of its
+  client + codec core;
 - µs per message for the same messages encoded/decoded by the firmware codec on MicroPython
   (WASM) and on CPython (same source), and their ratio;
 - agreement with the golden vectors: the firmware runner inside MicroPython against every
   vector in its scope (tests/firmware/scope.py lists the rest).
 
-Targets: heap after import < 16 KiB, bundle < 24 KiB, 100 % vector agreement.
+Targets: heap after import < 16 KiB, heap while subscribed < 20 KiB (live), bundle < 24 KiB,
+100 % vector agreement.
 """
 from __future__ import annotations
 
@@ -36,12 +44,14 @@ from .report import bench_parser, command_line, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("firmware_probe.py")
+ROLES = Path(__file__).with_name("firmware_roles.py")
+SIMBOARD = ROOT / "tests" / "firmware"
 RUN_MPY = ROOT / "tests" / "firmware" / "run_mpy.mjs"
 RUNNER = ROOT / "tests" / "firmware" / "runner.py"
 SHIMS = ROOT / "tests" / "firmware" / "cpython"
 CORE = ("kspfw/__init__.mpy", "kspfw/codec.mpy", "kspfw/client.mpy", "kspfw/floats.mpy",
         "kspfw/options.mpy", "kspfw/results.mpy")
-HEAP_TARGET, BUNDLE_TARGET = 16 * 1024, 24 * 1024
+HEAP_TARGET, SUBSCRIBED_TARGET, BUNDLE_TARGET = 16 * 1024, 20 * 1024, 24 * 1024
 GH = "http://example.org/greenhouse#"
 XSD_FLOAT = "http://www.w3.org/2001/XMLSchema#float"
 
@@ -58,8 +68,9 @@ def inputs() -> dict[str, str]:
             "res_ok": encode(Response(7)).hex()}
 
 
-def node_cmd(copies: dict[str, Path], script: Path, *args: str) -> list[str]:
-    cmd = ["node", str(RUN_MPY)]
+def node_cmd(copies: dict[str, Path], script: Path, *args: str,
+             step: str | None = None) -> list[str]:
+    cmd = ["node", str(RUN_MPY)] + (["--step", step] if step else [])
     for target, host in copies.items():
         cmd += ["--copy", f"{host}:{target}"]
     return cmd + [str(script), *args]
@@ -68,8 +79,14 @@ def node_cmd(copies: dict[str, Path], script: Path, *args: str) -> list[str]:
 def run_probe(bundle: Path, work: Path, rounds: int, target_ms: int) -> tuple[dict, dict]:
     (work / "in").mkdir()
     (work / "in" / "inputs.json").write_text(json.dumps(inputs()))
-    mpy = subprocess.run(node_cmd({"/b": bundle, "/in": work / "in"}, PROBE, "/b",
-                                  "/in/inputs.json", str(rounds), str(target_ms)),
+    copies = {"/b": bundle, "/in": work / "in"}
+    straight = subprocess.run(node_cmd(copies, PROBE, "/b", "/in/inputs.json", "0", "0",
+                                       "--straight"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if straight.returncode:
+        raise SystemExit(f"MicroPython probe failed:\n{straight.stderr}")
+    mpy = subprocess.run(node_cmd(copies, PROBE, "/b", "/in/inputs.json", str(rounds),
+                                  str(target_ms), step="step"),
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if mpy.returncode:
         raise SystemExit(f"MicroPython probe failed:\n{mpy.stderr}")
@@ -79,7 +96,53 @@ def run_probe(bundle: Path, work: Path, rounds: int, target_ms: int) -> tuple[di
                          cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
     if cpy.returncode:
         raise SystemExit(f"CPython probe failed:\n{cpy.stderr}")
-    return json.loads(mpy.stdout), json.loads(cpy.stdout)
+    live, allocated = json.loads(mpy.stdout), json.loads(straight.stdout)
+    live["allocated_after_import"] = allocated["heap_after_import"]
+    live["allocated_subscribed"] = allocated["heap_subscribed"]
+    return live, json.loads(cpy.stdout)
+
+
+def role_configs() -> dict[str, dict]:
+    """The board roles measured: the example configurations (config.example.json in KSP and in
+    MQTT mode, config.actuator.example.json), with a 1 KiB MAX RESPONSE SIZE where the
+    configuration would take it from the free heap, so the roles compare."""
+    sensor = json.loads((flash.FIRMWARE / "config.example.json").read_text())
+    actuator = json.loads((flash.FIRMWARE / "config.actuator.example.json").read_text())
+    return {"sensor (KSP)": sensor, "sensor (MQTT)": dict(sensor, mqtt={"host": "10.0.0.3"}),
+            "actuator (ASK)": actuator}
+
+
+def role_inputs() -> dict[str, str]:
+    """The Data field of a SELECT answer a role receives (the sensor's period: one integer)."""
+    integer = "http://www.w3.org/2001/XMLSchema#integer"
+    res = encode(Response(0, Status.OK, SelectResult(1, ((Literal("30", integer),),), 1, ())))
+    return {"select_body": res[4:].hex()}
+
+
+def run_roles(work: Path, board: str = "esp32") -> dict[str, dict]:
+    """Per role: the bundle `ksp flash --config` builds and its live heap in MicroPython."""
+    sys.path.insert(0, str(flash.FIRMWARE))
+    from kspfw import config
+
+    inp = work / "roles"
+    inp.mkdir()
+    (inp / "inputs.json").write_text(json.dumps(role_inputs()))
+    (inp / "socket.py").write_text("# the board's built-in socket; umqtt.simple imports it\n")
+    out = {}
+    for i, (name, raw) in enumerate(role_configs().items()):
+        if raw.get("max_response_size", "auto") == "auto":
+            raw = dict(raw, max_response_size=1024)
+        (inp / f"{i}.json").write_text(json.dumps(raw))
+        bundle = work / f"role-{i}"
+        files = flash.build(bundle, board, cfg=config.check(raw, 64 * 1024))
+        proc = subprocess.run(node_cmd({"/b": bundle, "/t": SIMBOARD, "/in": inp}, ROLES, "/b",
+                                       "/t", f"/in/{i}.json", "/in/inputs.json", step="step"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            raise SystemExit(f"role {name}: MicroPython failed:\n{proc.stderr}")
+        out[name] = dict(json.loads(proc.stdout.splitlines()[-1]),
+                         bundle=sum(f.stat().st_size for f in files), modules=len(files))
+    return out
 
 
 def vector_agreement(work: Path) -> tuple[int, int]:
@@ -125,9 +188,10 @@ def run(quick: bool) -> dict:
             sizes[board] = sum(f.stat().st_size for f in files)
         core = sum((work / "build-esp32" / name).stat().st_size for name in CORE)
         mpy, cpy = run_probe(work / "build-esp32", work, rounds, target_ms)
+        roles = run_roles(work)
         agree, total = vector_agreement(work)
     return {"sizes": sizes, "core": core, "mpy": mpy, "cpy": cpy, "agree": agree,
-            "total": total, "rounds": rounds, "target_ms": target_ms}
+            "total": total, "rounds": rounds, "target_ms": target_ms, "roles": roles}
 
 
 def _kib(n: int) -> str:
@@ -137,15 +201,22 @@ def _kib(n: int) -> str:
 def rows(report: dict) -> tuple[list[list[str]], list[list[str]]]:
     mpy, cpy = report["mpy"], report["cpy"]
     memory = [
-        ["heap after import (client + codec, .mpy)", _kib(mpy["heap_after_import"]),
+        ["heap after import (client + codec, .mpy), live", _kib(mpy["heap_after_import"]),
          "< 16 KiB", "yes" if mpy["heap_after_import"] < HEAP_TARGET else "**no**"],
         ["heap while subscribed (+ 1 KiB buffer, lazily loaded float and result readers, "
-         "the newest IND's result held)", _kib(mpy["heap_subscribed"]),
-         "", ""],
+         "the newest IND's result held), live", _kib(mpy["heap_subscribed"]),
+         "< 20 KiB", "yes" if mpy["heap_subscribed"] < SUBSCRIBED_TARGET else "**no**"],
+        ["the same, allocated since the import began (garbage included)",
+         f"{_kib(mpy['allocated_after_import'])}; {_kib(mpy['allocated_subscribed'])}", "", ""],
     ]
     for board, size in report["sizes"].items():
-        memory.append([f".mpy bundle, {board} (`ksp flash --board {board}`)", _kib(size),
-                       "< 24 KiB", "yes" if size < BUNDLE_TARGET else "**no**"])
+        memory.append([f".mpy bundle, {board}, every module (`ksp flash --board {board}`)",
+                       _kib(size), "", ""])
+    for name, r in report["roles"].items():
+        memory.append([f"{name}: `ksp flash --config` bundle ({r['modules']} modules); live "
+                       "heap after import; while running", f"{_kib(r['bundle'])}; "
+                       f"{_kib(r['heap_after_import'])}; {_kib(r['heap_running'])}",
+                       "bundle < 24 KiB", "yes" if r["bundle"] < BUNDLE_TARGET else "**no**"])
     memory.append([".mpy of client + codec (codec, client, floats, options, results)",
                    _kib(report["core"]), "", ""])
     pct = 100 * report["agree"] / report["total"]
@@ -165,7 +236,9 @@ def render(report: dict, command: str, markdown: bool) -> str:
     s_head = ["message", "MicroPython µs", "CPython µs", "MicroPython / CPython"]
     method = (f"µs: median of {report['rounds']} interleaved rounds of ~{report['target_ms']} ms "
               "per message, same messages and same firmware source on both (CPython with the "
-              "`micropython.const` stand-in); heap: gc.mem_alloc() after gc.collect()")
+              "`micropython.const` stand-in); heap: gc.mem_alloc(), live: collected between "
+              "calls from JavaScript (run_mpy.mjs --step); roles: MAX RESPONSE SIZE 1 KiB, "
+              "board.py and the drivers not imported (the simulated board stands in)")
     if not markdown:
         strip = lambda rs: [[c.replace("**", "").replace("`", "") for c in r] for r in rs]  # noqa
         return "\n".join(["\t".join(m_head), *("\t".join(r) for r in strip(memory)), "",

@@ -2,12 +2,21 @@
 tools/bench/firmware.py. MicroPython-compatible on purpose: no typing, no dataclasses.
 
     firmware_probe.py BUNDLE_DIR INPUT_JSON ROUNDS TARGET_MS
+    node run_mpy.mjs --step step ... firmware_probe.py BUNDLE_DIR INPUT_JSON ROUNDS TARGET_MS
 
 BUNDLE_DIR holds the firmware (the compiled .mpy bundle on MicroPython); INPUT_JSON the
 messages to decode (hex, encoded by the reference codec). Prints one JSON object: heap figures
-(MicroPython only) and, per message, the µs per call of each of ROUNDS interleaved rounds.
-The WebAssembly port's ticks_us() advances in whole milliseconds, so a round must last tens of
-milliseconds (TARGET_MS) for the per-call figure to be exact to a few percent.
+(MicroPython only) and, per message, the µs per call of each of ROUNDS interleaved rounds
+(none with ROUNDS 0). The WebAssembly port's ticks_us() advances in whole milliseconds, so a
+round must last tens of milliseconds (TARGET_MS) for the per-call figure to be exact to a few
+percent.
+
+Heap: this build's gc.collect() only asks for a collection, which runs once control is back
+in JavaScript. Run straight, gc.mem_alloc() therefore counts every byte allocated since the
+start, garbage included ("allocated": the loader's buffers, temporaries of decoding). Run by
+run_mpy.mjs --step, the import, the subscription and the timing are three calls of `step()`
+from JavaScript, each reading gc.mem_alloc() first: the live heap, as a board has it after
+gc.collect().
 """
 import gc
 import json
@@ -30,10 +39,15 @@ def alloc():
 
 
 BASE = alloc()
-from kspfw import client as client_mod  # noqa: E402
-from kspfw import codec  # noqa: E402
+M = {}
 
-AFTER_IMPORT = alloc() - BASE
+
+def load():
+    from kspfw import client as client_mod
+    from kspfw import codec
+
+    M["client"], M["codec"] = client_mod, codec
+    return alloc() - BASE
 
 GH = "http://example.org/greenhouse#"
 CREDS = (bytes(range(16)), "pw")
@@ -53,17 +67,19 @@ def subscription_heap(ind, res):
     held = []
     link = Link()
     buf = bytearray(1024)
-    c = client_mod.Client(link, lambda kind, tid, r: held.append(r), rand=lambda bits: 0)
+    c = M["client"].Client(link, lambda kind, tid, r: held.append(r), rand=lambda bits: 0)
     c.send(0, 0x0D, vc=2, graphs=([(0, GH + "temperature", 1)],), prefixes=(GH,),
            max_size=1024, credentials=CREDS)
     for raw in (res, ind):
         buf[:len(raw)] = raw
         c.feed(memoryview(buf)[:len(raw)], 0)
     del held[:-1]
+    M["subscribed"] = (c, buf, held)
     return alloc() - BASE, held
 
 
 def operations(inputs):
+    codec = M["codec"]
     readings = [(GH + "sensor42", GH + "temperature", codec.Lit("21.5", codec.XSD_FLOAT)),
                 (GH + "sensor42", GH + "humidity", codec.Lit("48.25", codec.XSD_FLOAT))]
     old = [(GH + "sensor42", GH + "temperature", codec.Lit("21.25", codec.XSD_FLOAT)),
@@ -92,12 +108,19 @@ def per_call_us(fn, loops):
     return (time.ticks_diff(int(t1), int(t0)) if MICRO else t1 - t0) / loops  # type: ignore
 
 
-def main():
+def subscribe():
+    with open(sys.argv[2]) as f:
+        inputs = json.load(f)
+    return subscription_heap(bytes.fromhex(inputs["ind_select"]),
+                             bytes.fromhex(inputs["res_select"]))
+
+
+def timings():
     with open(sys.argv[2]) as f:
         inputs = json.load(f)
     rounds, target = int(sys.argv[3]), int(sys.argv[4])
-    during, held = subscription_heap(bytes.fromhex(inputs["ind_select"]),
-                                     bytes.fromhex(inputs["res_select"]))
+    if not rounds:
+        return []
     ops = operations(inputs)
     loops = []
     for name, fn in ops:  # warm up (lazy imports), then auto-range: about TARGET_MS per round
@@ -112,11 +135,38 @@ def main():
         for k in range(len(ops)):
             i = (r + k) % len(ops)
             times[i].append(per_call_us(ops[i][1], loops[i]))
+    return [[name, times[i]] for i, (name, _) in enumerate(ops)]
+
+
+def report(after_import, during, held, live):
     print(json.dumps({"implementation": sys.implementation.name,
-                      "heap_after_import": AFTER_IMPORT if MICRO else None,
+                      "heap_after_import": after_import if MICRO else None,
                       "heap_subscribed": during if MICRO else None,
+                      "heap": "live" if live else "allocated",
                       "held_rows": len(held[0].result.rows) if held else 0,
-                      "ops": [[name, times[i]] for i, (name, _) in enumerate(ops)]}))
+                      "ops": timings()}))
 
 
-main()
+HEAP = []
+
+
+def step():
+    """One stage per call from JavaScript (run_mpy.mjs --step): the heap is collected
+    between calls, so each starts by reading the live heap."""
+    HEAP.append(gc.mem_alloc())
+    if len(HEAP) == 1:
+        load()
+    elif len(HEAP) == 2:
+        subscribe()
+    else:
+        base, imported, subscribed = HEAP
+        report(imported - base, subscribed - base, M["subscribed"][2], True)
+        return False
+    gc.collect()
+    return True
+
+
+if not MICRO or "--straight" in sys.argv:
+    after_import = load()
+    during, held = subscribe()
+    report(after_import, during, held, False)
