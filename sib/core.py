@@ -49,6 +49,7 @@ from .persistent import Channel
 from .propagation import Propagation
 from .query import evaluate, evaluate_once
 from .registry import Registry
+from .simple import plan
 from .store import QuadStore
 from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
@@ -166,6 +167,25 @@ class SibCore:
                 self.store, request, Pattern(request), payload))
         except Exception as exc:
             return self._refused(request, kp, exc)
+
+    def read_at_once(self, request: Request, kp: KPIdentity, payload: int | None = None
+                     ) -> Response | None:
+        """The RES of a simple one-shot query (`sib.simple`: one triple pattern, a few rows),
+        answered on the calling thread; None for any other, and for one the access policy
+        refuses: `read` answers those, on a reader thread. (A simple read passes
+        `check_request` by its shape.)"""
+        simple = plan(request)
+        if simple is None:
+            return None
+        try:
+            self.access.check_from(kp.kp_id, request)
+            result = simple.answer(self.store, payload)
+        except Exception:  # refused, or not evaluable so: `read` says how
+            return None
+        if result is None:
+            return None
+        self.metrics.requests[request.tx.name] += 1
+        return Response(request.tid, Status.OK, result)
 
     def _refused(self, request: Request, kp: KPIdentity, exc: Exception) -> Response:
         """The RES of a request that raised `exc` (a bug or an I/O error: INTERNAL_ERROR; the

@@ -69,8 +69,19 @@ def quad_to_ox(q: Quad) -> ox.Quad:
     return ox.Quad(to_ox(q[0]), to_ox(q[1]), to_ox(q[2]), graph_to_ox(q[3]))
 
 
+_NAMED, _LITERAL = ox.NamedNode, ox.Literal
+
+
 def from_ox(term) -> Term:
     """The ksp term of a pyoxigraph term."""
+    kind = type(term)  # the common kinds first, without the isinstance walk
+    if kind is _LITERAL:
+        lang = term.language
+        if lang:
+            return Literal(term.value, RDF_LANGSTRING, lang)
+        return Literal(term.value, term.datatype.value)
+    if kind is _NAMED:
+        return IRI(term.value)
     if isinstance(term, ox.NamedNode):
         return IRI(term.value)
     if isinstance(term, ox.Literal):

@@ -118,7 +118,7 @@ class Pattern:
 
 
 def row_from_ox(row) -> Solution:
-    return tuple(None if t is None else from_ox(t) for t in row)
+    return tuple([None if t is None else from_ox(t) for t in row])
 
 
 def _all_var_indexes(request: Request):

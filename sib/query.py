@@ -7,6 +7,7 @@ business (`ksp.encode(max_size=)` keeps whole results that fit and reports TRC =
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from heapq import nsmallest
 from itertools import islice
 
@@ -90,15 +91,31 @@ def evaluate_once(store: QuadStore, req: Request, pattern: Pattern,
     thread)."""
     if req.tx.base is not Tx.SELECT:
         return evaluate(store, req, pattern)
-    projection = req.projection or 0
-    caps = [c for c in (payload, req.options.max_response_size) if c is not None]
-    keep = min(MAX_ROWS, min(caps) // max(1, projection)) if caps else MAX_ROWS
     # pyoxigraph's rows, keyed without making a term: the ksp terms (and the garbage
     # collector's work on them, which holds every thread) only for the rows kept
-    rows = pattern.store_rows(store, projection, req.options.modifier)
+    return select(req, pattern.store_rows(store, req.projection or 0, req.options.modifier),
+                  payload)
+
+
+def select(req: Request, rows: Iterator | list, payload: int | None = None) -> SelectResult:
+    """The SELECT result of `req` from `rows` of pyoxigraph terms (each projected on its
+    variables, in the order of its modifier): the rows a RES of at most `payload` bytes and
+    MAX RESPONSE SIZE can hold, in the canonical order (`evaluate_once`)."""
+    projection = req.projection or 0
+    cap = req.options.max_response_size
+    if payload is not None:
+        cap = payload if cap is None else min(cap, payload)
+    keep = MAX_ROWS if cap is None else min(MAX_ROWS, cap // max(1, projection))
     if _ordered(req.options.modifier):
+        rows = iter(rows)
         kept = list(islice(rows, keep))
         total = len(kept) + sum(1 for _ in islice(rows, MAX_ROWS - len(kept)))
+    elif type(rows) is list and len(rows) <= keep:  # every row kept (a simple read's)
+        if not projection:
+            return SelectResult(0, ((),) * len(rows))
+        if len(rows) > 1:
+            rows = sorted(rows, key=_store_row_key)
+        return SelectResult(projection, tuple([row_from_ox(row) for row in rows]))
     else:
         seen = [0]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, TypeVar
 
-from ksp.codes import Status
+from ksp.codes import Status, Tx
 from ksp.model import Request, Response
 from ksp.secure import SealerTable
 from ksp.service import Service
@@ -89,6 +89,8 @@ class _Stop:
 
 
 _Job = _Handle | _KspRead | _GateRead | _Unreachable | _Work | _Stop
+#: The one-shot queries: the reads, run beside the writes.
+_READS = frozenset({Tx.SELECT, Tx.ASK, Tx.CONSTRUCT})
 
 
 class Sib(Service):
@@ -183,16 +185,19 @@ class Sib(Service):
                              self.max_queued)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
-        if not self.queued_by.take(kp_party(channel.kp)):
+        party = kp_party(channel.kp)
+        if not self.queued_by.take(party):
             self.core.metrics.limited += 1
             peer_log.warning("share full", "%s %s tid %d refused: %d of its requests queued",
                              self.core.access.who(channel.kp), request.tx.name, request.tid,
                              self.queued_by.per_party)
             channel.respond(Response(request.tid, Status.LIMIT_EXCEEDED))
             return
-        tx = request.tx
-        if tx.is_query and not tx.persistent:  # a read: started from the queue, run beside it
-            self._put(_KspRead(request, channel))
+        if request.tx in _READS:  # at once if simple and nothing is queued before it
+            # (`_answer_at_once`), else started from the queue and run beside it
+            if self._queue.qsize() or self._closing or not self._answer_at_once(
+                    request, channel, party):
+                self._put(_KspRead(request, channel))
         else:
             self._put(_Handle(request, channel, time.perf_counter()))
         self._seen(channel)
@@ -231,6 +236,18 @@ class Sib(Service):
         if job.writes:
             self.readers.gate.close()
         self._queue.put_nowait(job)
+
+    def _answer_at_once(self, request: Request, channel: Channel, party=None) -> bool:
+        """Answer a simple read now (`SibCore.read_at_once`), if it is one: with nothing queued
+        before it, at its turn as from the queue. Its KP's share, taken, is given back (`party`:
+        its `kp_party`, if known)."""
+        response = self.core.read_at_once(request, channel.kp,
+                                          getattr(channel, "payload_cap", None))
+        if response is None:
+            return False
+        self.queued_by.give(kp_party(channel.kp) if party is None else party)
+        channel.respond(response)
+        return True
 
     def _start_read(self, job: _KspRead) -> None:
         """A KSP read reached the head of the queue: it starts now, beside what follows."""
@@ -359,8 +376,9 @@ class Sib(Service):
                     case _Handle(request, channel, since):
                         self.queued_by.give(kp_party(channel.kp))
                         self.core.handle(request, channel, since)
-                    case _KspRead():
-                        self._start_read(job)
+                    case _KspRead(request, channel):
+                        if not self._answer_at_once(request, channel):
+                            self._start_read(job)
                     case _GateRead(started):
                         if not started.done():
                             started.set_result(None)

@@ -200,11 +200,12 @@ class LoggedProcess:
 
 class SibProcess(LoggedProcess):
     """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
-    the given flags, its log read on a thread; `ports` are the bound ports it logged."""
+    the given flags, its log read on a thread; `ports` are the bound ports it logged. `cwd`:
+    the directory it runs in, whose `sib` package it runs (another checkout's)."""
 
     name = "SIB"
 
-    def __init__(self, *args: str, timeout: float = 60.0) -> None:
+    def __init__(self, *args: str, timeout: float = 60.0, cwd: str | None = None) -> None:
         import re
 
         self.args = args
@@ -215,7 +216,7 @@ class SibProcess(LoggedProcess):
         super().__init__("sib.cli", ("--log-level", "info", "--sepa-http-port", "-1",
                                      "--sepa-ws-port", "-1", *args), "SIB ready", timeout,
                          lambda line: (m := pattern.search(line)) and self.ports.__setitem__(
-                             m[1] or "metrics", int(m[2])))
+                             m[1] or "metrics", int(m[2])), cwd)
 
 
 def free_port(kind: str = "udp") -> int:

@@ -5,7 +5,7 @@ Data fields first (status 0x04), then options in ascending type code (0x05 not a
 from __future__ import annotations
 
 from ksp.codes import OPTION_APPLIES, Opt, Status, Tx
-from ksp.model import Order, Request
+from ksp.model import UNSET_OPTIONS, Order, Request
 from ksp.terms import DEFAULT_GRAPH, IRI, BNode, Literal, Var
 
 from .errors import RequestError
@@ -16,6 +16,9 @@ _REQUIRED: dict[Tx, tuple[str, ...]] = {
     Tx.CREATE: ("graphs",), Tx.DROP: ("graphs",),
     Tx.COPY: ("source", "target"), Tx.MOVE: ("source", "target"), Tx.ADD: ("source", "target"),
 }
+
+
+_OPTS = tuple(Opt)  # iterating the enum itself costs a call per member
 
 
 def _bad_data(message: str) -> RequestError:
@@ -64,7 +67,9 @@ def check_request(req: Request) -> None:
 
 def _check_options(req: Request) -> None:
     opts = req.options
-    for code, value in zip(Opt, opts):
+    if opts[1:] == UNSET_OPTIONS:  # no option but PREFIX: nothing to check
+        return
+    for code, value in zip(_OPTS, opts):
         if value is None or code is Opt.PREFIX:
             continue  # prefixes were resolved by the decoder (which gives () for none)
         if req.tx not in OPTION_APPLIES[code]:

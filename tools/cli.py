@@ -32,6 +32,7 @@ BENCH_SUITES = {
     "bridge-soak": "tools.bench.bridge_soak",
     "indicate": "tools.bench.indicate",
     "rate": "tools.bench.rate",
+    "request": "tools.bench.request",
     "ingest": "tools.bench.ingest",
     "ingest-files": "tools.bench.ingest_files",
     "secure": "tools.bench.secure",

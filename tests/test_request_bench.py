@@ -1,0 +1,24 @@
+"""Smoke test of the request benchmark (tools/bench/request.py): a real `ksp-sib` and an echo
+process, every row printed — no timing assertions (speed is the benchmark's job)."""
+from __future__ import annotations
+
+import pytest
+
+from tools.bench import request
+from tools.cli import BENCH_SUITES
+
+# slow: a ksp-sib and an echo process
+pytestmark = pytest.mark.slow
+
+
+def test_the_table_has_every_row(monkeypatch):
+    monkeypatch.setattr(request, "SENSORS", 50)
+    results, settings = request.run(quick=True)
+    names = [c.name for c in results]
+    assert names == ["bare UDP echo", "minimal KP → ksp-sib", "transports.connect → ksp-sib",
+                     "Sib.submit, no sockets"]
+    assert all(len(c.samples) == settings["rounds"] * settings["per_round"] for c in results)
+    rows = request.table_rows(results)
+    assert [r[0] for r in rows] == names
+    assert "Target: the minimal KP's p50" in request.target_line(results)
+    assert BENCH_SUITES["request"] == "tools.bench.request"
