@@ -529,3 +529,39 @@ def test_a_bad_certificate_stops_ksp_sib_before_anything_starts(tmp_path):
                          timeout=60, cwd=ROOT)
     assert out.returncode == 2 and out.stderr.startswith("ksp-sib: [sepa] certificate")
     assert "Traceback" not in out.stderr
+
+
+def test_ksp_sib_register_token_prints_a_token_once_and_keeps_its_hash(tmp_path, capsys):
+    from sib.cli import main
+
+    config = tmp_path / "sib.toml"
+    config.write_text('[sepa]\nidentities = ["app"]\n')
+    data = tmp_path / "data"
+    data.mkdir()
+    assert main(["register-token", "app", "--config", str(config), "--data-dir",
+                 str(data)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert token and token not in (data / RegisterTokens.FILE).read_text()
+    assert RegisterTokens(data).take("app", token) and not RegisterTokens(data).take("app", token)
+    assert main(["register-token", "other", "--config", str(config), "--data-dir",
+                 str(data)]) == 2  # not in [sepa] identities
+    assert "not in [sepa] identities" in capsys.readouterr().err
+    assert main(["register-token", "app", "--data-dir", str(tmp_path / "none")]) == 2
+
+
+def test_the_table_of_token_bound_subscriptions_is_bounded(certificate):
+    """Subscriptions made and ended on one socket with a long-lived token: what the gate keeps
+    of their expiries stays within twice the live subscriptions (and 64)."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            token = await lab.token("writer")
+            async with lab.http.ws_connect(lab.wss) as ws:
+                for i in range(150):
+                    await ws.send_json({"subscribe": {"sparql": f"ASK {{ <{EX}s{i}> ?p ?o }}",
+                                                      "alias": str(i), "authorization": token}})
+                    spuid = (await ws.receive_json(timeout=10))["notification"]["spuid"]
+                    await ws.send_json({"unsubscribe": {"spuid": spuid}})
+                    assert "unsubscribed" in await ws.receive_json(timeout=10)
+                live = len(lab.gate.broker.subscriptions)
+                assert lab.gate.token_bound <= 2 * live + 64
+    run(main())

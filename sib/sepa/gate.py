@@ -751,6 +751,12 @@ class SepaGate:
 
     # -- secure subscriptions end with their tokens ---------------------------------------
 
+    @property
+    def token_bound(self) -> int:
+        """Entries kept to end secure subscriptions with their tokens: at most twice the live
+        subscriptions and 64 (`_bind` drops those that ended otherwise)."""
+        return max(len(self._bound), len(self._expiries))
+
     def _bind(self, spuid: str, sock: _Socket, client_id: str, expires: float) -> None:
         """`spuid` lives as long as the token it was made with: until it expires, or its
         client is forgotten (`Clients.forget`)."""
