@@ -115,7 +115,8 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
     if where.secure:
         registrations = Registrations(
             where.register, where.token, ssl=tls, timeout=config.broker_timeout,
-            path=None if config.memory else Path(config.data_dir) / "broker-clients.json")
+            path=None if config.memory else Path(config.data_dir) / "broker-clients.json",
+            secrets=config.broker_register_secrets)
     async with Broker(where.base, query_path=where.query_path, update_path=where.update_path,
                       timeout=config.broker_timeout, max_concurrent=config.broker_max_concurrent,
                       ssl=tls) as broker:

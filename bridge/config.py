@@ -49,6 +49,8 @@ class BridgeConfig(ServingConfig):
     broker_register: str = ""  # secure mode: /oauth/register (or the JSAP's oauth)
     broker_token: str = ""  # and /oauth/token
     broker_anonymous_identity: str = ""  # whom anonymous devices speak as ("": refused)
+    #: identity = secret each registers with at a broker that asks for one (a ksp-sib)
+    broker_register_secrets: dict = field(default_factory=dict)
     broker_ca_file: str = ""  # PEM certificates to trust for https/wss ("": the system's)
     # [limits]
     max_queued: int = 10_000
@@ -65,7 +67,7 @@ class BridgeConfig(ServingConfig):
                            "metrics_host", "log_level"),
                 "broker": ("jsap", "url", "subscribe", "timeout", "max_concurrent", "backoff",
                            "max_backoff", "register", "token", "anonymous_identity",
-                           "ca_file"),
+                           "register_secrets", "ca_file"),
                 "limits": ("max_queued", "max_persistent_per_kp", "max_persistent",
                            "max_subscriptions", "max_session_entries", "rule_firing_limit",
                            "cascade_limit"),
@@ -86,6 +88,9 @@ class BridgeConfig(ServingConfig):
         where = self.endpoints()  # a JSAP that cannot be read: said now
         if bool(self.broker_register) != bool(self.broker_token):
             raise ConfigError("[broker] register and token go together (the secure mode)")
+        if not all(isinstance(k, str) and isinstance(v, str) and v
+                   for k, v in self.broker_register_secrets.items()):
+            raise ConfigError("[broker] register_secrets: a table of identity = \"secret\"")
         if self.broker_anonymous_identity and not where.secure:
             raise ConfigError("[broker] anonymous_identity is for a secure broker (register "
                               "and token, or a JSAP with oauth.enable)")

@@ -5,6 +5,8 @@ A device proves its KSP identity to the bridge (CREDENTIALS or a sealed envelope
 `[access]`); the bridge speaks for it at the broker under the same name, the `id` of its
 `[[access.kp]]` entry. Anonymous devices speak as `anonymous_identity`, or are refused when
 there is none. Each identity is registered once (`POST /oauth/register`, as SEPA's clients do);
+a broker that asks for a secret to register (a `ksp-sib` does: the identity's password or a
+registration token) gets the identity's from `secrets`, as HTTP Basic `identity:secret`;
 its client credentials are kept in `path` (mode 0600: the bridge must present the secret again,
 so it keeps it as a private key is kept, never in the configuration or a log), because the
 broker refuses a second registration of a name. A token (`POST /oauth/token`, HTTP Basic) is
@@ -19,6 +21,7 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,8 +54,11 @@ class Registrations:
     for tokens as needed. `max_identities` bounds what is kept (each configured KP is one)."""
 
     def __init__(self, register_url: str, token_url: str, *, path: Path | None,
-                 ssl: object = None, timeout: float = 10.0, max_identities: int = 10_000) -> None:
+                 ssl: object = None, timeout: float = 10.0, max_identities: int = 10_000,
+                 secrets: Mapping[str, str] | None = None) -> None:
+        """`secrets`: the secret each identity registers with, where the broker asks for one."""
         self.register_url, self.token_url = register_url, token_url
+        self._secrets = dict(secrets or {})
         self.path = path
         self.ssl, self.timeout = ssl, timeout
         self.max_identities = max_identities
@@ -107,9 +113,14 @@ class Registrations:
             return await self._ask_token(await self._register(identity))
 
     async def _register(self, identity: str) -> dict:
+        headers = {"Accept": "application/json"}
+        secret = self._secrets.get(identity)
+        if secret is not None:
+            basic = base64.b64encode(f"{identity}:{secret}".encode()).decode()
+            headers["Authorization"] = f"Basic {basic}"
         status, reply = await self._post(self.register_url, json={"register": {
             "client_identity": identity, "grant_types": ["client_credentials"]}},
-            headers={"Accept": "application/json"})
+            headers=headers)
         try:
             creds = reply["credentials"]
             client = {"client_id": str(creds["client_id"]),

@@ -12,6 +12,9 @@ back-off (`backoff` doubling to `max_backoff`, with jitter, until `close`) and s
 live subscription again; the new first notification is the whole result, which the owner gets
 as `whole=True` and puts in place of what it had (the reconciliation: what changed while the
 bridge was away shows as a difference). A broker that refuses one again ends only that one.
+
+A broker that ends a subscription for its token (401: expired or revoked, as a `ksp-sib`
+does) gets it made again with a token asked for anew, the same way.
 """
 from __future__ import annotations
 
@@ -265,6 +268,27 @@ class Subscriber:
             if first is not None and not first.done():
                 first.set_exception(BrokerError(status, reason))
             elif (sub := self._by_spuid.pop(frame.get("spuid"), None)) is not None:
+                if frame.get("status_code") == 401 and sub.authorize is not None:
+                    log.info("%s ended for its token (%s): made again with a new one",
+                             sub.spuid, reason)
+                    asyncio.get_running_loop().create_task(self._renew(sub))
+                    return
                 peer_log.warning("ended", "the broker ended %s: %s", sub.spuid, reason)
                 self._live.pop(sub, None)
                 self.on_end(sub, status)
+
+    async def _renew(self, sub: Subscription) -> None:
+        """`sub` again on the current socket, its token asked for anew; if the socket closes
+        meanwhile, reconnecting makes it again (it stays live)."""
+        ws = self._ws
+        if ws is None or ws.closed or sub not in self._live:
+            return
+        try:
+            await self._send_subscribe(ws, sub)
+        except BrokerError as exc:
+            if ws.closed or sub not in self._live:
+                return
+            peer_log.warning("refused again", "the broker refused %s again: %s",
+                             sub.sparql[:80], exc)
+            self._live.pop(sub, None)
+            self.on_end(sub, exc.status)

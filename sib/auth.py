@@ -14,10 +14,13 @@ purpose (scrypt, ~50 ms), so:
   on meanwhile;
 - an unknown KP ID costs the same scrypt run as a known one (against a dummy hash), so KP IDs
   cannot be told apart by timing;
-- failures are counted per source host and per KP ID over `failure_window` seconds; past
-  `max_failures` either way, new passwords from that source or for that ID are refused with
-  LIMIT_EXCEEDED (0x0a) without being tried, until the window ends. A password proven before
-  is still accepted, so a guesser cannot lock a working device out.
+- wrong passwords slow their guesser down, not the KP guessed at (`sib.guesses`): past
+  `max_failures` failures of a source host, or of a KP ID from all sources, the failing source's
+  new passwords are refused with LIMIT_EXCEEDED (0x0a) without being tried, for a wait that
+  doubles with each further failure up to `backoff_cap` seconds. A source that has not failed
+  is never held back, so a device gets in from its own address with its right password however
+  many wrong ones others sent for it; a password proven before is accepted from anywhere. At
+  most `max_pending_per_source` passwords of one source host are in flight at once.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +36,7 @@ from ksp.codes import Status
 from ksp.ratelog import RateLimitedLog
 
 from .access import AccessPolicy, hash_password, verify_password
+from .guesses import GuessLimit, source_key
 
 log = logging.getLogger("ksp.sib.auth")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
@@ -42,53 +46,29 @@ peer_log = RateLimitedLog(log, time.monotonic)
 _DUMMY_HASH = hash_password("ksp-gateway: no such KP", salt=bytes(16))
 
 
-class _Window:
-    """Failure counts per key over a fixed window, the oldest keys dropped past `max_keys`."""
-
-    __slots__ = ("length", "max_keys", "_counts")
-
-    def __init__(self, length: float, max_keys: int) -> None:
-        self.length = length
-        self.max_keys = max_keys
-        self._counts: OrderedDict[Hashable, list] = OrderedDict()  # key -> [start, count]
-
-    def count(self, key: Hashable, now: float) -> int:
-        entry = self._counts.get(key)
-        if entry is None or now - entry[0] >= self.length:
-            return 0
-        return entry[1]
-
-    def add(self, key: Hashable, now: float) -> int:
-        entry = self._counts.get(key)
-        if entry is None or now - entry[0] >= self.length:
-            entry = self._counts[key] = [now, 0]
-        entry[1] += 1
-        self._counts.move_to_end(key)
-        while len(self._counts) > self.max_keys:
-            self._counts.popitem(last=False)
-        return entry[1]
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-
 class Authenticator:
     """See the module docstring. `policy` may be replaced (`ksp-sib` reloading its access
     configuration); what was proven or refused under the old one is forgotten with it."""
 
     def __init__(self, policy: AccessPolicy, *, max_failures: int = 10,
-                 failure_window: float = 60.0, max_pending: int = 32, workers: int = 1,
+                 backoff_base: float = 1.0, backoff_cap: float = 60.0,
+                 forget_after: float = 600.0, max_pending: int = 32,
+                 max_pending_per_source: int = 4, workers: int = 1,
                  max_remembered: int = 4096,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._policy = policy
         self.max_failures = max_failures
         self.max_pending = max_pending
+        self.max_pending_per_source = max_pending_per_source
         self.max_remembered = max_remembered
         self.clock = clock
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
-        self._by_source = _Window(failure_window, max_remembered)
-        self._by_kp = _Window(failure_window, max_remembered)
+        #: The guess limit, shared with the SEPA gate's secret checks (`sib.guesses`).
+        self.guesses = GuessLimit(free=max_failures, base=backoff_base, cap=backoff_cap,
+                                  forget_after=forget_after, max_keys=max_remembered,
+                                  clock=clock)
+        self._pending_by_source: Counter[Hashable] = Counter()
         self._refused: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
         self._pending: dict[tuple[bytes, bytes], asyncio.Future] = {}
         #: For metrics: passwords verified (scrypt runs), refusals by status.
@@ -126,10 +106,9 @@ class Authenticator:
             return Status.ACCESS_DENIED
         if key in self._pending:
             return None
-        now = self.clock()
-        if (self._by_source.count(_host(source), now) >= self.max_failures
-                or self._by_kp.count(kp_id, now) >= self.max_failures
-                or len(self._pending) >= self.max_pending):
+        if (len(self._pending) >= self.max_pending
+                or self._pending_by_source[source_key(source)] >= self.max_pending_per_source
+                or self.guesses.wait(source) > 0):
             self.limited += 1
             return Status.LIMIT_EXCEEDED
         return None
@@ -151,32 +130,35 @@ class Authenticator:
             loop = asyncio.get_running_loop()
             future = self._pending[key] = loop.run_in_executor(
                 self._pool, verify_password, password, stored)
+            host = source_key(source)
+            self._pending_by_source[host] += 1
             try:
                 ok = await future
             finally:
                 del self._pending[key]
+                self._pending_by_source[host] -= 1
+                if not self._pending_by_source[host]:
+                    del self._pending_by_source[host]
             self.verified += 1
             if policy is not self._policy:
                 return  # reloaded meanwhile: the next verdict asks again
             if ok and entry is not None:
                 policy.remember(kp_id, token)
             else:
-                self._failed(key, _host(source))
+                self._failed(key, source)
             return
         await asyncio.shield(future)
 
-    def _failed(self, key: tuple[bytes, bytes], host: Hashable) -> None:
-        now = self.clock()
+    def _failed(self, key: tuple[bytes, bytes], source: Hashable) -> None:
         self._refused[key] = None
         while len(self._refused) > self.max_remembered:
             self._refused.popitem(last=False)
-        per_source = self._by_source.add(host, now)
-        per_kp = self._by_kp.add(key[0], now)
-        if max(per_source, per_kp) == self.max_failures:
+        wait = self.guesses.failed(key[0], source)
+        if wait > 0:
             peer_log.warning("failures",
-                             "authentication: %d failures from %s or for KP ID %s within %.0f "
-                             "s; new passwords refused (LIMIT_EXCEEDED) until the window ends",
-                             self.max_failures, host, key[0].hex(), self._by_kp.length)
+                             "authentication: %s past %d failures (its own or KP ID %s's); "
+                             "its new passwords refused (LIMIT_EXCEEDED) for %.0f s",
+                             source_key(source), self.max_failures, key[0].hex(), wait)
 
     def close(self) -> None:
         """Stop the worker thread (a later `verify` starts another)."""
@@ -184,10 +166,3 @@ class Authenticator:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-
-def _host(source: Hashable) -> Hashable:
-    """The host part of a transport address ((host, port) over UDP and CoAP; a TCP connection
-    handle says its own `peer_host`)."""
-    if isinstance(source, tuple) and source:
-        return source[0]
-    return getattr(source, "peer_host", source)

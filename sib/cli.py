@@ -3,6 +3,7 @@
     ksp-sib [--config sib.toml] [--data-dir DIR | --memory] [--udp-port N] ...
     ksp-sib hash-password [PASSWORD]     # a password_hash for [[access.kp]] (stdin if omitted)
     ksp-sib new-key                      # a random key for [[access.kp]] key (sealed messages)
+    ksp-sib register-token NAME [--config sib.toml] [--data-dir DIR]   # SEPA registration token
     ksp-sib jsap [--config sib.toml] [--merge app.jsap]   # the running SIB's JSAP
     ksp-sib systemd-unit [--config FILE]  # a systemd unit running this ksp-sib (sib/ksp-sib.service)
 
@@ -239,7 +240,7 @@ async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, i
         return None
     from .sepa import GateLimits, GateListen, SepaGate
     from .sepa.outbound import Outbound
-    from .sepa.secure import Clients, Tokens
+    from .sepa.secure import Clients, RegisterTokens, Tokens
 
     data_dir = None if config.memory else Path(config.data_dir)
     listen = GateListen(host=config.host, http_port=config.sepa_http_port,
@@ -254,6 +255,7 @@ async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, i
                           clients=Clients(data_dir, config.sepa_identities),
                           tokens=Tokens(data_dir, config.sepa_token_lifetime,
                                         config.sepa_token_reply),
+                          register_tokens=RegisterTokens(data_dir),
                           ksp=ksp_ports, namespaces=config.sepa_namespaces,
                           connections=sepa_connections(config),
                           outbound=Outbound(config.sepa_service_endpoints,
@@ -344,6 +346,48 @@ def hash_password_command(args: list[str]) -> int:
         print("ksp-sib hash-password: an empty password is refused", file=sys.stderr)
         return 1
     print(hash_password(password))
+    return 0
+
+
+def register_token_command(argv: list[str]) -> int:
+    """`ksp-sib register-token NAME`: a one-time token with which the SEPA client NAME may
+    register with the SIB using this data directory (running or not), printed once."""
+    from .sepa.secure import RegisterTokens
+
+    p = argparse.ArgumentParser(
+        prog="ksp-sib register-token",
+        description="Print a one-time registration token for a SEPA client identity listed in "
+                    "[sepa] identities: it registers with HTTP Basic IDENTITY:TOKEN on "
+                    "/oauth/register (docs/sepa.md). Only its hash is kept, in the data "
+                    "directory; it works once, before it expires.")
+    p.add_argument("identity", metavar="NAME")
+    p.add_argument("--config", help="the SIB's TOML configuration (its data_dir, identities)")
+    p.add_argument("--data-dir", help="the SIB's data directory (over the configuration's)")
+    p.add_argument("--expires-in", type=float, default=86_400.0, metavar="SECONDS",
+                   help="how long the token is valid (default: a day)")
+    args = p.parse_args(argv)
+    try:
+        config = load(args.config, {"data_dir": args.data_dir})
+    except ConfigError as exc:
+        print(f"ksp-sib register-token: {exc}", file=sys.stderr)
+        return 2
+    if args.config and args.identity not in config.sepa_identities:
+        print(f"ksp-sib register-token: {args.identity!r} is not in [sepa] identities",
+              file=sys.stderr)
+        return 2
+    if args.expires_in <= 0:
+        print("ksp-sib register-token: --expires-in must be positive", file=sys.stderr)
+        return 2
+    data = Path(config.data_dir)
+    if not data.is_dir():
+        print(f"ksp-sib register-token: no data directory {data}", file=sys.stderr)
+        return 2
+    try:
+        token = RegisterTokens(data).issue(args.identity, args.expires_in)
+    except (OSError, ValueError) as exc:
+        print(f"ksp-sib register-token: {exc}", file=sys.stderr)
+        return 1
+    print(token)
     return 0
 
 
@@ -445,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["systemd-unit"]:
         from .systemd import systemd_unit_command
         return systemd_unit_command(argv[1:])
+    if argv[:1] == ["register-token"]:
+        return register_token_command(argv[1:])
     if argv[:1] == ["new-key"]:
         if len(argv) > 1:
             print("usage: ksp-sib new-key", file=sys.stderr)

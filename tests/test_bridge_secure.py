@@ -84,7 +84,9 @@ class SecureBridge:
     async def __aenter__(self) -> "SecureBridge":
         https = f"https://127.0.0.1:{self.ports['https']}"
         self.registrations = Registrations(f"{https}/oauth/register", f"{https}/oauth/token",
-                                           path=self.clients, ssl=self.trust, timeout=10)
+                                           path=self.clients, ssl=self.trust, timeout=10,
+                                           secrets=dict.fromkeys(("writer", "reader", "guest"),
+                                                                 "pw"))
         self.broker = await Broker(https, query_path="/secure/query",
                                    update_path="/secure/update", timeout=10,
                                    ssl=self.trust).__aenter__()
@@ -236,6 +238,7 @@ def test_ksp_bridge_from_the_secure_jsap(tmp_path, certificate):
 [broker]
 jsap = "{jsap}"
 ca_file = "{certificate[0]}"
+register_secrets = {{ writer = "pw" }}
 [access]
 anonymous = "none"
 {kp_entry("writer", True)}""")

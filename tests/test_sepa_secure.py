@@ -19,7 +19,7 @@ import pytest
 from sib import Sib
 from sib.access import AccessPolicy, Grant, KPEntry, hash_password
 from sib.sepa import SepaError, SepaGate
-from sib.sepa.secure import Clients, Tokens
+from sib.sepa.secure import Clients, RegisterTokens, Tokens
 from ksp.kpid import kp_id_bytes
 
 EX = "http://example.org/"
@@ -38,17 +38,21 @@ def _policy() -> AccessPolicy:
     return AccessPolicy(kps, "none")
 
 
+def basic(user: str, secret: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+
+
 class SecureLab:
     def __init__(self, certificate, data_dir: Path | None = None, gate_args: dict | None = None,
-                 **tokens) -> None:
+                 sib_args: dict | None = None, **tokens) -> None:
         self.cert, self.key = certificate
         self.data_dir, self.token_args = data_dir, tokens
-        self.gate_args = gate_args or {}
+        self.gate_args, self.sib_args = gate_args or {}, sib_args or {}
 
     async def __aenter__(self) -> "SecureLab":
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(self.cert, self.key)
-        self.sib = await Sib(access=_policy()).start()
+        self.sib = await Sib(access=_policy(), **self.sib_args).start()
         self.gate = await SepaGate(
             self.sib, http_port=-1, ws_port=-1, ssl_context=tls, https_port=0, wss_port=0,
             clients=Clients(self.data_dir, ["writer", "reader", "guest"]),
@@ -68,12 +72,19 @@ class SecureLab:
         async with self.http.post(self.base + path, **kw) as r:
             return r.status, await r.json(content_type=None)
 
-    async def register(self, identity: str) -> tuple[int, dict]:
-        return await self.post("/oauth/register", json={"register": {
-            "client_identity": identity, "grant_types": ["client_credentials"]}})
+    async def register(self, identity: str, secret: str | None = "pw",
+                       **kw) -> tuple[int, dict]:
+        """Register with HTTP Basic identity:secret (None: no credentials)."""
+        headers = {} if secret is None else {"Authorization": basic(identity, secret)}
+        return await self.post("/oauth/register", headers=headers, json={"register": {
+            "client_identity": identity, "grant_types": ["client_credentials"]}}, **kw)
 
     async def token(self, identity: str) -> str:
-        status, body = await self.register(identity)
+        """`writer` and `reader` register with their password, others with a registration
+        token."""
+        secret = "pw" if identity in ("writer", "reader") else \
+            self.gate.register_tokens.issue(identity)
+        status, body = await self.register(identity, secret)
         assert status == 201, body
         creds = body["credentials"]
         basic = base64.b64encode(f"{creds['client_id']}:{creds['client_secret']}".encode())
@@ -124,7 +135,7 @@ def test_register_and_token_as_the_reference_broker(certificate):
             # an identity registers once: whoever knows the name cannot take it over
             status, body = await lab.register("writer")
             assert status == 401 and body["error"] == "unauthorized_client"
-            status, body = await lab.register("stranger")  # not listed
+            status, body = await lab.register("stranger", "pw")  # not listed
             assert status == 401 and body["error"] == "unauthorized_client"
             status, body = await lab.post("/oauth/register", data=b"{nope")
             assert status == 400
@@ -146,6 +157,150 @@ def test_register_and_token_as_the_reference_broker(certificate):
                 status, body = await lab.post("/oauth/token", headers=headers)
                 assert status == 401 and body["error"] == "invalid_client", body
     run(main())
+
+
+def test_registration_needs_the_identity_s_secret_and_every_refusal_looks_alike(certificate):
+    """Registration takes the identity's password or a registration token the operator
+    issued (single use, expiring); without either, a listed name, an unlisted one and a taken
+    one get the very same 401, so the answers tell nobody which names exist. A token lets a
+    registered identity register anew: its old client's tokens stop working."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            tokens = lab.gate.register_tokens
+            expired = RegisterTokens(None)
+            lab.gate.register_tokens = expired
+            stale = expired.issue("guest", lifetime=-1)
+            lab.gate.register_tokens = tokens
+            for_reader = tokens.issue("reader")
+            refusals = [await lab.register("writer", None), await lab.register("writer", "nope"),
+                        await lab.register("stranger", "pw"), await lab.register("guest", "pw"),
+                        await lab.register("guest", stale),
+                        await lab.register("guest", for_reader)]  # another name's token
+            status, body = await lab.post("/oauth/register", headers={
+                "Authorization": basic("reader", "pw")}, json={"register": {  # not its name
+                    "client_identity": "writer", "grant_types": ["client_credentials"]}})
+            refusals.append((status, body))
+            assert await lab.register("writer", "pw") == (201, ANY_CREDENTIALS)
+            refusals.append(await lab.register("writer", "pw"))  # taken
+            assert len({json.dumps(r, sort_keys=True) for r in refusals}) == 1, refusals
+            assert refusals[0][0] == 401 and refusals[0][1]["error"] == "unauthorized_client"
+            assert "writer" not in json.dumps(refusals[0])
+            # a registration token: once, for its identity only
+            guest = tokens.issue("guest")
+            assert (await lab.register("guest", guest))[0] == 201
+            assert (await lab.register("guest", guest)) == refusals[0]
+            # with a token a registered identity registers anew; its old client is forgotten
+            status, body = await lab.register("reader", for_reader)
+            assert status == 201
+            again = tokens.issue("reader")
+            first_client = body["credentials"]
+            status, body = await lab.register("reader", again)
+            assert status == 201 and body["credentials"] != first_client
+            status, _ = await lab.post("/oauth/token", headers={"Authorization": basic(
+                first_client["client_id"], first_client["client_secret"])})
+            assert status == 401
+            assert len(tokens) == 0  # each used up
+    run(main())
+
+
+class _AnyCredentials:
+    def __eq__(self, other) -> bool:
+        return set(other.get("credentials", {})) == {"client_id", "client_secret"}
+
+
+ANY_CREDENTIALS = _AnyCredentials()
+
+
+def test_wrong_registration_secrets_hold_back_their_source_not_the_identity(certificate):
+    """Eleven wrong passwords for `writer` from 127.0.0.1: past ten, that address gets 429 with
+    Retry-After, even with the right one; `writer` from another address registers."""
+    async def main():
+        async with SecureLab(certificate, sib_args={"auth_options": {"clock": lambda: 0.0}}) \
+                as lab:
+            statuses = [(await lab.register("writer", f"guess{i}"))[0] for i in range(11)]
+            assert statuses == [401] * 10 + [429], statuses
+            async with lab.http.post(lab.base + "/oauth/register", headers={
+                    "Authorization": basic("writer", "pw")}, json={"register": {
+                        "client_identity": "writer", "grant_types": ["client_credentials"]}}
+                    ) as r:
+                assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+            trust = ssl.create_default_context(cafile=str(lab.cert))
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                    ssl=trust, local_addr=("127.0.0.2", 0))) as elsewhere:
+                async with elsewhere.post(lab.base + "/oauth/register", headers={
+                        "Authorization": basic("writer", "pw")}, json={"register": {
+                            "client_identity": "writer",
+                            "grant_types": ["client_credentials"]}}) as r:
+                    assert r.status == 201, await r.text()
+            # client secrets are guesses too: the held-back address gets 429 on /oauth/token
+            status, body = await lab.post("/oauth/token",
+                                          headers={"Authorization": basic("x", "y")})
+            assert status == 429 and body["error"] == "too_many_requests"
+    run(main())
+
+
+async def _subscribed(lab, token: str, alias: str):
+    ws = await lab.http.ws_connect(lab.wss)
+    await ws.send_json({"subscribe": {"sparql": "ASK { ?s ?p ?o }", "alias": alias,
+                                      "authorization": f"Bearer {token}"}})
+    first = await ws.receive_json(timeout=10)
+    assert first["notification"]["sequence"] == 0, first
+    return ws, first["notification"]["spuid"]
+
+
+async def _ended(ws) -> tuple[dict, object]:
+    """The error frame that ends the subscription, then what follows it (the close)."""
+    frame = await ws.receive_json(timeout=60)
+    return frame, (await ws.receive(timeout=60)).type
+
+
+def test_a_subscription_ends_when_its_token_expires(certificate):
+    """Tokens that live 2 s: the subscription made with one gets a 401 `token_expired` error
+    frame with its spuid and alias once it expires, then its socket is closed; nothing of it is
+    left in the broker."""
+    async def main():
+        async with SecureLab(certificate, lifetime=2) as lab:
+            ws, spuid = await _subscribed(lab, await lab.token("writer"), "short")
+            frame, then = await _ended(ws)
+            assert (frame["status_code"], frame["error"], frame["alias"], frame["spuid"]) == \
+                (401, "token_expired", "short", spuid), frame
+            assert then in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert not lab.gate.broker.subscriptions
+            await ws.close()
+    run(main())
+
+
+def test_a_subscription_ends_when_its_client_is_forgotten(certificate):
+    """Its client forgotten (the token revoked): the writer's subscription ends with a 401
+    error frame and a close; the reader's goes on."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            w, spuid = await _subscribed(lab, await lab.token("writer"), "w")
+            r, _ = await _subscribed(lab, await lab.token("reader"), "r")
+            lab.gate.clients.forget("writer")
+            frame, then = await _ended(w)
+            assert (frame["status_code"], frame["error"], frame["spuid"]) == \
+                (401, "invalid_token", spuid), frame
+            assert then in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert [s.alias for s in lab.gate.broker.subscriptions.values()] == ["r"]
+            await w.close()
+            await r.close()
+    run(main())
+
+
+def test_registration_tokens_are_bounded_hashed_and_expire(tmp_path):
+    now = [1000.0]
+    tokens = RegisterTokens(tmp_path, max_tokens=2, clock=lambda: now[0])
+    first = tokens.issue("a", lifetime=10)
+    tokens.issue("b", lifetime=100)
+    with pytest.raises(ValueError):
+        tokens.issue("c")
+    stored = (tmp_path / RegisterTokens.FILE).read_text()
+    assert first not in stored
+    assert stat.S_IMODE((tmp_path / RegisterTokens.FILE).stat().st_mode) == 0o600
+    now[0] = 1010.0  # the first has expired: dropped, and room for another
+    assert not RegisterTokens(tmp_path, clock=lambda: now[0]).take("a", first)
+    assert len(tokens) == 1 and tokens.issue("c")
 
 
 def test_token_reply_shapes_are_configurable():
@@ -312,9 +467,10 @@ def test_the_number_of_clients_is_bounded(tmp_path):
 
 @pytest.mark.slow
 def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_path):
-    """`ksp-sib --sepa-certificate/--sepa-key` with identities from the TOML file; npm
-    @arces-wot/sepa-js 0.13.2's SecureSEPA: register → token → secure update, query and a
-    subscription whose notification arrives."""
+    """`ksp-sib --sepa-certificate/--sepa-key` with identities from the TOML file; a
+    registration token from `ksp-sib register-token` while it runs; npm @arces-wot/sepa-js
+    0.13.2's SecureSEPA, the token in its register URL: register → token → secure update,
+    query and a subscription whose notification arrives."""
     from sib.testing import SibProcess
 
     if shutil.which("node") is None or not (ROOT / "node_modules/@arces-wot/sepa-js").is_dir():
@@ -326,9 +482,14 @@ def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_p
                     "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "-1",
                     "--sepa-certificate", str(cert), "--sepa-key", str(key),
                     "--sepa-https-port", "0", "--sepa-wss-port", "0") as sib:
+        issued = subprocess.run([sys.executable, "-m", "sib.cli", "register-token", "sepa-js",
+                                 "--config", str(config), "--data-dir", str(tmp_path / "data")],
+                                capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert issued.returncode == 0, issued.stderr
+        secret = issued.stdout.strip()
         out = subprocess.run(["node", str(ROOT / "tests/sepajs/secure.js"), "localhost",
                               str(sib.ports["https"]), str(sib.ports["wss"]), str(cert),
-                              "sepa-js"], capture_output=True, text=True, timeout=120)
+                              "sepa-js", secret], capture_output=True, text=True, timeout=120)
     steps = {s.pop("step"): s for s in map(json.loads, out.stdout.splitlines())}
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert steps["registered"] == {"client_id": True}
@@ -338,6 +499,7 @@ def test_ksp_sib_secure_mode_from_flags_and_sepa_js_unchanged(certificate, tmp_p
     assert steps["subscribed"] == {"sequence": 0, "alias": "temps", "added": ["20"]}
     assert steps["notification"] == {"added": ["21"]}
     assert (tmp_path / "data" / "sepa-clients.json").exists()
+    assert secret not in (tmp_path / "data" / RegisterTokens.FILE).read_text()
 
 
 @pytest.mark.parametrize("line, said", [
@@ -367,3 +529,39 @@ def test_a_bad_certificate_stops_ksp_sib_before_anything_starts(tmp_path):
                          timeout=60, cwd=ROOT)
     assert out.returncode == 2 and out.stderr.startswith("ksp-sib: [sepa] certificate")
     assert "Traceback" not in out.stderr
+
+
+def test_ksp_sib_register_token_prints_a_token_once_and_keeps_its_hash(tmp_path, capsys):
+    from sib.cli import main
+
+    config = tmp_path / "sib.toml"
+    config.write_text('[sepa]\nidentities = ["app"]\n')
+    data = tmp_path / "data"
+    data.mkdir()
+    assert main(["register-token", "app", "--config", str(config), "--data-dir",
+                 str(data)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert token and token not in (data / RegisterTokens.FILE).read_text()
+    assert RegisterTokens(data).take("app", token) and not RegisterTokens(data).take("app", token)
+    assert main(["register-token", "other", "--config", str(config), "--data-dir",
+                 str(data)]) == 2  # not in [sepa] identities
+    assert "not in [sepa] identities" in capsys.readouterr().err
+    assert main(["register-token", "app", "--data-dir", str(tmp_path / "none")]) == 2
+
+
+def test_the_table_of_token_bound_subscriptions_is_bounded(certificate):
+    """Subscriptions made and ended on one socket with a long-lived token: what the gate keeps
+    of their expiries stays within twice the live subscriptions (and 64)."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            token = await lab.token("writer")
+            async with lab.http.ws_connect(lab.wss) as ws:
+                for i in range(150):
+                    await ws.send_json({"subscribe": {"sparql": f"ASK {{ <{EX}s{i}> ?p ?o }}",
+                                                      "alias": str(i), "authorization": token}})
+                    spuid = (await ws.receive_json(timeout=10))["notification"]["spuid"]
+                    await ws.send_json({"unsubscribe": {"spuid": spuid}})
+                    assert "unsubscribed" in await ws.receive_json(timeout=10)
+                live = len(lab.gate.broker.subscriptions)
+                assert lab.gate.token_bound <= 2 * live + 64
+    run(main())

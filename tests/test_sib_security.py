@@ -48,8 +48,9 @@ def select(tid: int, options: Options, obj=None) -> Request:
 class Peer:
     """One KP socket speaking raw KSP (so the test chooses every TID and byte)."""
 
-    def __init__(self, transport: str, port: int) -> None:
-        self.transport, self.port = transport, port
+    def __init__(self, transport: str, port: int, local: str = "127.0.0.1") -> None:
+        """`local`: the loopback address it sends from (UDP, TCP), another host's stand-in."""
+        self.transport, self.port, self.local = transport, port, local
         self.received: asyncio.Queue[bytes] = asyncio.Queue()
         self._udp = self._tcp = self._coap = None
 
@@ -63,9 +64,10 @@ class Peer:
                     peer.received.put_nowait(data)
 
             self._udp, _ = await loop.create_datagram_endpoint(
-                Proto, remote_addr=("127.0.0.1", self.port))
+                Proto, local_addr=(self.local, 0), remote_addr=("127.0.0.1", self.port))
         elif self.transport == "tcp":
-            self._tcp = await asyncio.open_connection("127.0.0.1", self.port)
+            self._tcp = await asyncio.open_connection("127.0.0.1", self.port,
+                                                      local_addr=(self.local, 0))
         else:
             self._coap = await aiocoap.Context.create_client_context()
         return self
@@ -142,13 +144,15 @@ def run(coro):
 
 
 @contextlib.asynccontextmanager
-async def attacked(transport: str, sib: Sib, peers: int = 2):
-    """`sib` holding the writer's secret, served on `transport`; `peers` raw KP sockets.
-    Yields (server, peers); everything is closed on leaving."""
+async def attacked(transport: str, sib: Sib, peers: int | list[str] = 2):
+    """`sib` holding the writer's secret, served on `transport`; `peers` raw KP sockets (a
+    number of them from 127.0.0.1, or the loopback addresses they send from). Yields (server,
+    peers); everything is closed on leaving."""
     sib.store.apply(__import__("sib").Delta(((S, P, SECRET, G1),), ()))
     server = await Server.start(sib, **{transport: 0})
     port = getattr(server, transport).port
-    opened = [await Peer(transport, port).open() for _ in range(peers)]
+    hosts = ["127.0.0.1"] * peers if isinstance(peers, int) else peers
+    opened = [await Peer(transport, port, host).open() for host in hosts]
     try:
         yield server, opened
     finally:
@@ -237,7 +241,8 @@ def test_a_wrong_password_first_does_not_poison_the_transaction_id(transport):
 
 def test_failures_are_limited_per_source_and_a_proven_password_still_works():
     async def go():
-        sib = Sib(access=AccessPolicy.from_config(CONFIG), auth_options={"max_failures": 3})
+        sib = Sib(access=AccessPolicy.from_config(CONFIG),
+                  auth_options={"max_failures": 3, "clock": lambda: 0.0})
         async with attacked("udp", sib) as (server, (kp, guesser)):
             kp.send(select(1, creds()))
             assert (await kp.answer(Tx.SELECT)).status == Status.OK
@@ -258,10 +263,13 @@ def test_failures_are_limited_per_source_and_a_proven_password_still_works():
     run(go())
 
 
-def test_failures_are_limited_per_kp_id_across_sources():
+def test_failures_for_one_kp_id_hold_back_its_guessers_not_the_kp():
+    """Guesses for one KP ID from several hosts: past `max_failures` for the ID, each failing
+    host waits, longer with each failure (up to the cap), while a host that has not failed,
+    with the right password, gets in at once; a host's wait ends."""
     now = [0.0]
-    auth = Authenticator(AccessPolicy.from_config(CONFIG), max_failures=2, failure_window=60,
-                         clock=lambda: now[0])
+    auth = Authenticator(AccessPolicy.from_config(CONFIG), max_failures=2, backoff_base=1,
+                         backoff_cap=8, clock=lambda: now[0])
 
     async def guess(password, host):
         source = (host, 5000)
@@ -271,14 +279,65 @@ def test_failures_are_limited_per_kp_id_across_sources():
 
     async def go():
         assert await guess("a", "10.0.0.1") == Status.ACCESS_DENIED
-        assert await guess("b", "10.0.0.2") == Status.ACCESS_DENIED
-        assert await guess("c", "10.0.0.3") == Status.LIMIT_EXCEEDED  # the KP ID is locked
-        assert await guess("right", "10.0.0.4") == Status.LIMIT_EXCEEDED  # even the right one
-        now[0] = 61.0  # the window is over
-        assert await guess("right", "10.0.0.4") == Status.OK
+        assert await guess("b", "10.0.0.2") == Status.ACCESS_DENIED  # the ID's 2nd: .2 waits 1 s
+        assert await guess("c", "10.0.0.2") == Status.LIMIT_EXCEEDED
+        assert await guess("c", "10.0.0.3") == Status.ACCESS_DENIED  # 3rd: .3 waits 2 s
+        assert await guess("right", "10.0.0.4") == Status.OK  # never failed: not held back
+        now[0] = 1.5
+        assert await guess("d", "10.0.0.3") == Status.LIMIT_EXCEEDED
+        assert await guess("d", "10.0.0.2") == Status.ACCESS_DENIED  # its wait is over; 4 s now
+        assert auth.guesses.wait(("10.0.0.2", 1)) == 4.0
         assert await guess("a", "10.0.0.1") == Status.ACCESS_DENIED  # remembered: no scrypt
-        assert auth.verified == 3
+        assert auth.verified == 5
         auth.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
+def test_a_device_that_never_proved_its_password_is_not_locked_out_by_guessers(transport):
+    """Twelve wrong passwords for the writer's KP ID from one host, then more from another:
+    each guesser is held back (LIMIT_EXCEEDED), and the writer, which has never proved its
+    password, gets in from its own address with its right one."""
+    now = [0.0]
+    sib = Sib(access=AccessPolicy.from_config(CONFIG), auth_options={"clock": lambda: now[0]})
+
+    async def go():
+        hosts = ["127.0.0.1", "127.0.0.3", "127.0.0.2"]
+        async with attacked(transport, sib, hosts) as (server, (one, other, kp)):
+            statuses = []
+            for tid in range(10, 22):
+                one.send(select(tid, creds(f"guess{tid}")))
+                statuses.append((await one.answer(Tx.SELECT)).status)
+            assert statuses == [Status.ACCESS_DENIED] * 10 + [Status.LIMIT_EXCEEDED] * 2
+            other.send(select(10, creds("another guess")))  # the ID's 11th: held back after
+            assert (await other.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
+            other.send(select(11, creds("and another")))
+            assert (await other.answer(Tx.SELECT)).status == Status.LIMIT_EXCEEDED
+            kp.send(select(1, creds()))
+            res = await kp.answer(Tx.SELECT)
+            assert res.status == Status.OK and res.result.rows == ((SECRET,),)
+
+    run(go())
+
+
+def test_a_flood_of_guesses_from_one_source_is_refused_without_being_tried():
+    """Forty wrong passwords from one socket at once: at most `max_pending_per_source` are in
+    flight, and past `max_failures` the rest are refused LIMIT_EXCEEDED untried; the writer
+    from another address is served meanwhile."""
+    now = [0.0]
+    sib = Sib(access=AccessPolicy.from_config(CONFIG), auth_options={"clock": lambda: now[0]})
+
+    async def go():
+        async with attacked("udp", sib, ["127.0.0.1", "127.0.0.2"]) as (server, (flood, kp)):
+            for tid in range(100, 140):
+                flood.send(select(tid, creds(f"guess{tid}")))
+            statuses = [(await flood.answer(Tx.SELECT)).status for _ in range(40)]
+            assert set(statuses) == {Status.ACCESS_DENIED, Status.LIMIT_EXCEEDED}
+            tried = sib.authenticator.verified
+            assert statuses.count(Status.ACCESS_DENIED) == tried <= 10 + 4 - 1
+            kp.send(select(1, creds()))
+            assert (await kp.answer(Tx.SELECT)).status == Status.OK
 
     run(go())
 

@@ -346,6 +346,10 @@ class SepaBroker:
         """Distinct subscription queries (equal subscriptions share one evaluation)."""
         return len(self._evaluations)
 
+    def owns(self, owner: object) -> bool:
+        """Whether `owner` (a socket) has subscriptions."""
+        return bool(self._owned.get(owner))
+
     def drop_owner(self, owner: object) -> int:
         """End every subscription of `owner` (its socket closed)."""
         spuids = list(self._owned.get(owner, ()))

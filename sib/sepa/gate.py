@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import json
 import logging
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
@@ -25,6 +27,7 @@ from pathlib import Path
 import pyoxigraph as ox
 from aiohttp import WSMsgType, web
 
+from ksp.codes import Status
 from ksp.kpid import kp_id_bytes
 from ksp.terms import IRI
 from ksp.ratelog import RateLimitedLog
@@ -37,7 +40,7 @@ from ..options import apply_keywords
 from .broker import SepaBroker, SepaError
 from .jsap import describe
 from .outbound import Outbound
-from .secure import Clients, Tokens
+from .secure import REFUSED, Clients, RegisterTokens, Tokens, basic_credentials
 from .update import Dataset
 
 log = logging.getLogger("ksp.sib.sepa")
@@ -114,7 +117,19 @@ def _dataset(default, named) -> Dataset:
 
 
 def _error(exc: SepaError) -> web.Response:
-    return web.json_response(exc.json(), status=exc.status)
+    response = web.json_response(exc.json(), status=exc.status)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return response
+
+
+def _held_back(wait: float) -> SepaError:
+    """429 for a source that guessed wrong too often (`sib.guesses`), with its wait."""
+    exc = SepaError(429, "too_many_requests", "too many wrong secrets from this address: "
+                    f"try again in {math.ceil(wait)} s")
+    exc.retry_after = wait
+    return exc
 
 
 class _Admitted(asyncio.Protocol):
@@ -204,6 +219,14 @@ class _Socket:
             while self.queue:
                 await self.ws.send_str(self.queue.popleft())
 
+    async def finish(self, code: int, message: bytes) -> None:
+        """Close after the frames queued so far are written (`close_timeout` at most)."""
+        deadline = asyncio.get_running_loop().time() + self.close_timeout
+        while self.queue and not self.closed and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        self.closed = True
+        await self.shut(code, message)
+
     async def shut(self, code: int, message: bytes) -> None:
         """Close with `code`, then abort: a client that does not read would otherwise keep the
         connection open, holding what is buffered for it, after the close."""
@@ -261,12 +284,14 @@ class SepaGate:
 
     def __init__(self, sib, *, listen: GateListen = GateListen(),
                  limits: GateLimits = GateLimits(), clients: Clients | None = None,
-                 tokens: Tokens | None = None, ksp: Mapping[str, int] | None = None,
+                 tokens: Tokens | None = None, register_tokens: RegisterTokens | None = None,
+                 ksp: Mapping[str, int] | None = None,
                  namespaces: Mapping[str, str] | None = None, connections=None,
                  outbound: Outbound | None = None, **settings) -> None:
         """`listen`: where (`GateListen`); `limits`: how much (`GateLimits`); `settings`: any
         of their fields by name, over theirs. With `listen.ssl_context` the secure mode is on,
-        for the `clients` registered and the `tokens` they get (`sib.sepa.secure`).
+        for the `clients` registered, the `tokens` they get and the `register_tokens` the
+        operator issues (`sib.sepa.secure`); a secure subscription ends with its token.
         `GET /jsap` describes the SIB (`sib.sepa.jsap`): the ports, the KSP listeners' `ksp`
         ports by URL scheme, and `namespaces`. `connections`: the limits on the connections of
         all four listeners together (`_Admitted`; None: none). `outbound`: the SERVICE
@@ -283,6 +308,14 @@ class SepaGate:
                                           if listen.ssl_context else (None, None))
         self.clients = clients if clients is not None else Clients(None, ())
         self.tokens = tokens if tokens is not None else Tokens(None)
+        self.register_tokens = (register_tokens if register_tokens is not None
+                                else RegisterTokens(None))
+        #: Secure subscriptions by spuid: (socket, client_id); and (expiry, spuid) by expiry.
+        self._bound: dict[str, tuple[_Socket, str]] = {}
+        self._expiries: list[tuple[float, str]] = []
+        self._expiry_changed = asyncio.Event()
+        self._expiry_task: asyncio.Task | None = None
+        self.clients.on_forget.append(self._revoked)
         self.ksp = dict(ksp or {})
         self.namespaces = dict(namespaces or {})
         self.connections = connections
@@ -387,9 +420,14 @@ class SepaGate:
             self._servers.append(server)
             ports.append(server.sockets[0].getsockname()[1])
         self.http_port, self.ws_port, self.https_port, self.wss_port = ports
+        if self.ssl_context is not None:
+            self._expiry_task = asyncio.create_task(self._end_expired())
         return self
 
     async def close(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            self._expiry_task = None
         for server in self._servers:
             server.close()  # no new connections
         await asyncio.gather(*(s.shut(1001, b"SIB shutting down") for s in list(self.sockets)))
@@ -460,10 +498,15 @@ class SepaGate:
 
     def _identity(self, authorization: object) -> str:
         """The registered client a token speaks for (401 without a valid token)."""
-        identity = self.clients.identity(self.tokens.client_of(authorization))
+        return self._bearer(authorization)[0]
+
+    def _bearer(self, authorization: object) -> tuple[str, str, float]:
+        """(identity, client_id, expiry) of a valid token (401 otherwise)."""
+        client_id, expires = self.tokens.claims(authorization)
+        identity = self.clients.identity(client_id)
         if identity is None:
             raise SepaError(401, "invalid_token", "the token's client is no longer registered")
-        return identity
+        return identity, client_id, expires
 
     def _grant_of(self, identity: str) -> Grant:
         """What a client may do under the policy in force: the grant of the KP entry named by
@@ -483,17 +526,59 @@ class SepaGate:
                 raise SepaError(400, "invalid_request",
                                 'register takes {"register": {"client_identity", '
                                 '"grant_types"}}')
-            client_id, secret = self.clients.register(register.get("client_identity"),
-                                                      register.get("grant_types"))
-            registered_log.info("registered", "SEPA client %r registered",
-                                register["client_identity"])
+            identity = Clients.check_request(register.get("client_identity"),
+                                             register.get("grant_types"))
+            anew = await self._registration_secret(request, identity)
+            client_id, secret = self.clients.register(identity, register["grant_types"],
+                                                      anew=anew)
+            registered_log.info("registered", "SEPA client %r registered", identity)
             return web.json_response({"credentials": {"client_id": client_id,
                                                       "client_secret": secret}}, status=201)
         return await self._answer(request, register)
 
+    async def _registration_secret(self, request: web.Request, identity: str) -> bool:
+        """Check the register request's secret (HTTP Basic `identity:secret`): a registration
+        token (True: the identity may register anew) or the password of its `[[access.kp]]`
+        entry (False). Every refusal is `REFUSED`; a source past its wrong guesses gets 429."""
+        given = basic_credentials(request.headers.get("Authorization"))
+        if given is None or given[0] != identity or not given[1]:
+            raise REFUSED
+        source, secret = request.remote, given[1]
+        auth = self.sib.authenticator
+        wait = auth.guesses.wait(source)
+        if wait > 0:
+            raise _held_back(wait)
+        if identity in self.clients.identities and self.register_tokens.take(identity, secret):
+            return True
+        kp_id = kp_id_bytes(identity)
+        if auth.policy.is_open:  # no passwords configured: only a registration token
+            auth.guesses.failed(kp_id, source)
+            raise REFUSED
+        # A name without a KP entry costs the same scrypt run (`Authenticator`'s dummy hash).
+        verdict = auth.verdict(kp_id, secret, source)
+        if verdict is None:
+            await auth.verify(kp_id, secret, source)
+            verdict = auth.verdict(kp_id, secret, source)
+        if verdict == Status.LIMIT_EXCEEDED:
+            raise _held_back(max(auth.guesses.wait(source), 1.0))
+        if verdict != Status.OK:
+            raise REFUSED
+        return False
+
     async def _token(self, request: web.Request) -> web.Response:
         async def token(request, grant):
-            client_id, _ = self.clients.authenticate(request.headers.get("Authorization"))
+            guesses = self.sib.authenticator.guesses
+            wait = guesses.wait(request.remote)
+            if wait > 0:
+                raise _held_back(wait)
+            header = request.headers.get("Authorization")
+            try:
+                client_id, _ = self.clients.authenticate(header)
+            except SepaError:
+                given = basic_credentials(header)
+                if given is not None:
+                    guesses.failed(("sepa client", given[0]), request.remote)
+                raise
             return web.json_response(self.tokens.issue(client_id), status=201)
         return await self._answer(request, token)
 
@@ -621,11 +706,13 @@ class SepaGate:
                     raise SepaError(400, "invalid_request", "subscribe takes an object")
                 alias = body.get("alias")
                 alias = alias if isinstance(alias, str) else None
-                identity = None
+                identity = bearer = None
                 if secure:  # in the subscribe or beside it, as clients differ
-                    identity = self._identity(body.get("authorization",
-                                                       message.get("authorization")))
-                await self._on_subscribe(sock, body, alias, identity)
+                    identity, *bearer = self._bearer(body.get("authorization",
+                                                              message.get("authorization")))
+                sub = await self._on_subscribe(sock, body, alias, identity)
+                if bearer:
+                    self._bind(sub.spuid, sock, *bearer)
             elif "unsubscribe" in message:
                 self.requests["unsubscribe"] += 1
                 body = message["unsubscribe"]
@@ -649,7 +736,7 @@ class SepaGate:
             sock.send(SepaError(503, "busy", "the SIB's queue is full").json(alias))
 
     async def _on_subscribe(self, sock: _Socket, body: dict, alias: str | None,
-                            identity: str | None = None) -> None:
+                            identity: str | None = None):
         """`identity`: the secure client's (None: anonymous, on the plain port)."""
         sparql = body.get("sparql")
         if not isinstance(sparql, str) or not sparql.strip():
@@ -659,5 +746,81 @@ class SepaGate:
         party = client_party(identity, sock.host)
         current_party.set(party)  # its queued work counts against its share (`Sib.call`)
         self.outbound.screen(sparql, "subscription")
-        await self.sib.call(lambda: self.broker.subscribe(sparql, dataset, alias, sock.send,
-                                                          sock, grant_of, party))
+        return await self.sib.call(lambda: self.broker.subscribe(
+            sparql, dataset, alias, sock.send, sock, grant_of, party))
+
+    # -- secure subscriptions end with their tokens ---------------------------------------
+
+    @property
+    def token_bound(self) -> int:
+        """Entries kept to end secure subscriptions with their tokens: at most twice the live
+        subscriptions and 64 (`_bind` drops those that ended otherwise)."""
+        return max(len(self._bound), len(self._expiries))
+
+    def _bind(self, spuid: str, sock: _Socket, client_id: str, expires: float) -> None:
+        """`spuid` lives as long as the token it was made with: until it expires, or its
+        client is forgotten (`Clients.forget`)."""
+        live = self.broker.subscriptions
+        if len(self._expiries) >= 2 * len(live) + 64:  # drop what ended otherwise
+            self._expiries = [e for e in self._expiries if e[1] in live]
+            heapq.heapify(self._expiries)
+            self._bound = {k: v for k, v in self._bound.items() if k in live}
+        self._bound[spuid] = (sock, client_id)
+        if not self._expiries or expires < self._expiries[0][0]:
+            self._expiry_changed.set()
+        heapq.heappush(self._expiries, (expires, spuid))
+
+    async def _end_expired(self) -> None:
+        """End each secure subscription when its token expires."""
+        while True:
+            self._expiry_changed.clear()
+            now = time.time()
+            ended = []
+            while self._expiries and self._expiries[0][0] <= now:
+                ended.append(heapq.heappop(self._expiries)[1])
+            if ended:
+                await self._end_bound(ended, SepaError(401, "token_expired",
+                                                       "the subscription's token has expired"))
+                continue
+            wait = self._expiries[0][0] - now if self._expiries else None
+            try:
+                await asyncio.wait_for(self._expiry_changed.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def _revoked(self, client_ids: list[str]) -> None:
+        """Clients forgotten: their subscriptions end."""
+        gone = set(client_ids)
+        spuids = [spuid for spuid, (_, cid) in self._bound.items() if cid in gone]
+        if spuids:
+            asyncio.get_running_loop().create_task(self._end_bound(spuids, SepaError(
+                401, "invalid_token", "the subscription's client is no longer registered")))
+
+    async def _end_bound(self, spuids: list[str], exc: SepaError) -> None:
+        """Each subscription gets `exc` as an error frame with its spuid and alias, and ends;
+        a socket left without subscriptions is closed after its frames (1008)."""
+        def end() -> list[tuple[_Socket, dict]]:
+            frames = []
+            for spuid in spuids:
+                bound = self._bound.pop(spuid, None)
+                sub = self.broker.subscriptions.get(spuid)
+                if bound is None or sub is None or not self.broker.unsubscribe(spuid):
+                    continue
+                frame = exc.json(sub.alias)
+                frame["spuid"] = spuid
+                frames.append((bound[0], frame))
+            return frames
+
+        try:
+            frames = await self.sib.call(end)
+        except asyncio.QueueFull:
+            frames = end()  # between two awaits: the scheduler is not in it
+        socks = []
+        for sock, frame in frames:
+            self.errors[exc.status] += 1
+            sock.send(frame)
+            if sock not in socks:
+                socks.append(sock)
+        for sock in socks:
+            if not sock.closed and not self.broker.owns(sock):
+                await sock.finish(1008, exc.error.encode())

@@ -1,19 +1,22 @@
 // sepa-js 0.13.2, unchanged, against a ksp-sib's SEPA secure mode: register → token →
 // secure update, query and subscribe (the token inside the subscribe), as SecureSEPA does them.
-// Usage: node secure.js HOST HTTPS_PORT WSS_PORT CA_PEM IDENTITY. One JSON line per step.
+// Usage: node secure.js HOST HTTPS_PORT WSS_PORT CA_PEM IDENTITY SECRET. One JSON line per step.
 // The configuration is ours, the library is not touched: the SIB's certificate is trusted
-// through an https.Agent, and the HTTPS port is set after register (which writes 8443).
+// through an https.Agent, the HTTPS port is set after register (which writes 8443), and the
+// registration secret (a `ksp-sib register-token`) is in the register URL as
+// IDENTITY:SECRET@, which axios sends as HTTP Basic credentials.
 const fs = require("fs");
 const https = require("https");
 const { secure: SecureSEPA } = require("@arces-wot/sepa-js").client;
 const { CHANGE, say, within, once, values, writeReadSubscribe } = require("./steps");
-const [host, httpsPort, wssPort, caFile, identity] = process.argv.slice(2);
+const [host, httpsPort, wssPort, caFile, identity, secret] = process.argv.slice(2);
+const userinfo = `${encodeURIComponent(identity)}:${encodeURIComponent(secret)}@`;
 const agent = new https.Agent({ ca: fs.readFileSync(caFile) });
 
 async function main() {
   const client = await SecureSEPA.register(identity, {
     host,
-    oauth: { enable: true, register: `https://${host}:${httpsPort}/oauth/register`,
+    oauth: { enable: true, register: `https://${userinfo}${host}:${httpsPort}/oauth/register`,
              tokenRequest: `https://${host}:${httpsPort}/oauth/token` },
     sparql11seprotocol: {
       protocol: "wss",
