@@ -315,6 +315,13 @@ def test_decode_into_a_closed_pipe_and_the_readme_example():
     assert hexes
     for text in hexes:
         assert ok("decode", text).splitlines()[-1] == ")"
+    # every `ksp decode` line of the README runs as written (options included)
+    lines = re.findall(r"^\.venv/bin/ksp (decode (?:--\S+ (?:[A-Z]+ )?)*[0-9a-f]+)\s*$", readme,
+                       re.M)
+    assert any("--from-sib" in line for line in lines)
+    for line in lines:
+        out = ok(*line.split())
+        assert out.splitlines()[-1] == ")" and ("Response(" in out or "Request(" in out)
     proc = subprocess.Popen(f"{sys.executable} -m tools.cli decode {hexes[0]} | head -1",
                             shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
