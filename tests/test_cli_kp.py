@@ -304,6 +304,11 @@ def test_simulate_board_and_flash_check_their_settings(tmp_path):
               "--build", str(tmp_path / "build"))
     assert out.returncode == 2 and "sib.port" in out.stdout and "Traceback" not in out.stderr
     assert not (tmp_path / "build").exists()  # nothing built for a board that cannot start
+    out = ksp("flash", "/dev/null", "--board", "esp32", "--config", str(tmp_path / "no.json"),
+              "--dry-run", "--build", str(tmp_path / "build"))
+    assert out.returncode == 2 and out.stdout == "" and out.stderr == (
+        f"error: --config {tmp_path / 'no.json'}: no such file (the config.json to copy to "
+        "the board; device_firmware/config.example.json is a start)\n")
 
 
 def test_decode_into_a_closed_pipe_and_the_readme_example():

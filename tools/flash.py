@@ -134,6 +134,10 @@ def config_errors(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.config is not None and not args.config.is_file():  # a path on this machine
+        print(f"error: --config {args.config}: no such file (the config.json to copy to the "
+              "board; device_firmware/config.example.json is a start)", file=sys.stderr)
+        return 2
     if args.config is not None and config_errors(args.config):
         print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)
         return 2
