@@ -11,7 +11,8 @@ The SIB is a URL (`--sib udp://HOST:PORT`, also `tcp://`, `tcps://`, `coap://`; 
 argument, from a file (`-f`) or from stdin (`-`, or nothing on a pipe). The password comes from
 `$KSP_PASSWORD`, `--password-file` or a prompt, so that it is not in the process list. Exit
 status: 0, 1 for an error status or an unreachable SIB, 2 for a usage or SPARQL error; always
-one line on stderr, never a traceback.
+one line on stderr, never a traceback, one wording per fault whatever the transport
+(`fault_text`). `ksp sub` prints each state as one self-describing record (`write_state`).
 """
 from __future__ import annotations
 
