@@ -106,3 +106,22 @@ def test_a_capture_ending_in_the_sibs_shutdown_replays_without_difference(tmp_pa
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert out.stdout.strip() == ("2 requests replayed, 1 operations ended by the recorded "
                                   "SIB's shutdown (not expected): every answer as recorded")
+
+
+def test_replay_says_a_bad_target_once_in_the_users_terms():
+    greenhouse = str(ROOT / "tests" / "captures" / "greenhouse.pcapng")
+    for to, status, line in (
+            ("udp://127.0.0.1:99999", 2, "port 99999: not a port number (1 to 65535)"),
+            ("http://127.0.0.1:7000", 2, "--to 'http://127.0.0.1:7000': expected "
+                                         "udp|tcp|coap://HOST:PORT")):
+        out = ksp("replay", greenhouse, "--to", to)
+        assert (out.returncode, out.stderr) == (status, f"ksp replay: {line}\n")
+    for scheme in ("udp", "tcp"):
+        url = f"{scheme}://127.0.0.1:{free_port(scheme)}"
+        out = ksp("replay", greenhouse, "--to", url)
+        assert (out.returncode, out.stdout, out.stderr) == (1, "", (
+            f"ksp replay: {url}: nothing listens there (no SIB running, or none taking "
+            f"{scheme} on this port)\n"))
+    out = ksp("replay", greenhouse, "--to", "udp://127.0.0.1:7000", "--timeout", "0")
+    assert out.returncode == 2 and out.stderr.splitlines()[-1] == (
+        "ksp replay: error: argument --timeout: 0: must be a number of seconds above 0")

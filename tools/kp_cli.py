@@ -456,6 +456,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+def nothing_listens(scheme: str) -> str:
+    """The one wording of "no SIB at this address" (TCP refused, ICMP port unreachable)."""
+    return f"nothing listens there (no SIB running, or none taking {scheme} on this port)"
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) says nothing listens at the address."""
+    while exc is not None:
+        if isinstance(exc, ConnectionRefusedError) or "ECONNREFUSED" in str(exc) \
+                or "nothing listens there" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def fault_text(exc: BaseException, url: str, args: argparse.Namespace, waited: float) -> str:
     """A transport fault in the user's terms: one wording per fault whatever the transport
     (refused over TCP, ICMP port unreachable over UDP and CoAP: nothing listens), and for a
@@ -476,10 +491,8 @@ def fault_text(exc: BaseException, url: str, args: argparse.Namespace, waited: f
         return "the TLS handshake failed: no TLS there (a plain tcp:// port?)"
     if any(isinstance(c, socket.gaierror) for c in chain):
         return "no such host"
-    if any(isinstance(c, ConnectionRefusedError) or "ECONNREFUSED" in str(c)
-           or "nothing listens there" in str(c) for c in chain):
-        return (f"nothing listens there (no SIB running, or none taking {scheme} "
-                "on this port)")
+    if refused(exc):
+        return nothing_listens(scheme)
     if isinstance(exc, TimeoutError):
         limit = (f"--timeout {args.timeout:g}" if args.timeout is not None
                  else "the transport's retransmissions ran out")

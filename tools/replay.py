@@ -28,6 +28,7 @@ from ksp.model import ConstructResult, SelectResult
 from ksp.terms import IRI, BNode, Literal
 
 from tools.capture_read import Captured, annotate, messages
+from tools.kp_cli import UsageError, nothing_listens, port_number, refused
 
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _BARE = {_XSD + "integer", _XSD + "decimal", _XSD + "double", _XSD + "boolean"}
@@ -184,6 +185,10 @@ class _Collector:
         self.changed.set()
 
 
+class Unreachable(Exception):
+    """Nothing listens at the replay's target: said once, not as a difference per request."""
+
+
 async def _open(url: str):
     parts = urlsplit(url)
     host, port, scheme = parts.hostname or "127.0.0.1", parts.port, parts.scheme
@@ -218,7 +223,12 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
                 target = url if isinstance(url, str) else url.get(item.transport)
                 if target is None:
                     raise ValueError(f"no URL to replay {item.transport} traffic to")
-                link = links[item.kp] = await _open(target)
+                try:
+                    link = links[item.kp] = await _open(target)
+                except OSError as exc:
+                    if refused(exc):
+                        raise Unreachable(target) from exc
+                    raise
             at = f"{item.kp} tid {req.tid} {req.tx.name} (at {item.time - items[0].time:.6f} s)"
             if req.tx is Tx.TERMINATE:
                 req = req._replace(tid=new_tid.get((item.kp, req.tid), req.tid))
@@ -226,7 +236,12 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
             report.requests += 1
             try:
                 got = await asyncio.wait_for(link.request(req, sink), timeout)
-            except Exception as exc:  # noqa: BLE001 (a timeout or a broken link: a difference)
+            except TimeoutError:
+                report.differences.append(f"{at}: no answer within {timeout:g} s (--timeout)")
+                continue
+            except Exception as exc:  # noqa: BLE001 (a broken link: a difference)
+                if refused(exc):
+                    raise Unreachable(target) from exc
                 report.differences.append(f"{at}: no answer ({type(exc).__name__}: {exc})")
                 continue
             if got is not None:
@@ -308,9 +323,21 @@ def add_parser(sub) -> None:
                    help="udp://, tcp:// or coap://HOST:PORT (also --sib, -s, as the KP commands)")
     p.add_argument("--sib-port", type=int, action="append", metavar="N",
                    help="a port the recorded SIB listened on (default 7000, 7001, 5683)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="how long to wait for each answer (default 10)")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S",
+                   help="how long to wait for each answer, S > 0 (default 10)")
     p.set_defaults(func=_main)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be a number of seconds above 0")
+    return value
 
 
 def _main(args) -> int:
@@ -319,8 +346,21 @@ def _main(args) -> int:
     from transports.pcap import PcapError
 
     try:
+        parts = urlsplit(args.to)
+        if parts.scheme not in ("udp", "tcp", "coap") or not parts.hostname:
+            raise UsageError(f"--to {args.to!r}: expected udp|tcp|coap://HOST:PORT")
+        url_port = parts.netloc.rpartition("]")[2].rpartition(":")
+        if url_port[1]:
+            port_number(url_port[2])
         report = asyncio.run(replay(args.file, args.to, sib_ports=args.sib_port or None,
                                     timeout=args.timeout))
+    except UsageError as exc:
+        print(f"ksp replay: {exc}", file=sys.stderr)
+        return 2
+    except Unreachable as exc:
+        url = str(exc)
+        print(f"ksp replay: {url}: {nothing_listens(url.partition(':')[0])}", file=sys.stderr)
+        return 1
     except (OSError, PcapError, ValueError) as exc:
         print(f"ksp replay: {exc}", file=sys.stderr)
         return 2
