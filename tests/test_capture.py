@@ -294,6 +294,57 @@ def test_capture_command_tcp_proxy(tmp_path):
     assert any(len(i.data) > 200_000 for i in items) and all(i.error is None for i in items)
 
 
+def test_capture_checks_its_target_and_carries_only_what_it_takes(tmp_path):
+    """Issue 46: a bad port is a usage error (no traceback at the first datagram); TCP is
+    carried only where the target accepts it, and `--tcp-only` to a UDP port is refused."""
+    out = ksp("capture", "--listen", "127.0.0.1:7100", "--to", "127.0.0.1:99999", "-w",
+              str(tmp_path / "x.pcapng"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == (
+        "ksp capture: error: argument --to: port 99999: not a port number (1 to 65535)")
+    with SibProcess(*NO_SIB, "--udp-port", "0", "--tcp-port", "0") as sib:
+        udp = f"127.0.0.1:{sib.ports['udp']}"
+        out = ksp("capture", "--listen", f"127.0.0.1:{free_port('tcp')}", "--to", udp, "-w",
+                  str(tmp_path / "x.pcapng"), "--tcp-only")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"ksp capture: --to {udp}: nothing accepts TCP connections there (a ksp-sib takes "
+            "TCP on its --tcp-port, 7001 by default)")
+        listen = free_port("tcp")
+        proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "capture", "--listen",
+                                 f"127.0.0.1:{listen}", "--to", udp, "-w",
+                                 str(tmp_path / "udp.pcapng")], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == (
+                f"capturing udp 127.0.0.1:{listen} -> {udp} into {tmp_path / 'udp.pcapng'} "
+                f"(no TCP: nothing accepts TCP connections at {udp})")
+            ask = ("query", "ASK { ?s ?p ?o }", "-o", "json", "-s")
+            assert ksp(*ask, f"udp://127.0.0.1:{listen}").stdout == '{"boolean": false}\n'
+            over_tcp = ksp(*ask, f"tcp://127.0.0.1:{listen}")
+            assert over_tcp.returncode == 1 and "nothing listens there" in over_tcp.stderr
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rest, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "stopped: 2 packets" in rest and err == ""
+    # a target where nothing listens: said once by the proxy, a timeout naming it for the KP
+    gone = free_port()
+    listen = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "capture", "--listen",
+                             f"127.0.0.1:{listen}", "--to", f"127.0.0.1:{gone}", "--udp-only",
+                             "-w", str(tmp_path / "gone.pcapng")], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("capturing udp")
+        kp = ksp("query", "ASK { ?s ?p ?o }", "-s", f"udp://127.0.0.1:{listen}", "--timeout",
+                 "2")
+        assert kp.returncode == 1 and "a proxy does not forward it" in kp.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=30)
+    assert f"127.0.0.1:{gone}: nothing listens there over UDP (the KPs will time out)" in rest
+    assert "Traceback" not in err and "exception" not in err
+
+
 # -- replay -------------------------------------------------------------------------------------
 
 def test_replay_against_a_fresh_sib_matches_and_a_different_one_shows_a_diff(tmp_path):

@@ -111,10 +111,44 @@ def test_sub_prints_each_change_and_terminates_at_the_sib(sib, env):
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    (line,) = out.splitlines()  # the initial state is empty: no row line for it
-    change = json.loads(line)
-    assert change["o"]["value"] == "7" and change["seq"] == 1
+    initial, change = map(json.loads, out.splitlines())  # one record per state, empty included
+    assert initial["seq"] is None and initial["results"] == {"bindings": []}
+    assert initial["head"] == {"vars": ["o"]} and initial["tid"] == change["tid"]
+    assert change["seq"] == 1
+    assert [b["o"]["value"] for b in change["results"]["bindings"]] == ["7"]
     sib.wait_for("persistent operation ended")
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_sub_every_state_one_record_empty_ones_included(sib, env, fmt):
+    """After DELETE WHERE a script sees the value go away: the empty state is a record too,
+    each naming its tid and sequence number (CSV: one header, a row count per state)."""
+    s = f"<{EX}sub-{fmt}>"
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "sub",
+                             f"SELECT ?o WHERE {{ {s} <{EX}p> ?o }}", "-o", fmt, "-C", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    try:
+        first = [proc.stdout.readline()]  # the initial state is out: subscribed
+        if fmt == "csv":
+            first.append(proc.stdout.readline())
+            assert first[0] == "tid,seq,rows,o\n" and first[1].endswith(",,0,\n"), first
+        ok("update", f"INSERT DATA {{ {s} <{EX}p> 1, 2 }}", env=env)
+        ok("update", f"DELETE WHERE {{ {s} <{EX}p> ?o }}", env=env)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    if fmt == "json":
+        states = [json.loads(x) for x in lines]
+        assert [(x["seq"], len(x["results"]["bindings"])) for x in states] == [(1, 2), (2, 0)], out
+    elif fmt == "csv":
+        tid = first[1].split(",")[0]
+        assert sorted(lines) == sorted([f"{tid},1,2,1", f"{tid},1,2,2", f"{tid},2,0,"]), out
+    else:
+        heads = [x.split(" ", 2)[2] for x in lines if x.startswith("# ")]
+        assert heads[0].endswith("seq 1, 2 rows") and heads[1].endswith("seq 2, 0 rows")
 
 
 def test_sub_ends_on_ctrl_c_with_a_terminate(sib, env):
@@ -157,7 +191,7 @@ def test_graph_management_and_error_statuses(env):
     one_line_error(ksp("graph", "drop", g, env=env), 1, "NO_SUCH_GRAPH")
     one_line_error(ksp("query", "SELEC ?x", env=env), 2, "SPARQL syntax error")
     one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", "udp://127.0.0.1:70000", env=env), 2,
-                   "Port out of range")
+                   "port 70000: not a port number (1 to 65535)")
     one_line_error(ksp("query", "ASK { ?s ?p ?o }", "-s", "nohostport", env=env), 2, "--sib")
 
 
@@ -273,6 +307,11 @@ def test_simulate_board_and_flash_check_their_settings(tmp_path):
               "--build", str(tmp_path / "build"))
     assert out.returncode == 2 and "sib.port" in out.stdout and "Traceback" not in out.stderr
     assert not (tmp_path / "build").exists()  # nothing built for a board that cannot start
+    out = ksp("flash", "/dev/null", "--board", "esp32", "--config", str(tmp_path / "no.json"),
+              "--dry-run", "--build", str(tmp_path / "build"))
+    assert out.returncode == 2 and out.stdout == "" and out.stderr == (
+        f"error: --config {tmp_path / 'no.json'}: no such file (the config.json to copy to "
+        "the board; device_firmware/config.example.json is a start)\n")
 
 
 def test_decode_into_a_closed_pipe_and_the_readme_example():
@@ -284,6 +323,13 @@ def test_decode_into_a_closed_pipe_and_the_readme_example():
     assert hexes
     for text in hexes:
         assert ok("decode", text).splitlines()[-1] == ")"
+    # every `ksp decode` line of the README runs as written (options included)
+    lines = re.findall(r"^\.venv/bin/ksp (decode (?:--\S+ (?:[A-Z]+ )?)*[0-9a-f]+)\s*$", readme,
+                       re.M)
+    assert any("--from-sib" in line for line in lines)
+    for line in lines:
+        out = ok(*line.split())
+        assert out.splitlines()[-1] == ")" and ("Response(" in out or "Request(" in out)
     proc = subprocess.Popen(f"{sys.executable} -m tools.cli decode {hexes[0]} | head -1",
                             shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -302,3 +348,84 @@ def test_query_all_fetches_a_result_cut_to_a_datagram(env):
     assert cut.returncode == 0 and "the SIB cut the result; --all fetches the rest" in cut.stderr
     whole = ok("query", query, "-o", "csv", "--all", env=env).splitlines()
     assert len(whole) == 1 + n and len(set(whole)) == 1 + n
+
+
+# -- one wording per fault, in the user's terms (issue 46) ------------------------------------
+
+ASK = "ASK { ?s ?p ?o }"
+
+
+def error_line(out: subprocess.CompletedProcess, status: int) -> str:
+    assert out.returncode == status, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    return out.stderr.strip()
+
+
+def test_bad_ports_have_one_wording_wherever_given(env):
+    for args, port in ((["-s", "udp://127.0.0.1:abc"], "abc"),
+                       (["-s", "udp://127.0.0.1:99999"], "99999"),
+                       (["-p", "70000"], "70000"), (["-p", "0"], "0"), (["-p", "x1"], "x1")):
+        assert error_line(ksp("query", ASK, *args, env=env), 2) == (
+            f"ksp query: port {port}: not a port number (1 to 65535)")
+
+
+def test_nothing_listening_has_one_wording_on_every_transport(env):
+    from sib.testing import free_port
+
+    for scheme in ("udp", "tcp", "coap"):
+        url = f"{scheme}://127.0.0.1:{free_port('tcp' if scheme == 'tcp' else 'udp')}"
+        assert error_line(ksp("query", ASK, "-s", url, "--timeout", "30", env=env), 1) == (
+            f"ksp query: {url}: nothing listens there (no SIB running, or none taking "
+            f"{scheme} on this port)")
+
+
+def test_tls_to_a_plain_port_is_named(sib, env):
+    url = f"tcps://127.0.0.1:{sib.ports['tcp']}"
+    assert error_line(ksp("query", ASK, "-s", url, env=env), 1) == (
+        f"ksp query: {url}: the TLS handshake failed: no TLS there (a plain tcp:// port?)")
+
+
+def test_sparql_of_the_wrong_kind_or_none(env):
+    assert error_line(ksp("query", "SELEC * WHERE { ?s ?p ?o }", env=env), 2) == (
+        "ksp query: SPARQL syntax error (line 1, column 1): expected SELECT, ASK or "
+        "CONSTRUCT, found 'SELEC'")
+    assert error_line(ksp("query", f"PREFIX ex: <{EX}>\nSELEC ?x", env=env), 2) == (
+        "ksp query: SPARQL syntax error (line 2, column 1): expected SELECT, ASK or "
+        "CONSTRUCT, found 'SELEC'")
+    no_sparql = "no SPARQL: give it as an argument, with -f FILE, or on stdin"
+    for command in ("query", "update", "sub"):  # stdin empty (not a terminal): the same words
+        assert error_line(ksp(command, env=env, input=""), 2) == f"ksp {command}: {no_sparql}"
+    assert error_line(ksp("query", f"INSERT DATA {{ <{EX}a> <{EX}b> 1 }}", env=env), 2) == (
+        "ksp query: INSERT DATA is an update, not a query: run it with `ksp update`")
+    assert error_line(ksp("sub", f"DELETE WHERE {{ <{EX}a> ?p ?o }}", env=env), 2) == (
+        "ksp sub: DELETE is an update, not a query: run it with `ksp update`, or "
+        "`ksp rule install` to keep it at the SIB")
+    assert error_line(ksp("update", SELECT, env=env), 2) == (
+        "ksp update: SELECT is a query, not an update: run it with `ksp query` (or `ksp sub` "
+        "to follow its changes)")
+
+
+def test_timeouts_must_be_positive_and_say_what_was_waited_for(env):
+    import socket
+
+    for bad in ("0", "-1", "inf"):
+        assert error_line(ksp("query", ASK, "--timeout", bad, env=env), 2) == (
+            f"ksp query: --timeout {float(bad):g}: must be a number of seconds above 0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:  # takes, never answers
+        silent.bind(("127.0.0.1", 0))
+        url = f"udp://127.0.0.1:{silent.getsockname()[1]}"
+        line = error_line(ksp("query", ASK, "-s", url, "--timeout", "1", env=env), 1)
+    assert line.startswith(f"ksp query: {url}: waited ") and line.endswith(
+        " s for the SIB's answer (--timeout 1); likely nothing listens there, a firewall "
+        "drops udp, or a proxy does not forward it")
+
+
+def test_a_kp_id_without_a_password_is_a_usage_error(env):
+    env = {k: v for k, v in env.items()}
+    os_env = {k: v for k, v in os.environ.items() if k != "KSP_PASSWORD"}
+    out = subprocess.run([sys.executable, "-m", "tools.cli", "query", ASK, "-i", "me"],
+                         capture_output=True, text=True, timeout=60, input="",
+                         env={**os_env, **env})
+    assert error_line(out, 2) == (
+        "ksp query: no password given for -i me: set $KSP_PASSWORD, give --password-file "
+        "FILE, or run on a terminal to be asked")

@@ -146,6 +146,10 @@ def left_out_lines(cfg: dict | None, board: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     cfg = None
     if args.config is not None:
+        if not args.config.is_file():  # a path on this machine
+            print(f"error: --config {args.config}: no such file (the config.json to copy to "
+                  "the board; device_firmware/config.example.json is a start)", file=sys.stderr)
+            return 2
         cfg = checked_config(args.config)
         if cfg is None:
             print(f"error: --config {args.config}: fix the settings above", file=sys.stderr)

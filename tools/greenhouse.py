@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
         parser.error("--mqtt needs --url: the SIB that ksp-ingest writes into")
     if args.url:
         try:
+            asyncio.run(_sib_up(args.url))
             asyncio.run(_run(args.url, interval, args.loop, mqtt=args.mqtt))
         except TimeoutError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -246,6 +247,24 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
         status = sib.stop()
     print(f"\nSIB stopped (exit status {status}).")
     return 0 if status == 0 else 1
+
+
+async def _sib_up(url: str, within: float = 30.0) -> None:
+    """Wait until the SIB at `url` answers (an ASK), for `ksp-sib ... &` started just before
+    the demo: a SIB still starting is not yet listening, and would fail the first KP."""
+    from transports import ClientError
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while True:
+        try:
+            async with connect(url) as kp:
+                await kp.query("ASK { ?s ?p ?o }")
+            return
+        except ClientError as e:
+            if "nothing listens there" not in str(e) or loop.time() > end:
+                raise TimeoutError(f"no SIB at {url} within {within:g} s: {e}") from None
+            await asyncio.sleep(0.2)
 
 
 async def _run(url: str, interval: float, loop: bool, dashboard: str | None = None,

@@ -11,7 +11,8 @@ The SIB is a URL (`--sib udp://HOST:PORT`, also `tcp://`, `tcps://`, `coap://`; 
 argument, from a file (`-f`) or from stdin (`-`, or nothing on a pipe). The password comes from
 `$KSP_PASSWORD`, `--password-file` or a prompt, so that it is not in the process list. Exit
 status: 0, 1 for an error status or an unreachable SIB, 2 for a usage or SPARQL error; always
-one line on stderr, never a traceback.
+one line on stderr, never a traceback, one wording per fault whatever the transport
+(`fault_text`). `ksp sub` prints each state as one self-describing record (`write_state`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import csv
 import getpass
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -39,26 +41,38 @@ class UsageError(Exception):
 # -- the connection ---------------------------------------------------------------------------
 
 
+def port_number(text: object) -> int:
+    """A port given on the command line (`-p`, or a URL's); one wording for every bad one."""
+    port = str(text)
+    if not (port.isdigit() and 0 < int(port) < 65536):
+        raise UsageError(f"port {port}: not a port number (1 to 65535)")
+    return int(port)
+
+
 def sib_url(args: argparse.Namespace) -> str:
     """`--sib` (or $KSP_SIB, or the default) with `-t`, `-H`, `-p` replacing its parts."""
-    parts = urlsplit(args.sib or os.environ.get("KSP_SIB") or DEFAULT_SIB)
+    given = args.sib or os.environ.get("KSP_SIB") or DEFAULT_SIB
+    parts = urlsplit(given)
     if parts.scheme not in ("udp", "tcp", "tcps", "coap") or not parts.hostname:
-        raise UsageError(f"--sib {args.sib!r}: expected udp|tcp|tcps|coap://HOST:PORT")
+        source = "--sib" if args.sib else "$KSP_SIB" if os.environ.get("KSP_SIB") else "default"
+        raise UsageError(f"{source} {given!r}: expected udp|tcp|tcps|coap://HOST:PORT")
     scheme = args.transport or parts.scheme
     host = args.host or parts.hostname
-    try:
-        port = args.port if args.port is not None else parts.port
-    except ValueError as exc:
-        raise UsageError(f"--sib: {exc}") from None
+    if args.port is not None:
+        port: int | None = port_number(args.port)
+    else:
+        url_port = parts.netloc.rpartition("]")[2].rpartition(":")
+        port = port_number(url_port[2]) if url_port[1] else None
     if port is None and scheme != "coap":
         raise UsageError(f"no port for {scheme}:// (KSP has no default port)")
-    if port is not None and not 0 < port < 65536:
-        raise UsageError(f"port {port}: must be 1..65535")
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def password_of(args: argparse.Namespace) -> str:
+    """The KP's password: --password-file, $KSP_PASSWORD (empty is a password), or a prompt;
+    with none of them and no terminal to prompt on, a usage error rather than an empty
+    password the SIB would refuse as a wrong one."""
     if args.password_file:
         try:
             return Path(args.password_file).read_text().rstrip("\n")
@@ -68,7 +82,8 @@ def password_of(args: argparse.Namespace) -> str:
         return os.environ["KSP_PASSWORD"]
     if sys.stdin.isatty():
         return getpass.getpass(f"password for {args.kp_id}: ")
-    return ""
+    raise UsageError(f"no password given for -i {args.kp_id}: set $KSP_PASSWORD, give "
+                     "--password-file FILE, or run on a terminal to be asked")
 
 
 def prefixes_of(path: str | None) -> dict[str, str] | None:
@@ -114,17 +129,56 @@ async def connected(args: argparse.Namespace):
     return kp
 
 
+NO_SPARQL = "no SPARQL: give it as an argument, with -f FILE, or on stdin"
+QUERY_WORDS = ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE")
+UPDATE_WORDS = ("INSERT", "DELETE", "WITH", "CREATE", "DROP", "COPY", "MOVE", "ADD", "LOAD",
+                "CLEAR")
+_PROLOGUE = re.compile(r"(?:\s+|#[^\n]*|PREFIX\s+[^\s:]*:\s*<[^>]*>|BASE\s*<[^>]*>)*", re.I)
+
+
+def operation(text: str) -> tuple[str, int]:
+    """The first keyword after the prologue (upper case; "" for none) and its offset."""
+    at = _PROLOGUE.match(text).end()
+    word = re.match(r"[A-Za-z]*", text[at:])[0].upper()
+    if word in ("INSERT", "DELETE") and re.match(r"\s+DATA\b", text[at + len(word):], re.I):
+        word += " DATA"
+    return word, at
+
+
 def sparql_of(args: argparse.Namespace) -> str:
+    """The SPARQL text of the command, checked to be of the command's kind (a query for
+    `query` and `sub`, an update for `update`), so that a mix-up is named in the user's
+    terms rather than as a parser's expectation."""
     if args.file:
         try:
-            return Path(args.file).read_text()
+            text = Path(args.file).read_text()
         except OSError as exc:
             raise UsageError(f"-f: {exc.strerror}: {args.file}") from None
-    if args.sparql in (None, "-"):
+    elif args.sparql in (None, "-"):
         if args.sparql is None and sys.stdin.isatty():
-            raise UsageError("no SPARQL: give it as an argument, with -f FILE, or on stdin")
-        return sys.stdin.read()
-    return args.sparql
+            raise UsageError(NO_SPARQL)
+        text = sys.stdin.read()
+    else:
+        text = args.sparql
+    word, at = operation(text)
+    if not text[at:].strip():
+        raise UsageError(NO_SPARQL)
+    command = args.command if args.command != "rule" else "rule install"
+    if command in ("query", "sub"):
+        if word.split()[0] in UPDATE_WORDS:
+            other = "`ksp update`" + (", or `ksp rule install` to keep it at the SIB"
+                                      if command == "sub" else "")
+            raise UsageError(f"{word} is an update, not a query: run it with {other}")
+        if word not in QUERY_WORDS:
+            line = text.count("\n", 0, at) + 1
+            column = at - (text.rfind("\n", 0, at) + 1) + 1
+            found = text[at:].split(None, 1)[0][:40]
+            raise UsageError(f"SPARQL syntax error (line {line}, column {column}): expected "
+                             f"SELECT, ASK or CONSTRUCT, found {found!r}")
+    elif command == "update" and word in QUERY_WORDS:
+        raise UsageError(f"{word} is a query, not an update: run it with `ksp query` (or "
+                         "`ksp sub` to follow its changes)")
+    return text
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -195,6 +249,52 @@ def write_result(result, fmt: str, out=sys.stdout, **extra) -> None:
     out.flush()
 
 
+def write_state(ind, fmt: str, out=sys.stdout, header: bool = True) -> None:
+    """One state of a subscription as one self-describing record, an empty one included:
+    a JSON line with its tid, seq (null: the initial state) and the whole result (SPARQL 1.1
+    JSON results: `head` and `results`, or `boolean`; CONSTRUCT: `triples`); CSV rows that
+    each carry tid, seq and the state's row count (an empty state: one row of count 0, the
+    header before the first state only); a table or N-Triples under a `#` line naming it."""
+    from transports.client import SelectRows
+
+    result, seq = ind.result, ind.seq
+    if isinstance(result, SelectRows):
+        names, rows = [str(v) for v in result.variables], list(result.rows)
+    elif isinstance(result, bool):
+        names, rows = ["boolean"], [[str(result).lower()]]
+    else:
+        names, rows = ["s", "p", "o"], list(result)
+    if fmt == "json":
+        record: dict[str, Any] = {"tid": ind.tid, "seq": seq}
+        if isinstance(result, SelectRows):
+            record["head"] = {"vars": names}
+            record["results"] = {"bindings": [
+                {n: t for n, v in zip(names, row) if (t := _json_term(v)) is not None}
+                for row in rows]}
+        elif isinstance(result, bool):
+            record.update(head={}, boolean=result)
+        else:
+            record["triples"] = [dict(zip("spo", map(_json_term, t))) for t in rows]
+        out.write(json.dumps(record) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(out, lineterminator="\r\n")
+        if header:
+            writer.writerow(["tid", "seq", "rows", *names])
+        count = 0 if isinstance(result, bool) else len(rows)
+        lead = [ind.tid, "" if seq is None else seq, count]
+        writer.writerows([[*lead, *("" if v is None else str(v) for v in row)]
+                          for row in rows] or [lead + [""] * len(names)])
+    else:
+        label = "initial state" if seq is None else f"seq {seq}"
+        kind = "row" if isinstance(result, SelectRows) else "triple"
+        size = "" if isinstance(result, bool) else (
+            f", {len(rows)} {kind}{'' if len(rows) == 1 else 's'}")
+        out.write(f"# {time.strftime('%H:%M:%S')} tid {ind.tid} {label}{size}\n")
+        write_result(result, fmt, out)
+        return
+    out.flush()
+
+
 # -- commands ---------------------------------------------------------------------------------
 
 
@@ -216,7 +316,8 @@ async def cmd_sub(args, kp) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    changes = 0
+    changes, first = 0, True
+    args.waiting = "the subscription's first state"
     async with kp.subscribe(sparql_of(args)) as sub:
         stopping = loop.create_task(stop.wait())
         try:
@@ -230,11 +331,9 @@ async def cmd_sub(args, kp) -> int:
                     ind = nxt.result()
                 except StopAsyncIteration:
                     break
-                if args.format == "table":
-                    stamp = time.strftime("%H:%M:%S")
-                    label = "initial state" if ind.seq is None else f"seq {ind.seq}"
-                    print(f"# {stamp} tid {ind.tid} {label}", flush=True)
-                write_result(ind.result, args.format, tid=ind.tid, seq=ind.seq)
+                write_state(ind, args.format, header=first)
+                first = False
+                args.waiting = f"the next change of the subscription (tid {ind.tid})"
                 if ind.seq is not None:
                     changes += 1
                     if args.count and changes >= args.count:
@@ -319,13 +418,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: a rule belongs to a KP ID (-i ID): without one, no later command "
               "could remove it", file=sys.stderr)
         return 2
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        print(f"{name}: --timeout {args.timeout:g}: must be a number of seconds above 0",
+              file=sys.stderr)
+        return 2
+    args.waiting = "the connection to open"  # what a timeout interrupts (cmd_sub updates it)
+    started = time.monotonic()
 
     async def go() -> int:
         if args.command == "rule" and args.action == "list":
             return await cmd_rule(args, None)
-        kp = await connected(args)
+        loop = asyncio.get_running_loop()
+        end = None if args.timeout is None else loop.time() + args.timeout
+        kp = await asyncio.wait_for(connected(args), args.timeout)
+        args.waiting = "the SIB's answer"
         try:
-            return await asyncio.wait_for(COMMANDS[args.command](args, kp), args.timeout)
+            return await asyncio.wait_for(COMMANDS[args.command](args, kp),
+                                          None if end is None else end - loop.time())
         finally:
             await kp.close()
 
@@ -338,12 +447,61 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: the SIB answered {exc}", file=sys.stderr)
         return 1
     except (ClientError, OSError, TimeoutError) as exc:
-        url, text = sib_url(args), str(exc) or type(exc).__name__
-        print(f"{name}: {text if text.startswith(url) else f'{url}: {text}'}", file=sys.stderr)
+        url = sib_url(args)
+        print(f"{name}: {url}: {fault_text(exc, url, args, time.monotonic() - started)}",
+              file=sys.stderr)
         return 1
     except (KspError, ValueError) as exc:  # SPARQL outside the subset, or not SPARQL
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
+
+
+def nothing_listens(scheme: str) -> str:
+    """The one wording of "no SIB at this address" (TCP refused, ICMP port unreachable)."""
+    return f"nothing listens there (no SIB running, or none taking {scheme} on this port)"
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) says nothing listens at the address."""
+    while exc is not None:
+        if isinstance(exc, ConnectionRefusedError) or "ECONNREFUSED" in str(exc) \
+                or "nothing listens there" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def fault_text(exc: BaseException, url: str, args: argparse.Namespace, waited: float) -> str:
+    """A transport fault in the user's terms: one wording per fault whatever the transport
+    (refused over TCP, ICMP port unreachable over UDP and CoAP: nothing listens), and for a
+    timeout what was waited for, how long, and the likely causes."""
+    import socket
+    import ssl
+
+    scheme = url.partition(":")[0]
+    chain, cause = [], exc
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(c, ssl.SSLCertVerificationError) for c in chain):
+        why = next(c for c in chain if isinstance(c, ssl.SSLCertVerificationError))
+        return (f"the SIB's certificate is not trusted ({why.verify_message}): "
+                "--cafile PEM trusts it")
+    if any(isinstance(c, ssl.SSLError) for c in chain):
+        return "the TLS handshake failed: no TLS there (a plain tcp:// port?)"
+    if any(isinstance(c, socket.gaierror) for c in chain):
+        return "no such host"
+    if refused(exc):
+        return nothing_listens(scheme)
+    if isinstance(exc, TimeoutError):
+        limit = (f"--timeout {args.timeout:g}" if args.timeout is not None
+                 else "the transport's retransmissions ran out")
+        likely = ("no update changed its result" if args.waiting.startswith("the next change")
+                  else f"nothing listens there, a firewall drops {scheme}, or a proxy does not "
+                       "forward it")
+        return f"waited {waited:.0f} s for {args.waiting} ({limit}); likely {likely}"
+    text = str(exc) or type(exc).__name__
+    return text.removeprefix(f"{url}: ")
 
 
 def add_parsers(sub) -> None:
@@ -353,7 +511,7 @@ def add_parsers(sub) -> None:
     conn.add_argument("-s", "--sib", metavar="URL",
                       help=f"udp|tcp|tcps|coap://HOST:PORT (default $KSP_SIB or {DEFAULT_SIB})")
     conn.add_argument("-H", "--host", help="the SIB's host (replaces the URL's)")
-    conn.add_argument("-p", "--port", type=int, help="the SIB's port (replaces the URL's)")
+    conn.add_argument("-p", "--port", help="the SIB's port (replaces the URL's)")
     conn.add_argument("-t", "--transport", choices=("udp", "tcp", "tcps", "coap"),
                       help="the transport (replaces the URL's scheme)")
     conn.add_argument("-i", "--kp-id", metavar="ID",
@@ -364,7 +522,7 @@ def add_parsers(sub) -> None:
     conn.add_argument("--prefixes", metavar="FILE",
                       help="prefix names from a JSAP (.jsap/.json: namespaces) or TOML file")
     conn.add_argument("--timeout", type=float, default=None, metavar="S",
-                      help="give up after S seconds (default: never for sub, else the "
+                      help="give up after S seconds, S > 0 (default: never for sub, else the "
                            "transport's own retransmission limits)")
     from_file = argparse.ArgumentParser(add_help=False)
     from_file.add_argument("-f", "--file", metavar="FILE", help="read the SPARQL text from FILE")

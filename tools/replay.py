@@ -10,6 +10,12 @@ order — rows as a multiset unless the request orders them (with LIMIT and no O
 count), CONSTRUCT triples as a set, blank node labels ignored. Sealed requests (wire format 13)
 cannot be replayed without the KP's key (the replay window refuses them): they are counted and
 skipped.
+
+Only what the KP side caused is expected: a capture of `ksp-sib --pcap` stopped by SIGTERM ends
+with the TERMINATED INDs of the SIB's shutdown (every operation still active then), which no
+request caused. Those — TERMINATED INDs after the capture's last KP request and its RES — are
+counted as the recorded SIB's shutdown, not waited for; the replayed SIB may still send them
+(a DROP of a graph ends its subscriptions the same way) without that being a difference.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from ksp.model import ConstructResult, SelectResult
 from ksp.terms import IRI, BNode, Literal
 
 from tools.capture_read import Captured, annotate, messages
+from tools.kp_cli import UsageError, nothing_listens, port_number, refused
 
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _BARE = {_XSD + "integer", _XSD + "decimal", _XSD + "double", _XSD + "boolean"}
@@ -56,14 +63,17 @@ class Expected:
 
     item: Captured
     res: Response | None = None
+    res_time: float | None = None  # when the capture shows the RES
     inds: list[Response] = field(default_factory=list)  # its INDs, duplicates removed
     ind_times: list[float] = field(default_factory=list)  # when the capture shows each
+    shutdown: Response | None = None  # the TERMINATED IND of the recorded SIB's shutdown
 
 
 @dataclass
 class Report:
     requests: int = 0
     skipped_sealed: int = 0
+    shutdown: int = 0  # operations the recorded SIB's shutdown ended (not expected here)
     differences: list[str] = field(default_factory=list)
 
     @property
@@ -72,7 +82,9 @@ class Report:
 
     def text(self) -> str:
         head = (f"{self.requests} requests replayed"
-                + (f", {self.skipped_sealed} sealed skipped" if self.skipped_sealed else ""))
+                + (f", {self.skipped_sealed} sealed skipped" if self.skipped_sealed else "")
+                + (f", {self.shutdown} operations ended by the recorded SIB's shutdown "
+                   "(not expected)" if self.shutdown else ""))
         if self.ok:
             return head + ": every answer as recorded"
         return head + f": {len(self.differences)} differences\n" + "\n".join(
@@ -114,7 +126,22 @@ def expectations(items: list[Captured]) -> tuple[list[Expected], int]:
                 exp = open_res.pop((item.kp, msg.tid), None)
                 if exp is not None and exp.res is None:
                     exp.res = msg
+                    exp.res_time = item.time
+    _shutdown(out)
     return out, sealed
+
+
+def _shutdown(plan: list[Expected]) -> None:
+    """Move the TERMINATED INDs that came after the last KP request and its RES — the SIB
+    shutting down, not anything the KPs asked for — out of what the replay expects."""
+    if not plan:
+        return
+    last = plan[-1]
+    after = max(last.item.time, last.res_time or last.item.time)
+    for exp in plan:
+        if exp.inds and exp.inds[-1].status == Status.TERMINATED and exp.ind_times[-1] > after:
+            exp.shutdown = exp.inds.pop()
+            exp.ind_times.pop()
 
 
 def normal(response: Response | None, request: Request) -> object:
@@ -158,6 +185,10 @@ class _Collector:
         self.changed.set()
 
 
+class Unreachable(Exception):
+    """Nothing listens at the replay's target: said once, not as a difference per request."""
+
+
 async def _open(url: str):
     parts = urlsplit(url)
     host, port, scheme = parts.hostname or "127.0.0.1", parts.port, parts.scheme
@@ -179,7 +210,7 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
     the capture, `{"udp": url, "tcp": url, "coap": url}`); the differences found."""
     items = annotate(messages(path, sib_ports))
     plan, sealed = expectations(items)
-    report = Report(skipped_sealed=sealed)
+    report = Report(skipped_sealed=sealed, shutdown=sum(e.shutdown is not None for e in plan))
     links: dict[str, object] = {}
     new_tid: dict[tuple[str, int], int] = {}
     running: list[tuple[Expected, _Collector]] = []
@@ -192,7 +223,12 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
                 target = url if isinstance(url, str) else url.get(item.transport)
                 if target is None:
                     raise ValueError(f"no URL to replay {item.transport} traffic to")
-                link = links[item.kp] = await _open(target)
+                try:
+                    link = links[item.kp] = await _open(target)
+                except OSError as exc:
+                    if refused(exc):
+                        raise Unreachable(target) from exc
+                    raise
             at = f"{item.kp} tid {req.tid} {req.tx.name} (at {item.time - items[0].time:.6f} s)"
             if req.tx is Tx.TERMINATE:
                 req = req._replace(tid=new_tid.get((item.kp, req.tid), req.tid))
@@ -200,7 +236,12 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
             report.requests += 1
             try:
                 got = await asyncio.wait_for(link.request(req, sink), timeout)
-            except Exception as exc:  # noqa: BLE001 (a timeout or a broken link: a difference)
+            except TimeoutError:
+                report.differences.append(f"{at}: no answer within {timeout:g} s (--timeout)")
+                continue
+            except Exception as exc:  # noqa: BLE001 (a broken link: a difference)
+                if refused(exc):
+                    raise Unreachable(target) from exc
                 report.differences.append(f"{at}: no answer ({type(exc).__name__}: {exc})")
                 continue
             if got is not None:
@@ -218,6 +259,8 @@ async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
             req = op.item.message
             want = [normal(r, req) for r in op.inds]
             have = [normal(r, req) for r in col.inds]
+            if op.shutdown is not None and have[len(want):] == [normal(op.shutdown, req)]:
+                have.pop()  # ended here too, as by the recorded shutdown (a DROP, say)
             if want != have:
                 at = f"{op.item.kp} tid {req.tid} {req.tx.name}"
                 lines = [f"{at}: {len(want)} INDs recorded, {len(have)} now"]
@@ -280,9 +323,21 @@ def add_parser(sub) -> None:
                    help="udp://, tcp:// or coap://HOST:PORT (also --sib, -s, as the KP commands)")
     p.add_argument("--sib-port", type=int, action="append", metavar="N",
                    help="a port the recorded SIB listened on (default 7000, 7001, 5683)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="how long to wait for each answer (default 10)")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S",
+                   help="how long to wait for each answer, S > 0 (default 10)")
     p.set_defaults(func=_main)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be a number of seconds above 0")
+    return value
 
 
 def _main(args) -> int:
@@ -291,8 +346,21 @@ def _main(args) -> int:
     from transports.pcap import PcapError
 
     try:
+        parts = urlsplit(args.to)
+        if parts.scheme not in ("udp", "tcp", "coap") or not parts.hostname:
+            raise UsageError(f"--to {args.to!r}: expected udp|tcp|coap://HOST:PORT")
+        url_port = parts.netloc.rpartition("]")[2].rpartition(":")
+        if url_port[1]:
+            port_number(url_port[2])
         report = asyncio.run(replay(args.file, args.to, sib_ports=args.sib_port or None,
                                     timeout=args.timeout))
+    except UsageError as exc:
+        print(f"ksp replay: {exc}", file=sys.stderr)
+        return 2
+    except Unreachable as exc:
+        url = str(exc)
+        print(f"ksp replay: {url}: {nothing_listens(url.partition(':')[0])}", file=sys.stderr)
+        return 1
     except (OSError, PcapError, ValueError) as exc:
         print(f"ksp replay: {exc}", file=sys.stderr)
         return 2
