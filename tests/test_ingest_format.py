@@ -118,13 +118,13 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
     dead letters included, in batches of `ARROW_ROWS`."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import (
-        DoubleType, LongType, StringType, StructField, StructType, TimestampType,
+        BinaryType, DoubleType, LongType, StringType, StructField, StructType, TimestampType,
     )
 
     from spark_ingest import source
 
     kinds = {"long": LongType(), "string": StringType(), "timestamp": TimestampType(),
-             "double": DoubleType()}
+             "double": DoubleType(), "binary": BinaryType()}
     spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in
                                (column.split() for column in source.SCHEMA.split(", "))])
     sent = [(topic, payload) for topic, payload, _ in messages(5, devices=2, bad=0.5, seed=4)]
