@@ -138,11 +138,43 @@ class Ingest:
             total, oldest = total + n, max(oldest, waited)
         return total, oldest
 
+    def _buffers(self) -> list[Path]:
+        """The directories of the buffer shards the driver's receivers fill (`source`'s)."""
+        if self.o.shards:
+            return []
+        if self.o.receivers == 1:
+            return [self.out / "_mqtt"]
+        return [self.out / "_mqtt" / f"shard-{k}" for k in range(self.o.receivers)]
+
+    def subscription(self) -> str | None:
+        """"ok" once the broker has answered every receiver's subscription (its SUBACK, which
+        the receivers write beside their buffers, or the shards' `/state` tells), a refusal
+        ("WHERE: refused: …") as soon as one is refused, else None: not yet."""
+        from .mqtt import subscription
+
+        answers = [(str(d), subscription(d)) for d in self._buffers()]
+        if self.o.shards:
+            from .shards import RemoteShard
+
+            for url in self.o.shards:
+                try:
+                    state = RemoteShard(url, self.o.shard_secret, timeout=5).state()
+                    answers.append((url, state.get("subscription")))
+                except OSError:  # away, or still starting: not subscribed yet
+                    answers.append((url, None))
+        for where, answer in answers:
+            if answer is not None and answer != "ok":
+                return f"{where}: {answer}"
+        return "ok" if all(answer == "ok" for _, answer in answers) else None
+
     def start(self):
         from pyspark.sql import functions as F
 
+        from .mqtt import SUBSCRIBED
         from .source import MqttTelemetry
 
+        for directory in self._buffers():  # an earlier run's answer is not this one's
+            (directory / SUBSCRIBED).unlink(missing_ok=True)
         self.spark.dataSource.register(MqttTelemetry)
         o = self.o
         reader = (self.spark.readStream.format("ksp_mqtt")
