@@ -188,3 +188,31 @@ def test_late_and_error_are_reasons_of_their_own():
     from spark_ingest.telemetry import SIB_REFUSED
 
     assert not {LATE, ERROR, SIB_REFUSED} & set(REASONS)
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # a local Spark session
+def test_a_reading_the_sib_refused_becomes_a_dead_letter_with_its_message(tmp_path):
+    """The rows of the readings the push returned as refused, found by (device, property,
+    time) in the batch, in the dead letters' columns: reason `sib_refused`, the exception's
+    type, the message as it came. (No ksp-sib setting refuses an update of good names, so the
+    refusal is given.)"""
+    from spark_ingest import source
+    from spark_ingest.cli import spark_session
+    from spark_ingest.job import Ingest, IngestOptions, Reading
+    from spark_ingest.telemetry import SIB_REFUSED
+
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    messages = [(k, topic_of("s1"), reading("s1", p, 1.0, time=when), 2e9)
+                for k, p in enumerate(["t", "h"], 1)]
+    spark = spark_session("local[1]", "refused")
+    try:
+        batch = spark.createDataFrame([tuple(r.values()) for r in _rows(messages)],
+                                      source.SCHEMA)  # as the source's rows come
+        ingest = Ingest(spark, IngestOptions(out=str(tmp_path)))
+        refused = ingest._refused(batch, [(Reading("s1", "h", 1.0, round(
+            when.timestamp() * 1000)), "KspStatusError")]).collect()
+    finally:
+        spark.stop()
+    assert [(r["seq"], r["reason"], r["error"], r["payload"].encode()) for r in refused] == [
+        (2, SIB_REFUSED, "KspStatusError", messages[1][2])]
