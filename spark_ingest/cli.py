@@ -25,13 +25,33 @@ from pathlib import Path
 
 from .aggregates import interval_ms
 from .job import Ingest, IngestOptions, lost_checkpoint
-from .mqtt import add_broker_flags, broker_login
 from .outlock import hold
 
 log = logging.getLogger("ksp.ingest")
 
 
+#: What the job imports from the `spark` extra, by module (`missing_extra`).
+SPARK_MODULES = ("pyspark", "pyarrow", "paho")
+
+
+def missing_extra(modules: tuple[str, ...] = SPARK_MODULES) -> str | None:
+    """None when `modules` are importable, else one line saying which are not and the command
+    that installs them (the `spark` extra into this interpreter's environment)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    root = Path(__file__).resolve().parent.parent
+    project = (f"-e '{root}[spark]'" if (root / "pyproject.toml").is_file()
+               else "'ksp-gateway[spark]'")
+    return (f"ksp-ingest: {', '.join(missing)} not installed (the spark extra): "
+            f"{sys.executable} -m pip install {project}")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .mqtt import add_broker_flags
+
     d = IngestOptions()
     p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0],
                                 epilog="ksp-ingest backfill --out DIR: the late readings into "
@@ -128,12 +148,26 @@ def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
                if s["late_dropped"] else ""))
 
 
+def failed(ingest: Ingest) -> bool:
+    """Whether one of the ingest's queries has failed (said in the log)."""
+    query = next((q for q in ingest.queries if q.exception() is not None), None)
+    if query is not None:
+        log.error("the query %s failed: %s", query.name, query.exception())
+    return query is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    missing = missing_extra(("pyarrow",) if argv[:1] == ["backfill"] else SPARK_MODULES)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     if argv[:1] == ["backfill"]:
         from .backfill import main as backfill
 
         return backfill(argv[1:])
+    from .mqtt import broker_login
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -210,15 +244,23 @@ def main(argv: list[str] | None = None) -> int:
 
         log.info("metrics on http://%s:%d/metrics", args.metrics_host,
                  serve(ingest, args.metrics_host, args.metrics_port).server_port)
-    log.info("ingest ready: %s %s → %s%s", ", ".join(shards) if shards else args.mqtt,
-             args.topic, args.out, f", latest readings to {args.sib}" if args.sib else "")
     previous: dict = {}
-    last = time.monotonic()
     try:
+        # Ready once the broker has every subscription (its SUBACK): a new session gets none
+        # of what is published before.
+        while (answer := ingest.subscription()) is None and not stop.wait(0.1):
+            if failed(ingest):
+                return 1
+        if answer is not None and answer != "ok":
+            log.error("the broker refused the subscription to %s: %s", args.topic, answer)
+            return 1
+        if answer == "ok":
+            log.info("ingest ready: %s %s → %s%s", ", ".join(shards) if shards else args.mqtt,
+                     args.topic, args.out,
+                     f", latest readings to {args.sib}" if args.sib else "")
+        last = time.monotonic()
         while not stop.wait(0.2):
-            failed = next((q for q in ingest.queries if q.exception() is not None), None)
-            if failed is not None:
-                log.error("the query %s failed: %s", failed.name, failed.exception())
+            if failed(ingest):
                 return 1
             if args.readings is not None and ingest.stats["observations"] >= args.readings:
                 break

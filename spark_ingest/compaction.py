@@ -186,10 +186,15 @@ def parquet_schema(path: Path):
 
 
 def _merge_parquet(paths: list[Path], target: Path) -> None:
+    """The files' rows in one file, with every column any of them has (a file an older
+    version wrote lacks the newer columns: null in its rows)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    schema, int96 = parquet_schema(paths[0])
+    schemas = [parquet_schema(p) for p in paths]
+    schema = pa.unify_schemas([s for s, _ in schemas])
+    int96 = any(i for _, i in schemas)
     table = ds.dataset([str(p) for p in paths], format="parquet",
                        schema=schema).to_table(use_threads=False)
     pq.write_table(table, target, use_deprecated_int96_timestamps=int96)

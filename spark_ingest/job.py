@@ -15,12 +15,15 @@ Per micro-batch (`foreachBatch`, after the stream's de-duplication):
   SOSA's terms — `observation`, `madeBySensor` (``BASE + device``), `observedProperty`
   (``BASE + property``), `hasSimpleResult`, `unit`, `resultTime`; and with `ntriples`, the
   same as N-Triples (`OUT/ntriples/date=…/*.nt`).
-- **dead letters** (`OUT/dead_letters/date=…/`): the message as received, its topic, when it
-  came and why it was refused (`spark_ingest.telemetry.REASONS`, or `late`).
+- **dead letters** (`OUT/dead_letters/date=…/`): the message as received (`payload`, and
+  `payload_bytes` when it is not UTF-8), its topic, when it came and why it was refused
+  (`spark_ingest.telemetry.REASONS`, or `late`, `error`, `sib_refused` with the exception's
+  type in `error`). One message never fails a batch.
 - **the SIB**: the newest reading of each (device, property) in the batch, newer than what was
   sent before, as one KSP update (``DELETE { s p ?old } INSERT { s p value } WHERE { OPTIONAL
   { s p ?old } }`` for each; in chunks of 100 pairs, a Graph field's limit), so that the SIB's
-  persistent queries and rules fire on ingested telemetry.
+  persistent queries and rules fire on ingested telemetry. An update the SIB refuses is halved
+  down to the reading at fault (`push`), which is also a dead letter `sib_refused`.
 
 Each batch's files are written under a staging directory and moved into place named by the
 batch id (one per partition directory), each rename replacing an earlier attempt's file of the
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import re
 import shutil
@@ -55,11 +59,11 @@ from typing import NamedTuple
 
 from .aggregates import Minutes, interval_ms, write_atomic
 from .compaction import THRESHOLD, Compactor
-from .telemetry import LATE
+from .telemetry import LATE, NAME, SIB_REFUSED
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Ingest", "IngestOptions", "lost_checkpoint"]
+__all__ = ["Ingest", "IngestOptions", "lost_checkpoint", "push"]
 
 #: SOSA's namespace; the observation rows use its terms as column names.
 SOSA = "http://www.w3.org/ns/sosa/"
@@ -134,11 +138,43 @@ class Ingest:
             total, oldest = total + n, max(oldest, waited)
         return total, oldest
 
+    def _buffers(self) -> list[Path]:
+        """The directories of the buffer shards the driver's receivers fill (`source`'s)."""
+        if self.o.shards:
+            return []
+        if self.o.receivers == 1:
+            return [self.out / "_mqtt"]
+        return [self.out / "_mqtt" / f"shard-{k}" for k in range(self.o.receivers)]
+
+    def subscription(self) -> str | None:
+        """"ok" once the broker has answered every receiver's subscription (its SUBACK, which
+        the receivers write beside their buffers, or the shards' `/state` tells), a refusal
+        ("WHERE: refused: …") as soon as one is refused, else None: not yet."""
+        from .mqtt import subscription
+
+        answers = [(str(d), subscription(d)) for d in self._buffers()]
+        if self.o.shards:
+            from .shards import RemoteShard
+
+            for url in self.o.shards:
+                try:
+                    state = RemoteShard(url, self.o.shard_secret, timeout=5).state()
+                    answers.append((url, state.get("subscription")))
+                except OSError:  # away, or still starting: not subscribed yet
+                    answers.append((url, None))
+        for where, answer in answers:
+            if answer is not None and answer != "ok":
+                return f"{where}: {answer}"
+        return "ok" if all(answer == "ok" for _, answer in answers) else None
+
     def start(self):
         from pyspark.sql import functions as F
 
+        from .mqtt import SUBSCRIBED
         from .source import MqttTelemetry
 
+        for directory in self._buffers():  # an earlier run's answer is not this one's
+            (directory / SUBSCRIBED).unlink(missing_ok=True)
         self.spark.dataSource.register(MqttTelemetry)
         o = self.o
         reader = (self.spark.readStream.format("ksp_mqtt")
@@ -196,20 +232,22 @@ class Ingest:
                 F.col("time").alias("resultTime"),
                 F.to_date("time").alias("date"), "device")
             n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
-            letters = dead.select("seq", "topic", "payload", "received", "reason",
-                                  F.to_date("received").alias("date"))
+            partials = self._minutes(readings) if n_obs else []
+            if self.o.sib and partials:
+                refused = self._push(_latest(partials))
+                if refused:  # observations all the same; the SIB's refusal kept with them
+                    dead = dead.unionByName(self._refused(readings, refused))
+            letters = dead.select("seq", "topic", "payload", "payload_bytes", "received",
+                                  "reason", "error", F.to_date("received").alias("date"))
             reasons = dict(dead.groupBy("reason").count().collect())
             n_dead = self._write(letters, "dead_letters", batch_id, ["date"],
                                  sum(reasons.values()))
             if self.o.ntriples and n_obs:
                 self._ntriples(observations, batch_id)
-            partials = self._minutes(readings) if n_obs else []
             closed = self.minutes.add(batch_id, [r[:8] for r in partials])
             self._write_aggregates(closed, batch_id)
             if partials or closed:
                 self.minutes.save(batch_id)
-            if self.o.sib and partials:
-                self._push(_latest(partials))
             s = self.stats
             s["merged_files"] += self.compactor.after_batch(batch_id, self._touched)
             s["batches"] += 1
@@ -309,16 +347,31 @@ class Ingest:
         self._placed("ntriples", place_batch(self.out, "ntriples", batch_id, placed, ".nt"))
         shutil.rmtree(staging, ignore_errors=True)
 
-    def _push(self, latest: list[Reading]) -> None:
-        """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs."""
+    def _push(self, latest: list[Reading]) -> list[tuple[Reading, str]]:
+        """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs. Returns those
+        the SIB refused, each with the exception's type (`push`); a SIB that cannot be reached
+        fails the batch (it runs again)."""
         fresh = self._sent.fresh(latest)
         if not fresh:
-            return
-        texts = [_replace_update(self.o.base, fresh[i:i + SIB_CHUNK])
-                 for i in range(0, len(fresh), SIB_CHUNK)]
-        asyncio.run(_send(self.o.sib, texts))
-        self._sent.record(fresh)
-        self.stats["sib_updates"] += len(texts)
+            return []
+        updates, refused = push(self.o.sib, self.o.base, fresh)
+        gone = {r for r, _ in refused}
+        self._sent.record([r for r in fresh if r not in gone])
+        self.stats["sib_updates"] += updates
+        return refused
+
+    def _refused(self, readings, refused: list[tuple[Reading, str]]):
+        """The messages of the readings the SIB refused, as dead letters `sib_refused` (in
+        the dead letters' columns), found by (device, property, time)."""
+        from pyspark.sql import functions as F
+
+        keys = self.spark.createDataFrame(
+            [(r.device, r.property, r.ms, error) for r, error in refused],
+            "device string, property string, ms long, why string")
+        return (readings.withColumn("ms", F.unix_millis("time"))
+                .join(keys, ["device", "property", "ms"])
+                .withColumn("reason", F.lit(SIB_REFUSED)).withColumn("error", F.col("why"))
+                .select(*readings.columns))
 
 
 def aggregate_table(base: str, rows: list[tuple]):
@@ -496,9 +549,47 @@ def _replace_update(base: str, rows) -> str:
             f"WHERE {{ {' '.join(optionals)} }}")
 
 
-async def _send(url: str, texts: list[str]) -> None:
+def push(url: str, base: str, readings: list[Reading]) -> tuple[int, list[tuple[Reading, str]]]:
+    """Readings to the SIB at `url`, `SIB_CHUNK` pairs per KSP update: (updates the SIB took,
+    the readings it refused, each with the exception's type). An update refused (a SPARQL
+    error, a status) is split in halves and each sent again, down to the one reading at fault,
+    so one reading never costs the others; a reading whose names or value no update could
+    carry (`telemetry.NAME`, a finite value) is refused before. OSError (the SIB unreachable,
+    a timeout: not one reading's fault) is raised."""
+    sendable, refused = [], []
+    for r in readings:
+        if NAME.fullmatch(r.device) and NAME.fullmatch(r.property) and math.isfinite(r.value):
+            sendable.append(r)
+        else:
+            refused.append((r, "ValueError"))
+    chunks = [sendable[i:i + SIB_CHUNK] for i in range(0, len(sendable), SIB_CHUNK)]
+    updates = asyncio.run(_send(url, base, chunks, refused)) if chunks else 0
+    return updates, refused
+
+
+async def _send(url: str, base: str, chunks: list[list[Reading]],
+                refused: list[tuple[Reading, str]]) -> int:
     from transports import connect
 
     async with connect(url) as kp:
-        for text in texts:
-            await kp.update(text)
+        return sum([await _update(kp, base, chunk, refused) for chunk in chunks])
+
+
+async def _update(kp, base: str, rows: list[Reading], refused: list[tuple[Reading, str]]
+                  ) -> int:
+    """Updates taken of `rows` (split while refused), the refused readings added to
+    `refused`."""
+    try:
+        await kp.update(_replace_update(base, rows))
+        return 1
+    except OSError:
+        raise
+    except Exception as exc:  # the SIB's or the SPARQL compiler's refusal
+        if len(rows) == 1:
+            log.warning("the SIB refused %s/%s: %s: %s", rows[0].device, rows[0].property,
+                        type(exc).__name__, exc)
+            refused.append((rows[0], type(exc).__name__))
+            return 0
+    half = len(rows) // 2
+    return (await _update(kp, base, rows[:half], refused)
+            + await _update(kp, base, rows[half:], refused))

@@ -12,12 +12,19 @@ mosquitto.conf; with MQTT 5, our Receive Maximum), and goes in as committed batc
 
 With `share`, the receiver is one of a group splitting the topic: an MQTT 5 client (session
 that never expires, clean start off) subscribed to `$share/<share>/<topic>`.
+
+The broker's SUBACK is written to the file `subscribed` beside the buffer (`subscription`
+reads it): the receiver runs in a Python worker of Spark's, or in a shard's process, and the
+process that says "ready" waits for it. Before the SUBACK a new session has no subscription:
+what is published then is not for it.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import paho.mqtt.client as mqtt
@@ -26,12 +33,24 @@ from .buffer import Buffer
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Receiver", "add_broker_flags", "broker_address", "broker_login", "login"]
+__all__ = ["SUBSCRIBED", "Receiver", "add_broker_flags", "broker_address", "broker_login",
+           "login", "subscription"]
 
 #: MQTT 5 session expiry "never": the session and what it has queued outlive any stop.
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF
 #: MQTT 5 Receive Maximum: unacknowledged messages the broker may have in flight to us.
 RECEIVE_MAXIMUM = 1000
+#: The file, beside the buffer's, that holds the broker's answer to the subscription.
+SUBSCRIBED = "subscribed"
+
+
+def subscription(directory: str | Path) -> str | None:
+    """The broker's answer to the subscription of the receiver whose buffer is in
+    `directory`: "ok", "refused: <reason codes>", or None before its SUBACK."""
+    try:
+        return (Path(directory) / SUBSCRIBED).read_text() or None
+    except FileNotFoundError:
+        return None
 
 
 def broker_address(url: str) -> tuple[str, int]:
@@ -130,6 +149,7 @@ class Receiver:
         self.subscribed = threading.Event()
 
     def start(self) -> "Receiver":
+        (self.buffer.path.parent / SUBSCRIBED).unlink(missing_ok=True)  # an earlier run's
         self.client.connect_async(self.host, self.port, keepalive=30, **self._connect)
         self.client.loop_start()
         self._flusher.start()
@@ -154,12 +174,22 @@ class Receiver:
         # Subscribed only now, at the SUBACK: a message published before the broker has the
         # subscription is not for this client (on a new session it is simply not delivered).
         if any(code.is_failure for code in reason_codes):
-            log.warning("MQTT %s:%d refused the subscription to %s: %s", self.host, self.port,
-                        self.topic, ", ".join(str(c) for c in reason_codes))
+            codes = ", ".join(str(c) for c in reason_codes)
+            log.error("MQTT %s:%d refused the subscription to %s: %s", self.host, self.port,
+                      self.topic, codes)
+            self._answered(f"refused: {codes}")
             return
         self.subscribed.set()
+        self._answered("ok")
         log.info("MQTT %s:%d: subscribed to %s (session %s)", self.host, self.port,
                  self.topic, "resumed" if self._session_present else "new")
+
+    def _answered(self, answer: str) -> None:
+        """The SUBACK into `SUBSCRIBED`, written aside and renamed: read whole or not at all."""
+        path = self.buffer.path.parent / SUBSCRIBED
+        tmp = path.with_name(SUBSCRIBED + ".tmp")
+        tmp.write_text(answer)
+        os.replace(tmp, path)
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
         with self._lock:

@@ -15,7 +15,8 @@ or a file, over the method, the path with its query and a time, which must be wi
 without a valid signature gets 401 and nothing else. The readings themselves travel in clear
 (as over plain MQTT): serve shards on a network you trust, or through a TLS tunnel.
 
-    GET  /state                  {"last", "committed", "backlog": [messages, seconds]}
+    GET  /state                  {"last", "committed", "backlog": [messages, seconds],
+                                  "subscription": the SUBACK ("ok", "refused: …") or null}
     GET  /read?after=A&upto=B    rows (seq, topic, payload, received) with A < seq <= B, JSON
     POST /commit?upto=B          a committed batch read up to B: those messages go
 """
@@ -39,6 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .bounded_http import BoundedHTTPServer
 from .buffer import Buffer
+from .mqtt import subscription
 
 __all__ = ["ShardServer", "RemoteShard", "MAX_SKEW", "read_secret", "main"]
 
@@ -102,7 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
         buffer = self.server.buffer
         if url.path == "/state":
             self._json({"last": buffer.last(), "committed": buffer.committed(),
-                        "backlog": list(buffer.backlog())})
+                        "backlog": list(buffer.backlog()),
+                        "subscription": subscription(buffer.path.parent)})
         elif url.path == "/read":
             after, upto = self._numbers(url.query, "after", "upto")
             if after is None:

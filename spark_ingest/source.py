@@ -11,7 +11,10 @@ buffer and splits into `partitions` that carry their messages to the executors (
 access to the buffer file: on a cluster they run on other machines, and SQLite's WAL needs its
 readers on its own host). `commit` deletes what a committed batch read.
 Each row is one message, checked and parsed by `spark_ingest.telemetry.parse` on the
-executors: the reading's fields, or `reason` for a dead letter.
+executors: the reading's fields, or `reason` for a dead letter. `payload` is the message as
+text; `payload_bytes` its exact bytes when they are not UTF-8 (else null: `payload` is them).
+A message whose reading raises, or that Arrow refuses, is a dead letter `error` (`error` names
+the exception's type): one message never fails a batch.
 
 With `checkpoint` (the query's checkpoint directory), a reading whose time is at or before the
 watermark Spark drops late rows by in the batch being read comes as a dead letter with reason
@@ -50,12 +53,13 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from .telemetry import LATE
+from .telemetry import ERROR, LATE, is_utf8
 
 __all__ = ["MqttTelemetry", "SCHEMA"]
 
-SCHEMA = ("seq long, topic string, payload string, received timestamp, device string, "
-          "property string, value double, unit string, time timestamp, reason string")
+SCHEMA = ("seq long, topic string, payload string, payload_bytes binary, received timestamp, "
+          "device string, property string, value double, unit string, time timestamp, "
+          "reason string, error string")
 
 
 #: Rows per Arrow batch a partition yields (Spark's own default size).
@@ -68,16 +72,53 @@ def _arrow_schema():
 
     stamp = pa.timestamp("us", tz="UTC")
     return pa.schema([("seq", pa.int64()), ("topic", pa.string()), ("payload", pa.string()),
-                      ("received", stamp), ("device", pa.string()), ("property", pa.string()),
+                      ("payload_bytes", pa.binary()), ("received", stamp),
+                      ("device", pa.string()), ("property", pa.string()),
                       ("value", pa.float64()), ("unit", pa.string()), ("time", stamp),
-                      ("reason", pa.string())])
+                      ("reason", pa.string()), ("error", pa.string())])
 
 
-def _batch(rows: list[tuple], schema):
+def _arrays(rows: list[tuple], schema):
     import pyarrow as pa
 
     return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field
                                        in zip(zip(*rows), schema)], schema=schema)
+
+
+def _batch(rows: list[tuple], schema):
+    """`rows` as an Arrow batch; a row Arrow refuses (whatever `parse` let through that no
+    column takes) becomes a dead letter `error`, and the others go as they are."""
+    try:
+        return _arrays(rows, schema)
+    except Exception:
+        pass
+    kept = []
+    for row in rows:
+        try:
+            _arrays([row], schema)
+            kept.append(row)
+        except Exception as exc:
+            _log().warning("message %d: %s: %s", row[0], type(exc).__name__, exc)
+            kept.append(_failed(row, exc))
+    return _arrays(kept, schema)
+
+
+def _text(payload: bytes) -> tuple[str, bytes | None]:
+    """(the payload as text, its bytes if that text is not them): a payload that is not UTF-8
+    keeps its exact bytes beside a readable text (U+FFFD for each invalid sequence)."""
+    try:
+        return payload.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return payload.decode("utf-8", "replace"), bytes(payload)
+
+
+def _failed(row: tuple, exc: Exception) -> tuple:
+    """A row as a dead letter `error` naming `exc`'s type: the message kept, nothing parsed."""
+    seq, topic, text, raw, received = row[:5]
+    if not isinstance(topic, str) or not is_utf8(topic):
+        topic = str(topic).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return (seq, topic, text, raw, received, None, None, None, None, None, ERROR,
+            type(exc).__name__)
 
 
 @dataclass
@@ -116,6 +157,7 @@ def late_watermark(checkpoint: str | None) -> int:
 
 
 _LATE_FIELDS = (None, None, None, None, None, LATE)
+_ERROR_FIELDS = (None, None, None, None, None, ERROR)
 
 
 def _log():
@@ -284,11 +326,16 @@ class _Reader(DataSourceStreamReader):
         late = partition.late_ms  # times have milliseconds at most: compared exactly
         out = []
         for seq, topic, payload, received in rows:
-            fields = parse(topic, payload, received)
-            if late and fields[5] is None and round(fields[4].timestamp() * 1000) <= late:
-                fields = _LATE_FIELDS
-            out.append((seq * n + k, topic, payload.decode("utf-8", "replace"),
-                        round(received * 1_000_000), *fields))
+            try:  # whatever a message does, it is a row: a batch never fails on one message
+                fields = parse(topic, payload, received)
+                if late and fields[5] is None and round(fields[4].timestamp() * 1000) <= late:
+                    fields = _LATE_FIELDS
+                error = None
+            except Exception as exc:
+                _log().warning("message %d: %s: %s", seq, type(exc).__name__, exc)
+                fields, error = _ERROR_FIELDS, type(exc).__name__
+            out.append((seq * n + k, topic, *_text(payload), round(received * 1_000_000),
+                        *fields, error))
             if len(out) == ARROW_ROWS:
                 yield _batch(out, schema)
                 out = []

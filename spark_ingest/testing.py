@@ -1,6 +1,7 @@
 """For tests and benchmarks: a mosquitto of the project's own (Debian's `mosquitto` on a free
-loopback port, with a persistent store and room for an ingest's backlog while it is away: the
-default keeps 1,000 messages per offline client, then drops) and `ksp-ingest` as a process."""
+loopback port, with a persistent store saved after every change, and room for an ingest's
+backlog while it is away: the default keeps 1,000 messages per offline client, then drops) and
+`ksp-ingest` as a process."""
 from __future__ import annotations
 
 import os
@@ -14,21 +15,35 @@ from pathlib import Path
 
 from sib.testing import LoggedProcess
 
-__all__ = ["IngestProcess", "Mosquitto", "ShardProcess", "Subscriber", "secure_settings",
-           "until"]
+__all__ = ["IngestProcess", "Mosquitto", "SAVE_EVERY_CHANGE", "ShardProcess", "Subscriber",
+           "secure_settings", "until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DROPPED = "$SYS/broker/publish/messages/dropped"
+
+
+#: mosquitto.conf: the store saved after every change (a message queued, a subscription),
+#: not every 30 minutes (`autosave_interval`'s default): a broker killed (`kill -9`, a crash)
+#: has its sessions and the messages it acknowledged back when it restarts (spark_ingest/README).
+SAVE_EVERY_CHANGE = "autosave_on_changes true\nautosave_interval 1\n"
+#: Its log without `information`, which has a line for each save ("Saving in-memory
+#: database"): a line per message received.
+QUIET_SAVES = "log_type error\nlog_type warning\nlog_type notice\n"
 
 
 class Mosquitto:
     """`with Mosquitto() as broker: broker.url` → `mqtt://127.0.0.1:PORT`. Again on the same
     `directory` and `port`: the same broker restarted, its store (sessions, queued messages)
     read back. `max_queued`: messages kept per client beyond its in-flight window, then
-    dropped (`dropped`)."""
+    dropped (`dropped`). `save_every_change`: `SAVE_EVERY_CHANGE`, what a deployment should
+    run (a killed broker loses at most its last pass's messages); False, mosquitto's default
+    (every 30 minutes), for the benchmarks: each save rewrites the whole store, and with a
+    backlog of 10,000 messages it took 339 readings/s where the default took 23,152
+    (docs/benchmarks.md), which would measure the store rather than the ingest."""
 
     def __init__(self, directory: str | Path | None = None, port: int | None = None,
-                 settings: str = "", max_queued: int = 1_000_000) -> None:
+                 settings: str = "", max_queued: int = 1_000_000,
+                 save_every_change: bool = True) -> None:
         self._own = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="mosquitto-") if directory is None
                               else directory)
@@ -51,10 +66,14 @@ class Mosquitto:
         conf.write_text(f"listener {self.port} 127.0.0.1\n{settings}"
                         f"allow_anonymous {anonymous}\n{user}"
                         f"persistence true\npersistence_location {store}/\n"
+                        f"{SAVE_EVERY_CHANGE if save_every_change else ''}"
                         f"max_queued_messages {max_queued}\nmax_inflight_messages 1000\n"
+                        f"{QUIET_SAVES}"
                         "sys_interval 1\n")  # `dropped` reads $SYS at most 1 s old
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        self.log = self.directory / "mosquitto.log"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(["mosquitto", "-c", str(conf)],
+                                         stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -62,7 +81,7 @@ class Mosquitto:
                 return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"mosquitto did not start: {self.proc.stderr.read()}")
+                    raise RuntimeError(f"mosquitto did not start: {self.log.read_text()}")
                 time.sleep(0.05)
 
     def dropped(self, timeout: float = 10.0) -> int:
@@ -92,6 +111,11 @@ class Mosquitto:
         served others before."""
         start = self.dropped()
         return lambda: self.dropped() - start
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the broker saves nothing on its way out."""
+        self.proc.kill()
+        self.proc.wait(10)
 
     def __enter__(self) -> "Mosquitto":
         return self
@@ -179,11 +203,11 @@ class ShardProcess(LoggedProcess):
 
 class IngestProcess(LoggedProcess):
     """`ksp-ingest` as a real subprocess (`python -m spark_ingest.cli ARGS`), its log read on a
-    thread; ready once its MQTT receiver has subscribed."""
+    thread; ready when it says so, once the broker has answered its subscription."""
 
     name = "ksp-ingest"
 
-    def __init__(self, *args: str, timeout: float = 180.0, ready: str = "subscribed to"
+    def __init__(self, *args: str, timeout: float = 180.0, ready: str = "ingest ready"
                  ) -> None:
         super().__init__("spark_ingest.cli", args, ready, timeout, cwd=ROOT)
 

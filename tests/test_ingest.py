@@ -370,13 +370,19 @@ def test_per_minute_aggregates_are_final_and_written_once(mosquitto, tmp_path):
 def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(mosquitto,
                                                                                  tmp_path):
     """Readings half an hour old (a backlog, or a fleet whose clocks lag), then one reading from
-    a clock a year ahead and one broken message, then more readings as old: both bad ones are
+    a clock a year ahead and broken messages, then more readings as old: the bad ones are
     dead letters, and every reading is an observation. Before, either moved the watermark past
     the readings (the reading's time, or the broken message's arrival), and the
-    de-duplication dropped every later reading as late, silently."""
+    de-duplication dropped every later reading as late, silently. The broken messages include
+    those that once failed every batch, the SIB push and --ntriples included, and the job for
+    good (issue 44: `tools.telemetry.poison`); each dead letter keeps its message's bytes. The
+    first readings go out right after "ingest ready", on a new session: the broker had the
+    subscription by then, and delivers them."""
     from datetime import datetime, timedelta, timezone
 
+    from sib.testing import SibProcess
     from spark_ingest.telemetry import reading, topic_of
+    from tools.telemetry import poison
 
     out = tmp_path / "data"
     back = datetime.now(timezone.utc) - timedelta(minutes=30)
@@ -385,17 +391,31 @@ def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(
         return [(topic_of("s1"), reading("s1", "t", float(k), time=start + timedelta(
             milliseconds=k)), "ok") for k in range(20)]
 
-    with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "1 minute")) as ingest:
-        publish(mosquitto, readings(back))
-        until(lambda: count(out, "observations") >= 20, 240, "the first readings")
-        publish(mosquitto, [(topic_of("s1"), reading("s1", "t", 99.0, time=back + timedelta(
-            days=365)), "bad"), (topic_of("s1"), b"{not json", "bad")])
-        until(lambda: count(out, "dead_letters") >= 2, 120, "the two dead letters")
-        publish(mosquitto, readings(back + timedelta(seconds=1)))
-        ingest.stop_when(lambda: count(out, "observations") >= 40, "the later readings")
+    bad = [(topic_of("s1"), reading("s1", "t", 99.0, time=back + timedelta(days=365)),
+            "future_time"), (topic_of("s1"), b"{not json", "not_json")]
+    bad += [(topic_of("s1"), body, reason) for _, body, reason in poison("s1", back.isoformat(
+        timespec="milliseconds").replace("+00:00", "Z"))]
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as sib:
+        with IngestProcess(*ingest_args(mosquitto, out, "--watermark", "1 minute",
+                                        "--ntriples", "--sib",
+                                        f"udp://127.0.0.1:{sib.ports['udp']}")) as ingest:
+            publish(mosquitto, readings(back))  # right after "ingest ready"
+            until(lambda: count(out, "observations") >= 20, 240, "the first readings")
+            publish(mosquitto, [(t, p, "bad") for t, p, _ in bad])
+            until(lambda: count(out, "dead_letters") >= len(bad), 120, "the dead letters")
+            publish(mosquitto, readings(back + timedelta(seconds=1)))
+            ingest.stop_when(lambda: count(out, "observations") >= 40, "the later readings")
     assert_each_once(out, 40)
-    assert sorted(d["reason"] for d in table(out, "dead_letters").to_pylist()) == [
-        "future_time", "not_json"]
+    letters = table(out, "dead_letters").to_pylist()
+    assert sorted(d["reason"] for d in letters) == sorted(reason for *_, reason in bad)
+    assert sorted(d["payload_bytes"] or d["payload"].encode() for d in letters) == sorted(
+        p for _, p, _ in bad)  # byte for byte, the one not UTF-8 too
+    assert [d["payload_bytes"] is not None for d in letters].count(True) == 1
+    assert all(d["error"] is None for d in letters)
+    nt = "".join(f.read_text() for f in sorted((out / "ntriples").glob("date=*/*.nt")))
+    assert nt.count("\n") == 5 * 40  # every line a triple
+    assert "ingest ready" in ingest.log()
 
 
 def recorded_watermark(out: Path) -> int:

@@ -329,3 +329,18 @@ def test_batch_ids_that_go_back_merge_nothing_over_an_earlier_merge(tmp_path, ca
     assert "batch ids went back" in caplog.text
     merged = "merged-1-000000000000-000000000001.parquet"
     assert (directory / merged).read_bytes() == before[merged]  # untouched
+
+
+def test_files_of_an_older_version_merge_with_newer_columns_kept(tmp_path):
+    """A dead-letter file written before `payload_bytes` existed, merged with one after: the
+    merged file has the column, null in the older rows, the bytes in the newer."""
+    directory, staging = tmp_path / "dead_letters" / "date=2026-11-26", tmp_path / "staged"
+    directory.mkdir(parents=True)
+    old = pa.table({"seq": pa.array([1], pa.int64()), "payload": ["{"]})
+    new = pa.table({"seq": pa.array([2], pa.int64()), "payload": ["\ufffd"],
+                    "payload_bytes": pa.array([b"\xff"], pa.binary())})
+    for batch, table in enumerate([old, new, old, new]):
+        _write(table, directory / f"batch-{batch:012d}.parquet")
+    assert merge_directory(directory, staging, running=9, threshold=4) == 3
+    merged = ds.dataset(str(directory), format="parquet").to_table().sort_by("seq")
+    assert merged.column("payload_bytes").to_pylist() == [None, None, b"\xff", b"\xff"]

@@ -118,13 +118,13 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
     dead letters included, in batches of `ARROW_ROWS`."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import (
-        DoubleType, LongType, StringType, StructField, StructType, TimestampType,
+        BinaryType, DoubleType, LongType, StringType, StructField, StructType, TimestampType,
     )
 
     from spark_ingest import source
 
     kinds = {"long": LongType(), "string": StringType(), "timestamp": TimestampType(),
-             "double": DoubleType()}
+             "double": DoubleType(), "binary": BinaryType()}
     spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in
                                (column.split() for column in source.SCHEMA.split(", "))])
     sent = [(topic, payload) for topic, payload, _ in messages(5, devices=2, bad=0.5, seed=4)]
@@ -223,3 +223,26 @@ def test_a_password_over_plain_mqtt_is_refused_before_anything_starts(tmp_path, 
     assert main(["--mqtt", "mqtts://127.0.0.1", "--mqtt-ca", str(tmp_path / "none.pem")]) == 2
     err = capsys.readouterr().err
     assert "--mqtt-ca" in err and "no such file" in err
+
+
+@pytest.mark.slow  # a process
+def test_without_the_spark_extra_ksp_ingest_says_how_to_install_it_in_one_line(tmp_path):
+    """The interpreter the virtualenv was made from has the project's code (PYTHONPATH) and
+    none of the extras: one line naming what is missing and the command that installs it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    probe = subprocess.run([base, "-c", "import pyspark"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has pyspark")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([base, "-m", "spark_ingest.cli", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("ksp-ingest: pyspark, pyarrow")
+    assert f"-m pip install -e '{root}[spark]'" in done.stderr

@@ -299,6 +299,13 @@ TESTS_MAY_REACH = {
     "test_ingest_format.py": {
         ("_Reader", "_Range", "_seqs"): "drive the Spark stream reader, its partitions and its "
                                         "checkpoint check without a Spark session"},
+    "test_ingest_poison.py": {
+        ("_Reader", "_Range"): "drive the Spark stream reader and its partitions without a "
+                               "Spark session",
+        ("_batch", "_arrow_schema"): "a row Arrow refuses: no message `parse` lets through "
+                                     "makes one, so the batch builder is given one",
+        ("_refused",): "a reading the SIB refused: no ksp-sib setting refuses an update of "
+                       "good names, so the refusal is given"},
     "test_sib_sealed.py": {
         ("_persistent", "_observations"): "accessor pending in transports/coap.py"},
     "test_sib_security.py": {

@@ -26,6 +26,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 #: since the benchmarks import pyoxigraph and rdflib).
 BENCH_SUITES = {
     "backfill": "tools.bench.backfill",
+    "broker-store": "tools.bench.broker_store",
     "codec": "tools.bench.codec",
     "firmware": "tools.bench.firmware",
     "bridge": "tools.bench.bridge",

@@ -18,7 +18,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["add_parser", "messages", "publish", "publish_raw"]
+__all__ = ["add_parser", "messages", "poison", "publish", "publish_raw"]
 
 PROPERTIES = (("temperature", "Cel", 22.0), ("humidity", "%", 55.0),
               ("luminosity", "lx", 500.0))
@@ -38,6 +38,29 @@ BAD = (lambda d: (d, b"{not json"),
                                  "time": "yesterday"}).encode()),
        lambda d: (d, json.dumps({"device": d, "property": "t", "value": 1,
                                  "time": "2999-01-01T00:00:00Z"}).encode()))
+
+
+def poison(device: str, when: str = "2026-11-25T16:00:00.125Z") -> list[tuple[str, bytes, str]]:
+    """Messages for `topic_of(device)` that each once made every batch fail (issue 44), as
+    (what, payload, the reason they are dead letters for)."""
+    def body(**fields) -> bytes:
+        return json.dumps({"device": device, "property": "t", "value": 1.5, "time": when,
+                           **fields}).encode()
+
+    return [
+        ("a property ending in a newline", body(property="t\n"), "bad_property"),
+        ("a device ending in a newline", body(device=device + "\n"), "bad_device"),
+        ("a time ending in a newline", body(time=when + "\n"), "bad_time"),
+        ("a value of 1 and 400 zeros",
+         body(value=0).replace(b'"value": 0', b'"value": 1' + b"0" * 400), "bad_value"),
+        ("100,000 [", b"[" * 100_000, "not_json"),
+        ("a unit that is a lone surrogate",
+         body().replace(b'"value"', b'"unit": "\\ud800", "value"'), "bad_unit"),
+        ("year 1 an hour east of UTC", body(time="0001-01-01T00:00:00+01:00"), "bad_time"),
+        ("a time in Arabic-Indic digits", body(time="\u0662\u0660\u0662\u0666-11-25T16:00:00Z"),
+         "bad_time"),
+        ("bytes that are not UTF-8", body()[:-1] + b"\xff\xfe}", "not_json"),
+    ]
 
 
 def messages(count: int, devices: int = 10, *, duplicates: float = 0.0, bad: float = 0.0,

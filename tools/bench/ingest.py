@@ -429,7 +429,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return _sustained(args, prog, argv)
     from spark_ingest.testing import Mosquitto
 
-    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
+    # The broker's store saved as mosquitto does by default: the ingest measured, not the store.
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt",
+                                                         save_every_change=False) as broker:
         base = baseline(broker.url, args.messages, Path(tmp) / "baseline")
         print(f"baseline: {base}", file=sys.stderr)
         job = ingest(broker.url, args.messages, Path(tmp) / "ingest")
@@ -487,7 +489,8 @@ def _sustained(args, prog: str | None, argv: list[str]) -> int:
     rates, seconds = args.sustained, args.seconds
     runs = sustained_runs(rates, args.consumers)
     results = []
-    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt") as broker:
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt",
+                                                         save_every_change=False) as broker:
         for k, (rate, name, consumer, master) in enumerate(runs):
             r = sustained(broker.url, rate, seconds, Path(tmp) / f"run-{k}", consumer, master,
                           broker)

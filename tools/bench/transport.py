@@ -249,7 +249,8 @@ def run(quick: bool = False, *, rounds: int | None = None, per_round: int | None
         return asyncio.run(_run_async(rounds, per_round, None, coap)), settings
     from spark_ingest.testing import Mosquitto  # the project's, on a free loopback port
 
-    with Mosquitto() as broker:
+    # The broker's store saved as mosquitto does by default: the transport measured, not it.
+    with Mosquitto(save_every_change=False) as broker:
         return asyncio.run(_run_async(rounds, per_round, broker.port, coap)), settings
 
 
