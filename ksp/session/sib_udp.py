@@ -155,13 +155,16 @@ class UdpMessageLayer(SibMessageLayer):
             session.stats.acks_unmatched += 1
             return
         key = (kp, ack.tid)
-        d = session.transactions.deliveries.get(key)
         unacked = self.unacked.get(key)
-        if d is None or unacked is None:
+        if unacked is None:
+            return
+        d = session.transactions.deliveries.get(key)
+        if d is None:
             return
         if ack.seq is None or not is_newer(d.seq, ack.seq):
             # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
-            self._keep_ind(key, None)
+            del self.unacked[key]  # `_keep_ind(key, None)`, on the path of every ACK
+            self.ind_bytes -= len(unacked.data)
             d.acknowledged()
             self.timers.cancel(key)
             if d.final:
