@@ -68,10 +68,10 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
                                          fileno=os.dup(sock.fileno()))
 
     def datagram_received(self, data: bytes, addr: Hashable) -> None:
-        """One datagram, then those already queued behind it (at most `DRAIN` in all): the
-        100 ACKs of one update's INDs cost one event-loop turn, not 100 (its `epoll_wait`,
-        callback and context switch were the larger part of an ACK's cost). Each is handled
-        as the loop would hand it over: received, then pumped."""
+        """One datagram, then those already queued behind it (at most `DRAIN` in all):
+        datagrams that arrived together (the ACKs of one update's INDs) cost one event-loop
+        turn (`epoll_wait`, callback), not one each. Each is handled as the loop would hand
+        it over: received, then pumped."""
         self._received(data, addr)
         reader = self._reader
         if reader is None:
@@ -106,9 +106,9 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
 
     def transmit(self) -> None:
         """Send what the session holds: straight on the socket while the transport buffers
-        nothing (asyncio's `sendto` checks and wraps every call: a tenth of an IND's cost
-        when one update sends 100), through the transport from the first datagram the
-        kernel cannot take, in order."""
+        nothing (asyncio's `sendto` checks and wraps every call, 100 times for an update
+        with 100 subscribers), through the transport from the first datagram the kernel
+        cannot take on, so that the order holds."""
         transport, pcap = self.transport, self.pcap
         out = self.session.datagrams_to_send(self.loop.time())
         if not out:
