@@ -424,26 +424,29 @@ async def versus_mqtt(devices: RemoteDevices, rounds: int, mqtt_port: int | None
 
 # -- the run and the tables -------------------------------------------------------------------
 
-async def _run(quick: bool, mqtt_port: int | None) -> tuple[dict, dict]:
+async def _run(rounds: int, mqtt_port: int | None) -> tuple[dict, dict]:
     devices = RemoteDevices()
     try:
         addrs = [tuple(a) for a in await devices.call("open_ksp", SUBSCRIBERS)]
         if mqtt_port is not None:
             await devices.call("open_mqtt", mqtt_port, SUBSCRIBERS)
-        ind = await per_ind(devices, addrs, 30 if quick else 200)
-        vs = await versus_mqtt(devices, 30 if quick else 200, mqtt_port)
+        ind = await per_ind(devices, addrs, rounds)
+        vs = await versus_mqtt(devices, rounds, mqtt_port)
     finally:
         devices.shutdown()
     return ind, vs
 
 
-def run(quick: bool = False, mqtt: bool = True) -> tuple[dict, dict]:
+def run(quick: bool = False, mqtt: bool = True, rounds: int | None = None
+        ) -> tuple[dict, dict]:
+    """({row: [(CPU ns, wall ns) per round]}, {row: [(send time, [receipt times])]})."""
+    rounds = rounds or (30 if quick else 200)
     if not mqtt:
-        return asyncio.run(_run(quick, None))
+        return asyncio.run(_run(rounds, None))
     from spark_ingest.testing import Mosquitto
 
     with Mosquitto() as broker:
-        return asyncio.run(_run(quick, broker.port))
+        return asyncio.run(_run(rounds, broker.port))
 
 
 def _med(values) -> float:
