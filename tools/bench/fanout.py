@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 
-from ksp import UDP, Ack, KPIdentity, Literal, Request, Response, Status, Triple, Tx, Var, encode
+from ksp import UDP, Ack, Literal, Request, Response, Status, Triple, Tx, Var, encode
 from ksp.model import SelectResult
 from ksp.service import Service
 from ksp.terms import IRI
