@@ -342,3 +342,46 @@ def test_the_largest_datagram_arrives_whole_both_ways():
     assert service.graphs[DEFAULT] == set(request.insert)
     assert [str(row[1]) for row in rows.rows] == ["v" * n]
     assert sizes == (READ_SIZE, READ_SIZE)
+
+
+def test_a_burst_beyond_one_drain_is_answered_whole_and_in_order(monkeypatch):
+    """More requests than `UdpServer` reads per wake-up (`DRAIN`, made small here: the
+    kernel's default receive buffer holds about 256 such datagrams), queued before the loop
+    looks: each is answered once, in the order sent, whatever the wake-up it was read in."""
+    import transports.udp
+
+    monkeypatch.setattr(transports.udp, "DRAIN", 16)
+    DRAIN = transports.udp.DRAIN
+
+    class AnswerOK(Service):
+        def submit(self, request, channel) -> None:
+            channel.respond(Response(request.tid, Status.OK))
+
+        def kp_unreachable(self, kp, tid) -> None:
+            pass
+
+    async def scenario():
+        import socket
+
+        server = await UdpServer.start(AnswerOK(), timing=FAST)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.connect(("127.0.0.1", server.port))
+        sock.setblocking(False)
+        count = 2 * DRAIN + 10
+        try:
+            for tid in range(count):  # all sent before the server's loop runs
+                sock.send(encode(SELECT._replace(tid=tid), UDP))
+            tids = []
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(tids) < count and asyncio.get_running_loop().time() < deadline:
+                try:
+                    tids.append(decode_sib_message(sock.recv(READ_SIZE), UDP).tid)
+                except BlockingIOError:
+                    await asyncio.sleep(0.01)
+            assert tids == list(range(count))
+        finally:
+            sock.close()
+            await server.close()
+
+    run(scenario())

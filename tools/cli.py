@@ -31,6 +31,7 @@ BENCH_SUITES = {
     "firmware": "tools.bench.firmware",
     "bridge": "tools.bench.bridge",
     "bridge-soak": "tools.bench.bridge_soak",
+    "fanout": "tools.bench.fanout",
     "indicate": "tools.bench.indicate",
     "rate": "tools.bench.rate",
     "request": "tools.bench.request",

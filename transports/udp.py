@@ -8,7 +8,9 @@ SIZE), so nothing too large reaches `sendto`.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import socket
 from collections.abc import Hashable
 
 from ksp import UDP, KPSession, SIBSession, Timing
@@ -16,10 +18,13 @@ from ksp.session import SessionOptions
 from ksp.service import Service
 
 from ._kplink import SessionLink
-from .reads import small_reads
+from .reads import READ_SIZE, small_reads
 from ._sibadapter import SessionAdapter
 
 __all__ = ["UdpServer", "UdpLink", "open_udp_link"]
+
+#: Datagrams `UdpServer` handles per wake-up of the loop at most (then other callbacks run).
+DRAIN = 256
 
 
 class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
@@ -35,6 +40,9 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         #: A `transports.pcap.PcapWriter`: every datagram in and out is written to it.
         self.pcap = None
         self.local: tuple[str, int] = ("0.0.0.0", 0)
+        #: A second handle of the transport's socket (a dup of its descriptor, non-blocking
+        #: like it) to read what else has arrived once the loop reports it readable.
+        self._reader: socket.socket | None = None
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
@@ -54,8 +62,33 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         small_reads(transport)
         self.local = transport.get_extra_info("sockname")[:2]
         self.port = self.local[1]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._reader = socket.socket(sock.family, sock.type, sock.proto,
+                                         fileno=os.dup(sock.fileno()))
 
     def datagram_received(self, data: bytes, addr: Hashable) -> None:
+        """One datagram, then those already queued behind it (at most `DRAIN` in all):
+        datagrams that arrived together (the ACKs of one update's INDs) cost one event-loop
+        turn (`epoll_wait`, callback), not one each. Each is handled as the loop would hand
+        it over: received, then pumped."""
+        self._received(data, addr)
+        reader = self._reader
+        if reader is None:
+            return
+        for _ in range(DRAIN - 1):
+            if self._closed:
+                return
+            try:
+                data, addr = reader.recvfrom(READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # as the loop reports it
+                self.error_received(exc)
+                return
+            self._received(data, addr)
+
+    def _received(self, data: bytes, addr: Hashable) -> None:
         if self.pcap is not None:
             self.pcap.udp(addr[:2], self.local, data)
         self.session.receive_datagram(data, addr[:2], self.loop.time())
@@ -72,10 +105,27 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
     # -- SessionAdapter ----------------------------------------------------------------------
 
     def transmit(self) -> None:
+        """Send what the session holds: straight on the socket while the transport buffers
+        nothing (asyncio's `sendto` checks and wraps every call, 100 times for an update
+        with 100 subscribers), through the transport from the first datagram the kernel
+        cannot take on, so that the order holds."""
         transport, pcap = self.transport, self.pcap
-        for data, addr in self.session.datagrams_to_send(self.loop.time()):
+        out = self.session.datagrams_to_send(self.loop.time())
+        if not out:
+            return
+        direct = self._reader if transport.get_write_buffer_size() == 0 else None
+        for data, addr in out:
             if pcap is not None:  # recorded first: whatever a KP received is in the capture,
                 pcap.udp(self.local, addr[:2], data)  # even if the SIB is killed right after
+            if direct is not None:
+                try:
+                    direct.sendto(data, addr)
+                    continue
+                except (BlockingIOError, InterruptedError):
+                    direct = None  # buffered by the transport, and all after it
+                except OSError as exc:  # as the transport reports it
+                    self.error_received(exc)
+                    continue
             transport.sendto(data, addr)
 
     async def close(self) -> None:
@@ -83,6 +133,12 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         if self.transport is not None:
             self.transport.close()
             await self._closed_fut
+
+    def shut(self) -> None:
+        super().shut()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 class UdpLink(SessionLink, asyncio.DatagramProtocol):

@@ -108,11 +108,17 @@ class UdpMessageLayer(SibMessageLayer):
             self.datagrams.append(out)
 
     def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
-        self._keep_ind(key, data)
+        unacked = self.unacked.get(key)  # `_keep_ind(key, data)`, on the path of every IND
+        if unacked is None:
+            self.unacked[key] = _Unacked(data)
+        else:
+            self.ind_bytes -= len(unacked.data)
+            unacked.data = data
+        self.ind_bytes += len(data)
         self._send_indication(key, addr, data)
         if self.ind_bytes > self._options.max_ind_bytes:
             self._shed(key, now)
-        if key not in self.timers:
+        if key not in self.timers._live:
             # Otherwise the schedule of the superseded IND goes on: new INDs arriving faster
             # than the timeout must not postpone KPUnreachable forever.
             self._start_backoff(key, now)
@@ -155,13 +161,16 @@ class UdpMessageLayer(SibMessageLayer):
             session.stats.acks_unmatched += 1
             return
         key = (kp, ack.tid)
-        d = session.transactions.deliveries.get(key)
         unacked = self.unacked.get(key)
-        if d is None or unacked is None:
+        if unacked is None:
+            return
+        d = session.transactions.deliveries.get(key)
+        if d is None:
             return
         if ack.seq is None or not is_newer(d.seq, ack.seq):
             # Covers the newest IND (a bare ACK, R10, acknowledges the newest sent).
-            self._keep_ind(key, None)
+            del self.unacked[key]  # `_keep_ind(key, None)`, on the path of every ACK
+            self.ind_bytes -= len(unacked.data)
             d.acknowledged()
             self.timers.cancel(key)
             if d.final:
@@ -248,7 +257,12 @@ class UdpMessageLayer(SibMessageLayer):
         session.emit(KPUnreachable(*key))
 
     def _send_indication(self, key: OpKey, addr: Hashable, data: bytes | None = None) -> None:
-        self.send(self.unacked[key].data if data is None else data, addr)
+        if data is None:
+            data = self.unacked[key].data
+        if type(addr) is SealedAddr:
+            self.send(data, addr)
+        else:
+            self.datagrams.append((data, addr))
         routes = self.ack_routes
         route = (addr, key[1])
         routes[route] = key[0]
