@@ -17,10 +17,15 @@ Quad = tuple[Term, Term, Term, IRI]
 _DEFAULT = ox.DefaultGraph()
 
 
-#: The term caches below hold at most `CACHED` entries of at most `CACHED_CHARS` characters
-#: each, so they are bounded in bytes too (about 16 MiB each at worst; measured cost in
-#: docs/sib.md): a longer term is converted each time instead, which only costs a little time.
-CACHED, CACHED_CHARS = 65536, 256
+#: The term caches below hold at most `CACHED` IRIs and `LITERALS_CACHED` literals of at most
+#: `CACHED_CHARS` characters each, so they are bounded in bytes too (about 16 MiB each at worst;
+#: measured cost in docs/sib.md): a longer term is converted each time instead, which only costs
+#: a little time. Literals get the smaller cache: a sensor's readings are new literals that
+#: mostly never come back, so a literal cache as large as the IRI cache fills with readings
+#: that only pass through it, and the garbage collector's full passes walk each of its
+#: long-lived entries (`ksp bench soak --ab`, docs/benchmarks.md); the literals that do recur
+#: (states, flags, small numbers) stay in the smaller one, least recently used first out.
+CACHED, LITERALS_CACHED, CACHED_CHARS = 65536, 4096, 256
 
 
 def named(iri: str) -> ox.NamedNode:
@@ -42,7 +47,7 @@ def _new_literal(lit: Literal) -> ox.Literal:
     return ox.Literal(lit.lexical, datatype=named(lit.datatype))
 
 
-_small_literal = lru_cache(maxsize=CACHED)(_new_literal)
+_small_literal = lru_cache(maxsize=LITERALS_CACHED)(_new_literal)
 
 
 def to_ox(term: Term):
@@ -125,7 +130,14 @@ def _canonicalise(lit: Literal) -> Literal:
     return from_ox(stored.object)
 
 
-_cached_canonical = lru_cache(maxsize=CACHED)(_canonicalise)
+_cached_canonical = lru_cache(maxsize=LITERALS_CACHED)(_canonicalise)
+
+
+def term_caches() -> dict[str, object]:
+    """Each term cache's `functools` cache info (hits, misses, maxsize, currsize), by name: what
+    the soak benchmarks and the tests read to see them bounded."""
+    return {"iris": _named.cache_info(), "literals": _small_literal.cache_info(),
+            "canonical literals": _cached_canonical.cache_info()}
 
 
 def canonical(term: Term) -> Term:

@@ -125,6 +125,10 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--ab" in argv:  # aged against fresh ksp-sib processes: its own module
+        from tools.bench.soak_ab import main as ab
+
+        return ab(argv, prog)
     parser = bench_parser("tools.bench.soak", __doc__, prog, "20,000 cycles, windows of 2,000")
     parser.add_argument("--cycles", type=int, default=200_000, help="update cycles per store")
     parser.add_argument("--window", type=int, default=10_000, help="cycles per row")
@@ -134,6 +138,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--no-maintenance", action="store_true",
                         help="store maintenance off: the baseline that grows")
     parser.add_argument("--plot", metavar="FILE.png", help="draw latency and RSS over time")
+    parser.add_argument("--ab", action="store_true",
+                        help="an aged ksp-sib against a fresh one over UDP, alternating "
+                             "(tools/bench/soak_ab.py; its options: --ab --help)")
     args = parser.parse_args(argv)
     if args.quick:
         args.cycles, args.window = 20_000, 2_000
