@@ -574,14 +574,15 @@ def test_metrics_stay_on_loopback_unless_exposed():
                                    st.floats(0, 30)), max_size=25))
 def test_authenticator_invariants(attempts):
     """Whatever the order of attempts: the right password, once proven, is always accepted; a
-    wrong one or an unknown KP ID never is; each (KP ID, password) is hashed at most once; no
-    verification is left pending."""
+    wrong one or an unknown KP ID never is; only an address that has guessed wrong is ever held
+    back (LIMIT_EXCEEDED); each (KP ID, password) is hashed at most once; no verification is
+    left pending."""
     now = [0.0]
     auth = Authenticator(AccessPolicy.from_config(FAST_CONFIG), max_failures=3,
-                         failure_window=60, clock=lambda: now[0])
+                         backoff_base=1, backoff_cap=60, clock=lambda: now[0])
 
     async def go():
-        proven, hashed = False, set()
+        proven, hashed, guessers = False, set(), set()
         for name, password, host, dt in attempts:
             now[0] += dt
             kp_id, source = kp_id_bytes(name), (host, 1)
@@ -597,6 +598,10 @@ def test_authenticator_invariants(attempts):
                 proven = True
             if not good:
                 assert verdict in (Status.ACCESS_DENIED, Status.LIMIT_EXCEEDED)
+            if verdict == Status.LIMIT_EXCEEDED:
+                assert host in guessers
+            if not good:
+                guessers.add(host)
             assert verdict is not None
             assert auth.pending == 0
         assert auth.verified == len(hashed)
