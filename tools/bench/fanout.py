@@ -50,6 +50,7 @@ from ksp.model import SelectResult
 from ksp.service import Service
 from ksp.terms import IRI
 
+from ._remote import Remote
 from .report import bench_parser, command_line, markdown_table, percentile
 
 MODULE = "tools.bench.fanout"
@@ -226,39 +227,12 @@ def _devices_process(conn) -> None:
     Devices(conn).serve()
 
 
-class RemoteDevices:
+class RemoteDevices(Remote):
     """`Devices` in a spawned process; each call awaits its answer on the pipe without
     blocking the event loop (the SIB in this process keeps running)."""
 
     def __init__(self) -> None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_devices_process, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
-
-    async def call(self, name: str, *args):
-        loop = asyncio.get_running_loop()
-        reply = loop.create_future()
-        fd = self.conn.fileno()
-        loop.add_reader(fd, lambda: reply.done() or reply.set_result(self.conn.recv()))
-        try:
-            self.conn.send((name, args))
-            answer = await asyncio.wait_for(reply, TIMEOUT * 2)
-        finally:
-            loop.remove_reader(fd)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def shutdown(self) -> None:
-        self.conn.send(None)
-        self.process.join(30)
-        if self.process.is_alive():
-            self.process.kill()
-        self.conn.close()
+        super().__init__(_devices_process, TIMEOUT * 2)
 
 
 # -- table 1: the cost per IND ---------------------------------------------------------------

@@ -50,6 +50,7 @@ from ksp.session import KPIdentity
 from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from sib import QuadStore, Sib
 
+from ._remote import Remote
 from .report import command_line
 
 EX = "http://example.org/bench#"
@@ -285,44 +286,17 @@ def _kp_process(conn) -> None:
     asyncio.run(serve())
 
 
-class RemoteKPs:
+class RemoteKPs(Remote):
     """`KPs` in another process (multiprocessing, spawned): the SIB's event loop does none of
     the KPs' work, as with real devices. One command at a time."""
 
     def __init__(self) -> None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_kp_process, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
-
-    async def _call(self, name: str, *args):
-        loop = asyncio.get_running_loop()
-        reply = loop.create_future()
-        fd = self.conn.fileno()
-        loop.add_reader(fd, lambda: reply.done() or reply.set_result(self.conn.recv()))
-        try:
-            self.conn.send((name, args))
-            answer = await asyncio.wait_for(reply, TIMEOUT * 2)
-        finally:
-            loop.remove_reader(fd)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        super().__init__(_kp_process, TIMEOUT * 2)
 
     def __getattr__(self, name: str):
         if name not in ("subscribe", "update", "close"):
             raise AttributeError(name)
-        return lambda *args: self._call(name, *args)
-
-    def shutdown(self) -> None:
-        self.conn.send(None)
-        self.process.join(30)
-        if self.process.is_alive():
-            self.process.kill()
-        self.conn.close()
+        return lambda *args: self.call(name, *args)
 
 
 class UdpContender(Contender):
