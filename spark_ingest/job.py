@@ -187,6 +187,7 @@ class Ingest:
                   .option("password", o.mqtt_password or "")
                   .option("shards", ",".join(o.shards))
                   .option("checkpoint", str(self.out / "_checkpoint"))
+                  .option("localBuffer", str(_local(self.spark)).lower())
                   .option("secret", o.shard_secret.decode()))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
@@ -524,6 +525,12 @@ def lost_checkpoint(out: Path) -> int | None:
                if (m := re.fullmatch(r"(?:batch|delta)-(\d+)\.(?:files|json)", path.name))]
     last = max(numbers, default=-1)
     return last if last >= 1 else None
+
+
+def _local(spark) -> bool:
+    """Whether the executors run in the driver's process, on its host (a `local` master, not
+    `local-cluster`), so they can read the receiver's buffer file themselves."""
+    return re.fullmatch(r"local(\[[^\]]*\])?", spark.sparkContext.master) is not None
 
 
 def _never_committed(checkpoint: Path) -> None:

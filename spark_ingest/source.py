@@ -6,10 +6,13 @@
          .option("topic", "ksp/+/telemetry").option("buffer", "data/_mqtt").load()
 
 The reader (on the driver) runs the `Receiver`, which fills the durable buffer; an offset is a
-buffer sequence number, so a micro-batch is a range of them, which the driver reads from the
-buffer and splits into `partitions` that carry their messages to the executors (which need no
-access to the buffer file: on a cluster they run on other machines, and SQLite's WAL needs its
-readers on its own host). `commit` deletes what a committed batch read.
+buffer sequence number, so a micro-batch is a range of them, split into `partitions`. With
+`localBuffer` (what the job sets for a `local` master: the executors on the driver's host),
+a partition is a span of sequence numbers that its executor reads from the buffer file
+itself, so the messages go from SQLite to the executor once and the tasks stay small. Without
+it, the driver reads the range and the partitions carry their messages to the executors
+(which then need no access to the buffer file: on a cluster they run on other machines, and
+SQLite's WAL needs its readers on its own host). `commit` deletes what a committed batch read.
 Each row is one message, checked and parsed by `spark_ingest.telemetry.parse` on the
 executors: the reading's fields, or `reason` for a dead letter. `payload` is the message as
 text; `payload_bytes` its exact bytes when they are not UTF-8 (else null: `payload` is them).
@@ -39,7 +42,8 @@ readings go from receiver to executor, not through the driver); every request si
 
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
-`checkpoint` (the query's, for the late readings above),
+`checkpoint` (the query's, for the late readings above), `localBuffer` (`true`: the
+executors read the buffer file, above),
 `partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
 `maxBuffered` (default 1000000, per shard), `receivers` (default 1), `share` (the shared
 subscription's group, default the client id); for a broker that wants them, `ca` (with an
@@ -123,14 +127,16 @@ def _failed(row: tuple, exc: Exception) -> tuple:
 
 @dataclass
 class _Range(InputPartition):
-    """A partition carries its messages: the driver reads them from the buffer, so the
-    executors, wherever they run, need no access to its file. A shard served from another
-    machine is read by the executor itself: the partition carries the `span` (after, upto)."""
+    """A partition carries its messages (the driver read them from the buffer, so the
+    executors, wherever they run, need no access to its file), or the `span` (after, upto) its
+    executor reads itself: from the buffer file in `path` (an executor on the driver's host),
+    or from a shard served from another machine."""
     rows: list
     shard: int = 0
     shards: int = 1
     span: tuple[int, int] | None = None
     late_ms: int = 0  # a reading at or before this (ms) is late: a dead letter
+    path: str | None = None  # the buffer's directory, read by the executor
 
 
 def late_watermark(checkpoint: str | None) -> int:
@@ -169,6 +175,19 @@ def _log():
 def _last(r, otherwise: int | None = None) -> int:
     """The newest sequence number of a shard (see `_Served.last` for one that is away)."""
     return r.last(otherwise) if isinstance(r, _Served) else r.buffer.last()
+
+
+def _buffered(directory: str, after: int, upto: int):
+    """The messages after < seq <= upto of the buffer in `directory`, read by an executor on
+    the receiver's host (read-only: the receiver writes it meanwhile; a committed batch
+    deletes them only once every partition of it is done)."""
+    from .buffer import Buffer
+
+    buffer = Buffer(directory, readonly=True)
+    try:
+        yield from buffer.read(after, upto)
+    finally:
+        buffer.close()
 
 
 class _Served:
@@ -215,6 +234,7 @@ class _Reader(DataSourceStreamReader):
         if self.shards < 1:
             raise ValueError(f"receivers: {self.shards}; at least 1")
         self.checkpoint = options.get("checkpoint") or None
+        self.local = options.get("localBuffer", "false").lower() == "true" and not self.remote
         self._options = dict(options)
         self._receivers: list | None = None
 
@@ -295,17 +315,17 @@ class _Reader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         out = []
-        receivers = self._started()
         late = late_watermark(self.checkpoint)
         for k, (first, last) in enumerate(zip(self._seqs(start), self._seqs(end))):
             if last <= first:
                 continue
-            if self.remote:  # numbers are contiguous in a shard: split the span evenly
+            if self.remote or self.local:  # numbers are contiguous: split the span evenly
                 step = -(-(last - first) // self.parts)
-                out += [_Range([], k, self.shards, (a, min(a + step, last)), late)
+                path = self._directory(k) if self.local else None
+                out += [_Range([], k, self.shards, (a, min(a + step, last)), late, path)
                         for a in range(first, last, step)]
                 continue
-            rows = list(receivers[k].buffer.read(first, last))
+            rows = list(self._started()[k].buffer.read(first, last))
             step = max(1, -(-len(rows) // self.parts))
             out += [_Range(rows[i:i + step], k, self.shards, None, late)
                     for i in range(0, len(rows), step)]
@@ -318,7 +338,9 @@ class _Reader(DataSourceStreamReader):
 
         n, k = partition.shards, partition.shard
         rows = partition.rows
-        if partition.span is not None:
+        if partition.path is not None:
+            rows = _buffered(partition.path, *partition.span)
+        elif partition.span is not None:
             from .shards import RemoteShard
 
             rows = RemoteShard(self.remote[k], self.secret).read(*partition.span)

@@ -149,6 +149,40 @@ def test_the_source_yields_arrow_batches_of_spark_s_schema(monkeypatch):
                 row["reason"]) == (device, prop, value, unit, time, reason)
 
 
+def test_with_local_buffer_the_executors_read_their_span_from_the_buffer_file(tmp_path):
+    """`localBuffer`: a partition is a span of sequence numbers and the buffer's directory,
+    not the messages; the executor reads the same rows from the file that the driver would
+    have shipped, each shard's from its own file, every number in exactly one partition."""
+    import pickle
+
+    from spark_ingest import source
+
+    sent = [(topic, payload) for topic, payload, _ in messages(50, devices=3, bad=0.2, seed=7)]
+    for k in range(2):
+        buffer = Buffer(tmp_path / f"shard-{k}")
+        buffer.append(sent[k::2][:10], now=1_700_000_000.0)
+        buffer.append(sent[k::2][10:], now=1_700_000_001.0)
+        buffer.commit(3)
+        buffer.close()
+    options = {"buffer": str(tmp_path), "receivers": "2", "partitions": "3"}
+    local = source._Reader({**options, "localBuffer": "true"})
+    parts = local.partitions({"seq": [3, 3]}, {"seq": [24, 20]})
+    assert all(p.rows == [] and p.path for p in parts) and len(parts) == 6
+    assert len(pickle.dumps(parts)) < 2_000  # the tasks carry no messages
+    got = [row for p in parts for b in local.read(p) for row in b.to_pylist()]
+    shipped = []
+    for k, (first, last) in enumerate(((3, 24), (3, 20))):
+        buffer = Buffer(tmp_path / f"shard-{k}", readonly=True)
+        rows = list(buffer.read(first, last))
+        buffer.close()
+        shipped += [row for b in source._Reader(options).read(source._Range(rows, k, 2))
+                    for row in b.to_pylist()]
+    assert len(got) == 21 + 17 and sorted(r["seq"] for r in got) == sorted(
+        r["seq"] for r in shipped)
+    assert sorted(got, key=lambda r: r["seq"]) == sorted(shipped, key=lambda r: r["seq"])
+    assert source._Reader({**options, "localBuffer": "false"}).local is False
+
+
 def _offsets(checkpoint, watermarks: dict[int, int]) -> None:
     """An offset log as Spark writes it: per batch, "v1", the metadata, the source's offset."""
     import json
