@@ -38,6 +38,12 @@ stream is it (`steady`)? Every reading is then counted in its Parquet. Several r
 (`--sustained 10000 20000 30000`) run each in turn, a sweep for where a consumer falls behind
 (each row then names the rate asked); `--consumers paho,local2,local1` picks the consumers.
 
+Same-run rounds (`--rounds R`, instead of the rows above): R interleaved rounds, each the
+plain subscriber then `ksp-ingest` (Spark local[2]) on `--messages` readings from the light
+publisher, first publish → last row, and with `--sustained RATE ...` each rate paced for
+`--seconds` into both; the ingest's rate over the plain subscriber's in each round, and the
+min/median/max over the rounds (on a loaded machine the ratio within a round is what counts).
+
 Latency: with `--sib`, a reading published every 2 s and a KP subscribed (persistent SELECT)
 to that sensor in a `ksp-sib`; publish → IND, whose floor is the trigger interval (1 s by
 default) plus one micro-batch.
@@ -422,9 +428,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--consumers", default=",".join(SUSTAINED),
                         help="the steady stream's consumers, comma-separated, of "
                              f"{', '.join(SUSTAINED)} (default: all)")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="instead: R interleaved rounds of the plain subscriber and "
+                             "ksp-ingest (--messages readings, and each --sustained rate): "
+                             "their ratio per round")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.long, args.samples, args.seconds = 20_000, 20_000, 5, 20.0
+    if args.rounds:
+        return _rounds(args, prog, argv)
     if args.sustained:
         return _sustained(args, prog, argv)
     from spark_ingest.testing import Mosquitto
@@ -473,14 +485,81 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                      else f"{pub:,.0f}"])
     headers = ["consumer", "messages", "seconds", "messages/s", "second half, messages/s",
                "publisher's messages/s"]
+    return _report(args, prog, argv, headers, rows, lambda python: (
+        f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
+        f"QoS 1) into Parquet, publish to the last row written, {python}; "
+        f"publish → SIB IND p50 {statistics.median(lat):.0f} ms, max {max(lat):.0f} ms "
+        f"({len(lat)} samples)"))
+
+
+def _report(args, prog: str | None, argv: list[str], headers: list[str],
+            rows: list[list[str]], title: Callable[[str], str]) -> int:
+    """Print the table under `title(the Python it ran on)`, with the libraries' versions."""
     env = environment("pyspark", "paho-mqtt", "pyarrow")
-    title = (f"Ingest: {args.messages:,} readings of {DEVICES} devices over MQTT (mosquitto, "
-             f"QoS 1) into Parquet, publish to the last row written, {env['python']}; "
-             f"publish → SIB IND p50 {statistics.median(lat):.0f} ms, max {max(lat):.0f} ms "
-             f"({len(lat)} samples)")
-    print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
-                 prog=prog, argv=argv, libraries=env["libraries"])
+    print_report(title(env["python"]), headers, rows, markdown=args.markdown,
+                 module="tools.bench.ingest", prog=prog, argv=argv, libraries=env["libraries"])
     return 0
+
+
+def spread(values: list[float], form: str = ",.0f") -> str:
+    """min / median / max of `values`."""
+    return " / ".join(format(v, form) for v in (min(values), statistics.median(values),
+                                                max(values)))
+
+
+def _achieved(r: dict) -> float:
+    """A paced run's rate: its rows over the seconds from the first publish to the last row
+    (the publishing, and the catching up after it)."""
+    return r["stored"] / (r["published"]["seconds"] + r["catch_up"])
+
+
+def _rounds(args, prog: str | None, argv: list[str]) -> int:
+    from spark_ingest.testing import Mosquitto
+
+    n, rates = args.messages, args.sustained or []
+    kinds = [("first publish → last row", None)] + [
+        (f"steady {rate:,.0f}/s for {args.seconds:g} s", rate) for rate in rates]
+    got: dict[str, list[tuple[dict, dict]]] = {name: [] for name, _ in kinds}
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "mqtt",
+                                                         save_every_change=False) as broker:
+        if rates:
+            broker.dropped()  # watched from the start: later its value is no longer sent
+        for k in range(args.rounds):
+            for name, rate in kinds:
+                where = Path(tmp) / f"round-{k}-{rate or 0:.0f}"
+                if rate is None:
+                    pair = (baseline(broker.url, n, where / "paho", raw=True),
+                            ingest(broker.url, n, where / "ingest", raw=True))
+                else:
+                    pair = (sustained(broker.url, rate, args.seconds, where / "paho",
+                                      "baseline", broker=broker),
+                            sustained(broker.url, rate, args.seconds, where / "ingest",
+                                      "ingest", broker=broker))
+                print(f"round {k + 1}, {name}: {pair}", file=sys.stderr)
+                got[name].append(pair)
+    rows = []
+    for name, rate in kinds:
+        pairs = got[name]
+        if rate is None:  # readings over seconds, first publish to last row
+            speeds = [(n / p["seconds"], n / i["seconds"]) for p, i in pairs]
+            lags = ["–"] * 2
+        else:  # the readings over the seconds from the first publish to the last row
+            speeds = [(_achieved(p), _achieved(i)) for p, i in pairs]
+            lags = [spread([r["catch_up"] for r in side], ".1f")
+                    for side in zip(*pairs)]
+        ratios = [i / p for p, i in speeds]
+        rows.append([name, spread([p for p, _ in speeds]), spread([i for _, i in speeds]),
+                     ", ".join(f"{r:.2f}" for r in ratios), f"**{spread(ratios, '.2f')}**",
+                     *lags])
+    headers = ["run", "paho + pyarrow, readings/s", "ksp-ingest, readings/s",
+               "ksp-ingest / paho, each round", "ratio min / median / max",
+               "paho: last row after the last publish, s",
+               "ksp-ingest: last row after the last publish, s"]
+    return _report(args, prog, argv, headers, rows, lambda python: (
+        f"Ingest against the plain subscriber, same run: {args.rounds} interleaved rounds of "
+        f"{n:,} readings of {DEVICES} devices (the light publisher), first publish → last "
+        f"row{', and a steady stream' if rates else ''}; min / median / max over the rounds, "
+        f"{python}"))
 
 
 def _sustained(args, prog: str | None, argv: list[str]) -> int:
@@ -508,14 +587,11 @@ def _sustained(args, prog: str | None, argv: list[str]) -> int:
                "mean lag, third quarter, s", "mean lag, last quarter, s",
                "most lag, second half, s", "last row after the last publish, s",
                "rows in Parquet", "dropped by the broker"]
-    env = environment("pyspark", "paho-mqtt", "pyarrow")
     asked = ", ".join(f"{rate:,.0f}" for rate in rates)
-    title = (f"Ingest, a steady stream: {asked} readings/s of {DEVICES} devices for "
-             f"{seconds:g} s ({', '.join(f'{int(r * seconds):,}' for r in rates)} readings, "
-             f"the light publisher paced) into each consumer in turn, {env['python']}")
-    print_report(title, headers, rows, markdown=args.markdown, module="tools.bench.ingest",
-                 prog=prog, argv=argv, libraries=env["libraries"])
-    return 0
+    return _report(args, prog, argv, headers, rows, lambda python: (
+        f"Ingest, a steady stream: {asked} readings/s of {DEVICES} devices for {seconds:g} s "
+        f"({', '.join(f'{int(r * seconds):,}' for r in rates)} readings, the light publisher "
+        f"paced) into each consumer in turn, {python}"))
 
 
 if __name__ == "__main__":
