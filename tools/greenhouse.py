@@ -107,7 +107,7 @@ class Greenhouse:
 
     async def _publish_mqtt(self, quantity: str, value: float, timeout: float = 120.0) -> None:
         from spark_ingest.telemetry import reading, topic_of
-        from tools.telemetry import publish
+        from .telemetry import publish
 
         device = SENSORS[quantity].fragment
         message = (topic_of(device), reading(device, quantity, value, UNITS[quantity]), "ok")
@@ -271,7 +271,7 @@ async def _run(url: str, interval: float, loop: bool, dashboard: str | None = No
                screenshot: str | None = None, mqtt: str | None = None) -> None:
     browser = page = None
     if screenshot:
-        from tools.browser import Browser
+        from .browser import Browser
 
         browser = await Browser(height=600).__aenter__()
         page = await browser.open(dashboard)

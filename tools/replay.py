@@ -27,8 +27,8 @@ from ksp import Request, Response, Status, Tx
 from ksp.model import ConstructResult, SelectResult
 from ksp.terms import IRI, BNode, Literal
 
-from tools.capture_read import Captured, annotate, messages
-from tools.kp_cli import UsageError, nothing_listens, port_number, refused
+from .capture_read import Captured, annotate, messages
+from .kp_cli import UsageError, nothing_listens, port_number, refused
 
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _BARE = {_XSD + "integer", _XSD + "decimal", _XSD + "double", _XSD + "boolean"}
