@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow  # ksp-sib, ksp-bridge, Spark, mosquitto processes
 ROOT = Path(__file__).resolve().parent.parent
 NOT_DOCS = {"node_modules", "tests", "build", "docs", "typings"}  # READMEs there are not ours
 SHELL = {"sh", "bash", "shell", "console"}
-TIMEOUT = 300  # seconds for one block, everything included
+TIMEOUT = 600  # seconds for one block, everything included (Spark under load)
 READY_SECONDS = 180  # for a command in its own terminal to be up (Spark's JVM, under load)
 
 

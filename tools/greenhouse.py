@@ -14,7 +14,8 @@ over its own UDP socket:
 
 With `--mqtt` (and `--url`), the Sensor KPs publish telemetry to an MQTT broker instead, and a
 `ksp-ingest` running on that broker and SIB writes the readings into the SIB: the rules fire on
-ingested telemetry as on KSP updates.
+ingested telemetry as on KSP updates. A reading is published again until it is in the SIB, so
+an ingest started just before the demo (still subscribing) gets it too; copies are dropped.
 """
 from __future__ import annotations
 
