@@ -28,8 +28,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # ksp-sib, ksp-bridge, Spark, mosquitto processes
-
 ROOT = Path(__file__).resolve().parent.parent
 NOT_DOCS = {"node_modules", "tests", "build", "docs", "typings"}  # READMEs there are not ours
 SHELL = {"sh", "bash", "shell", "console"}
@@ -67,7 +65,6 @@ class Block:
     (a command continued over several lines, or a comment line)."""
 
     id: str
-    path: Path
     commands: tuple[str, ...]
 
 
@@ -104,21 +101,24 @@ def fenced(text: str):
             heading = m.group(1)
 
 
-def blocks() -> list[Block]:
-    found = []
-    for path in readmes():
-        rel = path.relative_to(ROOT).as_posix()
-        seen: dict[str, int] = {}
-        for heading, lang, body in fenced(path.read_text()):
-            if lang == "console" or (not lang and body.lstrip().startswith("$ ")):
-                body = "\n".join(line[2:] for line in body.splitlines() if line.startswith("$ "))
-            elif lang not in SHELL and not (not lang and is_command(body.splitlines())):
-                continue
-            anchor = slug(heading)
-            k = seen[anchor] = seen.get(anchor, -1) + 1
-            found.append(Block(f"{rel}#{anchor}" + (f"/{k}" if k else ""), path,
-                               commands(body)))
+def command_blocks(name: str, text: str) -> list[Block]:
+    """The command blocks of the Markdown `text` of README `name` (console blocks: the lines
+    after a `$ ` prompt)."""
+    found, seen = [], {}
+    for heading, lang, body in fenced(text):
+        if lang == "console" or (not lang and body.lstrip().startswith("$ ")):
+            body = "\n".join(line[2:] for line in body.splitlines() if line.startswith("$ "))
+        elif lang not in SHELL and not (not lang and is_command(body.splitlines())):
+            continue
+        anchor = slug(heading)
+        k = seen[anchor] = seen.get(anchor, -1) + 1
+        found.append(Block(f"{name}#{anchor}" + (f"/{k}" if k else ""), commands(body)))
     return found
+
+
+def blocks() -> list[Block]:
+    return [b for path in readmes()
+            for b in command_blocks(path.relative_to(ROOT).as_posix(), path.read_text())]
 
 
 BLOCKS = blocks()
@@ -408,21 +408,33 @@ def test_the_tables_name_only_blocks_and_commands_that_exist():
         assert len(matching) == 1, f"{block_id}: {len(matching)} commands start {start!r}"
 
 
+def test_command_blocks_are_found_by_language_and_heading():
+    text = ("# Top\n```sh\na\n```\n```python\nx = 1\n```\n## Two words!\n```\n"
+            "transports ──▶ sib\n```\n```console\n$ b --flag\noutput\n$ c\n```\n"
+            "```\n# a comment\n.venv/bin/ksp query\n```\n```bash\n# sh in sh\n```\n")
+    assert command_blocks("X.md", text) == [
+        Block("X.md#top", ("a",)), Block("X.md#two-words", ("b --flag", "c")),
+        Block("X.md#two-words/1", ("# a comment", ".venv/bin/ksp query")),
+        Block("X.md#two-words/2", ("# sh in sh",))]
+
+
 def test_a_block_is_split_into_the_commands_bash_reads():
     assert commands("a 'x\ny'  # c\n\n# note\nb \\\n  c\n") == (
         "a 'x\ny'  # c", "# note", "b \\\n  c")
 
 
+@pytest.mark.slow  # a bash in namespaces
 def test_a_failing_command_fails_its_block_and_is_named(namespaces, tmp_path):
-    rc, output = run(Block("synthetic#block", ROOT / "README.md",
-                           ("true", "ls gh.pcapng", "echo not reached")), tmp_path)
+    rc, output = run(Block("synthetic#block", ("true", "ls gh.pcapng", "echo not reached")),
+                     tmp_path)
     assert rc != 0 and "README command failed (exit 2): ls gh.pcapng" in output
     assert "not reached" not in output
 
 
 @pytest.mark.parametrize("block", [
-    pytest.param(b, marks=[pytest.mark.spark] if any("ksp-ingest" in c for c in b.commands)
-                 else [], id=b.id) for b in BLOCKS])
+    pytest.param(b, marks=[pytest.mark.slow]  # ksp-sib, ksp-bridge, mosquitto, Spark
+                 + ([pytest.mark.spark] if any("ksp-ingest" in c for c in b.commands) else []),
+                 id=b.id) for b in BLOCKS])
 def test_the_block_runs_as_written(block, namespaces, tmp_path):
     if block.id in SKIPPED:
         pytest.skip(SKIPPED[block.id])
