@@ -33,6 +33,7 @@ NOT_DOCS = {"node_modules", "tests", "build", "docs", "typings"}  # READMEs ther
 SHELL = {"sh", "bash", "shell", "console"}
 TIMEOUT = 600  # seconds for one block, everything included (Spark under load)
 READY_SECONDS = 180  # for a command in its own terminal to be up (Spark's JVM, under load)
+STOP_SECONDS = 120  # for it to end after Ctrl-C (a Spark batch under way)
 
 
 def readmes() -> list[Path]:
@@ -251,10 +252,10 @@ started() {  # NAME REGEX: a command in its own terminal is up once its log matc
   done
 }
 ctrl_c() {  # NAME: Ctrl-C in that terminal; it must end, with exit status 0
-  local deadline=$((SECONDS + 60))
+  local deadline=$((SECONDS + %(stop)d))
   kill -INT -- "-$(cat "$LOGS/$1.pid")"
   until [ -e "$LOGS/$1.rc" ]; do
-    if [ $SECONDS -ge $deadline ]; then echo "terminal $1: still running 60 s after Ctrl-C" >&2
+    if [ $SECONDS -ge $deadline ]; then echo "terminal $1: still running %(stop)d s after Ctrl-C" >&2
       return 1; fi
     sleep 0.2
   done
@@ -273,7 +274,8 @@ wait || true"""
 
 def script(block: Block, logs: Path) -> str:
     """The bash script that runs `block` as a reader would."""
-    lines = [HELPERS % {"logs": shlex.quote(str(logs)), "ready": READY_SECONDS}]
+    lines = [HELPERS % {"logs": shlex.quote(str(logs)), "ready": READY_SECONDS,
+                      "stop": STOP_SECONDS}]
     open_terminals: list[str] = []
     count = itertools.count(1)
 
