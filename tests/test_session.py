@@ -527,7 +527,7 @@ UNDECODABLE = [
     (bytes.fromhex("0100070001"), Status.INVALID_DATA_FORMAT),  # ACK with 1 data byte
     (encode(insert(7))[:9], Status.INVALID_DATA_FORMAT),  # ends inside the Data field
     (encode(insert(7))[:-3], Status.INVALID_OPTION_FORMAT),  # ends inside the PREFIX option
-    (bytes.fromhex("01900700" "01" "0a"), Status.INVALID_OPTION_TYPE),  # TERMINATE, option 0x0a
+    (bytes.fromhex("01900700" "01" "0b"), Status.INVALID_OPTION_TYPE),  # TERMINATE, option 0x0b
     (bytes.fromhex("01900700"), Status.INVALID_OPTION_FORMAT),  # no OC byte
 ]
 
