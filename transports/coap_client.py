@@ -141,6 +141,11 @@ class CoapLink(Link):
             self._done(tid, tx, None)
             raise
         self._done(tid, tx, response.status)
+        if response.status == Status.ECHO_REQUIRED and request.options.echo is None:
+            # the SIB asks this sealed KP to prove its request fresh (wire format 7.7, 13.5):
+            # the same request once more, with the echo value, under a new TID
+            echo = request.options._replace(echo=response.result)
+            return await self.request(request._replace(options=echo), sink)
         if (sink is not None and tx in PERSISTENT and response.status == Status.OK):
             path = answer.opt.location_path
             if not path:
