@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from .codes import (
-    ECHO_MAX, OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType, Op, Opt,
-    Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType,
+    Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError

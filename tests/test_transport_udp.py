@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import (
-    UDP, Ack, EncodeError, IRI, Literal, Options, Request, Response, Status, Timing, Triple, Tx, Var,
-    decode_sib_message, encode,
+    UDP, Ack, EncodeError, IRI, Literal, Options, Request, Response, Status, Timing, Triple, Tx,
+    Var, decode_sib_message, encode,
 )
 from ksp.service import Service
 from ksp.session import MAX_UDP_PAYLOAD

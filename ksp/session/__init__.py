@@ -71,6 +71,7 @@ __all__ = [
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
-    "RequestRefused", "RequestRetried", "UdpKPSession", "TcpKPSession", "UdpSIBSession", "TcpSIBSession",
+    "RequestRefused", "RequestRetried", "UdpKPSession", "TcpKPSession", "UdpSIBSession",
+    "TcpSIBSession",
     "TidsBusy", "SibMessageLayer", "UdpMessageLayer", "TcpMessageLayer", "SessionOptions",
 ]
