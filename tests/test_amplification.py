@@ -269,3 +269,62 @@ def test_no_limit_when_the_factor_is_zero():
             await closing(sib, server, a)
 
     run(main())
+
+
+# -- CoAP: its own Echo option (RFC 9175 §2.4) ----------------------------------------------
+
+async def coap_post(ctx, port: int, request: Request, echo: bytes | None = None):
+    import aiocoap
+    from aiocoap.numbers.codes import Code
+    from transports.coap import CONTENT_FORMAT
+
+    msg = aiocoap.Message(code=Code.POST, uri=f"coap://127.0.0.1:{port}/ksp",
+                          payload=encode(request, UDP), content_format=CONTENT_FORMAT)
+    if echo is not None:
+        msg.opt.echo = echo
+    return await asyncio.wait_for(ctx.request(msg).response, 30)
+
+
+def test_coap_validates_addresses_with_its_echo_option_and_the_client_follows():
+    import aiocoap
+
+    async def main():
+        sib = Sib()
+        server = await Server.start(sib, udp=0, coap=0)
+        port = server.coap.port
+        async with connect(f"udp://127.0.0.1:{server.udp.port}") as kp:
+            await kp.insert_data([Triple(ex(f"s{i}"), P, ex(f"o{i}")) for i in range(200)])
+        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+        try:
+            request = select_all()
+            first = await coap_post(ctx, port, request)
+            assert str(first.code) == "4.01 Unauthorized" and first.opt.echo is not None
+            assert not first.payload
+            sub = Request(Tx.ASK_PERSISTENT, 0x0043, where=(Triple(ex("s1"), P, X),),
+                          options=Options(prefixes=()))
+            refused = await coap_post(ctx, port, sub)  # persistent, not validated: unexecuted
+            assert str(refused.code) == "4.01 Unauthorized" and refused.opt.echo is not None
+            executed = sib.core.metrics.requests["SELECT"]
+            full = await coap_post(ctx, port, request, echo=first.opt.echo)
+            assert full.code.is_successful()
+            res = decode_sib_message(full.payload, UDP, Tx.SELECT)
+            assert res.status == Status.OK and res.result.total == 200
+            # the retry was answered from the duplicate cache: executed once
+            assert sib.core.metrics.requests["SELECT"] == executed
+            assert server.held_for_validation == 2
+            # the Python client over CoAP: its normal results, one 4.01 more
+            async with connect(f"coap://127.0.0.1:{port}") as kp:
+                rows = await kp.query("SELECT ?s ?o WHERE { ?s <http://example.org/p> ?o }")
+                assert rows.total == 200
+                async with kp.subscribe("SELECT ?o WHERE { <http://example.org/s1> "
+                                        "<http://example.org/p> ?o }") as sub:
+                    await asyncio.wait_for(anext(sub), 30)
+                    await kp.insert_data([Triple(ex("s1"), P, ex("later"))])
+                    assert len((await asyncio.wait_for(anext(sub), 30)).result.rows) == 2
+            assert server.held_for_validation == 3
+        finally:
+            await ctx.shutdown()
+            await server.close()
+            await sib.close()
+
+    run(main())
