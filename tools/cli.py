@@ -45,6 +45,7 @@ BENCH_SUITES = {
     "sparql": "tools.bench.sparql",
     "transport": "tools.bench.transport",
     "transport-soak": "tools.bench.transport_soak",
+    "validation": "tools.bench.validation",
     "wire": "tools.bench.wire",
 }
 
