@@ -201,6 +201,10 @@ def _count_server(metrics: Metrics, server) -> None:
     metrics.counters["ksp_sealed_dropped_total"] = (
         "Sealed datagrams dropped unopened: unknown KP, bad tag or a replay (wire format 13.3).",
         lambda: server.sealed_dropped)
+    metrics.counters["ksp_held_for_validation_total"] = (
+        "Answers held back until their address is validated (ECHO REQUIRED instead, or an IND "
+        "not sent), and sealed requests asked to prove freshness (wire format 14, 13.5).",
+        lambda: server.held_for_validation)
     if server.tcp is not None:
         guard = server.tcp.guard
         metrics.gauges["ksp_tcp_connections"] = ("Open KSP TCP connections.", lambda: len(guard))

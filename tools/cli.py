@@ -45,6 +45,7 @@ BENCH_SUITES = {
     "sparql": ".bench.sparql",
     "transport": ".bench.transport",
     "transport-soak": ".bench.transport_soak",
+    "validation": ".bench.validation",
     "wire": ".bench.wire",
 }
 
