@@ -352,6 +352,8 @@ def checkout(dest: Path) -> Path:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for name, target in scripts.items():
         module, func = target.split(":")
+        if module.split(".")[0] == "ksp_tools":  # the installed name of the checkout's tools/
+            module = "tools" + module[len("ksp_tools"):]
         programs[name] = " -c " + shlex.quote(f"import sys; sys.argv[0] = {name!r}; "
                                               f"from {module} import {func}; "
                                               f"sys.exit({func}())")
