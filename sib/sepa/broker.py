@@ -210,6 +210,15 @@ class SepaBroker:
             raise SepaError(400, "invalid_update", str(exc)) from None
         except UpdateRefused as exc:
             raise SepaError(exc.status, exc.error, str(exc)) from None
+        return self.apply(ops, grant)
+
+    def apply(self, ops: list[Operation], grant: Grant | None = None,
+              writes: tuple = ()) -> Delta:
+        """Apply parsed operations (an update's, or a Graph Store request's:
+        `sib.sepa.graph_store`) in order, all of them or nothing; returns the net quads they
+        changed. `writes`: graphs checked for write beside those the operations name (a
+        Graph Store POST of an empty body still needs the right to write its graph)."""
+        self._check_write(grant, writes)
         prop = self.core.propagation
         prop.begin()
         written: list[GraphChange] = []

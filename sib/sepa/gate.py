@@ -38,7 +38,9 @@ from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from ..options import apply_keywords
 from .broker import SepaBroker, SepaError
+from .graph_store import GRAPH_STORE, GraphStore
 from .jsap import describe
+from .negotiation import accepted as _accepted
 from .outbound import Outbound
 from .secure import REFUSED, Clients, RegisterTokens, Tokens, basic_credentials
 from .update import Dataset
@@ -67,34 +69,6 @@ GRAPH_FORMATS = {
     "application/n-triples": ox.RdfFormat.N_TRIPLES,
     "application/rdf+xml": ox.RdfFormat.RDF_XML,
 }
-
-
-def _accepted(header: str, offers: Iterable[str]) -> str | None:
-    """The offer the Accept header likes best (the first offer on a tie); None if none."""
-    offers = list(offers)
-    if not header.strip():
-        return offers[0]
-    best, best_q = None, 0.0
-    for part in header.split(","):
-        fields = [f.strip() for f in part.split(";")]
-        media, q = fields[0].lower(), 1.0
-        for f in fields[1:]:
-            if f.startswith("q="):
-                try:
-                    q = float(f[2:])
-                except ValueError:
-                    q = 0.0
-        if q <= best_q:
-            continue
-        if media in ("*/*", ""):
-            match = offers[0]
-        elif media.endswith("/*"):
-            match = next((o for o in offers if o.startswith(media[:-1])), None)
-        else:
-            match = media if media in offers else None
-        if match is not None:
-            best, best_q = match, q
-    return best
 
 
 def _graphs(values: Iterable[str] | str | None) -> tuple[IRI, ...] | None:
@@ -247,7 +221,7 @@ class _Socket:
 class GateListen:
     """Where the gate listens: a port below 0 is off, 0 asks for a free one. HTTPS and WSS
     (the secure mode: `/oauth/register`, `/oauth/token`, `/secure/query`, `/secure/update`,
-    `/secure/subscribe`) only with an `ssl_context`."""
+    `/secure/data`, `/secure/subscribe`) only with an `ssl_context`."""
     host: str = "127.0.0.1"
     http_port: int = 8000
     ws_port: int = 9000
@@ -338,8 +312,8 @@ class SepaGate:
         """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
         b = self.broker
         metrics.labelled["ksp_sepa_requests_total"] = (
-            "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token, "
-            "jsap, dashboard).",
+            "SEPA requests, by kind (query, update, data, subscribe, unsubscribe, register, "
+            "token, jsap, dashboard).",
             "kind", lambda: self.requests)
         metrics.labelled["ksp_sepa_errors_total"] = (
             "SEPA error answers and frames, by HTTP status code.", "status",
@@ -387,6 +361,8 @@ class SepaGate:
         http.router.add_route("POST", "/update", self._update)
         http.router.add_get("/jsap", self._jsap)
         http.router.add_get("/dashboard", self._dashboard)
+        graph_store = GraphStore(self.sib, self.broker)
+        graph_store.add_routes(http, GRAPH_STORE, self._answer)
         self._page = DASHBOARD.read_bytes()  # once: a missing file is said at start
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
@@ -399,6 +375,8 @@ class SepaGate:
         https.router.add_route("POST", "/secure/query", self._secure_query)
         https.router.add_route("POST", "/secure/update", self._secure_update)
         https.router.add_get("/jsap", self._jsap)
+        graph_store.add_routes(https, "/secure" + GRAPH_STORE,
+                               functools.partial(self._answer, secure=True))
         wss = web.Application()
         wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
@@ -582,11 +560,12 @@ class SepaGate:
             return web.json_response(self.tokens.issue(client_id), status=201)
         return await self._answer(request, token)
 
-    async def _answer(self, request: web.Request, handler, secure: bool = False
-                      ) -> web.Response:
+    async def _answer(self, request: web.Request, handler, secure: bool = False,
+                      kind: str | None = None) -> web.Response:
         """A protocol request's answer; every failure as a JSON error with its status. On a
-        secure path the token is checked before anything of the request is read."""
-        self.requests[request.path.rsplit("/", 1)[-1]] += 1
+        secure path the token is checked before anything of the request is read. `kind`: its
+        label in the request counts (None: the path's last segment)."""
+        self.requests[kind or request.path.rsplit("/", 1)[-1]] += 1
         start = time.perf_counter()
         try:
             identity = self._identity(request.headers.get("Authorization")) if secure else None
