@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_table_has_every_row():
-    samples = asyncio.run(validation._run(1, 2, None))
+    samples = asyncio.run(validation.measure(1, 2, None))
     rows = validation.table_rows(samples)
     assert [r[0] for r in rows] == [
         "first request, new address (echo round trip)", "same request, validated address",

@@ -144,7 +144,7 @@ def session_loop(factor: int, n: int, tree: str | None = None, reps: int = 5) ->
     return [float(x) for x in out.split()]
 
 
-async def _run(rounds: int, per_round: int, tree: str | None
+async def measure(rounds: int, per_round: int, tree: str | None
                ) -> dict[str, list[list[float]]]:
     sib = Sib()
     on = await Server.start(sib, udp=0, options=SessionOptions(amplification_factor=3))
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, per_round = (3, 20) if args.quick else (7, 60)
     before = os.getloadavg()
-    samples = asyncio.run(_run(rounds, per_round, args.tree))
+    samples = asyncio.run(measure(rounds, per_round, args.tree))
     env = environment("aiocoap", "pyoxigraph")
     print_report(f"Address validation ({rounds} rounds × {per_round}; load before "
                  f"{before[0]:.2f} {before[1]:.2f} {before[2]:.2f})",
