@@ -285,6 +285,12 @@ def _check_values(config: Config) -> None:
     for endpoint in config.sepa_service_endpoints:
         if (why := check_endpoint(endpoint)) is not None:
             raise ConfigError(f"[sepa] service_endpoints: {why}")
+    if config.sepa_base_iri:
+        from .sepa.protocol import base_iri  # the gate's package: only when it is used
+        try:
+            base_iri(config.sepa_base_iri, "", None, None)
+        except ValueError as exc:
+            raise ConfigError(f"[sepa] base_iri: {exc}") from None
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")

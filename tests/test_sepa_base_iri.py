@@ -1,11 +1,13 @@
 """The service base IRI (`[sepa] base_iri`, `sib.sepa.protocol.base_iri`) through real
 sockets: relative IRIs in queries, updates and subscriptions resolve against it, and the
 per-graph access checks see the resolved IRIs. Also LOAD SILENT (success, no change) and the
-protocol's refusals on the secure-free paths (the W3C manifest covers them:
+protocol's refusals the W3C manifest leaves out (it covers the rest:
 tests/test_w3c_protocol.py)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import aiohttp
 import pytest
@@ -147,3 +149,43 @@ def test_one_operation_per_request():
                         "Content-Type": f"application/sparql-update; charset={charset}"}) as r:
                     assert r.status == status, charset
     run(scenario())
+
+
+def test_a_subscription_with_relative_iris_is_notified():
+    """Its patterns are screened resolved (`sib.sepa.screen`), so a change to the resolved
+    triple reaches it."""
+    async def scenario():
+        async with Gate(base_iri=BASE) as g, g.http.ws_connect(
+                f"ws://127.0.0.1:{g.gate.ws_port}/subscribe") as ws:
+            await ws.send_json({"subscribe": {"sparql": "SELECT ?o WHERE { <s> <p> ?o }",
+                                              "alias": "a"}})
+            first = await asyncio.wait_for(ws.receive_json(), 30)
+            assert first["notification"]["sequence"] == 0, first
+            status, _ = await g.update(f"INSERT DATA {{ <{BASE}s> <{BASE}p> <{BASE}o> }}")
+            assert status == 200
+            second = (await asyncio.wait_for(ws.receive_json(), 30))["notification"]
+            assert second["addedResults"]["results"]["bindings"] == [
+                {"o": {"type": "uri", "value": BASE + "o"}}]
+    run(scenario())
+
+
+def test_ksp_sib_takes_the_base_from_its_configuration(tmp_path):
+    """`[sepa] base_iri` in a running `ksp-sib`; a relative one stops it in one line (2)."""
+    from sib.testing import SibProcess
+    from w3c_protocol_runner import send
+
+    config = tmp_path / "sib.toml"
+    config.write_text(f'[sepa]\nbase_iri = "{BASE}"\n')
+    with SibProcess("--config", str(config), "--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1", "--sepa-http-port", "0", "--sepa-ws-port", "-1") as sib:
+        port = sib.ports["http"]
+        status, _, body = send(port, "POST", "/update", b"INSERT DATA { <s> <p> <o> }",
+                               {"Content-Type": "application/sparql-update"})
+        assert status == 200, body
+        status, _, body = send(port, "POST", "/query", f"ASK {{ <{BASE}s> <{BASE}p> <{BASE}o> }}"
+                               .encode(), {"Content-Type": "application/sparql-query"})
+        assert status == 200 and b"true" in body
+    config.write_text('[sepa]\nbase_iri = "relative/"\n')
+    out = subprocess.run([sys.executable, "-m", "sib.cli", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "base_iri" in out.stderr and "Traceback" not in out.stderr
