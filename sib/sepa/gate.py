@@ -37,9 +37,9 @@ from ..budget import OverBudget
 from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from ..options import apply_keywords
+from . import description
 from .broker import SepaBroker, SepaError
 from .jsap import describe
-from . import description
 from .outbound import Outbound
 from .protocol import base_iri, operation
 from .secure import REFUSED, Clients, RegisterTokens, Tokens, basic_credentials
@@ -650,6 +650,7 @@ class SepaGate:
     def _description(self, request: web.Request) -> web.Response:
         """The Service Description (`sib.sepa.description`), by the Accept header."""
         host = request.url.host or self.host
+        host = f"[{host}]" if ":" in host else host
         subscribe = [f"{scheme}://{host}:{port}{path}" for scheme, port, path in (
             ("ws", self.ws_port, "/subscribe"), ("wss", self.wss_port, "/secure/subscribe"))
             if port is not None]
