@@ -249,7 +249,8 @@ async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, i
     data_dir = None if config.memory else Path(config.data_dir)
     listen = GateListen(host=config.host, http_port=config.sepa_http_port,
                         ws_port=config.sepa_ws_port, ssl_context=sepa_tls,
-                        https_port=config.sepa_https_port, wss_port=config.sepa_wss_port)
+                        https_port=config.sepa_https_port, wss_port=config.sepa_wss_port,
+                        base_iri=config.sepa_base_iri or None)
     limits = GateLimits(
         max_subscriptions=config.sepa_max_subscriptions,
         max_socket_subscriptions=config.sepa_max_socket_subscriptions,

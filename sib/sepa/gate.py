@@ -37,11 +37,13 @@ from ..budget import OverBudget
 from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from ..options import apply_keywords
+from . import description
 from .broker import SepaBroker, SepaError
 from .graph_store import GRAPH_STORE, GraphStore
 from .jsap import describe
 from .negotiation import accepted as _accepted
 from .outbound import Outbound
+from .protocol import base_iri, operation
 from .secure import REFUSED, Clients, RegisterTokens, Tokens, basic_credentials
 from .update import Dataset
 
@@ -228,6 +230,9 @@ class GateListen:
     ssl_context: ssl.SSLContext | None = None
     https_port: int = 8443
     wss_port: int = 9443
+    #: The service base IRI of relative IRIs in queries and updates (None: the gate's root,
+    #: `sib.sepa.protocol.base_iri`).
+    base_iri: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -398,6 +403,8 @@ class SepaGate:
             self._servers.append(server)
             ports.append(server.sockets[0].getsockname()[1])
         self.http_port, self.ws_port, self.https_port, self.wss_port = ports
+        self.broker.base_iri = base_iri(self.listen.base_iri, self.host, self.http_port,
+                                        self.https_port)
         if self.ssl_context is not None:
             self._expiry_task = asyncio.create_task(self._end_expired())
         return self
@@ -419,33 +426,13 @@ class SepaGate:
     # -- HTTP -----------------------------------------------------------------------------
 
     async def _params(self, request: web.Request, field: str, direct: str):
-        """(text, params) of a protocol request: from the query string (GET), an urlencoded
-        body, or a body of type `direct` with the parameters in the query string."""
-        if request.method == "GET":
-            params = request.query
-            return self._given(params.get(field), field), params
+        """(text, params) of a protocol request (`sib.sepa.protocol`); text None: a GET with
+        no parameter (the service description)."""
         try:
-            return await self._read(request, field, direct)
+            return await operation(request, field, direct)
         except web.HTTPRequestEntityTooLarge:
             raise SepaError(413, "request_too_large",
                             f"bodies are limited to {self.limits.max_body_bytes} bytes") from None
-
-    async def _read(self, request: web.Request, field: str, direct: str):
-        kind = request.content_type
-        if kind == "application/x-www-form-urlencoded":
-            params = await request.post()
-            return self._given(params.get(field), field), params
-        if kind == direct:
-            return self._given(await request.text(), field), request.query
-        raise SepaError(415, "unsupported_media_type",
-                        f"POST {request.path} takes application/x-www-form-urlencoded or "
-                        f"{direct}, not {kind or 'no Content-Type'}")
-
-    @staticmethod
-    def _given(text, field: str) -> str:
-        if not isinstance(text, str) or not text.strip():
-            raise SepaError(400, "invalid_request", f"no {field} given")
-        return text
 
     async def _query(self, request: web.Request) -> web.Response:
         return await self._answer(request, self._run_query)
@@ -599,6 +586,8 @@ class SepaGate:
 
     async def _run_query(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "query", "application/sparql-query")
+        if text is None:
+            return self._description(request)
         dataset = _dataset(params.getall("default-graph-uri", None),
                            params.getall("named-graph-uri", None))
         accept = request.headers.get("Accept", "")
@@ -628,12 +617,27 @@ class SepaGate:
 
     async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "update", "application/sparql-update")
+        if text is None:
+            raise SepaError(400, "invalid_request", "no update given")
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
         self.outbound.screen(text, "update")
         delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
+
+    def _description(self, request: web.Request) -> web.Response:
+        """The Service Description (`sib.sepa.description`), by the Accept header."""
+        host = request.url.host or self.host
+        host = f"[{host}]" if ":" in host else host
+        subscribe = [f"{scheme}://{host}:{port}{path}" for scheme, port, path in (
+            ("ws", self.ws_port, "/subscribe"), ("wss", self.wss_port, "/secure/subscribe"))
+            if port is not None]
+        media = _accepted(request.headers.get("Accept", ""), description.FORMATS) or "text/turtle"
+        body = description.serialize(description.describe_service(
+            str(request.url.with_query(None)), media=(*SOLUTION_FORMATS, *GRAPH_FORMATS),
+            subscribe=subscribe, federated=bool(self.outbound.endpoints)), media)
+        return web.Response(body=body, content_type=media, charset="utf-8")
 
     # -- WebSocket ------------------------------------------------------------------------
 
