@@ -245,6 +245,9 @@ class SIBSession:
         endpoint until the KP's next request, numbered on from its sequence number."""
         if kp.kp_id is not None and state.endpoint is not None:
             self.bind(kp, state.endpoint)
+        endpoint = state.endpoint if state.endpoint is not None else kp.addr
+        if endpoint is not None:  # a persistent request is admitted from a validated address only
+            self.layer.proven(getattr(endpoint, "addr", endpoint))
         return self.transactions.restore(kp, tid, state)
 
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
