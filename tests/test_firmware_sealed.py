@@ -59,9 +59,6 @@ def opened(sent: list[bytes], kp_id: str) -> list:
     return [open_sealed(keys.kp_to_sib, m) for m in sent]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42, open: the board's client does not yet send a "
-                   "request again with the ECHO a SIB without state asks of a KP it keeps no "
-                   "replay window for (branch fw42 has it, not yet passing end to end)")
 def test_firmware_agents_speak_sealed_to_a_sib_that_requires_it(tmp_path):
     lab = Lab(tmp_path, KPS, seed=7, keys=KEYS)
     threads: list[AgentThread] = []
