@@ -247,7 +247,7 @@ class SIBSession:
             self.bind(kp, state.endpoint)
         endpoint = state.endpoint if state.endpoint is not None else kp.addr
         if endpoint is not None:  # a persistent request is admitted from a validated address only
-            self.layer.proven(getattr(endpoint, "addr", endpoint))
+            self.layer.proven(endpoint.addr if type(endpoint) is SealedAddr else endpoint)
         return self.transactions.restore(kp, tid, state)
 
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
