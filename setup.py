@@ -1,4 +1,10 @@
-"""The C part of the package (everything else is in pyproject.toml).
+"""The C part of the package, and the package layout pyproject.toml cannot say.
+
+`tools/` is installed as `ksp_tools` (a top-level `tools` would clash with other
+distributions), with the board firmware (`device_firmware/`) and the Wireshark dissector copied
+in as its package data, so `ksp flash` and `ksp simulate-board` work from a wheel. In a checkout
+`tools` stays importable as it is (`python -m tools.make_vectors`), found by the same lookup
+(`tools/resources.py`).
 
 `ksp._speedups` is optional: without a C compiler the install still succeeds and ksp.codec
 decodes in pure Python (tests/test_speedups.py fails then, so CI notices). Its enums come from
@@ -7,10 +13,12 @@ decodes in pure Python (tests/test_speedups.py fails then, so CI notices). Its e
 """
 import importlib
 import pathlib
+import shutil
 import sys
 import types
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -36,7 +44,33 @@ def write_layout_header() -> None:
         header.write_text(text)
 
 
+TOOLS = "ksp_tools"
+
+
+def packages() -> list[str]:
+    """The project's packages, `tools` and its subpackages under their installed name."""
+    own = find_packages(include=["ksp", "ksp.*", "transports", "transports.*", "sib", "sib.*",
+                                 "bridge", "bridge.*", "spark_ingest", "spark_ingest.*"])
+    return own + [TOOLS + name[len("tools"):] for name in find_packages(include=["tools", "tools.*"])]
+
+
+class BuildWithFirmware(build_py):
+    """Copies the firmware and the dissector into ksp_tools in the build; an editable install
+    reads them where they are in the checkout instead."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        target = pathlib.Path(self.build_lib) / TOOLS
+        shutil.copytree(HERE / "device_firmware", target / "firmware", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "pyrightconfig.*"))
+        (target / "wireshark").mkdir(exist_ok=True)
+        shutil.copy2(HERE / "tools" / "wireshark" / "ksp.lua", target / "wireshark" / "ksp.lua")
+
+
 write_layout_header()
-setup(ext_modules=[Extension("ksp._speedups", ["ksp/_speedups.c"], depends=["ksp/_layout.h"],
+setup(packages=packages(), package_dir={TOOLS: "tools"}, cmdclass={"build_py": BuildWithFirmware},
+      ext_modules=[Extension("ksp._speedups", ["ksp/_speedups.c"], depends=["ksp/_layout.h"],
                              optional=True,
                              extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"])])

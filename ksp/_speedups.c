@@ -207,6 +207,10 @@ static void reader(R *r, const uchar *buf, Py_ssize_t len, Py_ssize_t pos, int b
     r->prefix_option = -1;
 }
 
+/* The ECHO REQUIRED status and the longest echo value (ksp.codes, wire format 7.7). */
+#define STATUS_ECHO_REQUIRED 0x0f
+#define ECHO_MAX 32
+
 #define NEED(r, n) do { if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return -1; } while (0)
 
 static int byte_at(R *r, int *out) {
@@ -777,7 +781,19 @@ static int options(R *r, int tx, PyObject **values) {
             return -1;
         seen |= 1u << code;
         PyObject **value = &values[code];
-        if (code == OP_MAX_RESPONSE_SIZE) {
+        if (code == OP_ECHO) {
+            NEED(r, 1);
+            int size = r->buf[r->pos];
+            if (size < 1 || size > ECHO_MAX)
+                return -1;
+            NEED(r, 1 + size);
+            const uchar *p = r->buf + r->pos + 1;
+            r->pos += 1 + size;
+            if (r->build) {
+                if ((*value = PyBytes_FromStringAndSize((const char *)p, size)) == NULL)
+                    return -1;
+            }
+        } else if (code == OP_MAX_RESPONSE_SIZE) {
             NEED(r, 4);
             const uchar *p = r->buf + r->pos;
             r->pos += 4;
@@ -1087,7 +1103,19 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     }
     int status = type_byte & 0x7F;
     PyObject *result;
-    if (status || form < 0) {
+    if (status == STATUS_ECHO_REQUIRED && !indication) {
+        /* the one non-OK RES with a Data field: the echo value, u8 length 1..32 (7.7) */
+        int size = pos < len ? buf[pos] : 0;
+        if (size < 1 || size > ECHO_MAX || pos + 1 + size != len) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        result = PyBytes_FromStringAndSize((const char *)buf + pos + 1, size);
+        if (result == NULL) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    } else if (status || form < 0) {
         if (pos != len) {
             Py_DECREF(seq);
             Py_RETURN_NONE;
@@ -1673,7 +1701,11 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
     PyObject *status_obj = PyTuple_GET_ITEM(msg, RS_STATUS);
     long status = PyLong_Check(status_obj) ? PyLong_AsLong(status_obj) : -1;
     int indication = PyObject_IsTrue(PyTuple_GET_ITEM(msg, RS_INDICATION));
-    if (status < 0 || status > 0x7F || indication < 0 || (result != Py_None && status != 0))
+    int echo = status == STATUS_ECHO_REQUIRED && indication == 0;
+    if (status < 0 || status > 0x7F || indication < 0 || (result != Py_None && status != 0 && !echo))
+        return -1;
+    if (echo && (!PyBytes_CheckExact(result) || PyBytes_GET_SIZE(result) < 1 ||
+                 PyBytes_GET_SIZE(result) > ECHO_MAX))
         return -1;
     long seq = -1;
     if (indication && !tcp) {
@@ -1683,6 +1715,9 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
     if (put_header(o, tcp, PyTuple_GET_ITEM(msg, RS_VERSION), (int)status | (indication ? 0x80 : 0),
                    PyTuple_GET_ITEM(msg, RS_TID), seq))
         return -1;
+    if (echo)
+        return put_byte(o, (int)PyBytes_GET_SIZE(result)) ||
+               put(o, (const uchar *)PyBytes_AS_STRING(result), PyBytes_GET_SIZE(result));
     return result == Py_None ? 0 : put_result(o, result);
 }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from enum import IntEnum
 
 VERSION = 1
+#: The longest echo value (ECHO option and ECHO REQUIRED Data field, §7.7).
+ECHO_MAX = 32
 
 
 class Tx(IntEnum):
@@ -79,6 +81,7 @@ class Status(IntEnum):
     RESPONSE_TOO_LARGE = 0x0C
     NO_SUCH_GRAPH = 0x0D
     GRAPH_EXISTS = 0x0E
+    ECHO_REQUIRED = 0x0F  # a RES only; its Data field is the echo value (§7.7)
 
 
 class Member(IntEnum):
@@ -106,7 +109,7 @@ class LiteralType(IntEnum):
 
 
 class Opt(IntEnum):
-    """Option types (table 7.1)."""
+    """Option types (table 7.1); 0x0a is an extension."""
 
     PREFIX = 0x00
     DELETE_GRAPH = 0x01
@@ -118,6 +121,7 @@ class Opt(IntEnum):
     BIND = 0x07
     MAX_RESPONSE_SIZE = 0x08
     CREDENTIALS = 0x09
+    ECHO = 0x0A  # [ext] (§7.7)
 
 
 class Op(IntEnum):
@@ -209,4 +213,5 @@ OPTION_APPLIES: dict[Opt, frozenset[Tx]] = {
     Opt.BIND: frozenset(_QUERIES | _PATTERN_UPDATES),
     Opt.MAX_RESPONSE_SIZE: frozenset(Tx),
     Opt.CREDENTIALS: frozenset(Tx),
+    Opt.ECHO: frozenset(Tx),
 }

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 
 from .codes import (
-    OPTION_APPLIES, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION, Opt, Status,
-    Tx,
+    ECHO_MAX, OPTION_APPLIES, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION,
+    Opt, Status, Tx,
 )
 from .layout import LITERAL_SIZES
 from .errors import DecodeError
@@ -389,7 +389,7 @@ _OPTS_ALLOWED = [frozenset(int(o) for o, txs in OPTION_APPLIES.items() if tx in 
 
 def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options, bool]:
     """(options, whether option values hold URIs waiting for the prefix list)."""
-    values: list = [None] * 10  # by option code, in Options field order
+    values: list = [None] * len(Options._fields)  # by option code, in Options field order
     path = "options"
     pfx = pending = _Pending()
     try:
@@ -402,7 +402,7 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
         for _ in range(count):
             code = buf[pos]
             pos += 1
-            if code > 0x09:
+            if code > _LAST_OPTION:
                 raise DecodeError(Status.INVALID_OPTION_TYPE, f"option type {code:#04x}",
                                   "options", tid)
             opt = _OPT_BY_CODE[code]
@@ -424,6 +424,8 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
                 values[key] = Credentials(kp_id, password)
             elif opt is Opt.SOLUTION_MODIFIER:
                 values[key], pos = _modifier_at(buf, pos)
+            elif opt is Opt.ECHO:
+                values[key], pos = _echo_at(buf, pos)
             else:
                 n = buf[pos]
                 pos += 1
@@ -454,6 +456,20 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
     if values[0] is None:
         values[0] = ()
     return Options._make(values), pending.used
+
+
+_LAST_OPTION = max(Opt)
+
+
+def _echo_at(buf: bytes, pos: int) -> tuple[bytes, int]:
+    """An echo value (§7.7): u8 length 1…32, then that many bytes."""
+    size = buf[pos]
+    if not 1 <= size <= ECHO_MAX:
+        raise _Bad(f"echo length {size} outside 1…{ECHO_MAX}")
+    value = buf[pos + 1:pos + 1 + size]
+    if len(value) != size:
+        raise _Bad("echo value runs past the end")
+    return bytes(value), pos + 1 + size
 
 
 _OPTION_PATHS = tuple("options." + opt.name for opt in Opt)
@@ -551,6 +567,14 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
         pos = 6
     status = _STATUS_BY_CODE[type_byte & 0x7F]
     form = None if answers is None else _RESULT_FORM[answers]
+    if status == Status.ECHO_REQUIRED and not indication:
+        try:
+            value, pos = _echo_at(buf, pos)
+            if pos != len(buf):
+                raise _Bad(f"{len(buf) - pos} bytes after the echo value")
+        except _FAILURES as exc:
+            raise _failure(exc, Status.INVALID_DATA_FORMAT, "data", pos, tid) from None
+        return Response(tid, status, value, indication, seq, version)
     if status or form is None:
         if pos != len(buf):
             reason = ("a RES/IND with an error status has no Data field" if status else

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from .codes import (
-    OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType, Op, Opt,
-    Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType,
+    Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError
@@ -287,7 +287,7 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
                            (Opt.OPTIONAL_PATTERN, opts.optional), (Opt.FILTER, opts.filters),
                            (Opt.SOLUTION_MODIFIER, opts.modifier), (Opt.BIND, opts.binds),
                            (Opt.MAX_RESPONSE_SIZE, opts.max_response_size),
-                           (Opt.CREDENTIALS, opts.credentials)):
+                           (Opt.CREDENTIALS, opts.credentials), (Opt.ECHO, opts.echo)):
             if value is not None:
                 present.append((opt, value))
     out.append(len(present))
@@ -321,6 +321,8 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
             if not 0 <= value <= 0xFFFFFFFF:
                 raise EncodeError(f"max response size {value} outside u32")
             out += _U32.pack(value)
+        elif opt is Opt.ECHO:
+            out += echo_body(value)
         else:  # CREDENTIALS
             kp_id = bytes(value.kp_id)
             if len(kp_id) != 16:
@@ -329,6 +331,13 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
             if len(password) > 255:
                 raise EncodeError("a password is at most 255 bytes")
             out += kp_id + bytes((len(password),)) + password
+
+
+def echo_body(value) -> bytes:
+    """The ECHO option body and the ECHO REQUIRED Data field (§7.7): u8 length 1…32, bytes."""
+    if not isinstance(value, (bytes, bytearray)) or not 1 <= len(value) <= ECHO_MAX:
+        raise EncodeError(f"an echo value is 1…{ECHO_MAX} bytes, not {value!r}")
+    return bytes((len(value),)) + bytes(value)
 
 
 def _put_modifier(out: bytearray, mod: SolutionModifier) -> None:
@@ -445,6 +454,8 @@ def _encode_response(msg: Response, transport: Transport, max_size: int | None) 
         seq = msg.seq
     hsize = header_size(transport, msg.indication)
     result = msg.result
+    if status == Status.ECHO_REQUIRED and not msg.indication:
+        return _frame(transport, msg.version, type_byte, msg.tid, echo_body(result), seq)
     if status != Status.OK or result is None:
         if result is not None:
             raise EncodeError("a RES/IND with an error status carries no result")

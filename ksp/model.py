@@ -59,6 +59,7 @@ class Options(NamedTuple):
     binds: tuple[Bind, ...] | None = None
     max_response_size: int | None = None
     credentials: Credentials | None = None
+    echo: bytes | None = None  # ECHO (§7.7): the value of the SIB's ECHO REQUIRED, 1…32 bytes
 
 
 NO_OPTIONS = Options()
@@ -109,11 +110,13 @@ Result = Union[SelectResult, AskResult, ConstructResult]
 
 
 class Response(NamedTuple):
-    """A RES, or an IND when `indication` is set (`seq` travels over UDP only)."""
+    """A RES, or an IND when `indication` is set (`seq` travels over UDP only).
+
+    `result` is a query result, or for an ECHO_REQUIRED RES the echo value (bytes, §7.7)."""
 
     tid: int
     status: Status | int = Status.OK
-    result: Result | None = None
+    result: Result | bytes | None = None
     indication: bool = False
     seq: int | None = None
     version: int = VERSION

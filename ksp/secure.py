@@ -25,7 +25,7 @@ __all__ = [
     "MAGIC", "KEY_SIZE", "TAG_SIZE", "OVERHEAD", "COUNTER_MAX", "KP_TO_SIB", "SIB_TO_KP",
     "SealError", "DirectionKeys", "Opened", "ReplayWindow", "derive_keys", "seal", "open_sealed",
     "is_sealed", "parse_key", "new_key", "Sealer", "peek_kp_id", "SealedAddr",
-    "SealerTable", "KeyLookup", "initial_counter", "SealState", "OUT_BLOCK",
+    "SealerTable", "KeyLookup", "initial_counter", "SealState", "OUT_BLOCK", "NoWindow",
 ]
 
 #: First byte of a sealed message. A plain KSP message starts with its Version (0x01); a SIB
@@ -167,6 +167,13 @@ class Sealer:
         self.counter += 1
         return out
 
+    def verify(self, data: bytes) -> Opened:
+        """The envelope's parts once its tag verified, without the replay check."""
+        opened = open_sealed(self._in, data)
+        if opened.kp_id != self.kp_id:
+            raise SealError("sealed for another KP ID")
+        return opened
+
     def open(self, data: bytes) -> bytes:
         opened = open_sealed(self._in, data)
         if opened.kp_id != self.kp_id:
@@ -205,6 +212,18 @@ def new_key() -> str:
     """A fresh random key, as hex (what `ksp-sib new-key` would print)."""
     import secrets
     return secrets.token_hex(KEY_SIZE)
+
+
+class NoWindow(SealError):
+    """A verified sealed message from a KP a SIB without state has no replay window for
+    (13.5): it may be a recording from before a restart. Nothing was accepted; the inner
+    message, its counter and the address to answer at say what to ask."""
+
+    def __init__(self, inner: bytes, counter: int, to: "SealedAddr") -> None:
+        super().__init__("no replay window for this KP: freshness unproved")
+        self.inner = inner
+        self.counter = counter
+        self.to = to
 
 
 class SealedAddr(NamedTuple):
@@ -280,13 +299,24 @@ class SealerTable:
         self.state.save_seal(entry[1].kp_id, entry[2], entry[1].window.highest, entry[3][0])
 
     def open(self, data: bytes, addr: Hashable) -> tuple[bytes, SealedAddr]:
-        """The verified inner message and the address to answer it at; SealError otherwise."""
+        """The verified inner message and the address to answer it at; SealError otherwise,
+        `NoWindow` for a verified message of a KP this table has no replay window for and keeps
+        no state (13.5: its freshness must be proved by an echo, `admit`)."""
         kp_id = peek_kp_id(data)
         entry = self._entry(kp_id)
+        if self.state is None and entry[1].window.highest < 0:
+            opened = entry[1].verify(data)
+            raise NoWindow(opened.inner, opened.counter, SealedAddr(kp_id, addr))
         inner = entry[1].open(data)
         if self.state is not None:
             self._save(entry)
         return inner, SealedAddr(kp_id, addr)
+
+    def admit(self, kp_id: bytes, counter: int) -> None:
+        """Open `kp_id`'s replay window closed at `counter`: its freshness was proved (a
+        verified echo value in the message of that counter, 13.5)."""
+        window = self._entry(kp_id)[1].window
+        window.highest, window.bitmap = counter, (1 << WINDOW_BITS) - 1
 
     def seal(self, data: bytes, to: SealedAddr) -> bytes:
         entry = self._entry(to.kp_id)

@@ -201,6 +201,10 @@ def _count_server(metrics: Metrics, server) -> None:
     metrics.counters["ksp_sealed_dropped_total"] = (
         "Sealed datagrams dropped unopened: unknown KP, bad tag or a replay (wire format 13.3).",
         lambda: server.sealed_dropped)
+    metrics.counters["ksp_held_for_validation_total"] = (
+        "Answers held back until their address is validated (ECHO REQUIRED instead, or an IND "
+        "not sent), and sealed requests asked to prove freshness (wire format 14, 13.5).",
+        lambda: server.held_for_validation)
     if server.tcp is not None:
         guard = server.tcp.guard
         metrics.gauges["ksp_tcp_connections"] = ("Open KSP TCP connections.", lambda: len(guard))
@@ -245,7 +249,8 @@ async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, i
     data_dir = None if config.memory else Path(config.data_dir)
     listen = GateListen(host=config.host, http_port=config.sepa_http_port,
                         ws_port=config.sepa_ws_port, ssl_context=sepa_tls,
-                        https_port=config.sepa_https_port, wss_port=config.sepa_wss_port)
+                        https_port=config.sepa_https_port, wss_port=config.sepa_wss_port,
+                        base_iri=config.sepa_base_iri or None)
     limits = GateLimits(
         max_subscriptions=config.sepa_max_subscriptions,
         max_socket_subscriptions=config.sepa_max_socket_subscriptions,

@@ -111,6 +111,9 @@ class Config(ServingConfig):
     sepa_service_endpoints: list = field(default_factory=list)
     sepa_service_deadline: float = 10.0
     sepa_service_workers: int = 2
+    #: The service base IRI of relative IRIs in queries and updates ("": the gate's root URL,
+    #: `http://HOST:HTTP_PORT/`).
+    sepa_base_iri: str = ""
     # [access]
     access: dict[str, Any] = field(default_factory=dict)
 
@@ -130,7 +133,7 @@ class Config(ServingConfig):
                          "requests_per_second_per_identity", "max_connections", "max_connections_per_address", "certificate",
                          "key", "https_port", "wss_port", "identities", "token_lifetime",
                          "token_reply", "namespaces", "service_endpoints", "service_deadline",
-                         "service_workers")}
+                         "service_workers", "base_iri")}
     #: Sections whose keys are attributes with a prefix ([tls] cert -> tls_cert).
     PREFIXED = {"tls": "tls_", "capture": "capture_", "sepa": "sepa_"}
 
@@ -282,6 +285,12 @@ def _check_values(config: Config) -> None:
     for endpoint in config.sepa_service_endpoints:
         if (why := check_endpoint(endpoint)) is not None:
             raise ConfigError(f"[sepa] service_endpoints: {why}")
+    if config.sepa_base_iri:
+        from .sepa.protocol import base_iri  # the gate's package: only when it is used
+        try:
+            base_iri(config.sepa_base_iri, "", None, None)
+        except ValueError as exc:
+            raise ConfigError(f"[sepa] base_iri: {exc}") from None
     if config.sepa_token_reply not in TOKEN_REPLIES:
         raise ConfigError(f"[sepa] token_reply = {config.sepa_token_reply!r}: one of "
                           f"{', '.join(TOKEN_REPLIES)}")

@@ -50,7 +50,7 @@ def missing_extra(modules: tuple[str, ...] = SPARK_MODULES) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .mqtt import add_broker_flags
+    from .broker_args import add_broker_flags
 
     d = IngestOptions()
     p = argparse.ArgumentParser(prog="ksp-ingest", description=__doc__.split("\n\n")[0],
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         from .backfill import main as backfill
 
         return backfill(argv[1:])
-    from .mqtt import broker_login
+    from .broker_args import broker_login
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

@@ -25,10 +25,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import paho.mqtt.client as mqtt
 
+from .broker_args import refuse_clear, add_broker_flags, broker_address, broker_login
 from .buffer import Buffer
 
 log = logging.getLogger("ksp.ingest")
@@ -53,60 +53,15 @@ def subscription(directory: str | Path) -> str | None:
         return None
 
 
-def broker_address(url: str) -> tuple[str, int]:
-    """`mqtt://host[:port]` → (host, port), 1883 by default; `mqtts://` (TLS) 8883."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-        raise ValueError(f"{url!r}: an MQTT broker is mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
-    return parts.hostname, parts.port or (8883 if parts.scheme == "mqtts" else 1883)
-
-
-def _refuse_clear(url: str, password: str | None) -> bool:
-    """Whether `url` is TLS; ValueError for a password that would cross the network in clear."""
-    tls = urlsplit(url).scheme == "mqtts"
-    if password and not tls:
-        raise ValueError(f"{url}: a password would cross the network in clear: use mqtts://")
-    return tls
-
-
 def login(client: mqtt.Client, url: str, *, ca: str | None = None, user: str | None = None,
           password: str | None = None) -> None:
     """TLS for `mqtts://` (the broker checked against `ca`, or the system's CAs) and the user's
     name and password; a password over plain `mqtt://` is refused: it would go in clear."""
-    tls = _refuse_clear(url, password)
+    tls = refuse_clear(url, password)
     if tls:
         client.tls_set(ca_certs=ca)
     if user:
         client.username_pw_set(user, password or None)
-
-
-def add_broker_flags(parser) -> None:
-    """--mqtt-ca, --mqtt-user, --mqtt-password-file: how a command logs in at its broker."""
-    parser.add_argument("--mqtt-ca", metavar="FILE",
-                        help="mqtts://: the CA certificate the broker's is checked against "
-                             "(default: the system's)")
-    parser.add_argument("--mqtt-user", metavar="NAME", help="the broker's user name; the "
-                        "password from $KSP_MQTT_PASSWORD or --mqtt-password-file (mqtts:// "
-                        "only)")
-    parser.add_argument("--mqtt-password-file", metavar="FILE",
-                        help="a file whose first line is the broker's password")
-
-
-def broker_login(args) -> dict:
-    """{ca, user, password} for `login` from the flags of `add_broker_flags` and
-    $KSP_MQTT_PASSWORD; ValueError or OSError (said to the user) for what cannot work:
-    a password over plain mqtt://, a CA file that is not there."""
-    import os
-
-    password = os.environ.get("KSP_MQTT_PASSWORD") or None
-    if args.mqtt_password_file:
-        with open(args.mqtt_password_file, encoding="utf-8") as f:
-            password = f.readline().rstrip("\r\n") or None
-    broker_address(args.mqtt)
-    _refuse_clear(args.mqtt, password)
-    if args.mqtt_ca and not os.path.isfile(args.mqtt_ca):
-        raise ValueError(f"--mqtt-ca {args.mqtt_ca}: no such file")
-    return {"ca": args.mqtt_ca, "user": args.mqtt_user, "password": password}
 
 
 class Receiver:

@@ -24,7 +24,8 @@ Literal subjects; predicates only IRI/Var (3.3); no blank nodes in delete graphs
 triples per Graph field (5.0); CREATE never names the default graph IRI("") (5.3); GC ≥ 1;
 options only where OPTION_APPLIES allows, list options non-empty (7.1); RPN expressions built
 from an expression tree so the stack discipline holds, bound() only right after a variable
-(8.1, 8.2); expressions 1..255 tokens; RES/IND with an error status carry no result (3.2);
+(8.1, 8.2); expressions 1..255 tokens; RES/IND with an error status carry no result (3.2)
+but a RES ECHO REQUIRED, whose result is its 1..32-byte echo value (7.7);
 INDs answer persistent transactions only; TERMINATED only in INDs; seq only on INDs.
 """
 from __future__ import annotations
@@ -319,6 +320,8 @@ def _options_for(draw, tx: Tx, small: bool):
                              st.sampled_from(["p" * 255, "é" * 127]))  # ≤ 255 bytes
         kw["credentials"] = Credentials(draw(st.binary(min_size=16, max_size=16)),
                                         draw(password))
+    if maybe(Opt.ECHO):
+        kw["echo"] = draw(echo_values)
     return Options(**kw)
 
 
@@ -390,6 +393,10 @@ def results_for(form: Tx, small: bool = False):
         ConstructResult, st.just(ts), total(len(ts)), prefixes))
 
 
+#: An echo value (ECHO option, RES ECHO REQUIRED: 7.7).
+echo_values = st.binary(min_size=1, max_size=32)
+
+
 def responses(small: bool = False, query_ok: bool = False, transport=None):
     """Pairs (Response, answers). An IND has a sequence number unless `transport` is TCP (R11);
     with `transport=None` every IND has one, for tests that send the same message both ways."""
@@ -411,9 +418,9 @@ def _responses(draw, small: bool, query_ok: bool, tcp: bool):
         result = draw(results_for(answers.base, small)) if answers.is_query else None
     else:
         errors = _ERROR_STATUSES + ([Status.TERMINATED] if indication else [])
-        # 0x0f-0x7f: reserved codes a KP must still decode (and treat as errors).
-        status = draw(st.one_of(st.sampled_from(errors), st.integers(0x0F, 0x7F)))
-        result = None
+        # 0x10-0x7f: reserved codes a KP must still decode (and treat as errors).
+        status = draw(st.one_of(st.sampled_from(errors), st.integers(0x10, 0x7F)))
+        result = draw(echo_values) if status == Status.ECHO_REQUIRED and not indication else None
     seq = draw(_U16) if indication and not tcp else None
     return Response(draw(_U16), status, result, indication, seq), answers
 
@@ -497,7 +504,7 @@ def test_every_response_shape_is_generated():
     def labels(pair):
         m, _ = pair
         yield "IND" if m.indication else "RES"
-        yield "OK" if m.status == Status.OK else "reserved" if m.status >= 0x0F else "error"
+        yield "OK" if m.status == Status.OK else "reserved" if m.status >= 0x10 else "error"
         yield type(m.result).__name__
         if getattr(m.result, "prefixes", None):
             yield "explicit prefixes"

@@ -84,7 +84,7 @@ def test_option_types_and_applicability_match_spec():
     rows = spec_table("### 7.1 Option types and where they apply")
     spec = codes_named(rows, 1)
     assert {c: norm(n) for c, n in spec.items()} == {o.value: o.name for o in Opt}
-    applies = {int(r[0], 16): r[3] for r in rows if re.fullmatch(r"0x0[0-9]", r[0])}
+    applies = {int(r[0], 16): r[3] for r in rows if re.fullmatch(r"0x0[0-9a-f]", r[0])}
     for opt in Opt:
         text = applies[opt.value]
         allowed = OPTION_APPLIES[opt]

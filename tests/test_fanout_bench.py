@@ -24,4 +24,4 @@ def test_every_row_and_every_receipt():  # mosquitto comes from scripts/apt-pack
     headers, rows, line = fanout.mqtt_table(vs)
     assert "Target: KSP median last ≤ 1.5×" in line
     assert "Target: KSP CPU per IND" in fanout.ind_table(ind)[2]
-    assert BENCH_SUITES["fanout"] == "tools.bench.fanout"
+    assert BENCH_SUITES["fanout"] == ".bench.fanout"

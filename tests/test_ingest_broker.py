@@ -49,7 +49,7 @@ def test_the_store_benchmark_measures_both_settings(capsys):
     from tools.bench import broker_store
     from tools.cli import BENCH_SUITES
 
-    assert BENCH_SUITES["broker-store"] == "tools.bench.broker_store"
+    assert BENCH_SUITES["broker-store"] == ".bench.broker_store"
     assert broker_store.main(["--messages", "200", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name, _ in broker_store.KINDS) and "readings/s" in out

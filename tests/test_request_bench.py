@@ -21,4 +21,4 @@ def test_the_table_has_every_row(monkeypatch):
     rows = request.table_rows(results)
     assert [r[0] for r in rows] == names
     assert "Target: the minimal KP's p50" in request.target_line(results)
-    assert BENCH_SUITES["request"] == "tools.bench.request"
+    assert BENCH_SUITES["request"] == ".bench.request"

@@ -471,7 +471,7 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
     ("typed_langstring_via_prefix_in_filter",
      _hex("01880100 00 00 02 05 01 01 18 06", _uri("langString", 1), "0178", "00 01", _uri(RDF)),
      "udp", "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
-    ("option_type_0x0a", "0191010001 0a", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
+    ("option_type_0x0b", "0191010001 0b", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
     ("option_not_applicable", "0191010001 00 01" + _uri("u:"), "udp", "kp_to_sib", None,
      Status.INVALID_OPTION_TYPE),
     ("modifier_on_ask", _hex("01880100 00 00", "01 06 00"), "udp", "kp_to_sib", None,

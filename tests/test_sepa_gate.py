@@ -145,8 +145,10 @@ def test_query_by_get_post_and_direct_post_with_formats():
 def test_bad_requests_get_clear_statuses():
     async def main():
         async with Lab() as lab:
-            async with lab.http.get(lab.base + "/query") as r:
+            async with lab.http.get(lab.base + "/query", params={"default-graph-uri": EX}) as r:
                 assert r.status == 400 and "no query" in (await r.json())["error_description"]
+            async with lab.http.get(lab.base + "/query") as r:  # the Service Description
+                assert r.status == 200 and r.content_type == "text/turtle"
             async with lab.http.get(lab.base + "/query", params={"query": "SELECT WHERE"}) as r:
                 body = await r.json()
                 assert r.status == 400 and body["error"] == "invalid_query"

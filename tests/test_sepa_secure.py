@@ -565,3 +565,33 @@ def test_the_table_of_token_bound_subscriptions_is_bounded(certificate):
                 live = len(lab.gate.broker.subscriptions)
                 assert lab.gate.token_bound <= 2 * live + 64
     run(main())
+
+
+def test_the_secure_query_endpoint_describes_itself_after_the_token(certificate):
+    """`GET /secure/query` with no query: 401 without a token (a secure answer, any answer,
+    needs one), the Service Description with one, naming the secure endpoint and the WSS
+    subscribe URL; the Protocol's refusals hold on the secure paths too."""
+    async def main():
+        async with SecureLab(certificate) as lab:
+            reader, writer = await lab.token("reader"), await lab.token("writer")
+            async with lab.http.get(lab.base + "/secure/query") as r:
+                assert r.status == 401
+            async with lab.http.get(lab.base + "/secure/query", headers={
+                    "Authorization": f"Bearer {reader}", "Accept": "text/turtle"}) as r:
+                assert r.status == 200 and r.content_type == "text/turtle"
+                text = await r.text()
+            assert f"<{lab.base}/secure/query>" in text and f"<{lab.wss}>" in text
+            async with lab.http.get(lab.base + "/secure/query?query=ASK%7B%7D&query=ASK%7B%7D",
+                                    headers={"Authorization": f"Bearer {reader}"}) as r:
+                assert r.status == 400
+            status, _ = await lab.post("/secure/update", data="update=CLEAR%20NAMED&update=CLEAR"
+                                       "%20DEFAULT", headers={
+                                           "Authorization": f"Bearer {writer}",
+                                           "Content-Type": "application/x-www-form-urlencoded"})
+            assert status == 400
+            status, _ = await lab.post("/secure/update", data="CLEAR ALL".encode("utf-16"),
+                                       headers={"Authorization": f"Bearer {writer}",
+                                                "Content-Type": "application/sparql-update; "
+                                                                "charset=UTF-16"})
+            assert status == 415
+    run(main())

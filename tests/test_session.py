@@ -23,12 +23,22 @@ from ksp import (
 from ksp.session import (
     AckReceived, CredentialsPending, IndicationReceived, KPIdentity, KPSession, KPUnreachable,
     PersistentEnded, ProtocolError, RequestReceived, RequestRefused, RequestTimedOut,
-    ResponseReceived, SessionError, SessionOptions, SIBSession, Timing,
+    ResponseReceived, SessionError, SessionOptions, Timing,
 )
+from ksp.session import SIBSession as _SIBSession
 
 from strategies import results_for
 
 KP_ADDR = ("192.0.2.10", 40000)
+
+
+def SIBSession(*args, **kwargs):
+    """A SIB session whose addresses count as validated: these tests are about exchanges,
+    delivery and credentials; address validation (wire format 14) is test_amplification's."""
+    options = kwargs.get("options") or SessionOptions()
+    kwargs["options"] = dataclasses.replace(options, amplification_factor=0)
+    return _SIBSession(*args, **kwargs)
+
 KP_ID = bytes(range(16))
 EX = "http://example.org/"
 
@@ -527,7 +537,7 @@ UNDECODABLE = [
     (bytes.fromhex("0100070001"), Status.INVALID_DATA_FORMAT),  # ACK with 1 data byte
     (encode(insert(7))[:9], Status.INVALID_DATA_FORMAT),  # ends inside the Data field
     (encode(insert(7))[:-3], Status.INVALID_OPTION_FORMAT),  # ends inside the PREFIX option
-    (bytes.fromhex("01900700" "01" "0a"), Status.INVALID_OPTION_TYPE),  # TERMINATE, option 0x0a
+    (bytes.fromhex("01900700" "01" "0b"), Status.INVALID_OPTION_TYPE),  # TERMINATE, option 0x0b
     (bytes.fromhex("01900700"), Status.INVALID_OPTION_FORMAT),  # no OC byte
 ]
 

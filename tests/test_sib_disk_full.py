@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from rdflib import Literal, URIRef
 
-from ksp import IRI, Request, Status, Timing, Triple, Tx, Var
+from ksp import IRI, Options, Request, Status, Timing, Triple, Tx, Var
 from ksp.codec import UDP, decode_sib_message, encode
 from sib.testing import SibProcess
 from transports import KspStatusError, connect
@@ -77,6 +77,11 @@ async def subscribe_and_leave(port: int) -> None:
         await loop.sock_sendto(kp, encode(request, UDP), ("127.0.0.1", port))
         res = decode_sib_message(await asyncio.wait_for(loop.sock_recv(kp, 65536), 30), UDP,
                                  Tx.SELECT)
+        if res.status == Status.ECHO_REQUIRED:  # a new address (wire format 14): as a board does
+            request = request._replace(tid=8, options=Options(echo=res.result))
+            await loop.sock_sendto(kp, encode(request, UDP), ("127.0.0.1", port))
+            res = decode_sib_message(await asyncio.wait_for(loop.sock_recv(kp, 65536), 30),
+                                     UDP, Tx.SELECT)
         assert res.status == Status.OK
 
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from ksp import Literal, Request, Status, Timing, Triple, Tx, Var
+from ksp import Literal, Options, Request, Status, Timing, Triple, Tx, Var
 from ksp.codec import TCP, UDP, decode_sib_message, encode
 from ksp.session import SessionOptions
 from sib import Sib
@@ -16,6 +16,21 @@ from sib.testing import Client, ex
 from transports import Server, connect
 
 S, P = ex("s"), ex("p")
+
+
+async def validate(sock: socket.socket, port: int) -> None:
+    """Validate the raw socket's address as a board does before it subscribes (wire format
+    14): a persistent request draws ECHO REQUIRED, whose echo value an ASK carries back."""
+    loop = asyncio.get_running_loop()
+    probe = Request(Tx.ASK_PERSISTENT, 0xFFF0, where=(Triple(S, P, Var(0)),))
+    await loop.sock_sendto(sock, encode(probe, UDP), ("127.0.0.1", port))
+    echo = decode_sib_message(await asyncio.wait_for(loop.sock_recv(sock, 65536), 30), UDP,
+                              Tx.ASK_PERSISTENT)
+    assert echo.status == Status.ECHO_REQUIRED
+    ask = Request(Tx.ASK, 0xFFF1, where=(Triple(S, P, Var(0)),), options=Options(echo=echo.result))
+    await loop.sock_sendto(sock, encode(ask, UDP), ("127.0.0.1", port))
+    answer = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
+    assert decode_sib_message(answer, UDP, Tx.ASK).status == Status.OK
 
 
 def sub(tid: int) -> Request:
@@ -82,6 +97,7 @@ def test_kps_known_only_by_their_address_hold_no_more_than_the_cap_over_real_udp
                     socks.append(sock)
                     sock.bind(("127.0.0.1", 0))
                     sock.setblocking(False)
+                    await validate(sock, server.udp.port)
                     request = Request(Tx.SELECT_PERSISTENT, 9, projection=1,
                                       where=(Triple(ex(f"s{k}"), P, Var(0)),))
                     await loop.sock_sendto(sock, encode(request, UDP),
@@ -172,6 +188,7 @@ def test_kp_that_stops_acking_is_dropped_over_real_udp():
             mute.setblocking(False)
             loop = asyncio.get_running_loop()
             try:
+                await validate(mute, server.udp.port)
                 await loop.sock_sendto(mute, encode(sub(7), UDP), ("127.0.0.1", server.udp.port))
                 res = decode_sib_message(await loop.sock_recv(mute, 65536), UDP, Tx.SELECT)
                 assert res.status == Status.OK and not res.indication

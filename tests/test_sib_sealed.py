@@ -55,6 +55,17 @@ class SealedPeer(Peer):
     async def answer(self, tx: Tx, timeout: float = 20.0):
         return decode_sib_message(await self.opened(timeout), UDP, answers=tx)
 
+    async def prove(self) -> None:
+        """Prove freshness to a SIB that keeps no replay windows (13.5): a sealed request draws
+        a sealed ECHO REQUIRED, whose value the next one carries back; the window opens."""
+        probe = Request(Tx.ASK, 0xFFF0, where=(Triple(S, P, Var(0)),), options=Options())
+        self.send_raw(self.sealer.seal(encode(probe, UDP)))
+        echo = await self.answer(Tx.ASK)
+        assert echo.status == Status.ECHO_REQUIRED and isinstance(echo.result, bytes)
+        retry = probe._replace(tid=0xFFF1, options=Options(echo=echo.result))
+        self.send_raw(self.sealer.seal(encode(retry, UDP)))
+        assert (await self.answer(Tx.ASK)).tid == 0xFFF1
+
 
 async def serving():
     sib = Sib(access=AccessPolicy.from_config(CONFIG))
@@ -68,6 +79,7 @@ def test_sealed_request_is_answered_sealed_with_the_kps_grant():
         sib, server, port = await serving()
         kp = await SealedPeer(port).open()
         try:
+            await kp.prove()
             kp.send(select(7, Options()))
             raw = await asyncio.wait_for(kp.received.get(), 20)
             assert raw[0] == 0xA1
@@ -87,6 +99,7 @@ def test_replayed_datagram_from_another_address_is_not_executed_and_moves_no_ind
         sib, server, port = await serving()
         kp, thief = await SealedPeer(port).open(), await SealedPeer(port).open()
         try:
+            await kp.prove()
             kp.send(Request(Tx.SELECT_PERSISTENT, 9, projection=1,
                             where=(Triple(S, P, Var(0)),), options=Options()))
             first = await kp.answer(Tx.SELECT_PERSISTENT)
@@ -131,6 +144,7 @@ def test_bad_sealed_datagram_is_dropped(harm):
             assert server.udp.session.stats.sealed_dropped == 1
             assert sib.core.metrics.requests["SELECT"] == 0
             kp.sealer = Sealer(KEY, SENSOR, sib=False)  # the right key still works after it
+            await kp.prove()
             kp.send(select(4, Options()))
             assert (await kp.answer(Tx.SELECT)).status == Status.OK
         finally:
@@ -144,13 +158,14 @@ def test_counters_across_the_window():
         sib, server, port = await serving()
         kp = await SealedPeer(port).open()
         try:
+            await kp.prove()  # counters 0 and 1: the window is closed at 1
             late = [kp.sealer.seal(encode(select(tid, Options()), UDP)) for tid in range(1, 66)]
-            kp.send_raw(late[-1])  # counter 64 first
+            kp.send_raw(late[-1])  # counter 66 first
             assert (await kp.answer(Tx.SELECT)).tid == 65
-            kp.send_raw(late[1])  # counter 1: 63 below, inside the window
+            kp.send_raw(late[1])  # counter 3: 63 below, inside the window
             assert (await kp.answer(Tx.SELECT)).tid == 2
-            kp.send_raw(late[0])  # counter 0: 64 below, too old
-            kp.send_raw(late[1])  # counter 1 again: a replay
+            kp.send_raw(late[0])  # counter 2: 64 below, too old
+            kp.send_raw(late[1])  # counter 3 again: a replay
             assert await kp.nothing()
             assert server.udp.session.stats.sealed_dropped == 2
         finally:
@@ -165,6 +180,7 @@ def test_require_auth_refuses_a_clear_right_password_and_a_sealed_request_with_c
         clear = await Peer("udp", port).open()
         kp = await SealedPeer(port, kp_id=LOCKED).open()
         try:
+            await kp.prove()
             clear.send(select(5, creds("right", LOCKED)))
             assert (await clear.answer(Tx.SELECT)).status == Status.ACCESS_DENIED
             clear.send(select(6, creds("right", kp_id_bytes("open"))))  # same password elsewhere

@@ -22,7 +22,7 @@ def test_the_table_has_every_row():  # mosquitto comes from scripts/apt-packages
     for name in ROWS:
         assert f"| {name} |" in table
     assert "Target: KSP/UDP p50 within 3×" in table
-    assert BENCH_SUITES["transport"] == "tools.bench.transport"
+    assert BENCH_SUITES["transport"] == ".bench.transport"
 
 
 def test_without_coap_and_mqtt_neither_library_is_imported():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ksp import (
-    UDP, Ack, EncodeError, IRI, Literal, Request, Response, Status, Timing, Triple, Tx, Var,
-    decode_sib_message, encode,
+    UDP, Ack, EncodeError, IRI, Literal, Options, Request, Response, Status, Timing, Triple, Tx,
+    Var, decode_sib_message, encode,
 )
 from ksp.service import Service
 from ksp.session import MAX_UDP_PAYLOAD
@@ -48,6 +48,18 @@ class RawUdp(asyncio.DatagramProtocol):
 
     async def recv(self, timeout: float = 10.0) -> bytes:
         return await asyncio.wait_for(self.queue.get(), timeout)
+
+    async def validate(self, transport) -> None:
+        """Validate this socket's address as a board does before it subscribes (wire format
+        14): a persistent request draws ECHO REQUIRED, whose echo value an ASK carries back."""
+        probe = Request(Tx.ASK_PERSISTENT, 0xFFF0, where=(Triple(Var(0), Var(1), Var(2)),))
+        transport.sendto(encode(probe, UDP))
+        echo = decode_sib_message(await self.recv(), UDP, answers=probe.tx)
+        assert echo.status == Status.ECHO_REQUIRED
+        ask = Request(Tx.ASK, 0xFFF1, where=(Triple(Var(0), Var(1), Var(2)),),
+                      options=Options(echo=echo.result))
+        transport.sendto(encode(ask, UDP))
+        assert decode_sib_message(await self.recv(), UDP, answers=Tx.ASK).status == Status.OK
 
 
 def test_invalid_datagrams_get_their_status_and_never_reach_the_service():
@@ -181,6 +193,7 @@ def test_ind_is_retransmitted_until_acked_then_unreachable():
                                                               max_retransmit=3))
         transport, raw = await RawUdp.open(server.port)
         try:
+            await raw.validate(transport)
             sub = Request(Tx.SELECT_PERSISTENT, 9, projection=0,
                           where=(Triple(Var(0), Var(1), Var(2)),))
             transport.sendto(encode(sub, UDP))
@@ -253,6 +266,8 @@ def test_inds_follow_a_kp_id_to_its_new_address():
         old_t, old = await RawUdp.open(server.port)
         new_t, new = await RawUdp.open(server.port)
         try:
+            await old.validate(old_t)
+            await new.validate(new_t)
             sub = Request(Tx.SELECT_PERSISTENT, 21, projection=0,
                           where=(Triple(Var(0), Var(1), Var(2)),), options=creds)
             old_t.sendto(encode(sub, UDP))

@@ -221,7 +221,8 @@ def test_coverage_from_messages():
             for opt, value in zip(Opt, (opts.prefixes or None, opts.delete_graphs,
                                         opts.insert_graphs, opts.query_graphs, opts.optional,
                                         opts.filters, opts.modifier, opts.binds,
-                                        opts.max_response_size, opts.credentials)):
+                                        opts.max_response_size, opts.credentials,
+                                        opts.echo)):
                 if value is not None:
                     options.add(opt)
             exprs = list(opts.filters or ()) + [b.expr for b in opts.binds or ()]
@@ -302,7 +303,7 @@ _OP_NAMES = {op.value: op.name for op in Op}
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _LANGSTRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
 _OPTION_KEYS = ("prefixes", "delete_graphs", "insert_graphs", "query_graphs", "optional",
-                "filters", "modifier", "binds", "max_response_size", "credentials")
+                "filters", "modifier", "binds", "max_response_size", "credentials", "echo")
 
 
 def _f32_lexical(x: float) -> str:
@@ -525,6 +526,8 @@ class Wire:
             elif opt == 0x09:
                 kp_id = self.take(16).hex()
                 options[key] = {"kp_id": kp_id, "password": self.text(self.u8())}
+            elif opt == 0x0A:
+                options[key] = self.echo()
             else:
                 count = self.u8()
                 assert count >= 1
@@ -546,6 +549,11 @@ class Wire:
         options.setdefault("prefixes", [])
         out["options"] = options
         return _resolve(out, tuple(options["prefixes"]))
+
+    def echo(self) -> str:
+        size = self.u8()
+        assert 1 <= size <= 32
+        return self.take(size).hex()
 
     def modifier(self) -> dict:
         flags = self.u8()
@@ -571,6 +579,9 @@ class Wire:
             out["seq"] = self.u16()
             self.seen["ind_seq"].add(out["seq"])
         form = self.v["answers"].removesuffix("_PERSISTENT")
+        if status == 0x0F and not indication:  # ECHO REQUIRED: the echo value (7.7)
+            out["result"] = {"type": "echo", "value": self.echo()}
+            return out
         if status != 0 or form not in ("SELECT", "ASK", "CONSTRUCT"):
             return out
         if form == "ASK":

@@ -333,13 +333,16 @@ def test_w3c_evaluation(case: Case):
 #: The base IRI of a test's request: its address among the W3C's published tests (an http IRI,
 #: against which an IRI of another http host resolves to itself, an empty fragment kept).
 W3C_TESTS = "http://www.w3.org/2009/sparql/docs/tests/data-"
-#: LOAD fetches from the web, which the gate refuses (501, docs/sepa.md).
-GATE_REFUSES = {"sparql11/update-silent/load-silent.ru:LOAD SILENT",
-                "sparql11/update-silent/load-silent-into.ru:LOAD SILENT INTO"}
+#: Update tests the gate refuses: none. LOAD fetches from the web, which the gate refuses
+#: (501, docs/sepa.md), but the W3C's are LOAD SILENT, whose failure changes nothing.
+GATE_REFUSES: set[str] = set()
+#: The LOAD SILENT tests, which the gate passes with no change.
+LOAD_SILENT = {"sparql11/update-silent/load-silent.ru:LOAD SILENT",
+               "sparql11/update-silent/load-silent-into.ru:LOAD SILENT INTO"}
 
 
 def test_the_gate_runs_every_update_test():
-    assert len(GATE_CASES) > 90 and GATE_REFUSES <= {c.id for c in GATE_CASES}
+    assert len(GATE_CASES) > 90 and GATE_REFUSES | LOAD_SILENT <= {c.id for c in GATE_CASES}
 
 
 @pytest.mark.slow

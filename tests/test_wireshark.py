@@ -38,7 +38,7 @@ NUMERIC = {"ksp.tx", "ksp.status", "ksp.option", "ksp.answers"}  # tshark shows 
 FIELDS = ["ksp.msg", "ksp.tx", "ksp.status", "ksp.tid", "ksp.seq", "ksp.con", "ksp.term",
           "ksp.graph_name", "ksp.prefix", "ksp.token", "ksp.option", "ksp.order",
           "ksp.order_var", "ksp.limit", "ksp.offset", "ksp.distinct", "ksp.max_response_size",
-          "ksp.kp_id", "ksp.password", "ksp.trc", "ksp.rc", "ksp.vc", "ksp.ask", "ksp.ack_seq",
+          "ksp.kp_id", "ksp.password", "ksp.echo", "ksp.trc", "ksp.rc", "ksp.vc", "ksp.ask", "ksp.ack_seq",
           "ksp.bind_var", "_ws.expert.message", "ksp.answers", "udp.port", "tcp.port"]
 
 
@@ -100,7 +100,7 @@ def expected(vector: dict) -> dict:
         codes = []
         for code, key in enumerate(["prefixes", "delete_graphs", "insert_graphs", "query_graphs",
                                     "optional", "filters", "modifier", "binds",
-                                    "max_response_size", "credentials"]):
+                                    "max_response_size", "credentials", "echo"]):
             if o.get(key) is None:
                 continue
             codes.append(str(code))
@@ -132,6 +132,8 @@ def expected(vector: dict) -> dict:
                 out["ksp.kp_id"] = [o[key]["kp_id"]]
                 if o[key]["password"]:
                     out["ksp.password"] = [o[key]["password"]]
+            elif key == "echo":
+                out["ksp.echo"] = [o[key]]
         codes = codes if o.get("prefixes") != [] else codes[1:]
         if codes:
             out["ksp.option"] = codes
@@ -146,7 +148,9 @@ def expected(vector: dict) -> dict:
         out["ksp.seq"] = [str(m["seq"])]
     r = m.get("result")
     if r is not None:
-        if "value" in r and "rows" not in r and "triples" not in r:
+        if r.get("type") == "echo":
+            out["ksp.echo"] = [r["value"]]
+        elif "value" in r and "rows" not in r and "triples" not in r:
             out["ksp.ask"] = ["1" if r["value"] else "0"]
         else:
             if r.get("prefixes"):

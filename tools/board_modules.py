@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-FIRMWARE = Path(__file__).resolve().parents[1] / "device_firmware"
+from .resources import firmware_dir
+
+FIRMWARE = firmware_dir()
 PACKAGE = "kspfw"
 LIB = "lib"
 ENTRY = "main.py"

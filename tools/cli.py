@@ -22,47 +22,48 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
-#: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE (imported on use only,
-#: since the benchmarks import pyoxigraph and rdflib).
+#: `ksp bench SUITE [ARGS]`: the module in tools/bench/ that runs SUITE, relative to this package
+#: (imported on use only, since the benchmarks import pyoxigraph and rdflib).
 BENCH_SUITES = {
-    "backfill": "tools.bench.backfill",
-    "broker-store": "tools.bench.broker_store",
-    "codec": "tools.bench.codec",
-    "firmware": "tools.bench.firmware",
-    "bridge": "tools.bench.bridge",
-    "bridge-soak": "tools.bench.bridge_soak",
-    "fanout": "tools.bench.fanout",
-    "indicate": "tools.bench.indicate",
-    "rate": "tools.bench.rate",
-    "request": "tools.bench.request",
-    "ingest": "tools.bench.ingest",
-    "ingest-files": "tools.bench.ingest_files",
-    "secure": "tools.bench.secure",
-    "sepa": "tools.bench.sepa",
-    "sib": "tools.bench.sib",
-    "soak": "tools.bench.soak",
-    "stall": "tools.bench.stall",
-    "sparql": "tools.bench.sparql",
-    "transport": "tools.bench.transport",
-    "transport-soak": "tools.bench.transport_soak",
-    "wire": "tools.bench.wire",
+    "backfill": ".bench.backfill",
+    "broker-store": ".bench.broker_store",
+    "codec": ".bench.codec",
+    "firmware": ".bench.firmware",
+    "bridge": ".bench.bridge",
+    "bridge-soak": ".bench.bridge_soak",
+    "fanout": ".bench.fanout",
+    "indicate": ".bench.indicate",
+    "rate": ".bench.rate",
+    "request": ".bench.request",
+    "ingest": ".bench.ingest",
+    "ingest-files": ".bench.ingest_files",
+    "secure": ".bench.secure",
+    "sepa": ".bench.sepa",
+    "sib": ".bench.sib",
+    "soak": ".bench.soak",
+    "stall": ".bench.stall",
+    "sparql": ".bench.sparql",
+    "transport": ".bench.transport",
+    "transport-soak": ".bench.transport_soak",
+    "validation": ".bench.validation",
+    "wire": ".bench.wire",
 }
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from importlib import import_module
 
-    suite = import_module(BENCH_SUITES[args.suite])
+    suite = import_module(BENCH_SUITES[args.suite], __package__)
     return suite.main(args.args, prog=f"ksp bench {args.suite}")
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
     """`ksp decode HEX`: the annotated field table (ksp.reference.explain, from the construct grammar),
     then the message as `ksp.codec` decodes it; exit code 2 for invalid bytes."""
-    from tools.decode import decode_command
+    from .decode import decode_command
 
     if args.pcap is not None:
-        from tools.capture_read import print_capture
+        from .capture_read import print_capture
         from transports.pcap import PcapError
 
         try:
@@ -85,24 +86,31 @@ def _cmd_decode(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.which == "greenhouse":  # a live ksp-sib with the greenhouse KPs (tools/greenhouse.py)
-        from tools.greenhouse import main as greenhouse
+        from .greenhouse import main as greenhouse
 
         return greenhouse(args.args, prog="ksp demo greenhouse")
-    from tools.demo import run
+    from .demo import run
 
     return run()
 
 
 def _cmd_flash(args: argparse.Namespace) -> int:
-    from tools.flash import run
+    from .flash import run
 
     return run(args)
 
 
 def _cmd_simulate_board(args: argparse.Namespace) -> int:
-    from tools.flash import simulate_module
+    from .flash import simulate_module
 
     return simulate_module().main(args.args, prog="ksp simulate-board")
+
+
+def _cmd_dissector(args: argparse.Namespace) -> int:
+    from .resources import dissector
+
+    print(dissector())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "(name such as SELECT, or code), needed to read a result")
     p_decode.set_defaults(func=_cmd_decode)
 
-    from tools.flash import add_arguments as flash_arguments
+    from .flash import add_arguments as flash_arguments
 
     p_flash = sub.add_parser(
         "flash", help="precompile the device firmware (mpy-cross) and copy it to a board (mpremote)")
@@ -172,19 +180,24 @@ def build_parser() -> argparse.ArgumentParser:
                             "(see `ksp simulate-board --help`)")
     p_sim.set_defaults(func=_cmd_simulate_board)
 
-    from tools.capture import add_parser as capture_command
+    p_dissector = sub.add_parser(
+        "dissector", help="print the path of the Wireshark dissector: "
+                          "tshark -X lua_script:$(ksp dissector) -r CAPTURE")
+    p_dissector.set_defaults(func=_cmd_dissector)
+
+    from .capture import add_parser as capture_command
 
     capture_command(sub)
 
-    from tools.replay import add_parser as replay_command
+    from .replay import add_parser as replay_command
 
     replay_command(sub)
 
-    from tools.telemetry import add_parser as telemetry_command
+    from .telemetry import add_parser as telemetry_command
 
     telemetry_command(sub)
 
-    from tools.kp_cli import add_parsers as kp_commands
+    from .kp_cli import add_parsers as kp_commands
 
     kp_commands(sub)  # query, update, sub, rule, graph
 

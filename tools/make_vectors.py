@@ -288,6 +288,17 @@ kp("req_opt_credentials",
 kp("req_opt_credentials_empty_password",
    "CREDENTIALS (0x09) with an empty password (length 0) on TERMINATE over TCP.",
    R(Tx.TERMINATE, 0x200B, False, options={"credentials": Credentials(bytes(16), "")}), TCP)
+ECHO_VALUE = bytes.fromhex("6553f100a1b2c3d4e5f6")  # 4-byte time | 6-byte MAC, as ksp-sib makes
+kp("req_opt_echo",
+   "ECHO (0x0a): length 10 and the echo value of an ECHO REQUIRED RES (7.7), on the SELECT "
+   "retried under a new Transaction ID.",
+   R(Tx.SELECT, 0x2020, True, EXP, projection=2, where=PATTERN, optional=(),
+     options={"echo": ECHO_VALUE}))
+kp("req_opt_echo_32_after_credentials",
+   "ECHO (0x0a) of the longest length, 32, on INSERT DATA with CREDENTIALS before it "
+   "(ascending type order).",
+   R(Tx.INSERT_DATA, 0x2021, True, EXP, insert=SENSOR_DATA[:1],
+     options={"credentials": Credentials(KP_ID, "pw"), "echo": bytes(range(32))}))
 kp("req_opt_all_select",
    "SELECT with every option that applies to it, in ascending type order: PREFIX, QUERY GRAPH, "
    "FILTER, SOLUTION MODIFIER, BIND, MAX RESPONSE SIZE, CREDENTIALS (OC = 7).",
@@ -620,13 +631,22 @@ _STATUS_ANSWERS = {
     Tx.ASK_PERSISTENT,
 }
 for _status in Status:
+    if _status is Status.ECHO_REQUIRED:
+        continue  # it has a Data field: the res_echo_required_* vectors below
     _answers = _STATUS_ANSWERS.get(_status, Tx.UPDATE)
     _transport = TCP if _status % 3 == 2 else UDP
     sib(f"res_status_{_status.value:#04x}_{_status.name.lower()}",
         f"RES with status {_status.name} ({_status.value:#04x}) over {_transport.value.upper()}, "
         f"answering {_answers.name}: no Data field.",
         Response(0x3400 + _status, _status), _answers, _transport)
-for _code in (0x0F, 0x7F):
+sib("res_echo_required_udp",
+    "RES ECHO REQUIRED (0x0f) over UDP answering a SELECT: its Data field is the echo value, "
+    "length 10 (7.7); the KP retries with a new Transaction ID and the ECHO option.",
+    Response(0x340F, Status.ECHO_REQUIRED, ECHO_VALUE), Tx.SELECT)
+sib("res_echo_required_one_byte",
+    "RES ECHO REQUIRED (0x0f) answering INSERT DATA with a 1-byte echo value (the shortest).",
+    Response(0x3410, Status.ECHO_REQUIRED, b"\x2a"), Tx.INSERT_DATA)
+for _code in (0x10, 0x7F):
     sib(f"res_status_{_code:#04x}_unknown",
         f"RES with the reserved status code {_code:#04x}: decoded as the integer {_code} (a KP "
         "treats an unknown non-zero status as an error).",
@@ -805,6 +825,11 @@ bad("invalid_0x04_res_prefix_entry_empty", "SELECT result whose prefix list (PC 
     "empty entry; otherwise an empty result (TRC = RC = 0, VC = 1).",
     "01 00 0100 | 01 00 00 | 0000 0000 | 01", ST.INVALID_DATA_FORMAT, "sib_to_kp",
     answers=Tx.SELECT)
+bad("invalid_0x04_res_echo_required_without_data", "RES ECHO REQUIRED (0x0f) with no Data "
+    "field: its echo value is mandatory.", "01 0f 0100", ST.INVALID_DATA_FORMAT, "sib_to_kp",
+    answers=Tx.SELECT)
+bad("invalid_0x04_res_echo_required_length_0", "RES ECHO REQUIRED (0x0f) with echo length 0.",
+    "01 0f 0100 | 00", ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.SELECT)
 bad("invalid_0x04_ask_byte_2", "ASK result byte 0x02.", "01 00 0100 | 02",
     ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.ASK)
 bad("invalid_0x04_ind_header_short", "UDP IND (type byte 0x80) of 5 bytes: the IND header is 6.",
@@ -814,8 +839,8 @@ bad("invalid_0x04_construct_variable", "CONSTRUCT result triple with a Variable 
     answers=Tx.CONSTRUCT)
 
 # 0x05: option type
-bad("invalid_0x05_option_type_0x0a", "Option type 0x0a (the table ends at 0x09).",
-    "01 82 0100 | 00 | 01 0a 00", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_option_type_0x0b", "Option type 0x0b (the table ends at 0x0a).",
+    "01 82 0100 | 00 | 01 0b 00", ST.INVALID_OPTION_TYPE)
 bad("invalid_0x05_optional_pattern_on_select", "OPTIONAL PATTERN (0x04) on SELECT: queries "
     "carry optional graphs in OGC (R8).",
     f"01 87 0100 | {SELECT_DATA} | 01 04 01 01 33 00 00 {URN_C}", ST.INVALID_OPTION_TYPE)
@@ -829,6 +854,12 @@ bad("invalid_0x05_insert_graph_on_delete_data", "INSERT GRAPH (0x02) on DELETE D
 # 0x06: option format
 bad("invalid_0x06_repeated_option", "MAX RESPONSE SIZE twice.",
     "01 91 0100 | 02 08 00010000 08 00020000", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_echo_length_0", "ECHO (0x0a) with length 0 (an echo value is 1…32 bytes).",
+    f"01 82 0100 | 01 {TRIPLE} | 01 0a 00", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_echo_length_33", "ECHO (0x0a) with length 33 and 33 bytes.",
+    f"01 91 0100 | 01 0a 21 {'00' * 33}", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_echo_truncated", "ECHO (0x0a) with length 4 and 2 bytes.",
+    "01 90 0100 | 01 0a 04 0102", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_count_0", "QUERY GRAPH with count 0.",
     f"01 87 0100 | {SELECT_DATA} | 01 03 00", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_prefix_count_0", "PREFIX with count 0.",
@@ -881,9 +912,9 @@ bad("invalid_0x06_optional_pattern_empty_first_triple", "INSERT with an OPTIONAL
     ST.INVALID_OPTION_FORMAT)
 # Several faults (3.2)
 bad("invalid_0x05_option_fault_before_data_prefix_index",
-    "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0a: a "
+    "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0b: a "
     "prefix index is checked once the options are read (3.2), so the option's 0x05 wins.",
-    f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0a 00", ST.INVALID_OPTION_TYPE)
+    f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0b 00", ST.INVALID_OPTION_TYPE)
 bad("invalid_0x05_option_repeated_and_not_applicable",
     "SOLUTION MODIFIER twice on INSERT DATA: its first occurrence is already not applicable "
     "(0x05), found before the repetition (0x06).",

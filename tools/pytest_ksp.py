@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.replay import Report, replay
+from .replay import Report, replay
 
 
 async def replay_fresh(path: str | Path, *, access: dict | None = None,

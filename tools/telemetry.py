@@ -98,7 +98,7 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
             login: dict | None = None) -> dict:
     """Publish (topic, payload, kind) items, at most `rate` per second; waits until the broker
     has acknowledged every one. Returns the counts by kind. `login`: {ca, user, password}
-    (`spark_ingest.mqtt.broker_login`) for an mqtts:// broker.
+    (`spark_ingest.broker_args.broker_login`) for an mqtts:// broker.
 
     paho's loop runs in this thread, between publishes: with its network thread
     (`loop_start`) every publish also woke that thread through a socket pair, and the
@@ -277,7 +277,7 @@ def publish_raw(url: str, items, *, rate: float | None = None, client_id: str = 
 def add_parser(sub) -> None:
     p = sub.add_parser("telemetry", help="publish telemetry over MQTT: load for the ingest",
                        description=__doc__.split("\n\n")[0])
-    from spark_ingest.mqtt import add_broker_flags
+    from spark_ingest.broker_args import add_broker_flags
 
     p.add_argument("--mqtt", default="mqtt://127.0.0.1:1883", metavar="URL",
                    help="mqtt://HOST[:PORT], or mqtts://HOST[:PORT] (TLS)")
@@ -304,7 +304,7 @@ def _command(args: argparse.Namespace) -> int:
             print("ksp telemetry: give --count, or --rate with --duration", file=sys.stderr)
             return 2
         count = int(args.rate * args.devices * args.duration)
-    from spark_ingest.mqtt import broker_login
+    from spark_ingest.broker_args import broker_login
 
     rate = args.rate * args.devices or None  # in all
     began = time.time()  # the summary's: when the publishing began, for a paced benchmark

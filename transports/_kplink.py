@@ -13,6 +13,8 @@ from ksp import (
     Response, ResponseReceived, Status, TidsBusy, Tx,
 )
 
+from ksp.session import RequestRetried
+
 from ._timer import SessionTimer
 from .errors import KspConnectionError, KspProtocolError, KspTimeout
 
@@ -90,8 +92,11 @@ class SessionLink(Link):
         finally:
             if self._waiters.get(tid) is fut:
                 del self._waiters[tid]
+            elif fut.cancelled():  # perhaps moved to another TID (`_move`): find it there
+                for key in [k for k, waiter in self._waiters.items() if waiter is fut]:
+                    del self._waiters[key]
         if sink is not None and response.status != Status.OK:
-            self._sinks.pop(tid, None)
+            self._sinks.pop(response.tid, None)
         return response
 
     def forget(self, tid: int) -> None:
@@ -108,6 +113,8 @@ class SessionLink(Link):
                     sink.deliver(event.response)
             elif kind is ResponseReceived:
                 self._resolve(event.tid, event.response, None)
+            elif kind is RequestRetried:  # the SIB asked for its echo value: same request
+                self._move(event.tid, event.new_tid)
             elif kind is PersistentEnded:
                 sink = self._sinks.pop(event.tid, None)
                 if sink is not None:
@@ -126,6 +133,15 @@ class SessionLink(Link):
         self.transmit()
         if self._lost is None:
             self.timer.rearm()
+
+    def _move(self, tid: int, new_tid: int) -> None:
+        """Request `tid` goes on as `new_tid`: its waiter and sink follow it."""
+        fut = self._waiters.pop(tid, None)
+        if fut is not None:
+            self._waiters[new_tid] = fut
+        sink = self._sinks.pop(tid, None)
+        if sink is not None:
+            self._sinks[new_tid] = sink
 
     def _resolve(self, tid: int, response: Response | None, exc: BaseException | None) -> None:
         fut = self._waiters.pop(tid, None)

@@ -11,6 +11,13 @@ opened first, credentials before the duplicate cache, a transaction sent again i
 message answered as the first copy was, the transaction layer), under which aiocoap is the
 message layer: CON retransmission, message-ID deduplication and confirmed notifications, so no
 KSP ACK travels and no IND waits for one. The INDs keep their sequence numbers.
+
+Address validation (docs/coap-binding.md, wire format 14) uses CoAP's own Echo option (RFC 9175
+§2.4): until a source address has returned an Echo value the SIB gave it (or sent a verified
+sealed payload), its answers' payloads are at most 3 × its requests' payloads; a larger answer,
+and any persistent request, gets 4.01 Unauthorized with an Echo option instead. The client sends
+the same POST again with that Echo; the KSP transaction it carries is answered from the
+duplicate cache, not executed again.
 """
 from __future__ import annotations
 
@@ -27,7 +34,9 @@ from aiocoap.numbers.types import ACK
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery, DeliveryPolicy
+from ksp.secure import MAGIC
 from ksp.session import DuplicateCache, SessionOptions, SibMessageLayer, SIBSession
+from ksp.session.validation import AddressBudgets, address_binding
 from ksp.transactions import PERSISTENT, Exchange
 
 from ._sibadapter import SessionAdapter
@@ -271,6 +280,11 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self._persistent: dict[tuple[KPIdentity, int], _PersistentResource] = {}
         self._lingering: dict[_PersistentResource, asyncio.TimerHandle] = {}
         self._release_at: asyncio.TimerHandle | None = None
+        options = self.session.options
+        #: Payload bytes received and sent per unvalidated address, and the validated ones
+        #: (None: no limit, `amplification_factor` 0).
+        self.budgets = (AddressBudgets(options.amplification_factor, options.max_addresses)
+                        if options.amplification_factor else None)
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
@@ -356,10 +370,36 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
             return aiocoap.Message(code=Code.UNSUPPORTED_CONTENT_FORMAT)
         answer = self.loop.create_future()
         addr = getattr(request.remote, "sockaddr", (request.remote.hostinfo,))[:2]
-        if not self.layer.take(answer, request.payload, addr, self.loop.time()):
+        payload, now = request.payload, self.loop.time()
+        budgets = self.budgets if payload[:1] != bytes((MAGIC,)) else None  # sealed: verified
+        if budgets is not None and not self._admits(budgets, request, addr, now):
+            return self._echo(addr, now)
+        if not self.layer.take(answer, payload, addr, now):
             return aiocoap.Message(code=Code.UNAUTHORIZED)  # a sealed payload that did not open
         self.pump()
-        return await answer
+        message = await answer
+        if budgets is not None and not budgets.spend(addr, len(message.payload)):
+            return self._echo(addr, now)  # the RES stays in the duplicate cache for the retry
+        return message
+
+    def _admits(self, budgets: AddressBudgets, request: aiocoap.Message, addr: Hashable,
+                now: float) -> bool:
+        """Count the POST's payload in `addr`'s budget, validate `addr` if it returned a
+        verifying Echo; False for a persistent request from an address not validated."""
+        payload = request.payload
+        budgets.received(addr, len(payload))
+        echo = request.opt.echo
+        if echo is not None and self.session.echoes.verify(echo, address_binding(addr), now):
+            budgets.validate(addr)
+        return (budgets.is_validated(addr) or len(payload) < 2
+                or (payload[1] & 0x7F) not in PERSISTENT)
+
+    def _echo(self, addr: Hashable, now: float) -> aiocoap.Message:
+        """4.01 Unauthorized with an Echo option binding `addr` (RFC 9175 §2.4)."""
+        self.session.stats.held_for_validation += 1
+        message = aiocoap.Message(code=Code.UNAUTHORIZED)
+        message.opt.echo = self.session.echoes.make(address_binding(addr), now)
+        return message
 
     # -- what its message layer asks (`_CoapLayer`) --------------------------------------------
 

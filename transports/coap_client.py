@@ -114,6 +114,14 @@ class CoapLink(Link):
             return None
         try:
             answer = await _answer(pending)
+            if answer.code == Code.UNAUTHORIZED and answer.opt.echo is not None:
+                # the SIB validates this address first (RFC 9175 §2.4, docs/coap-binding.md):
+                # the same POST once more with its Echo value; the transaction it carries is
+                # not executed twice (the SIB's duplicate cache answers it)
+                again = self._message(Code.POST, self.base + "/ksp", payload=data,
+                                      content_format=CONTENT_FORMAT)
+                again.opt.echo = answer.opt.echo
+                answer = await _answer(self.context.request(again))
         except (aiocoap.error.ConRetransmitsExceeded, aiocoap.error.RequestTimedOut) as exc:
             self._done(tid, tx, None)
             raise KspTimeout(f"no RES for transaction {tid}: {exc}") from exc
@@ -141,6 +149,11 @@ class CoapLink(Link):
             self._done(tid, tx, None)
             raise
         self._done(tid, tx, response.status)
+        if response.status == Status.ECHO_REQUIRED and request.options.echo is None:
+            # the SIB asks this sealed KP to prove its request fresh (wire format 7.7, 13.5):
+            # the same request once more, with the echo value, under a new TID
+            echo = request.options._replace(echo=response.result)
+            return await self.request(request._replace(options=echo), sink)
         if (sink is not None and tx in PERSISTENT and response.status == Status.OK):
             path = answer.opt.location_path
             if not path:

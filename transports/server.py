@@ -96,6 +96,14 @@ class Server:
         return ((self.udp.session.stats.sealed_dropped if self.udp is not None else 0)
                 + (self.coap.session.stats.sealed_dropped if self.coap is not None else 0))
 
+    @property
+    def held_for_validation(self) -> int:
+        """Answers held back until their address is validated so far (wire format 14: RESs
+        replaced by ECHO REQUIRED, persistent requests answered with it, INDs not sent), over
+        UDP and CoAP, and sealed requests of a KP with no replay window asked for an echo (13.5)."""
+        return sum(a.session.stats.held_for_validation + a.session.stats.sealed_echo_required
+                   for a in (self.udp, self.coap) if a is not None)
+
     def _adapter(self, transport: str):
         adapter = getattr(self, transport, None) if transport in ("udp", "tcp", "coap") else None
         if adapter is None:

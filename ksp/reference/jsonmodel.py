@@ -22,7 +22,9 @@ Mapping (field names are the model's; fields that are None are omitted):
   with no name is its integer
 - KP ID: 32 lowercase hex digits
 - result: `{"type": "select", "variables", "rows", "total", "prefixes"}`,
-  `{"type": "ask", "value"}`, `{"type": "construct", "triples", "total", "prefixes"}`
+  `{"type": "ask", "value"}`, `{"type": "construct", "triples", "total", "prefixes"}`;
+  the echo value of an ECHO_REQUIRED RES: `{"type": "echo", "value": hex}`
+- ECHO option: `"echo": hex`
 
 `from_json` also reads a long repetitive string given as `{"repeat": s, "count": n}` (s
 repeated n times) wherever a literal's `"value"` goes; the vectors use it to keep the one
@@ -115,10 +117,14 @@ def _options_to_json(opts: Options) -> dict:
     if opts.credentials is not None:
         d["credentials"] = {"kp_id": bytes(opts.credentials.kp_id).hex(),
                             "password": opts.credentials.password}
+    if opts.echo is not None:
+        d["echo"] = bytes(opts.echo).hex()
     return d
 
 
 def _result_to_json(result) -> dict:
+    if isinstance(result, (bytes, bytearray)):
+        return {"type": "echo", "value": bytes(result).hex()}
     if isinstance(result, AskResult):
         return {"type": "ask", "value": bool(result.value)}
     if isinstance(result, SelectResult):
@@ -255,11 +261,15 @@ def _options_from_json(d: dict) -> Options:
         if len(kp_id) != 16:
             raise ValueError(f"a KP ID is 32 hex digits, not {c['kp_id']!r}")
         values["credentials"] = Credentials(kp_id, c.get("password", ""))
+    if "echo" in d:
+        values["echo"] = bytes.fromhex(d["echo"])
     return Options(**values)
 
 
 def _result_from_json(d: dict):
     kind = d["type"]
+    if kind == "echo":
+        return bytes.fromhex(d["value"])
     if kind == "ask":
         return AskResult(bool(d["value"]))
     prefixes = tuple(d["prefixes"]) if "prefixes" in d else None

@@ -38,8 +38,8 @@ from construct import (
 )
 
 from ..codes import (
-    OPTION_APPLIES, RESERVED_WORDS, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION, LiteralType,
-    Member, Op, Opt, Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RESERVED_WORDS, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION,
+    LiteralType, Member, Op, Opt, Status, Tx,
 )
 from ..layout import LITERAL_FORMS, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
 from ..literals import is_datetime19, is_lang_tag
@@ -499,6 +499,13 @@ CredentialsBody = Struct(
 
 BindItem = Struct("var" / Int8ul, "expr" / Expression)
 
+# ECHO option body and ECHO REQUIRED Data field (§7.7): u8 length 1…32, opaque bytes.
+EchoBody = Struct(
+    "length" / ExprValidator(Rebuild(Int8ul, len_(this.value)),
+                             lambda obj, ctx: 1 <= obj <= ECHO_MAX),
+    "value" / Bytes(this.length),
+)
+
 # The body of each option of the layout table (`ksp.layout.OPTION_FIELDS`).
 OPTION_FORM_BODIES = {
     Body.PREFIXES: Counted(PrefixEntry, minimum=1),
@@ -509,6 +516,7 @@ OPTION_FORM_BODIES = {
     Body.BINDS: Counted(BindItem, minimum=1),
     Body.U32: Int32ul,
     Body.CREDENTIALS: CredentialsBody,
+    Body.ECHO: EchoBody,
 }
 OPTION_BODIES = {opt: OPTION_FORM_BODIES[body] for opt, (_, body) in OPTION_FIELDS.items()}
 
@@ -563,13 +571,18 @@ ConstructData = Struct(
     "triples" / Array(this.rc, ResultTriple),
 )
 
-RESULT_DATA = {Tx.SELECT: SelectData, Tx.ASK: AskData, Tx.CONSTRUCT: ConstructData}
+RESULT_DATA = {Tx.SELECT: SelectData, Tx.ASK: AskData, Tx.CONSTRUCT: ConstructData,
+               "echo": EchoBody}
 
 
 def _result_form(this):
-    """Which result layout a RES/IND carries: none unless OK and answering a query (§6)."""
+    """Which layout a RES/IND's Data field has: the echo value of an ECHO REQUIRED RES (§7.7),
+    a result when OK and answering a query (§6), else none."""
     answers = this._params.get("answers")
-    if this["header"]["type"]["status"] != Status.OK or answers is None:
+    kind = this["header"]["type"]
+    if kind["status"] == Status.ECHO_REQUIRED and not kind["ind"]:
+        return "echo"
+    if kind["status"] != Status.OK or answers is None:
         return None
     tx = Tx(answers)
     return tx.base if tx.is_query else None
@@ -924,6 +937,8 @@ def _request(c) -> Request:
             values[key] = body
         elif opt is Opt.CREDENTIALS:
             values[key] = Credentials(body.kp_id, body.password)
+        elif opt is Opt.ECHO:
+            values[key] = bytes(body.value)
     options = Options(**values)
     return Request(tx, header.tid, bool(header.type.con), options=options, version=header.version,
                    **fields)
@@ -934,7 +949,9 @@ def _response(c) -> Response:
     data = c.data
     result = None
     if data is not None:
-        if "answer" in data:
+        if "length" in data:
+            result = bytes(data.value)
+        elif "answer" in data:
             result = AskResult(bool(data.answer))
         else:
             prefixes = tuple(e.local for e in data.prefixes)

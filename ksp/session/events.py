@@ -48,6 +48,16 @@ class PersistentEnded(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class RequestRetried(Event):
+    """The SIB answered request `tid` ECHO REQUIRED (wire format 7.7): the same request went
+    again with the ECHO option as `new_tid` (the same TID for TERMINATE), and its RES, INDs and
+    timeout now come under `new_tid`."""
+
+    tid: int
+    new_tid: int
+
+
+@dataclass(frozen=True, slots=True)
 class RequestTimedOut(Event):
     """CON request `tid` got no RES: UDP retransmissions ran out, or EXCHANGE_LIFETIME over TCP,
     or the TCP connection closed."""

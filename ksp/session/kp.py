@@ -6,7 +6,9 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from ..codec import TCP, UDP, Transport, decode_sib_message, encode, peek_tid, retag
+from ..codec import (
+    TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid, retag,
+)
 from ..codes import Status, Tx
 from ..delivery import MAX_UDP_PAYLOAD
 from ..errors import DecodeError, EncodeError
@@ -15,8 +17,8 @@ from ..model import Ack, Credentials, Request, Response
 from ..secure import SealError, Sealer
 from ..transactions import STATEFUL as _STATEFUL, KpTransactions, SessionError, request_digest
 from .events import (
-    Event, IndicationReceived, PersistentEnded, ProtocolError, RequestTimedOut, ResponseReceived,
-    oversize_error,
+    Event, IndicationReceived, PersistentEnded, ProtocolError, RequestRetried, RequestTimedOut,
+    ResponseReceived, oversize_error,
 )
 from .timing import Timing, _Timers
 
@@ -24,12 +26,14 @@ __all__ = ["KPSession", "UdpKPSession", "TcpKPSession"]
 
 _OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
 _TERMINATE = Tx.TERMINATE
+_ECHO_REQUIRED = Status.ECHO_REQUIRED
 
 
 class _Pending:
-    __slots__ = ("tx", "confirmable", "data", "timeout", "retransmits", "deadline")
+    __slots__ = ("tx", "confirmable", "data", "timeout", "retransmits", "deadline", "echoed")
 
     def __init__(self, tx: Tx, confirmable: bool, data: bytes) -> None:
+        self.echoed = False  # it carries the SIB's echo value: another ECHO REQUIRED is final
         self.tx = tx
         self.confirmable = confirmable
         self.data = data
@@ -201,7 +205,29 @@ class KPSession:
             return
         if tx in _STATEFUL:
             self.transactions.answered(tid, tx, response.status, now)
+        if response.status == _ECHO_REQUIRED and not p.echoed:
+            new_tid = self._echo(p, response.result, now)
+            if new_tid is not None:
+                self._events.append(RequestRetried(tid, new_tid))
+                return
         self._events.append(ResponseReceived(tid, response))
+
+    def _echo(self, p: _Pending, value: bytes, now: float) -> int | None:
+        """Send request `p` again with the ECHO option carrying `value`, under a new TID (its
+        own for TERMINATE): the TID it went under, or None when it cannot go (wire format
+        7.7)."""
+        try:
+            request = decode_kp_message(p.data, self.transport)
+            if type(request) is not Request:
+                return None
+            request = request._replace(options=request.options._replace(echo=bytes(value)))
+            if request.tx is not _TERMINATE:
+                request = request._replace(tid=self.next_tid())
+            tid = self.send(request, now)
+        except (DecodeError, EncodeError, SessionError):
+            return None
+        self._pending[tid].echoed = True
+        return tid
 
     def _on_indication(self, tid: int, data: bytes, now: float) -> None:
         tx = self.transactions.active(tid)

@@ -83,6 +83,16 @@ class SibMessageLayer(ABC):
         """A whole message from `addr` (opened, when it came sealed), before the session
         decodes it."""
 
+    def admits(self, request: Request, addr: Hashable) -> bool:
+        """Whether `request` from transport address `addr` may execute now; False: the
+        session answers ECHO REQUIRED (a persistent request from an address not yet validated,
+        wire format 14)."""
+        return True
+
+    def proven(self, addr: Hashable) -> None:
+        """Transport address `addr` proved it receives: a verified echo value or sealed
+        message came from it (wire format 14)."""
+
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
         """Whether request `key` is a copy of one seen; if so the layer has dealt with it (its
         cached RES sent again to `addr`, or nothing while it executes) and the session drops

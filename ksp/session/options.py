@@ -27,10 +27,17 @@ class SessionOptions:
     #: Seconds a final IND given up on is kept, to send it again when its KP is heard from
     #: (UDP; 0: not kept).
     tombstone_lifetime: float = 86_400.0
+    #: Until a source address is validated, at most this many times the bytes received from it
+    #: are sent to it (UDP, wire format 14; 0: no limit, every address taken as validated).
+    amplification_factor: int = 3
+    #: Validated addresses kept, and as many budgets of unvalidated ones (UDP).
+    max_addresses: int = 4096
 
     def __post_init__(self) -> None:
         if self.max_entries < 1:
             raise ValueError(f"max_entries {self.max_entries} must be >= 1")
-        for name in ("max_cache_bytes", "max_held", "max_ind_bytes"):
+        if self.max_addresses < 1:
+            raise ValueError(f"max_addresses {self.max_addresses} must be >= 1")
+        for name in ("max_cache_bytes", "max_held", "max_ind_bytes", "amplification_factor"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} {getattr(self, name)} must be >= 0")

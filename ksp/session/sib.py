@@ -16,7 +16,7 @@ from ..codes import Status
 from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
 from ..errors import DecodeError
 from ..model import Ack, Request, Response
-from ..secure import MAGIC, SealedAddr, SealError, SealerTable
+from ..secure import MAGIC, NoWindow, SealedAddr, SealError, SealerTable
 from ..transactions import SessionError, SibTransactions
 from .events import (
     Authenticate, CredentialsPending, Event, KPIdentity, KPUnreachable, ProtocolError,
@@ -25,10 +25,12 @@ from .events import (
 from .layer import SibMessageLayer
 from .options import SessionOptions
 from .timing import Timing
+from .validation import EchoValues, address_binding, kp_binding
 
 __all__ = ["SIBSession", "SessionStats"]
 
 _OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
+_ECHO_REQUIRED = Status.ECHO_REQUIRED
 
 
 @dataclass(slots=True)
@@ -53,6 +55,11 @@ class SessionStats:
     sealed_dropped: int = 0
     #: Final INDs given up on and sent again when their KP was heard from (UDP, `_Tombstone`).
     ends_resent: int = 0
+    #: Answers held back until their address is validated (wire format 14): RESs replaced by
+    #: ECHO REQUIRED, persistent requests answered with it, INDs not sent (UDP).
+    held_for_validation: int = 0
+    #: Sealed requests of a KP with no replay window answered ECHO REQUIRED (13.5).
+    sealed_echo_required: int = 0
 
 
 class SIBSession:
@@ -105,6 +112,10 @@ class SIBSession:
         #: Opens and seals the authenticated envelope (wire format 13) per KP ID; None: a
         #: sealed datagram is decoded as plain KSP and answered 0x01 (version not supported).
         self.sealers: SealerTable | None = None
+        #: Makes and checks this process's echo values (wire format 7.7).
+        self.echoes = EchoValues()
+        #: The latest time the session was given (what an echo value made in `send` carries).
+        self.now = 0.0
         self.timing = timing if timing is not None else Timing()
         self.max_message_size = max_message_size or self.DEFAULT_MAX_MESSAGE
         self.stats = SessionStats()
@@ -148,6 +159,7 @@ class SIBSession:
         EXCHANGE_LIFETIME, and is cut to the request's MAX RESPONSE SIZE (and, over UDP, to
         one datagram). For a NON request an OK RES without a result is not sent (the paper).
         """
+        self.now = now
         ex, data = self.transactions.answer(kp, tid, response)
         if ex is None:  # evicted, or an unsolicited answer (e.g. to a stray ACK)
             addr = self._endpoint(kp)
@@ -233,6 +245,9 @@ class SIBSession:
         endpoint until the KP's next request, numbered on from its sequence number."""
         if kp.kp_id is not None and state.endpoint is not None:
             self.bind(kp, state.endpoint)
+        endpoint = state.endpoint if state.endpoint is not None else kp.addr
+        if endpoint is not None:  # a persistent request is admitted from a validated address only
+            self.layer.proven(endpoint.addr if type(endpoint) is SealedAddr else endpoint)
         return self.transactions.restore(kp, tid, state)
 
     def awaiting_ack(self, kp: KPIdentity, tid: int) -> bool:
@@ -263,6 +278,7 @@ class SIBSession:
         return self.layer.get_timer()
 
     def handle_timer(self, now: float) -> None:
+        self.now = now
         self.layer.expire(now)
         self.layer.handle_timer(now)
 
@@ -270,14 +286,26 @@ class SIBSession:
         """One whole KSP message from session address `addr` (a datagram's, a TCP frame's, a
         CoAP POST's): a sealed one is opened first, before anything else sees it, and dropped
         unverified (`stats.sealed_dropped`)."""
+        self.now = now
         self.layer.expire(now)
         if data and data[0] == MAGIC and self.sealers is not None:
             try:  # verified before anything else sees it: a replay moves no exchange
                 data, addr = self.sealers.open(data, addr)
+            except NoWindow as unproved:
+                self._unproved(unproved, now)
+                return
             except SealError:
                 self.stats.sealed_dropped += 1
                 return
+            self.layer.proven(addr.addr)
         self._on_message(bytes(data), addr, now)
+
+    def echo_required(self, tid: int, addr: Hashable, now: float) -> bytes:
+        """RES ECHO REQUIRED to request `tid` from `addr`, its echo value binding that
+        address (or, for a sealed one, the KP ID)."""
+        binding = kp_binding(addr.kp_id) if type(addr) is SealedAddr else address_binding(addr)
+        return encode(Response(tid, _ECHO_REQUIRED, self.echoes.make(binding, now)),
+                      self.transport)
 
     def reject(self, event: ProtocolError) -> None:
         """Report input that is no KSP message (`event`: undecodable, or a frame over the size
@@ -309,6 +337,29 @@ class SIBSession:
             return None
 
     # -- internals --------------------------------------------------------------------------
+
+    def _unproved(self, unproved: NoWindow, now: float) -> None:
+        """A verified sealed message of a KP with no replay window, at a SIB that keeps none
+        (13.5): a request carrying this process's echo value for that KP opens the window
+        closed at its counter and goes on; another request is answered ECHO REQUIRED, sealed,
+        executing nothing; anything else is dropped."""
+        to = unproved.to
+        try:
+            msg = decode_kp_message(unproved.inner, self.transport)
+        except DecodeError:
+            msg = None
+        if type(msg) is not Request:
+            self.stats.sealed_dropped += 1
+            return
+        echo = msg.options.echo
+        if echo is not None and self.echoes.verify(echo, kp_binding(to.kp_id), now):
+            self.sealers.admit(to.kp_id, unproved.counter)
+            self.layer.proven(to.addr)
+            self._on_message(bytes(unproved.inner), to, now)
+            return
+        self.stats.sealed_echo_required += 1
+        self.layer.receiving(unproved.inner, to)  # (CoAP: its POST waits for the answer)
+        self.layer.send(self.echo_required(msg.tid, to, now), to)
 
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
@@ -350,6 +401,13 @@ class SIBSession:
             self._hold(request, addr, data)  # a stream keeps its order behind one still held
             return
         sealed = type(addr) is SealedAddr
+        if options.echo is not None and not sealed:
+            if self.echoes.verify(options.echo, address_binding(addr), now):
+                self.layer.proven(addr)
+        if not self.layer.admits(request, addr):  # wire format 14
+            self.stats.held_for_validation += 1
+            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            return
         if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)
             self._refuse(request, addr, Status.ACCESS_DENIED)
             return

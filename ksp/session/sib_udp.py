@@ -7,18 +7,19 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..codec import UDP
+from ..codec import UDP, peek_tid
 from ..codes import Tx
 from ..delivery import Delivery, DeliveryPolicy
 from ..model import Ack, Request
 from ..secure import SealedAddr
 from ..seqnum import is_newer
-from ..transactions import Exchange
+from ..transactions import PERSISTENT, Exchange
 from .dedup import DuplicateCache
 from .events import AckReceived, KPIdentity, KPUnreachable
 from .layer import SibMessageLayer
 from .sib import SIBSession
 from .timing import _Timers
+from .validation import AddressBudgets
 
 __all__ = ["UdpMessageLayer", "UdpSIBSession"]
 
@@ -63,7 +64,8 @@ class UdpMessageLayer(SibMessageLayer):
     EXCHANGE_LIFETIME, each IND retransmitted with back-off until an ACK covers it (R10), a
     newer one superseding it, bounded in bytes (`max_ind_bytes`); a final IND given up on kept
     as a tombstone for `tombstone_lifetime` seconds and sent again when its KP is heard from
-    (the bounds: the session's `SessionOptions`)."""
+    (the bounds: the session's `SessionOptions`). Until a source address is validated it is
+    sent at most `amplification_factor` × what it sent (wire format 14, `budgets`)."""
 
     policy = DeliveryPolicy.ACKED
     sealed = True
@@ -92,20 +94,55 @@ class UdpMessageLayer(SibMessageLayer):
         #: (kp, tid, tx, hash of the bytes) -> the request seen, and its RES.
         self.cache = DuplicateCache(session.timing.exchange_lifetime, options.max_entries,
                                     options.max_cache_bytes)
+        #: Bytes received and sent per unvalidated address, and the validated ones (None: no
+        #: limit, `amplification_factor` 0).
+        self.budgets = (AddressBudgets(options.amplification_factor, options.max_addresses)
+                        if options.amplification_factor else None)
 
     def sizes(self) -> dict[str, int]:
-        return {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
-                "timers": len(self.timers._heap), "tombstones": len(self._tombstones)}
+        sizes = {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
+                 "timers": len(self.timers._heap), "tombstones": len(self._tombstones)}
+        if self.budgets is not None:
+            sizes["validated addresses"] = self.budgets.validated_count
+            sizes["address budgets"] = self.budgets.budget_count
+        return sizes
 
     # -- the contract (`SibMessageLayer`) ----------------------------------------------------
 
     def send(self, data: bytes, addr: Hashable, answering: tuple | None = None) -> None:
-        if type(addr) is not SealedAddr:  # the common case, on every IND: no call
-            self.datagrams.append((data, addr))
+        if type(addr) is not SealedAddr:  # the common case: no call
+            budgets = self.budgets
+            if budgets is None or budgets.spend(addr, len(data)):
+                self.datagrams.append((data, addr))
+            else:
+                self._over_budget(data, addr)
             return
         out = self.session.seal(data, addr)
         if out is not None:
-            self.datagrams.append(out)
+            if self.budgets is None or self.budgets.spend(out[1], len(out[0])):
+                self.datagrams.append(out)
+            else:
+                self.session.stats.held_for_validation += 1
+
+    def _over_budget(self, data: bytes, addr: Hashable) -> None:
+        """`data` would take `addr` past its budget (wire format 14): a RES is replaced by
+        ECHO REQUIRED, which fits unless the address sent less than one whole request; anything
+        else waits (an IND is retransmitted as usual)."""
+        self.session.stats.held_for_validation += 1
+        if len(data) >= 4 and not data[1] & 0x80 and (data[1] & 0x7F) != 0x0F:
+            echo = self.session.echo_required(peek_tid(data), addr, self.session.now)
+            if self.budgets.spend(addr, len(echo)):
+                self.datagrams.append((echo, addr))
+
+    def admits(self, request: Request, addr: Hashable) -> bool:
+        budgets = self.budgets
+        if budgets is None or request.tx not in PERSISTENT:
+            return True
+        return budgets.is_validated(addr.addr if type(addr) is SealedAddr else addr)
+
+    def proven(self, addr: Hashable) -> None:
+        if self.budgets is not None:
+            self.budgets.validate(addr)
 
     def deliver(self, key: OpKey, d: Delivery, addr: Hashable, data: bytes, now: float) -> None:
         unacked = self.unacked.get(key)  # `_keep_ind(key, data)`, on the path of every IND
@@ -261,8 +298,10 @@ class UdpMessageLayer(SibMessageLayer):
             data = self.unacked[key].data
         if type(addr) is SealedAddr:
             self.send(data, addr)
-        else:
+        elif self.budgets is None or self.budgets.spend(addr, len(data)):
             self.datagrams.append((data, addr))
+        else:
+            self.session.stats.held_for_validation += 1
         routes = self.ack_routes
         route = (addr, key[1])
         routes[route] = key[0]
@@ -376,4 +415,7 @@ class UdpSIBSession(SIBSession):
         return out
 
     def receive_datagram(self, data: bytes, addr: Hashable, now: float) -> None:
+        budgets = self.layer.budgets
+        if budgets is not None:
+            budgets.received(addr, len(data))
         self.receive_message(data, addr, now)

@@ -131,10 +131,15 @@ class SepaBroker:
     scheduler: `Sib.call`)."""
 
     def __init__(self, core, *, max_subscriptions: int = 10_000,
-                 max_per_owner: int = 1_000, max_per_party: int | None = None) -> None:
+                 max_per_owner: int = 1_000, max_per_party: int | None = None,
+                 base_iri: str | None = None) -> None:
         """`max_per_party`: subscriptions of one client identity, or one address for anonymous
-        clients (`sib.fairness`), on all their sockets; None: no bound."""
+        clients (`sib.fairness`), on all their sockets; None: no bound. `base_iri`: the
+        service's base IRI, which relative IRIs in queries, updates and subscriptions resolve
+        against, in the access checks as in the evaluation (None: relative IRIs are
+        refused)."""
         self.core = core
+        self.base_iri = base_iri
         self.store = core.store
         self.max_subscriptions = max_subscriptions
         self.max_per_owner = max_per_owner
@@ -173,7 +178,7 @@ class SepaBroker:
         elif text is None:
             reads = {ALL}
         else:  # the text's FROM clauses, else the graphs its patterns reach (WITH: default)
-            reads = graphs_read(text, graph_names(dataset.default, DEFAULT))
+            reads = graphs_read(text, graph_names(dataset.default, DEFAULT), self.base_iri)
         if not grant.allows("read", reads):
             raise SepaError(403, "forbidden", f"no read permission on {sorted(reads)}")
 
@@ -193,7 +198,8 @@ class SepaBroker:
 
     def _execute(self, text: str, dataset: Dataset):
         try:
-            return self.store.oxigraph.query(text, **dataset.for_store())
+            return self.store.oxigraph.query(text, base_iri=self.base_iri,
+                                             **dataset.for_store())
         except SyntaxError as exc:
             raise SepaError(400, "invalid_query", str(exc)) from None
         except (ValueError, OSError) as exc:
@@ -205,11 +211,20 @@ class SepaBroker:
                grant: Grant | None = None) -> Delta:
         """Apply an update, all of it or nothing; returns the net quads it changed."""
         try:
-            ops = parse_update(text, using)
+            ops = parse_update(text, using, self.base_iri)
         except SparqlSyntaxError as exc:
             raise SepaError(400, "invalid_update", str(exc)) from None
         except UpdateRefused as exc:
             raise SepaError(exc.status, exc.error, str(exc)) from None
+        return self.apply(ops, grant)
+
+    def apply(self, ops: list[Operation], grant: Grant | None = None,
+              writes: tuple = ()) -> Delta:
+        """Apply parsed operations (an update's, or a Graph Store request's:
+        `sib.sepa.graph_store`) in order, all of them or nothing; returns the net quads they
+        changed. `writes`: graphs checked for write beside those the operations name (a
+        Graph Store POST of an empty body still needs the right to write its graph)."""
+        self._check_write(grant, writes)
         prop = self.core.propagation
         prop.begin()
         written: list[GraphChange] = []
@@ -282,7 +297,9 @@ class SepaBroker:
             ev = _Evaluation(text, dataset, made=next(self._made))
             self._evaluate(ev)  # raises SepaError for a bad query: nothing registered
             self._evaluations[key] = ev
-            patterns = triple_patterns(text)
+            # the service base as a BASE before the text's own: its relative IRIs resolved
+            patterns = triple_patterns(text if self.base_iri is None
+                                       else f"BASE <{self.base_iri}>\n{text}")
             if patterns is None:
                 self._unscreened.add(key)
             else:

@@ -37,9 +37,13 @@ from ..budget import OverBudget
 from ..fairness import Pace, ShareExceeded, client_party, current_party
 from ..metrics import Histogram
 from ..options import apply_keywords
+from . import description
 from .broker import SepaBroker, SepaError
+from .graph_store import GRAPH_STORE, GraphStore
 from .jsap import describe
+from .negotiation import accepted as _accepted
 from .outbound import Outbound
+from .protocol import base_iri, operation
 from .secure import REFUSED, Clients, RegisterTokens, Tokens, basic_credentials
 from .update import Dataset
 
@@ -67,34 +71,6 @@ GRAPH_FORMATS = {
     "application/n-triples": ox.RdfFormat.N_TRIPLES,
     "application/rdf+xml": ox.RdfFormat.RDF_XML,
 }
-
-
-def _accepted(header: str, offers: Iterable[str]) -> str | None:
-    """The offer the Accept header likes best (the first offer on a tie); None if none."""
-    offers = list(offers)
-    if not header.strip():
-        return offers[0]
-    best, best_q = None, 0.0
-    for part in header.split(","):
-        fields = [f.strip() for f in part.split(";")]
-        media, q = fields[0].lower(), 1.0
-        for f in fields[1:]:
-            if f.startswith("q="):
-                try:
-                    q = float(f[2:])
-                except ValueError:
-                    q = 0.0
-        if q <= best_q:
-            continue
-        if media in ("*/*", ""):
-            match = offers[0]
-        elif media.endswith("/*"):
-            match = next((o for o in offers if o.startswith(media[:-1])), None)
-        else:
-            match = media if media in offers else None
-        if match is not None:
-            best, best_q = match, q
-    return best
 
 
 def _graphs(values: Iterable[str] | str | None) -> tuple[IRI, ...] | None:
@@ -247,13 +223,16 @@ class _Socket:
 class GateListen:
     """Where the gate listens: a port below 0 is off, 0 asks for a free one. HTTPS and WSS
     (the secure mode: `/oauth/register`, `/oauth/token`, `/secure/query`, `/secure/update`,
-    `/secure/subscribe`) only with an `ssl_context`."""
+    `/secure/data`, `/secure/subscribe`) only with an `ssl_context`."""
     host: str = "127.0.0.1"
     http_port: int = 8000
     ws_port: int = 9000
     ssl_context: ssl.SSLContext | None = None
     https_port: int = 8443
     wss_port: int = 9443
+    #: The service base IRI of relative IRIs in queries and updates (None: the gate's root,
+    #: `sib.sepa.protocol.base_iri`).
+    base_iri: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -338,8 +317,8 @@ class SepaGate:
         """Beside the KSP ones, on the same endpoint (`ksp-sib --metrics-port`)."""
         b = self.broker
         metrics.labelled["ksp_sepa_requests_total"] = (
-            "SEPA requests, by kind (query, update, subscribe, unsubscribe, register, token, "
-            "jsap, dashboard).",
+            "SEPA requests, by kind (query, update, data, subscribe, unsubscribe, register, "
+            "token, jsap, dashboard).",
             "kind", lambda: self.requests)
         metrics.labelled["ksp_sepa_errors_total"] = (
             "SEPA error answers and frames, by HTTP status code.", "status",
@@ -387,6 +366,8 @@ class SepaGate:
         http.router.add_route("POST", "/update", self._update)
         http.router.add_get("/jsap", self._jsap)
         http.router.add_get("/dashboard", self._dashboard)
+        graph_store = GraphStore(self.sib, self.broker)
+        graph_store.add_routes(http, GRAPH_STORE, self._answer)
         self._page = DASHBOARD.read_bytes()  # once: a missing file is said at start
         ws = web.Application()
         ws.router.add_get("/subscribe", self._subscribe)
@@ -399,6 +380,8 @@ class SepaGate:
         https.router.add_route("POST", "/secure/query", self._secure_query)
         https.router.add_route("POST", "/secure/update", self._secure_update)
         https.router.add_get("/jsap", self._jsap)
+        graph_store.add_routes(https, "/secure" + GRAPH_STORE,
+                               functools.partial(self._answer, secure=True))
         wss = web.Application()
         wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
@@ -420,6 +403,8 @@ class SepaGate:
             self._servers.append(server)
             ports.append(server.sockets[0].getsockname()[1])
         self.http_port, self.ws_port, self.https_port, self.wss_port = ports
+        self.broker.base_iri = base_iri(self.listen.base_iri, self.host, self.http_port,
+                                        self.https_port)
         if self.ssl_context is not None:
             self._expiry_task = asyncio.create_task(self._end_expired())
         return self
@@ -441,33 +426,13 @@ class SepaGate:
     # -- HTTP -----------------------------------------------------------------------------
 
     async def _params(self, request: web.Request, field: str, direct: str):
-        """(text, params) of a protocol request: from the query string (GET), an urlencoded
-        body, or a body of type `direct` with the parameters in the query string."""
-        if request.method == "GET":
-            params = request.query
-            return self._given(params.get(field), field), params
+        """(text, params) of a protocol request (`sib.sepa.protocol`); text None: a GET with
+        no parameter (the service description)."""
         try:
-            return await self._read(request, field, direct)
+            return await operation(request, field, direct)
         except web.HTTPRequestEntityTooLarge:
             raise SepaError(413, "request_too_large",
                             f"bodies are limited to {self.limits.max_body_bytes} bytes") from None
-
-    async def _read(self, request: web.Request, field: str, direct: str):
-        kind = request.content_type
-        if kind == "application/x-www-form-urlencoded":
-            params = await request.post()
-            return self._given(params.get(field), field), params
-        if kind == direct:
-            return self._given(await request.text(), field), request.query
-        raise SepaError(415, "unsupported_media_type",
-                        f"POST {request.path} takes application/x-www-form-urlencoded or "
-                        f"{direct}, not {kind or 'no Content-Type'}")
-
-    @staticmethod
-    def _given(text, field: str) -> str:
-        if not isinstance(text, str) or not text.strip():
-            raise SepaError(400, "invalid_request", f"no {field} given")
-        return text
 
     async def _query(self, request: web.Request) -> web.Response:
         return await self._answer(request, self._run_query)
@@ -582,11 +547,12 @@ class SepaGate:
             return web.json_response(self.tokens.issue(client_id), status=201)
         return await self._answer(request, token)
 
-    async def _answer(self, request: web.Request, handler, secure: bool = False
-                      ) -> web.Response:
+    async def _answer(self, request: web.Request, handler, secure: bool = False,
+                      kind: str | None = None) -> web.Response:
         """A protocol request's answer; every failure as a JSON error with its status. On a
-        secure path the token is checked before anything of the request is read."""
-        self.requests[request.path.rsplit("/", 1)[-1]] += 1
+        secure path the token is checked before anything of the request is read. `kind`: its
+        label in the request counts (None: the path's last segment)."""
+        self.requests[kind or request.path.rsplit("/", 1)[-1]] += 1
         start = time.perf_counter()
         try:
             identity = self._identity(request.headers.get("Authorization")) if secure else None
@@ -620,6 +586,8 @@ class SepaGate:
 
     async def _run_query(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "query", "application/sparql-query")
+        if text is None:
+            return self._description(request)
         dataset = _dataset(params.getall("default-graph-uri", None),
                            params.getall("named-graph-uri", None))
         accept = request.headers.get("Accept", "")
@@ -649,12 +617,27 @@ class SepaGate:
 
     async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:
         text, params = await self._params(request, "update", "application/sparql-update")
+        if text is None:
+            raise SepaError(400, "invalid_request", "no update given")
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
         self.outbound.screen(text, "update")
         delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
+
+    def _description(self, request: web.Request) -> web.Response:
+        """The Service Description (`sib.sepa.description`), by the Accept header."""
+        host = request.url.host or self.host
+        host = f"[{host}]" if ":" in host else host
+        subscribe = [f"{scheme}://{host}:{port}{path}" for scheme, port, path in (
+            ("ws", self.ws_port, "/subscribe"), ("wss", self.wss_port, "/secure/subscribe"))
+            if port is not None]
+        media = _accepted(request.headers.get("Accept", ""), description.FORMATS) or "text/turtle"
+        body = description.serialize(description.describe_service(
+            str(request.url.with_query(None)), media=(*SOLUTION_FORMATS, *GRAPH_FORMATS),
+            subscribe=subscribe, federated=bool(self.outbound.endpoints)), media)
+        return web.Response(body=body, content_type=media, charset="utf-8")
 
     # -- WebSocket ------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ pyoxigraph evaluates `SERVICE <endpoint>` with its own HTTP client, blocking, wi
 timeout, inside the call that evaluates the query: on the SIB's one scheduler that stalls every
 KSP and SEPA request for as long as the endpoint takes (for ever, if it never answers; pointed
 at the SIB's own `/query`, a deadlock). `LOAD` fetches too, but `sib.sepa.update` refuses it
-(501) before pyoxigraph sees an update's text. Datasets do not fetch: FROM, FROM NAMED, USING,
+(501; LOAD SILENT: no change) before pyoxigraph sees an update's text. Datasets do not fetch: FROM, FROM NAMED, USING,
 `default-graph-uri` and `named-graph-uri` name graphs of the store (`tests/test_sepa_outbound.py`
 checks each against a listener).
 

@@ -42,11 +42,13 @@ class _Frame:
     counting: bool  # whether terms in it are pattern terms
 
 
-def graphs_read(text: str, default: Iterable[str] = (DEFAULT,)) -> set[str]:
+def graphs_read(text: str, default: Iterable[str] = (DEFAULT,),
+                base: str | None = None) -> set[str]:
     """Graph names (as grants name them; `*` for every graph) the query `text` can read.
-    `default`: what its default graph is (an update's `WITH <g>` makes it `g`)."""
+    `default`: what its default graph is (an update's `WITH <g>` makes it `g`); `base`: the
+    service's base IRI, which relative IRIs resolve against as the query's own do."""
     try:
-        scan = _Scan(text)
+        scan = _Scan(text, base)
         scan.prologue()
         dataset = _dataset_clauses(scan)
         if dataset is not None:

@@ -7,8 +7,9 @@ engines do the rest: each WHERE is evaluated by pyoxigraph as `SELECT *`, and ea
 DATA block is parsed as TriG (variables stand in as placeholder IRIs), then instantiated over
 the solutions in Python with SPARQL's rules (unbound or ill-formed quads skipped, template
 blank nodes fresh per solution, deletions before insertions). Graph management (CLEAR, DROP,
-CREATE, ADD, MOVE, COPY, with SILENT) becomes quad lists. LOAD is refused: the SIB does not
-fetch from the web.
+CREATE, ADD, MOVE, COPY, with SILENT) becomes quad lists. LOAD is refused, since the SIB does
+not fetch from the web; LOAD SILENT succeeds with no change, as SILENT says a failed LOAD
+does. Relative IRIs resolve against the update's BASE, else the service's base IRI.
 
 Operations are applied one after another, each against the state the previous one left
 (`apply_update` in `sib.sepa.gate`): parsing is done for all of them first, so a syntax
@@ -97,6 +98,8 @@ class Operation:
             return tuple(graphs)
         if self.kind in ("ADD", "MOVE", "COPY"):
             return (self.target, self.source) if self.kind == "MOVE" else (self.target,)
+        if self.kind == "LOAD":
+            return ()
         (which,) = self.graphs
         if which == "DEFAULT":
             return (DEFAULT_GRAPH,)
@@ -112,6 +115,8 @@ class Operation:
                         if store.contains(q)}
             adding = list(_instances(self.insert or (), solutions, per_solution))
             return GraphChange(net_delta(store, removing, adding))
+        if self.kind == "LOAD":
+            return GraphChange(Delta())
         try:
             return _management(store, self)
         except UpdateRefused:
@@ -182,11 +187,12 @@ def _management(store: QuadStore, op: Operation) -> GraphChange:
 class _Scan:
     """Tokens of an update, with its prologue as it stands at each operation."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, base: str | None = None) -> None:
+        """`base`: the service's base IRI, in force until the text says BASE."""
         self.text = unescape_codepoints(text)
         self.toks: list[_Tok] = _tokens(self.text)
         self.i = 0
-        self.base: str | None = None
+        self.base: str | None = base
         self.prefixes: dict[str, str] = {}
 
     @property
@@ -319,10 +325,12 @@ def _graph_ref(scan: _Scan, allow_default: bool = True) -> IRI:
     return scan.iri()
 
 
-def parse_update(text: str, using: Dataset | None = None) -> list[Operation]:
+def parse_update(text: str, using: Dataset | None = None,
+                 base: str | None = None) -> list[Operation]:
     """The operations of an update text (SparqlSyntaxError or UpdateRefused when it is not
-    one); `using`: the protocol's using-graph-uri / using-named-graph-uri."""
-    scan = _Scan(text)
+    one); `using`: the protocol's using-graph-uri / using-named-graph-uri; `base`: the
+    service's base IRI for relative IRIs (None: they are refused)."""
+    scan = _Scan(text, base)
     ops: list[Operation] = []
     while True:
         scan.prologue()
@@ -340,8 +348,15 @@ def parse_update(text: str, using: Dataset | None = None) -> list[Operation]:
 def _operation(scan: _Scan, using: Dataset | None) -> Operation:
     word = scan.word()
     if word == "LOAD":
-        raise UpdateRefused("LOAD is not supported: the SIB does not fetch from the web",
-                            501, "not_implemented")
+        scan.i += 1
+        if not scan.accept("SILENT"):
+            raise UpdateRefused("LOAD is not supported: the SIB does not fetch from the web",
+                                501, "not_implemented")
+        scan.iri()
+        if scan.accept("INTO"):
+            scan.expect("GRAPH")
+            scan.iri()
+        return Operation("LOAD", True)  # its failure silenced: no change
     if word in ("INSERT", "DELETE") and scan.word(1) == "DATA":
         scan.i += 2
         what = f"{word} DATA"

@@ -34,7 +34,8 @@ TX = {"DELETE_DATA": 1, "INSERT_DATA": 2, "UPDATE_DATA": 3, "DELETE": 4, "INSERT
 STATUS = ("OK", "VERSION_NOT_SUPPORTED", "INVALID_TRANSACTION_TYPE", "INVALID_MESSAGE_TYPE",
           "INVALID_DATA_FORMAT", "INVALID_OPTION_TYPE", "INVALID_OPTION_FORMAT",
           "INTERNAL_ERROR", "ACCESS_DENIED", "TERMINATED", "LIMIT_EXCEEDED",
-          "UNKNOWN_TRANSACTION", "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS")
+          "UNKNOWN_TRANSACTION", "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS",
+          "ECHO_REQUIRED")
 OPS = {"EQ": 7, "NE": 8, "LT": 9, "GT": 10, "LE": 11, "GE": 12, "ADD": 13, "SUB": 14,
        "MUL": 15, "DIV": 16, "OR": 17, "AND": 18, "REGEX": 19, "NOT": 20, "NEG": 21,
        "REGEX_FLAGS": 22, "BOUND": 23}
@@ -96,6 +97,8 @@ def encode_request(m, tcp):
     if "credentials" in o:
         c = o["credentials"]
         kw["credentials"] = (bytes.fromhex(c["kp_id"]), c["password"])
+    if "echo" in o:
+        kw["echo"] = bytes.fromhex(o["echo"])
     return codec.request(tx, m["tid"], m["confirmable"], [graph(m[k]) for k in LAYOUT[base]],
                          m.get("projection"), [graph(g) for g in m.get("optional", ())],
                          o["prefixes"], tcp, **kw)
@@ -123,6 +126,8 @@ def response_json(r):
     res = r.result
     if isinstance(res, bool):
         d["result"] = {"type": "ask", "value": res}
+    elif isinstance(res, bytes):  # the value an ECHO REQUIRED RES asks to be echoed
+        d["result"] = {"type": "echo", "value": res.hex()}
     elif res is not None:
         d["result"] = {"type": "select", "variables": res.variables, "total": res.total,
                        "prefixes": res.prefixes,

@@ -27,7 +27,7 @@ def one_round(messages: int, save_every_change: bool) -> float:
     """Readings per second into a fresh broker whose only subscriber is away."""
     from spark_ingest.telemetry import reading, topic_of
     from spark_ingest.testing import Mosquitto, Subscriber
-    from tools.telemetry import publish
+    from ..telemetry import publish
 
     sent = [(topic_of(f"s{k % 50}"), reading(f"s{k % 50}", "t", float(k)), "ok")
             for k in range(messages)]

@@ -38,7 +38,7 @@ from ksp import (
     encode,
 )
 from ksp.reference.jsonmodel import from_json, to_json
-from tools import flash
+from .. import flash
 
 from .report import bench_parser, command_line, markdown_table
 

@@ -72,7 +72,7 @@ STALLED = 300.0
 def _publisher(url: str, count: int, seed: int, raw: bool = False,
                rate: float | None = None) -> subprocess.Popen:
     """`ksp telemetry` in a process of its own; `rate`: readings per second in all."""
-    return subprocess.Popen([sys.executable, "-m", "tools.cli", "telemetry", "--mqtt", url,
+    return subprocess.Popen([sys.executable, "-m", __package__.rsplit(".", 1)[0] + ".cli", "telemetry", "--mqtt", url,
                              "--devices", str(DEVICES), "--count", str(count), "--seed",
                              str(seed), *(["--raw"] if raw else []),
                              *(["--rate", str(rate / DEVICES)] if rate else [])],
@@ -83,7 +83,7 @@ def _forget(url: str, *client_ids: str) -> None:
     """End these clients' persistent sessions at the broker (a clean-session connect): a
     session left behind would keep every later run's readings for its next connect, and make
     the broker store them meanwhile."""
-    from tools.telemetry import publish_raw
+    from ..telemetry import publish_raw
 
     for client_id in client_ids:
         publish_raw(url, [], client_id=client_id)
@@ -362,7 +362,7 @@ def latency(url: str, samples: int, out: Path) -> list[float]:
     from sib.testing import SibProcess
     from spark_ingest.telemetry import reading, topic_of
     from spark_ingest.testing import IngestProcess
-    from tools.telemetry import publish
+    from ..telemetry import publish
     from transports import connect
 
     base = "http://example.org/greenhouse#"

@@ -24,7 +24,7 @@ from ksp.terms import Literal, Triple, Var
 from ksp.terms import XSD_INTEGER
 from sib import QuadStore, Sib
 from sib.testing import Client, ex
-from tools.bench.report import bench_parser, command_line, rss_mib
+from .report import bench_parser, command_line, rss_mib
 
 SENSORS = 10
 VALUE, FAN, STATE = ex("value"), ex("fan"), ex("state")
@@ -126,7 +126,7 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--ab" in argv:  # aged against fresh ksp-sib processes: its own module
-        from tools.bench.soak_ab import main as ab
+        from .soak_ab import main as ab
 
         return ab(argv, prog)
     parser = bench_parser("tools.bench.soak", __doc__, prog, "20,000 cycles, windows of 2,000")

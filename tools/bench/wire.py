@@ -19,8 +19,8 @@ from ksp import (
     results_json,
 )
 from ksp.terms import XSD_DECIMAL
-from tools.bench.report import bench_parser, command_line
-from tools.greenhouse import ACTUATORS, PREFERENCES, PREFIXES, READINGS, SENSORS, STATES, rules
+from .report import bench_parser, command_line
+from ..greenhouse import ACTUATORS, PREFERENCES, PREFIXES, READINGS, SENSORS, STATES, rules
 
 BOOLEAN = "http://www.w3.org/2001/XMLSchema#boolean"
 #: The paper's figures this workload must meet or beat.

@@ -25,9 +25,10 @@ local TX = {[0x01]="DELETE_DATA", [0x02]="INSERT_DATA", [0x03]="UPDATE_DATA", [0
 local STATUS = {[0]="OK", "VERSION_NOT_SUPPORTED", "INVALID_TRANSACTION_TYPE",
   "INVALID_MESSAGE_TYPE", "INVALID_DATA_FORMAT", "INVALID_OPTION_TYPE", "INVALID_OPTION_FORMAT",
   "INTERNAL_ERROR", "ACCESS_DENIED", "TERMINATED", "LIMIT_EXCEEDED", "UNKNOWN_TRANSACTION",
-  "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS"}
+  "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS", "ECHO_REQUIRED"}
 local OPT = {[0]="PREFIX", "DELETE_GRAPH", "INSERT_GRAPH", "QUERY_GRAPH", "OPTIONAL_PATTERN",
-  "FILTER", "SOLUTION_MODIFIER", "BIND", "MAX_RESPONSE_SIZE", "CREDENTIALS"}
+  "FILTER", "SOLUTION_MODIFIER", "BIND", "MAX_RESPONSE_SIZE", "CREDENTIALS",
+  "ECHO"}
 local OP = {[7]="EQ", [8]="NE", [9]="LT", [10]="GT", [11]="LE", [12]="GE", [13]="ADD",
   [14]="SUB", [15]="MUL", [16]="DIV", [17]="OR", [18]="AND", [19]="REGEX", [20]="NOT",
   [21]="NEG", [22]="REGEX_FLAGS", [23]="BOUND"}
@@ -62,7 +63,7 @@ local function applies(opt, tx)
   if opt == 3 or opt == 5 or opt == 7 then return QUERIES[b] or PATTERN_UPDATES[b] or false end
   if opt == 4 then return PATTERN_UPDATES[b] or false end
   if opt == 6 then return b == 7 or b == 9 end
-  return opt == 8 or opt == 9
+  return opt >= 8 and opt <= 10
 end
 
 local f = {
@@ -101,6 +102,7 @@ local f = {
   max_size = ProtoField.uint32("ksp.max_response_size", "Max response size"),
   kp_id = ProtoField.bytes("ksp.kp_id", "KP ID"),
   password = ProtoField.string("ksp.password", "Password"),
+  echo = ProtoField.bytes("ksp.echo", "Echo value"),
   trc = ProtoField.uint16("ksp.trc", "Total result count"),
   rc = ProtoField.uint16("ksp.rc", "Result count"),
   row = ProtoField.string("ksp.row", "Row"),
@@ -431,6 +433,15 @@ local function expression(r, tree, label)
   sub:set_text(label .. ": " .. table.concat(texts, " "))
 end
 
+-- An echo value (7.7): u8 length 1 … 32, then the bytes, opaque. The ECHO option's form and a
+-- RES ECHO REQUIRED's Data field; a fault is the reader's status (0x06 / 0x04).
+local function echo_value(r, tree)
+  local n = r:u8("echo length")
+  if n == 0 or n > 32 then fail(r.status, "echo length " .. n .. " (1 … 32)") end
+  tree:add(f.echo, r:range(n))
+  r.pos = r.pos + n
+end
+
 local function option_body(r, tree, code, tx)
   if code == 0 then
     local n = r:u8("prefix count")
@@ -483,6 +494,8 @@ local function option_body(r, tree, code, tx)
     local start = r.pos
     local pw = r:utf8(n, "password")
     tree:add(f.password, r.tvb(start, n), pw)
+  elseif code == 10 then
+    echo_value(r, tree)
   end
 end
 
@@ -530,7 +543,7 @@ local function request(tvb, pos, stop, tree, tx)
     for _ = 1, oc do
       local start = r.pos
       local code = r:u8("option type")
-      if code > 9 then fail(5, string.format("option type 0x%02x", code)) end
+      if code > 10 then fail(5, string.format("option type 0x%02x", code)) end
       if not applies(code, tx) then fail(5, OPT[code] .. " does not apply to " .. TX[tx]) end
       if seen[code] then fail(6, "repeated option " .. OPT[code]) end
       seen[code] = true
@@ -724,7 +737,11 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
       info = string.format("%s %s tid=%d", ind and "IND" or "RES", status_name(code), tid)
       if ind and transport ~= "tcp" then info = info .. " seq=" .. tvb(offset + 4, 2):le_uint() end
       if answers then info = info .. " (" .. TX[answers] .. ")" end
-      if code ~= 0 then
+      if code == 15 and not ind then
+        local r = reader(tvb, pos, stop, 4)
+        echo_value(r, root)
+        if r.pos ~= stop then fail(4, "data after the echo value") end
+      elseif code ~= 0 then
         if pos ~= stop then fail(4, "data after a non-OK status") end
       elseif answers and (base_tx(answers) == 7 or base_tx(answers) == 8 or base_tx(answers) == 9) then
         result(tvb, pos, stop, root, answers)

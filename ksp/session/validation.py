@@ -1,0 +1,123 @@
+"""Echo values and address validation (docs/wire-format.md 7.7, 14): why a SIB may answer a
+request with ECHO REQUIRED (0x0f), and what it keeps to decide.
+
+`EchoValues` makes and checks the SIB's echo values without keeping any: 4-byte time | 6-byte
+HMAC-SHA256(a per-process secret, time | what the value binds), valid `lifetime` seconds. A value
+binds a source address (address validation) or a KP ID (sealed freshness, 13.5); a new process
+draws a new secret, so no value survives a restart. `AddressBudgets` holds, per source address,
+what it sent and was sent until it is validated (3 × the bytes received at most), and the
+validated addresses; both tables are bounded, least recently heard first out.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import struct
+from collections import OrderedDict
+from collections.abc import Hashable
+
+__all__ = ["EchoValues", "AddressBudgets", "ECHO_LIFETIME", "address_binding", "kp_binding"]
+
+#: Seconds an echo value stays valid (7.7).
+ECHO_LIFETIME = 120.0
+_TIME = struct.Struct("<I")
+_MAC_SIZE = 6
+ECHO_SIZE = _TIME.size + _MAC_SIZE  # 10: the smallest RES 0x0f (15 bytes) is 3 × a 5-byte REQ
+
+
+def address_binding(addr: Hashable) -> bytes:
+    """What an address-validation echo value binds: the source address and port."""
+    return b"a" + repr(addr).encode()
+
+
+def kp_binding(kp_id: bytes) -> bytes:
+    """What a sealed-freshness echo value binds: the KP ID."""
+    return b"k" + bytes(kp_id)
+
+
+class EchoValues:
+    """Stateless echo values: `make(binding, now)` and `verify(value, binding, now)`.
+    `now`: any clock in seconds that only moves forward (the session's)."""
+
+    def __init__(self, secret: bytes | None = None, lifetime: float = ECHO_LIFETIME) -> None:
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self.lifetime = lifetime
+
+    def _mac(self, stamp: bytes, binding: bytes) -> bytes:
+        return hmac.new(self._secret, stamp + binding, hashlib.sha256).digest()[:_MAC_SIZE]
+
+    def make(self, binding: bytes, now: float) -> bytes:
+        stamp = _TIME.pack(int(now) & 0xFFFFFFFF)
+        return stamp + self._mac(stamp, binding)
+
+    def verify(self, value: bytes, binding: bytes, now: float) -> bool:
+        if len(value) != ECHO_SIZE:
+            return False
+        stamp = bytes(value[:_TIME.size])
+        age = (int(now) - _TIME.unpack(stamp)[0]) & 0xFFFFFFFF
+        return age <= self.lifetime and hmac.compare_digest(
+            self._mac(stamp, binding), bytes(value[_TIME.size:]))
+
+
+class AddressBudgets:
+    """Per source address, until it is validated: bytes received and bytes sent, and sends
+    allowed while sent ≤ `factor` × received (14). Validated addresses are sent anything.
+    At most `max_addresses` validated and as many unvalidated ones; the least recently heard is
+    forgotten first (a forgotten budget allows nothing more, a forgotten validation is asked
+    again)."""
+
+    def __init__(self, factor: int = 3, max_addresses: int = 4096) -> None:
+        if factor < 1 or max_addresses < 1:
+            raise ValueError("factor and max_addresses must be >= 1")
+        self.factor = factor
+        self.max_addresses = max_addresses
+        self._validated: OrderedDict[Hashable, None] = OrderedDict()
+        # address -> [bytes received, bytes sent]
+        self._budgets: OrderedDict[Hashable, list[int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._validated) + len(self._budgets)
+
+    @property
+    def validated_count(self) -> int:
+        return len(self._validated)
+
+    @property
+    def budget_count(self) -> int:
+        return len(self._budgets)
+
+    def received(self, addr: Hashable, size: int) -> None:
+        """A datagram of `size` bytes came from `addr`."""
+        if addr in self._validated:
+            self._validated.move_to_end(addr)
+            return
+        budget = self._budgets.get(addr)
+        if budget is None:
+            budget = self._budgets[addr] = [0, 0]
+            if len(self._budgets) > self.max_addresses:
+                self._budgets.popitem(last=False)
+        else:
+            self._budgets.move_to_end(addr)
+        budget[0] += size
+
+    def validate(self, addr: Hashable) -> None:
+        """`addr` proved it receives (a verified echo value or sealed message)."""
+        self._budgets.pop(addr, None)
+        self._validated[addr] = None
+        self._validated.move_to_end(addr)
+        if len(self._validated) > self.max_addresses:
+            self._validated.popitem(last=False)
+
+    def is_validated(self, addr: Hashable) -> bool:
+        return addr in self._validated
+
+    def spend(self, addr: Hashable, size: int) -> bool:
+        """Whether `size` more bytes may go to `addr` now (then counted as sent)."""
+        if addr in self._validated:
+            return True
+        budget = self._budgets.get(addr)
+        if budget is None or budget[1] + size > self.factor * budget[0]:
+            return False
+        budget[1] += size
+        return True

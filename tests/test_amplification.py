@@ -1,0 +1,330 @@
+"""Address validation (wire format 14) and echo values (7.7) through real UDP sockets on
+loopback: an unvalidated address is sent at most 3 × what it sent (a large answer becomes ECHO
+REQUIRED, a subscription gets it and no IND), a verified echo value validates the address, the
+Python client validates transparently with one extra round trip, and the tables are bounded.
+The sans-I/O parts (echo values, budgets) are checked directly too."""
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
+from ksp.session import SessionOptions
+from ksp.session.validation import (
+    AddressBudgets, EchoValues, address_binding, kp_binding,
+)
+from sib import Sib
+from sib.testing import ex
+from transports import Server, connect
+
+from transport_helpers import run
+
+P = ex("p")
+X, Y = Var(0), Var(1)
+ROWS = 400
+
+
+def select_all() -> Request:
+    return Request(Tx.SELECT, 0x1234, projection=2, where=(Triple(X, P, Y),),
+                   options=Options(prefixes=()))
+
+
+# -- sans-I/O: echo values and budgets ---------------------------------------------------------
+
+def test_an_echo_value_verifies_only_for_its_binding_within_its_lifetime():
+    echoes = EchoValues(b"s" * 32)
+    value = echoes.make(address_binding(("127.0.0.1", 5000)), 1000.0)
+    assert len(value) == 10
+    assert echoes.verify(value, address_binding(("127.0.0.1", 5000)), 1000.0)
+    assert echoes.verify(value, address_binding(("127.0.0.1", 5000)), 1120.0)
+    assert not echoes.verify(value, address_binding(("127.0.0.1", 5000)), 1121.5)  # expired
+    assert not echoes.verify(value, address_binding(("127.0.0.1", 5001)), 1000.0)
+    assert not echoes.verify(value, kp_binding(bytes(16)), 1000.0)
+    assert not EchoValues(b"t" * 32).verify(value, address_binding(("127.0.0.1", 5000)), 1000.0)
+    assert not echoes.verify(value[:9], address_binding(("127.0.0.1", 5000)), 1000.0)
+
+
+@given(st.binary(min_size=1, max_size=32))
+def test_no_forged_echo_value_verifies(value):
+    echoes = EchoValues(b"s" * 32)
+    made = echoes.make(kp_binding(bytes(16)), 50.0)
+    if value != made:
+        assert not echoes.verify(value, kp_binding(bytes(16)), 50.0)
+
+
+def test_budgets_allow_three_times_what_was_received_until_validated():
+    budgets = AddressBudgets(3, max_addresses=8)
+    a = ("192.0.2.1", 1)
+    assert not budgets.spend(a, 1)  # nothing received: nothing may go
+    budgets.received(a, 40)
+    assert budgets.spend(a, 100) and budgets.spend(a, 20)
+    assert not budgets.spend(a, 1)
+    budgets.validate(a)
+    assert budgets.spend(a, 1_000_000)
+
+
+def test_validated_addresses_and_budgets_are_bounded():
+    budgets = AddressBudgets(3, max_addresses=4)
+    for port in range(10):
+        budgets.validate(("192.0.2.1", port))
+        budgets.received(("192.0.2.2", port), 10)
+    assert budgets.validated_count == 4 and budgets.budget_count == 4
+    assert budgets.is_validated(("192.0.2.1", 9))
+    assert not budgets.is_validated(("192.0.2.1", 0))  # forgotten first: validates again
+    assert not budgets.spend(("192.0.2.2", 0), 1)  # a forgotten budget allows nothing
+
+
+# -- real sockets ---------------------------------------------------------------------------
+
+class Raw:
+    """A raw UDP socket on loopback that counts what it sends and receives."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.received: asyncio.Queue[bytes] = asyncio.Queue()
+        self.bytes_in = self.bytes_out = 0
+
+    async def open(self) -> "Raw":
+        raw = self
+
+        class Proto(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                raw.bytes_in += len(data)
+                raw.received.put_nowait(data)
+
+        self.transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+            Proto, local_addr=("127.0.0.1", 0), remote_addr=("127.0.0.1", self.port))
+        return self
+
+    def send(self, request: Request) -> int:
+        data = encode(request, UDP)
+        self.bytes_out += len(data)
+        self.transport.sendto(data)
+        return len(data)
+
+    async def answer(self, tx: Tx):
+        return decode_sib_message(await asyncio.wait_for(self.received.get(), 30), UDP, tx)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+async def serving(**options):
+    sib = Sib()
+    server = await Server.start(sib, udp=0, options=SessionOptions(**options))
+    port = server.udp.port
+    async with connect(f"udp://127.0.0.1:{port}") as kp:  # fill it: a large SELECT answer
+        for start in range(0, ROWS, 200):
+            await kp.insert_data([Triple(ex(f"s{i}"), P, ex(f"o{i}"))
+                                  for i in range(start, start + 200)])
+    return sib, server, port
+
+
+async def closing(sib, server, *raws) -> None:
+    for raw in raws:
+        raw.close()
+    await server.close()
+    await sib.close()
+
+
+def test_a_large_answer_to_an_unvalidated_address_is_echo_required_within_three_times():
+    async def main():
+        sib, server, port = await serving()
+        a = await Raw(port).open()
+        try:
+            a.send(select_all())
+            res = await a.answer(Tx.SELECT)
+            assert res.status == Status.ECHO_REQUIRED and res.tid == 0x1234
+            assert isinstance(res.result, bytes) and len(res.result) == 10
+            assert a.bytes_in <= 3 * a.bytes_out, (a.bytes_in, a.bytes_out)
+            # the same datagram again (a retransmission: the duplicate cache's answer counts)
+            for _ in range(3):
+                a.send(select_all())
+                again = await a.answer(Tx.SELECT)
+                assert again.status == Status.ECHO_REQUIRED
+            assert a.bytes_in <= 3 * a.bytes_out
+            before = server.held_for_validation
+            assert before >= 4
+            # the retry with the echo value, under a new TID: the whole answer
+            retry = select_all()._replace(tid=0x1235, options=Options(prefixes=(),
+                                                                      echo=res.result))
+            a.send(retry)
+            full = await a.answer(Tx.SELECT)
+            assert full.status == Status.OK and full.tid == 0x1235
+            assert full.result.total == ROWS and len(full.result.rows) > 0
+            # validated: the next large answer comes at once
+            a.send(select_all()._replace(tid=0x1236))
+            assert (await a.answer(Tx.SELECT)).status == Status.OK
+            assert server.held_for_validation == before
+        finally:
+            await closing(sib, server, a)
+
+    run(main())
+
+
+def test_an_echo_value_of_another_address_validates_nothing():
+    async def main():
+        sib, server, port = await serving()
+        a, b = await Raw(port).open(), await Raw(port).open()
+        try:
+            a.send(select_all())
+            value = (await a.answer(Tx.SELECT)).result
+            b.send(select_all()._replace(options=Options(prefixes=(), echo=value)))
+            res = await b.answer(Tx.SELECT)
+            assert res.status == Status.ECHO_REQUIRED
+            assert b.bytes_in <= 3 * b.bytes_out
+        finally:
+            await closing(sib, server, a, b)
+
+    run(main())
+
+
+def test_a_subscription_from_an_unvalidated_address_gets_echo_required_and_no_ind():
+    async def main():
+        sib, server, port = await serving()
+        a = await Raw(port).open()
+        try:
+            sub = Request(Tx.ASK_PERSISTENT, 0x0042, where=(Triple(ex("new"), P, X),),
+                          options=Options(prefixes=()))
+            a.send(sub)
+            res = await a.answer(Tx.ASK_PERSISTENT)
+            assert res.status == Status.ECHO_REQUIRED
+            async with connect(f"udp://127.0.0.1:{port}") as kp:
+                await kp.insert_data([Triple(ex("new"), P, ex("x"))])
+                await kp.query("ASK { ?s ?p ?o }")  # the SIB has run the update's rules
+            await asyncio.sleep(0.5)
+            assert a.received.empty()  # no IND: nothing was registered
+            assert a.bytes_in <= 3 * a.bytes_out
+        finally:
+            await closing(sib, server, a)
+
+    run(main())
+
+
+def test_the_python_client_validates_transparently_with_one_extra_round_trip():
+    async def main():
+        sib, server, port = await serving()
+        udp = server.udp.session
+        try:
+            async with connect(f"udp://127.0.0.1:{port}") as kp:
+                # the first large answer costs one ECHO REQUIRED, then never again
+                rows = await kp.query("SELECT ?s ?o WHERE { ?s <http://example.org/p> ?o }")
+                assert rows.total == ROWS
+                assert udp.stats.held_for_validation == 1
+                rows = await kp.query("SELECT ?s ?o WHERE { ?s <http://example.org/p> ?o }")
+                assert rows.total == ROWS
+                async with kp.subscribe("SELECT ?o WHERE { <http://example.org/s1> "
+                                        "<http://example.org/p> ?o }") as sub:
+                    await asyncio.wait_for(anext(sub), 30)  # the RES's state
+                    await kp.insert_data([Triple(ex("s1"), P, ex("later"))])
+                    assert len((await asyncio.wait_for(anext(sub), 30)).result.rows) == 2
+                assert udp.stats.held_for_validation == 1
+            # a subscription as the first request of a new client: one round trip more, then
+            # its INDs as usual, under the TID the retry went with
+            async with connect(f"udp://127.0.0.1:{port}") as kp:
+                async with kp.subscribe("SELECT ?o WHERE { <http://example.org/s2> "
+                                        "<http://example.org/p> ?o }") as sub:
+                    await asyncio.wait_for(anext(sub), 30)
+                    await kp.insert_data([Triple(ex("s2"), P, ex("later"))])
+                    assert len((await asyncio.wait_for(anext(sub), 30)).result.rows) == 2
+                    assert sub.tid is not None
+                assert udp.stats.held_for_validation == 2
+            assert udp.sizes()["validated addresses"] >= 2
+        finally:
+            await closing(sib, server)
+
+    run(main())
+
+
+def test_validated_addresses_are_bounded_over_sockets():
+    async def main():
+        sib, server, port = await serving(max_addresses=2)
+        raws = [await Raw(port).open() for _ in range(3)]
+        try:
+            for raw in raws:  # each validates its address
+                raw.send(select_all())
+                value = (await raw.answer(Tx.SELECT)).result
+                raw.send(select_all()._replace(tid=0x2000, options=Options(prefixes=(),
+                                                                           echo=value)))
+                assert (await raw.answer(Tx.SELECT)).status == Status.OK
+            assert server.udp.session.sizes()["validated addresses"] == 2
+            raws[0].send(select_all()._replace(tid=0x2001))  # forgotten first: asked again
+            assert (await raws[0].answer(Tx.SELECT)).status == Status.ECHO_REQUIRED
+        finally:
+            await closing(sib, server, *raws)
+
+    run(main())
+
+
+def test_no_limit_when_the_factor_is_zero():
+    async def main():
+        sib, server, port = await serving(amplification_factor=0)
+        a = await Raw(port).open()
+        try:
+            a.send(select_all())
+            assert (await a.answer(Tx.SELECT)).status == Status.OK
+        finally:
+            await closing(sib, server, a)
+
+    run(main())
+
+
+# -- CoAP: its own Echo option (RFC 9175 §2.4) ----------------------------------------------
+
+async def coap_post(ctx, port: int, request: Request, echo: bytes | None = None):
+    import aiocoap
+    from aiocoap.numbers.codes import Code
+    from transports.coap import CONTENT_FORMAT
+
+    msg = aiocoap.Message(code=Code.POST, uri=f"coap://127.0.0.1:{port}/ksp",
+                          payload=encode(request, UDP), content_format=CONTENT_FORMAT)
+    if echo is not None:
+        msg.opt.echo = echo
+    return await asyncio.wait_for(ctx.request(msg).response, 30)
+
+
+def test_coap_validates_addresses_with_its_echo_option_and_the_client_follows():
+    import aiocoap
+
+    async def main():
+        sib = Sib()
+        server = await Server.start(sib, udp=0, coap=0)
+        port = server.coap.port
+        async with connect(f"udp://127.0.0.1:{server.udp.port}") as kp:
+            await kp.insert_data([Triple(ex(f"s{i}"), P, ex(f"o{i}")) for i in range(200)])
+        ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+        try:
+            request = select_all()
+            first = await coap_post(ctx, port, request)
+            assert str(first.code) == "4.01 Unauthorized" and first.opt.echo is not None
+            assert not first.payload
+            sub = Request(Tx.ASK_PERSISTENT, 0x0043, where=(Triple(ex("s1"), P, X),),
+                          options=Options(prefixes=()))
+            refused = await coap_post(ctx, port, sub)  # persistent, not validated: unexecuted
+            assert str(refused.code) == "4.01 Unauthorized" and refused.opt.echo is not None
+            executed = sib.core.metrics.requests["SELECT"]
+            full = await coap_post(ctx, port, request, echo=first.opt.echo)
+            assert full.code.is_successful()
+            res = decode_sib_message(full.payload, UDP, Tx.SELECT)
+            assert res.status == Status.OK and res.result.total == 200
+            # the retry was answered from the duplicate cache: executed once
+            assert sib.core.metrics.requests["SELECT"] == executed
+            assert server.held_for_validation == 2
+            # the Python client over CoAP: its normal results, one 4.01 more
+            async with connect(f"coap://127.0.0.1:{port}") as kp:
+                rows = await kp.query("SELECT ?s ?o WHERE { ?s <http://example.org/p> ?o }")
+                assert rows.total == 200
+                async with kp.subscribe("SELECT ?o WHERE { <http://example.org/s1> "
+                                        "<http://example.org/p> ?o }") as sub:
+                    await asyncio.wait_for(anext(sub), 30)
+                    await kp.insert_data([Triple(ex("s1"), P, ex("later"))])
+                    assert len((await asyncio.wait_for(anext(sub), 30)).result.rows) == 2
+            assert server.held_for_validation == 3
+        finally:
+            await ctx.shutdown()
+            await server.close()
+            await sib.close()
+
+    run(main())
