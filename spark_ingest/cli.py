@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import warmup
 from .aggregates import interval_ms
 from .job import Ingest, IngestOptions, lost_checkpoint
 from .outlock import hold
@@ -90,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compact-after", type=int, default=d.compact_after, metavar="N",
                    help="merge a partition's small files, N of one level into one "
                         "(default %(default)s; 0: never)")
+    p.add_argument("--warm-up", type=int, default=warmup.READINGS, metavar="N",
+                   help="before subscribing, N synthetic messages through the job in a "
+                        "throwaway directory, so that it is ready at its warm rate "
+                        f"(default %(default)s; 0: none; at most {warmup.MOST:,})")
     p.add_argument("--status", type=float, default=5.0, metavar="S",
                    help="status line every S seconds (0: none)")
     p.add_argument("--readings", type=int, metavar="N", help="stop after N observations")
@@ -188,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_per_batch < 1:
         print(f"ksp-ingest: --max-per-batch {args.max_per_batch}: at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.warm_up <= warmup.MOST:
+        print(f"ksp-ingest: --warm-up {args.warm_up}: 0 to {warmup.MOST:,}", file=sys.stderr)
+        return 2
     if not 1 <= args.receivers <= 64:
         print(f"ksp-ingest: --receivers {args.receivers}: 1 to 64", file=sys.stderr)
         return 2
@@ -231,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                             max_per_batch=args.max_per_batch)
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
+    if args.warm_up:
+        log.info("warmed up in %.1f s (%d synthetic messages through the job)",
+                 warmup.warm_up(spark, options, args.warm_up), args.warm_up)
     ingest = Ingest(spark, options)
     ingest.start()
     stop = threading.Event()

@@ -167,7 +167,9 @@ class Ingest:
                 return f"{where}: {answer}"
         return "ok" if all(answer == "ok" for _, answer in answers) else None
 
-    def start(self):
+    def start(self, *, offline: bool = False):
+        """Start the query. `offline`: no receiver, the batches read what the buffer holds,
+        then it ends (Trigger.AvailableNow: `spark_ingest.warmup`'s run)."""
         from pyspark.sql import functions as F
 
         from .mqtt import SUBSCRIBED
@@ -188,6 +190,7 @@ class Ingest:
                   .option("shards", ",".join(o.shards))
                   .option("checkpoint", str(self.out / "_checkpoint"))
                   .option("localBuffer", str(_local(self.spark)).lower())
+                  .option("offline", str(offline).lower())
                   .option("secret", o.shard_secret.decode()))
         for key, value in o.extra.items():
             reader = reader.option(key, value)
@@ -204,11 +207,14 @@ class Ingest:
                  .withWatermark("event_time", o.watermark)
                  .dropDuplicatesWithinWatermark(["key"]))
         _never_committed(self.out / "_checkpoint")
-        self.spark.streams.addListener(_LateCounter(self.stats))
-        self.queries = [keyed.writeStream.foreachBatch(self._batch)
-                        .option("checkpointLocation", str(self.out / "_checkpoint"))
-                        .trigger(processingTime=o.trigger)
-                        .queryName("ksp-ingest").start()]
+        writer = (keyed.writeStream.foreachBatch(self._batch)
+                  .option("checkpointLocation", str(self.out / "_checkpoint")))
+        if offline:
+            writer = writer.trigger(availableNow=True).queryName("ksp-ingest-warm-up")
+        else:
+            self.spark.streams.addListener(_LateCounter(self.stats))
+            writer = writer.trigger(processingTime=o.trigger).queryName("ksp-ingest")
+        self.queries = [writer.start()]
         return self.queries[0]
 
     # -- one micro-batch ---------------------------------------------------------------------
@@ -232,8 +238,11 @@ class Ingest:
                 F.col("value").alias("hasSimpleResult"), "unit",
                 F.col("time").alias("resultTime"),
                 F.to_date("time").alias("date"), "device")
-            n_obs = self._write(observations, "observations", batch_id, ["date", "device"])
-            partials = self._minutes(readings) if n_obs else []
+            # The partial aggregates count the readings: the observations are written with
+            # their number known, from the batch as persisted, with no pass of their own.
+            partials = self._minutes(readings)
+            n_obs = self._write(observations, "observations", batch_id, ["date", "device"],
+                                sum(p[6] for p in partials))
             if self.o.sib and partials:
                 refused = self._push(_latest(partials))
                 if refused:  # observations all the same; the SIB's refusal kept with them

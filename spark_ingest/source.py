@@ -40,6 +40,9 @@ partition is a span of sequence numbers that its executor reads from the shard i
 readings go from receiver to executor, not through the driver); every request signed with
 `secret` (Spark redacts it like `password`). No receiver runs in the driver then.
 
+With `offline` (`true`), no receiver runs: the batches read what the buffer already holds
+(the job's warm-up, `spark_ingest.warmup`, runs its synthetic readings so, with no broker).
+
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
 `checkpoint` (the query's, for the late readings above), `localBuffer` (`true`: the
@@ -211,6 +214,16 @@ class _Served:
         pass
 
 
+class _Kept:
+    """A shard with no receiver (`offline`): its buffer as it is."""
+
+    def __init__(self, buffer) -> None:
+        self.buffer = buffer
+
+    def stop(self) -> None:
+        pass
+
+
 class MqttTelemetry(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -235,6 +248,7 @@ class _Reader(DataSourceStreamReader):
             raise ValueError(f"receivers: {self.shards}; at least 1")
         self.checkpoint = options.get("checkpoint") or None
         self.local = options.get("localBuffer", "false").lower() == "true" and not self.remote
+        self.offline = options.get("offline", "false").lower() == "true" and not self.remote
         self._options = dict(options)
         self._receivers: list | None = None
 
@@ -252,6 +266,10 @@ class _Reader(DataSourceStreamReader):
             from .shards import RemoteShard
 
             self._receivers = [_Served(RemoteShard(url, self.secret)) for url in self.remote]
+        if self._receivers is None and self.offline:
+            from .buffer import Buffer
+
+            self._receivers = [_Kept(Buffer(self._directory(k))) for k in range(self.shards)]
         if self._receivers is None:
             import logging
             import sys

@@ -120,4 +120,4 @@ def test_readings_the_broker_dropped_are_counted_and_not_waited_for(tmp_path):
 def test_rounds_report_a_spread_and_a_paced_run_s_rate_from_first_publish_to_last_row():
     assert bench.spread([3.0, 1.0, 2.0, 10.0], ".1f") == "1.0 / 2.5 / 10.0"
     run = {"stored": 60_000, "published": {"seconds": 10.0}, "catch_up": 2.0}
-    assert bench._achieved(run) == pytest.approx(5_000)
+    assert bench.achieved(run) == pytest.approx(5_000)

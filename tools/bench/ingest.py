@@ -6,9 +6,10 @@ Run as ``python -m tools.bench.ingest [--quick] [--messages N]
 [--sustained RATE [RATE ...]] [--consumers C,...]``.
 
 Both sides get the same N readings (`ksp telemetry`'s, 100 devices), published by a separate
-process as fast as the broker takes them (QoS 1). The clock runs from the first publish to the
-moment the last reading is in Parquet: for the ingest, its `ksp_ingest_observations_total`
-reaching N (de-duplicated, dead letters split, SOSA rows, partitioned by date and device, the
+process as fast as the broker takes them (QoS 1), a second after the consumer is ready (the
+ingest: its `ingest ready` line, which comes after its warm-up, `spark_ingest.warmup`, and the
+SUBACK). The clock runs from the first publish to the moment the last reading is in Parquet:
+for the ingest, its `ksp_ingest_observations_total` reaching N (de-duplicated, dead letters split, SOSA rows, partitioned by date and device, the
 buffer, the checkpoint); for the baseline, a paho client (QoS 1, clean session) that parses
 each message with the same `spark_ingest.telemetry.parse` and writes a Parquet file with
 pyarrow every 10,000 readings — no buffer, no de-duplication, no restart safety, so it is what
@@ -192,7 +193,7 @@ def _job(url: str, out: Path, client_id: str, receivers: int = 1, shards: str = 
     more = ("--shards", shards) if shards else ("--receivers", str(receivers))
     return IngestProcess("--mqtt", url, "--out", str(out), "--metrics-port", "0",
                          "--status", "0", "--client-id", client_id, "--master", master, *more,
-                         ready="ingest ready" if shards else "subscribed to")
+                         ready="ingest ready")
 
 
 def _observed(job) -> float:
@@ -507,7 +508,7 @@ def spread(values: list[float], form: str = ",.0f") -> str:
                                                 max(values)))
 
 
-def _achieved(r: dict) -> float:
+def achieved(r: dict) -> float:
     """A paced run's rate: its rows over the seconds from the first publish to the last row
     (the publishing, and the catching up after it)."""
     return r["stored"] / (r["published"]["seconds"] + r["catch_up"])
@@ -544,7 +545,7 @@ def _rounds(args, prog: str | None, argv: list[str]) -> int:
             speeds = [(n / p["seconds"], n / i["seconds"]) for p, i in pairs]
             lags = ["–"] * 2
         else:  # the readings over the seconds from the first publish to the last row
-            speeds = [(_achieved(p), _achieved(i)) for p, i in pairs]
+            speeds = [(achieved(p), achieved(i)) for p, i in pairs]
             lags = [spread([r["catch_up"] for r in side], ".1f")
                     for side in zip(*pairs)]
         ratios = [i / p for p, i in speeds]
