@@ -46,7 +46,7 @@ With `offline` (`true`), no receiver runs: the batches read what the buffer alre
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
 `checkpoint` (the query's, for the late readings above), `localBuffer` (`true`: the
-executors read the buffer file, above),
+executors read the buffer file, above), `offline` (`true`: no receiver, above),
 `partitions` (default 2, per shard), `maxMessagesPerBatch` (default 100000, admission control),
 `maxBuffered` (default 1000000, per shard), `receivers` (default 1), `share` (the shared
 subscription's group, default the client id); for a broker that wants them, `ca` (with an
