@@ -2,8 +2,8 @@
 
 Encodes what a board sends — REQs (DATA and pattern updates, SELECT/ASK and their persistent
 forms, TERMINATE, RESET; options PREFIX, DELETE/INSERT/QUERY GRAPH, FILTER, SOLUTION MODIFIER,
-MAX RESPONSE SIZE, CREDENTIALS) and ACKs — and decodes what it receives: the status of any
-RES/IND and the SELECT or ASK result. `decode` reads straight from the receive buffer (a
+MAX RESPONSE SIZE, CREDENTIALS, ECHO) and ACKs — and decodes what it receives: the status of any
+RES/IND, the SELECT or ASK result, and the value an ECHO REQUIRED RES asks to be echoed. `decode` reads straight from the receive buffer (a
 memoryview is fine), so a board needs one preallocated buffer of its MAX RESPONSE SIZE.
 Terms: an IRI is a str, a variable an int (its index), a literal a `Lit`, a blank node a
 `BNode` (plain values keep a board's heap small). Canonical encoding (§10) with the prefix list
@@ -57,6 +57,10 @@ TERMINATE = const(0x10)
 RESET = const(0x11)
 _CONSTRUCT = const(0x09)
 _BAD_DATA = const(4)
+#: RES status: send the request again, once, under a new TID with this RES's value as ECHO.
+ECHO_REQUIRED = const(0x0F)
+_ECHO = const(0x0A)  # the ECHO option's type
+_ECHO_MAX = const(32)
 # What reading past the end or bad bytes raise (MicroPython's struct raises ValueError).
 _FAILURES = (IndexError, ValueError, getattr(struct, "error", ValueError))
 
@@ -70,7 +74,8 @@ class KspError(Exception):
 
 
 class Response:
-    """A RES or IND. `result`: None (no Data field), a bool (ASK) or a `results.Select`."""
+    """A RES or IND. `result`: None (no Data field), a bool (ASK), a `results.Select`, or the
+    value to echo (bytes) of an ECHO REQUIRED RES."""
 
 
     def __init__(self, tid, status, ind, seq, result):
@@ -253,12 +258,13 @@ def _count(out, items, minimum=1):
 
 def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=False,
             delete_graphs=(), insert_graphs=(), query_graphs=(), filters=(), modifier=(),
-            max_size=None, credentials=(), out=None):
+            max_size=None, credentials=(), echo=b"", out=None):
     """A REQ's bytes. `graphs`: the Graph fields in wire order (table 3.1: e.g. (delete,
     insert) for UPDATE DATA, (template, where) for INSERT, (where,) for SELECT/ASK); `vc`:
     SELECT's projection count; `optional`: the OGC graphs of a query; `modifier`: (order,
-    order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password). An empty
-    option value means the option is absent."""
+    order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password); `echo`: the
+    value of an ECHO REQUIRED RES (1-32 bytes). An empty option value means the option is
+    absent."""
     base = tx - 6 if 0x0A <= tx <= 0x0F else tx
     if not (1 <= base <= 8 or tx == TERMINATE or tx == RESET):
         raise ValueError("transaction type not in the firmware's scope")
@@ -284,7 +290,7 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
     if prefixes:
         opts.append(0)
     for code, value in ((1, delete_graphs), (2, insert_graphs), (3, query_graphs), (5, filters),
-                        (6, modifier), (8, max_size), (9, credentials)):
+                        (6, modifier), (8, max_size), (9, credentials), (_ECHO, echo)):
         if value or code == 8 and value is not None:
             opts.append(code)
     out.append(len(opts))
@@ -303,6 +309,11 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
                             modifier)[code], prefixes)
         elif code == 8:
             out.extend(struct.pack("<I", max_size))
+        elif code == _ECHO:
+            if len(echo) > _ECHO_MAX:
+                raise ValueError("ECHO value over 32 bytes")
+            out.append(len(echo))
+            out.extend(echo)
         else:
             kp_id, password = credentials
             pw = password.encode()
@@ -351,6 +362,10 @@ def decode(buf, answers, tcp=False):
         seq = buf[4] | buf[5] << 8
         pos = 6
     base = answers - 6 if 0x0A <= answers <= 0x0F else answers
+    if status == ECHO_REQUIRED and not ind:  # its Data field: u8 length (1-32) | the value
+        if n < pos + 2 or buf[pos] > _ECHO_MAX or pos + 1 + buf[pos] != n:
+            raise KspError(_BAD_DATA, "ECHO REQUIRED value")
+        return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]))
     if status or not SELECT <= base <= _CONSTRUCT:
         if pos != n:
             raise KspError(_BAD_DATA, "a Data field where none belongs")
