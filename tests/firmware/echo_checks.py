@@ -91,7 +91,7 @@ def actuator(answers):
     while fed < len(link.sent):
         tid = codec.peek_tid(bytes.fromhex(link.sent[fed]))
         fed += 1
-        for hexed in answers.get(str(tid), ()):
+        for hexed in answers.pop(str(tid), ()):  # once: the ACK of an IND has its TID too
             agent.client.feed(bytes.fromhex(hexed), 10)
     return {"sent": link.sent, "pin5": board.outputs[5], "calls": sorted(agent.calls),
             "persistent": sorted(agent.client.persistent)}
