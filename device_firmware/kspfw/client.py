@@ -4,8 +4,14 @@ INDs and drops stale ones. Sans-I/O like `ksp/session/` (docs/sessions.md), smal
 The link (net.py, or a test's) has `send(bytes)`; received messages go in through
 `feed(buf, now)` and the clock through `poll(now)` (ms ticks). Outcomes go to `handler(kind,
 tid, response)`, kind one of "res", "ind", "timeout", "end" (a persistent transaction ended by
-the SIB or by our TERMINATE/RESET). Timing is CoAP's, like KPSession's: first timeout uniform in
-[ack_timeout, 1.5 × ack_timeout], doubled per retransmission, give up after `max_retransmit`.
+the SIB or by our TERMINATE/RESET), or "retry" with the new TID in place of the response.
+Timing is CoAP's, like KPSession's: first timeout uniform in [ack_timeout, 1.5 × ack_timeout],
+doubled per retransmission, give up after `max_retransmit`.
+
+ECHO REQUIRED (a SIB that has not validated our address, or, sealed, keeps no replay window for
+us): the request is sent again once, with the RES's value as its ECHO option, under a new TID
+(TERMINATE: its target's, the only one it may carry), and "retry" tells the caller the TID its
+outcome will come under; a second ECHO REQUIRED is the request's outcome.
 
 Over UDP the SIB keeps the last REQ under each TID for EXCHANGE_LIFETIME (`lifetime`) and this
 client keeps no record of what it sent, so it sends fewer than 65 536 REQs per lifetime (wire
@@ -23,6 +29,7 @@ _MSG = const(1)
 _DUE = const(2)
 _WAIT = const(3)
 _LEFT = const(4)
+_REQ = const(5)  # the codec.request arguments, for the ECHO retry
 _PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
 _HALF = const(0x20000000)
 _BLOCK = const(12)  # a TID's block: tid >> _BLOCK, 16 blocks of 4 096
@@ -58,7 +65,8 @@ class Client:
         self.max_retransmit = max_retransmit
         self.lifetime = lifetime
         self.rand = rand
-        self.pending = {}     # tid -> [tx, bytes or None, due, wait, retransmissions left]
+        # tid -> [tx, bytes or None, due, wait, retransmissions left, request arguments]
+        self.pending = {}
         self.persistent = {}  # tid -> [tx, last seq delivered or None]
         self.tid = rand(16)
         # block -> ticks of its last TID taken (UDP), None: not within a lifetime
@@ -88,13 +96,14 @@ class Client:
             tid = self.next_tid(now)
         elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
             raise ValueError("TID in use")
-        msg = bytes(codec.request(tx, tid, con, tcp=self.tcp, **req))
+        req["con"] = con
+        msg = bytes(codec.request(tx, tid, tcp=self.tcp, **req))
         self._out(msg)
         if con and not self.tcp:
             wait = self.ack_timeout + (self.ack_timeout * self.rand(8) >> 9)
-            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit]
+            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit, req]
         else:  # NON or TCP: no retransmission; wait a lifetime for a RES that may not come
-            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0]
+            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0, req]
         if 0x0A <= tx <= 0x0F:
             self.persistent[tid] = [tx, None]
         return tid
@@ -139,6 +148,18 @@ class Client:
             r = codec.decode(buf, tx, self.tcp)
         except codec.KspError as e:
             r = codec.Response(tid, e.status, False, None, None)
+        req = entry[_REQ]
+        if r.status == codec.ECHO_REQUIRED and "echo" not in req:
+            term = tx == codec.TERMINATE
+            try:
+                new = self.send(now, tx, tid=tid if term else None, echo=r.result, **req)
+            except NoTid:  # not sent again: the caller gets the ECHO REQUIRED
+                pass
+            else:
+                if not term:
+                    self.persistent.pop(tid, None)
+                self.handler("retry", tid, new)
+                return
         if r.status and tid in self.persistent and tx != codec.TERMINATE:
             del self.persistent[tid]  # it never started
         elif tx == codec.TERMINATE and r.status in (0, 0x0B):  # ended, or was already gone
