@@ -11,7 +11,12 @@ doubled per retransmission, give up after `max_retransmit`.
 ECHO REQUIRED (a SIB that has not validated our address, or, sealed, keeps no replay window for
 us): the request is sent again once, with the RES's value as its ECHO option, under a new TID
 (TERMINATE: its target's, the only one it may carry), and "retry" tells the caller the TID its
-outcome will come under; a second ECHO REQUIRED is the request's outcome.
+outcome will come under; a second ECHO REQUIRED is the request's outcome. A copy of the first
+request still on its way (a retransmission, a datagram the network duplicated or delayed) starts
+it at the SIB once the retry has validated the address: a persistent request's first TID is
+watched (the last `_RETIRED`), and a RES OK or an IND under it is answered with its TERMINATE,
+so the SIB is left no subscription whose INDs nobody ACKs (it would give up on the KP, and end
+its other ones with it).
 
 Over UDP the SIB keeps the last REQ under each TID for EXCHANGE_LIFETIME (`lifetime`) and this
 client keeps no record of what it sent, so it sends fewer than 65 536 REQs per lifetime (wire
@@ -33,6 +38,7 @@ _REQ = const(5)  # the codec.request arguments, for the ECHO retry
 _PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
 _HALF = const(0x20000000)
 _BLOCK = const(12)  # a TID's block: tid >> _BLOCK, 16 blocks of 4 096
+_RETIRED = const(2)  # first TIDs of persistent requests sent again with the ECHO, watched
 
 
 class NoTid(OSError):
@@ -68,6 +74,7 @@ class Client:
         # tid -> [tx, bytes or None, due, wait, retransmissions left, request arguments]
         self.pending = {}
         self.persistent = {}  # tid -> [tx, last seq delivered or None]
+        self.retired = []  # [first TID, credentials] of requests sent again, newest last
         self.tid = rand(16)
         # block -> ticks of its last TID taken (UDP), None: not within a lifetime
         self.used = [None] * 16  # type: list[int | None]
@@ -123,8 +130,9 @@ class Client:
             return
         if buf[1] & 0x80:
             p = self.persistent.get(tid)
-            if p is None:
-                return  # unknown transaction: no ACK, so the SIB gives up on it (R13)
+            if p is None:  # unknown transaction: no ACK, so the SIB gives up on it (R13)
+                self._stray(tid, now)
+                return
             try:
                 r = codec.decode(buf, p[0], self.tcp)
             except codec.KspError:
@@ -141,8 +149,10 @@ class Client:
                 self.handler("ind", tid, r)
             return
         entry = self.pending.pop(tid, None)
-        if entry is None:
-            return  # late or duplicate RES
+        if entry is None:  # late or duplicate RES
+            if not buf[1]:  # OK: it started something
+                self._stray(tid, now)
+            return
         tx = entry[_TX]
         try:
             r = codec.decode(buf, tx, self.tcp)
@@ -156,8 +166,11 @@ class Client:
             except NoTid:  # not sent again: the caller gets the ECHO REQUIRED
                 pass
             else:
-                if not term:
-                    self.persistent.pop(tid, None)
+                if not term and self.persistent.pop(tid, None) is not None:
+                    retired = self.retired
+                    retired.append([tid, req.get("credentials", ())])
+                    if len(retired) > _RETIRED:
+                        retired.pop(0)
                 self.handler("retry", tid, new)
                 return
         if r.status and tid in self.persistent and tx != codec.TERMINATE:
@@ -168,6 +181,15 @@ class Client:
             for t in list(self.persistent):
                 self._end(t)
         self.handler("res", tid, r)
+
+    def _stray(self, tid, now):
+        """A RES OK or an IND under a watched first TID: a late copy of that request started
+        it at the SIB; TERMINATE it (once)."""
+        for r in self.retired:
+            if r[0] == tid:
+                self.retired.remove(r)
+                self.send(now, codec.TERMINATE, tid=tid, credentials=r[1])
+                return
 
     def _end(self, tid):
         if self.persistent.pop(tid, None) is not None:

@@ -1,7 +1,8 @@
 """The firmware's ECHO (address validation, issue 42) inside MicroPython (and on CPython): the
 codec encodes the ECHO option and decodes ECHO REQUIRED RESs; the client sends a request again,
-once, under a new TID with the echoed value; the actuator agent's subscription comes through it;
-sealed, the retry has a new counter. Inputs (messages as hex, the key) come from INPUT_FILE;
+once, under a new TID with the echoed value; the actuator agent's subscription comes through it,
+and is made again when the retry is refused too; a late copy that started a first TID is
+TERMINATEd, the watched first TIDs bounded; sealed, the retry has a new counter. Inputs (messages as hex, the key) come from INPUT_FILE;
 what the firmware sent and reported goes to OUTPUT_FILE as JSON, for tests/test_firmware_echo.py
 to check against bytes laid out by hand from docs/wire-format.md and the reference codec.
 
@@ -17,6 +18,8 @@ from kspfw import codec, config  # noqa: E402
 from kspfw.actuator_agent import ActuatorAgent  # noqa: E402
 from kspfw.client import Client  # noqa: E402
 from simboard import SimBoard  # noqa: E402
+
+ASK_PERSISTENT = 0x0E
 
 
 class FakeLink:
@@ -74,6 +77,24 @@ def exchange(answers, sealer=None, tx=codec.RESET, tcp=False):
     return {"sent": link.sent, "events": log, "pending": sorted(client.pending)}
 
 
+def late(answers):
+    """Persistent ASKs with credentials, TIDs from 1 (one per answer list of `answers`, each
+    answered ECHO REQUIRED so it is sent again), then the late answers fed in turn: what the
+    client watches, and what it sent for a copy that started a first TID."""
+    link, log = FakeLink(), []
+    client = Client(link, log_events(log), rand=lambda bits: 0)
+    for first in answers["firsts"]:
+        client.send(0, ASK_PERSISTENT, graphs=([("http://e/s", "http://e/p", 0)],),
+                    credentials=(bytes(range(16)), "pw"))
+        client.feed(bytes.fromhex(first), 10)
+    watched = [t for t, _ in client.retired]
+    for hexed in answers["then"]:
+        client.feed(bytes.fromhex(hexed), 20)
+    return {"sent": link.sent, "events": log, "watched": watched,
+            "retired": [t for t, _ in client.retired], "pending": sorted(client.pending),
+            "persistent": sorted(client.persistent)}
+
+
 def actuator(answers):
     """The actuator's cold boot with TIDs from 1: RESET, then its persistent ASK, answered by
     `answers` ({tid: [hex, ...]}), each fed after the message with that TID was sent."""
@@ -104,7 +125,9 @@ def main():
            "oneshot": exchange(cases["oneshot"]), "twice": exchange(cases["twice"]),
            "tcp": exchange(cases["tcp"], tcp=True),
            "terminate": exchange(cases["terminate"], tx=codec.TERMINATE),
-           "actuator": actuator(cases["actuator"])}
+           "actuator": actuator(cases["actuator"]),
+           "refused": actuator(cases["refused"]),
+           "late": late(cases["late"]), "bound": late(cases["bound"])}
     from kspfw.secure import Sealer
 
     sealer = Sealer(bytes.fromhex(cases["key"]), bytes.fromhex(cases["kp_id"]))
