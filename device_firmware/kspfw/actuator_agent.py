@@ -42,8 +42,8 @@ class ActuatorAgent(Agent):
                 self.set(i, truthy(r.result))
             elif kind == "res" and r is not None and r.status != ECHO_REQUIRED:
                 self.set(i, False)  # refused (the console shows the status): stays off
-            else:  # timed out, ended by the SIB, or its retry's echo no longer valid (the SIB
-                # restarted meanwhile): off (fail safe), and subscribe again
+            else:  # timed out, ended by the SIB, or its retry refused too (an echo value from
+                # before a SIB restart): off (fail safe), and subscribe again
                 self.set(i, False)
                 self.subscribe(i, spec)
 

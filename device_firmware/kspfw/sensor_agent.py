@@ -51,8 +51,10 @@ class SensorAgent(Agent):
             self.synced = True
 
     def _period(self, kind, r):
-        if kind in ("timeout", "end") or r.status == ECHO_REQUIRED:  # lost, ended by the SIB,
-            self.subscribe()  # or its retry's echo no longer valid (the SIB restarted): again
+        # Lost, ended by the SIB, or its retry refused too (an echo value from before a SIB
+        # restart): subscribe again.
+        if kind in ("timeout", "end") or r.status == ECHO_REQUIRED:
+            self.subscribe()
             return
         rows = getattr(r.result, "rows", None) if r is not None and not r.status else None
         if rows and rows[0][0] is not None:
