@@ -2,6 +2,7 @@
 ASK (on while the pattern has a solution) or SELECT (on while the first row's first value is
 true or a non-zero number) in the SIB. The RES sets the initial state, every IND the new one."""
 from .agent import Agent
+from .codec import ECHO_REQUIRED
 from .hal import pattern
 
 SELECT_PERSISTENT = 0x0D
@@ -39,9 +40,10 @@ class ActuatorAgent(Agent):
         def on_result(kind, r):
             if kind in ("res", "ind") and r is not None and not r.status:
                 self.set(i, truthy(r.result))
-            elif kind == "res":  # refused (the console shows the status): stays off
-                self.set(i, False)
-            else:  # timed out, or ended by the SIB: off (fail safe), and subscribe again
+            elif kind == "res" and r is not None and r.status != ECHO_REQUIRED:
+                self.set(i, False)  # refused (the console shows the status): stays off
+            else:  # timed out, ended by the SIB, or its retry refused too (an echo value from
+                # before a SIB restart): off (fail safe), and subscribe again
                 self.set(i, False)
                 self.subscribe(i, spec)
 

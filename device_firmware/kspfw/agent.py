@@ -39,6 +39,10 @@ class Agent:
         return tid
 
     def _event(self, kind, tid, r):
+        if kind == "retry":  # sent again with the SIB's ECHO: its outcome comes under TID r
+            if tid in self.calls:
+                self.calls[r] = self.calls.pop(tid)
+            return
         call = self.calls.get(tid)
         if kind != "ind" and not (kind == "res" and tid in self.client.persistent):
             self.calls.pop(tid, None)

@@ -4,8 +4,19 @@ INDs and drops stale ones. Sans-I/O like `ksp/session/` (docs/sessions.md), smal
 The link (net.py, or a test's) has `send(bytes)`; received messages go in through
 `feed(buf, now)` and the clock through `poll(now)` (ms ticks). Outcomes go to `handler(kind,
 tid, response)`, kind one of "res", "ind", "timeout", "end" (a persistent transaction ended by
-the SIB or by our TERMINATE/RESET). Timing is CoAP's, like KPSession's: first timeout uniform in
-[ack_timeout, 1.5 × ack_timeout], doubled per retransmission, give up after `max_retransmit`.
+the SIB or by our TERMINATE/RESET), or "retry" with the new TID in place of the response.
+Timing is CoAP's, like KPSession's: first timeout uniform in [ack_timeout, 1.5 × ack_timeout],
+doubled per retransmission, give up after `max_retransmit`.
+
+ECHO REQUIRED (a SIB that has not validated our address, or, sealed, keeps no replay window for
+us): the request is sent again once, with the RES's value as its ECHO option, under a new TID
+(TERMINATE: its target's, the only one it may carry), and "retry" tells the caller the TID its
+outcome will come under; a second ECHO REQUIRED is the request's outcome. A copy of the first
+request still on its way (a retransmission, a datagram the network duplicated or delayed) starts
+it at the SIB once the retry has validated the address: a persistent request's first TID is
+watched (the last `_RETIRED`), and a RES OK or an IND under it is answered with its TERMINATE,
+so the SIB is left no subscription whose INDs nobody ACKs (it would give up on the KP, and end
+its other ones with it).
 
 Over UDP the SIB keeps the last REQ under each TID for EXCHANGE_LIFETIME (`lifetime`) and this
 client keeps no record of what it sent, so it sends fewer than 65 536 REQs per lifetime (wire
@@ -23,9 +34,11 @@ _MSG = const(1)
 _DUE = const(2)
 _WAIT = const(3)
 _LEFT = const(4)
+_REQ = const(5)  # the codec.request arguments, for the ECHO retry
 _PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
 _HALF = const(0x20000000)
 _BLOCK = const(12)  # a TID's block: tid >> _BLOCK, 16 blocks of 4 096
+_RETIRED = const(2)  # first TIDs of persistent requests sent again with the ECHO, watched
 
 
 class NoTid(OSError):
@@ -58,8 +71,10 @@ class Client:
         self.max_retransmit = max_retransmit
         self.lifetime = lifetime
         self.rand = rand
-        self.pending = {}     # tid -> [tx, bytes or None, due, wait, retransmissions left]
+        # tid -> [tx, bytes or None, due, wait, retransmissions left, request arguments]
+        self.pending = {}
         self.persistent = {}  # tid -> [tx, last seq delivered or None]
+        self.retired = []  # [first TID, credentials] of requests sent again, newest last
         self.tid = rand(16)
         # block -> ticks of its last TID taken (UDP), None: not within a lifetime
         self.used = [None] * 16  # type: list[int | None]
@@ -88,13 +103,14 @@ class Client:
             tid = self.next_tid(now)
         elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
             raise ValueError("TID in use")
-        msg = bytes(codec.request(tx, tid, con, tcp=self.tcp, **req))
+        req["con"] = con
+        msg = bytes(codec.request(tx, tid, tcp=self.tcp, **req))
         self._out(msg)
         if con and not self.tcp:
             wait = self.ack_timeout + (self.ack_timeout * self.rand(8) >> 9)
-            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit]
+            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit, req]
         else:  # NON or TCP: no retransmission; wait a lifetime for a RES that may not come
-            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0]
+            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0, req]
         if 0x0A <= tx <= 0x0F:
             self.persistent[tid] = [tx, None]
         return tid
@@ -114,8 +130,9 @@ class Client:
             return
         if buf[1] & 0x80:
             p = self.persistent.get(tid)
-            if p is None:
-                return  # unknown transaction: no ACK, so the SIB gives up on it (R13)
+            if p is None:  # unknown transaction: no ACK, so the SIB gives up on it (R13)
+                self._stray(tid, now)
+                return
             try:
                 r = codec.decode(buf, p[0], self.tcp)
             except codec.KspError:
@@ -132,13 +149,30 @@ class Client:
                 self.handler("ind", tid, r)
             return
         entry = self.pending.pop(tid, None)
-        if entry is None:
-            return  # late or duplicate RES
+        if entry is None:  # late or duplicate RES
+            if not buf[1]:  # OK: it started something
+                self._stray(tid, now)
+            return
         tx = entry[_TX]
         try:
             r = codec.decode(buf, tx, self.tcp)
         except codec.KspError as e:
             r = codec.Response(tid, e.status, False, None, None)
+        req = entry[_REQ]
+        if r.status == codec.ECHO_REQUIRED and "echo" not in req:
+            term = tx == codec.TERMINATE
+            try:
+                new = self.send(now, tx, tid=tid if term else None, echo=r.result, **req)
+            except NoTid:  # not sent again: the caller gets the ECHO REQUIRED
+                pass
+            else:
+                if not term and self.persistent.pop(tid, None) is not None:
+                    retired = self.retired
+                    retired.append([tid, req.get("credentials", ())])
+                    if len(retired) > _RETIRED:
+                        retired.pop(0)
+                self.handler("retry", tid, new)
+                return
         if r.status and tid in self.persistent and tx != codec.TERMINATE:
             del self.persistent[tid]  # it never started
         elif tx == codec.TERMINATE and r.status in (0, 0x0B):  # ended, or was already gone
@@ -147,6 +181,15 @@ class Client:
             for t in list(self.persistent):
                 self._end(t)
         self.handler("res", tid, r)
+
+    def _stray(self, tid, now):
+        """A RES OK or an IND under a watched first TID: a late copy of that request started
+        it at the SIB; TERMINATE it (once)."""
+        for r in self.retired:
+            if r[0] == tid:
+                self.retired.remove(r)
+                self.send(now, codec.TERMINATE, tid=tid, credentials=r[1])
+                return
 
     def _end(self, tid):
         if self.persistent.pop(tid, None) is not None:

@@ -6,7 +6,7 @@ values survive in the board's state, so a wake-up neither RESETs nor re-subscrib
 sleeping one stays awake "listen_ms" after its readings for the INDs (the SIB sends them to the
 board's new address only when it retransmits)."""
 from .agent import Agent, due_in, later
-from .codec import XSD_FLOAT, Lit
+from .codec import ECHO_REQUIRED, XSD_FLOAT, Lit
 
 UPDATE_DATA = 0x03
 DELETE = 0x04
@@ -51,7 +51,9 @@ class SensorAgent(Agent):
             self.synced = True
 
     def _period(self, kind, r):
-        if kind in ("timeout", "end"):  # lost or ended by the SIB: subscribe again
+        # Lost, ended by the SIB, or its retry refused too (an echo value from before a SIB
+        # restart): subscribe again.
+        if kind in ("timeout", "end") or r.status == ECHO_REQUIRED:
             self.subscribe()
             return
         rows = getattr(r.result, "rows", None) if r is not None and not r.status else None

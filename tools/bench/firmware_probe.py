@@ -14,9 +14,9 @@ percent.
 Heap: this build's gc.collect() only asks for a collection, which runs once control is back
 in JavaScript. Run straight, gc.mem_alloc() therefore counts every byte allocated since the
 start, garbage included ("allocated": the loader's buffers, temporaries of decoding). Run by
-run_mpy.mjs --step, the import, the subscription and the timing are three calls of `step()`
-from JavaScript, each reading gc.mem_alloc() first: the live heap, as a board has it after
-gc.collect().
+run_mpy.mjs --step, the import, the subscription, the same subscription made through the ECHO
+retry (in place of the first) and the timing are four calls of `step()` from JavaScript, each
+reading gc.mem_alloc() first: the live heap, as a board has it after gc.collect().
 """
 import gc
 import json
@@ -61,16 +61,18 @@ class Link:
         self.sent += 1
 
 
-def subscription_heap(ind, res):
+def subscription_heap(ind, res, echo=None):
     """Heap of client + codec while subscribed: a receive buffer, a persistent SELECT, the RES
-    and the newest IND's result held by the application."""
+    and the newest IND's result held by the application. `echo`: the SELECT is answered ECHO
+    REQUIRED first (a SIB that has not validated the address), so it runs under the retry's
+    TID, the first one watched (`ind` and `res` carry the retry's TID)."""
     held = []
     link = Link()
     buf = bytearray(1024)
     c = M["client"].Client(link, lambda kind, tid, r: held.append(r), rand=lambda bits: 0)
     c.send(0, 0x0D, vc=2, graphs=([(0, GH + "temperature", 1)],), prefixes=(GH,),
            max_size=1024, credentials=CREDS)
-    for raw in (res, ind):
+    for raw in ((echo,) if echo else ()) + (res, ind):
         buf[:len(raw)] = raw
         c.feed(memoryview(buf)[:len(raw)], 0)
     del held[:-1]
@@ -108,11 +110,15 @@ def per_call_us(fn, loops):
     return (time.ticks_diff(int(t1), int(t0)) if MICRO else t1 - t0) / loops  # type: ignore
 
 
-def subscribe():
+def subscribe(echo=False):
     with open(sys.argv[2]) as f:
         inputs = json.load(f)
-    return subscription_heap(bytes.fromhex(inputs["ind_select"]),
-                             bytes.fromhex(inputs["res_select"]))
+    if not echo:
+        return subscription_heap(bytes.fromhex(inputs["ind_select"]),
+                                 bytes.fromhex(inputs["res_select"]))
+    return subscription_heap(bytes.fromhex(inputs["ind_select_2"]),
+                             bytes.fromhex(inputs["res_select_2"]),
+                             bytes.fromhex(inputs["res_echo_required"]))
 
 
 def timings():
@@ -138,10 +144,11 @@ def timings():
     return [[name, times[i]] for i, (name, _) in enumerate(ops)]
 
 
-def report(after_import, during, held, live):
+def report(after_import, during, held, live, echoed=None):
     print(json.dumps({"implementation": sys.implementation.name,
                       "heap_after_import": after_import if MICRO else None,
                       "heap_subscribed": during if MICRO else None,
+                      "heap_subscribed_echo": echoed if MICRO else None,
                       "heap": "live" if live else "allocated",
                       "held_rows": len(held[0].result.rows) if held else 0,
                       "ops": timings()}))
@@ -158,9 +165,12 @@ def step():
         load()
     elif len(HEAP) == 2:
         subscribe()
+    elif len(HEAP) == 3:  # the same subscription in its place, through the ECHO retry
+        del M["subscribed"]
+        subscribe(echo=True)
     else:
-        base, imported, subscribed = HEAP
-        report(imported - base, subscribed - base, M["subscribed"][2], True)
+        base, imported, subscribed, echoed = HEAP
+        report(imported - base, subscribed - base, M["subscribed"][2], True, echoed - base)
         return False
     gc.collect()
     return True
