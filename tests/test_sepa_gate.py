@@ -23,6 +23,7 @@ from sib.sepa.update import parse_update
 from transports import Server
 from transports.client import connect
 
+from lengths import examples
 from transport_helpers import closed_by_peer, until
 
 EX = "http://example.org/"
@@ -498,7 +499,8 @@ def _text(op: str, s: str, v: int) -> str:
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(10, 25), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(ops=_OPS)
 def test_notifications_add_up_to_the_result(ops):
     """The first notification plus every later one's added minus removed rows is, after each

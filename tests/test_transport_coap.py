@@ -18,6 +18,7 @@ from ksp.session import SessionOptions
 from sib import Sib
 from transports import CoapServer
 
+from lengths import examples
 from memory_service import MemoryService
 from strategies import kp_bytes, sent_tx
 from transport_helpers import run, until
@@ -418,7 +419,8 @@ def test_resources_lingering_with_a_final_ind_are_bounded():
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25, 60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(kp_bytes(UDP), st.sampled_from([KSP_CF, None])), min_size=1,
                 max_size=6))
 def test_random_payloads_get_an_answer_and_never_stop_the_server(posts):

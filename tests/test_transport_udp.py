@@ -18,6 +18,7 @@ from sib import Sib
 from transports import UdpServer, connect
 from transports.reads import READ_SIZE
 
+from lengths import examples
 from memory_service import DEFAULT, MemoryService
 from strategies import kp_bytes, requests
 from transport_helpers import FAST, answer_to, run, sent_to_sib
@@ -93,7 +94,8 @@ def test_invalid_datagrams_get_their_status_and_never_reach_the_service():
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50, 150), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=64).filter(lambda b: b[2:4] != b"\xff\xff"),
                 min_size=1, max_size=10))
 def test_random_datagrams_never_crash_the_server(datagrams):
