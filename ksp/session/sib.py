@@ -409,7 +409,7 @@ class SIBSession:
             if self.echoes.verify(options.echo, address_binding(addr), now):
                 self.layer.proven(addr)
         echoed = self._echoed
-        if echoed and echoed.answered(addr, request.tid, data, now):
+        if echoed.entries and echoed.answered(addr, request.tid, data, now):
             # A copy of a request answered 0x0f: that TID is finished (7.7), even once the
             # retry validated the address; it gets 0x0f again and executes nothing.
             self.stats.held_for_validation += 1

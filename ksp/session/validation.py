@@ -136,24 +136,25 @@ class EchoedRequests:
     only unvalidated addresses add entries (one per request answered 0x0f), so a flood of them
     costs a bounded table, and an entry pushed out only loses that copy's protection."""
 
-    __slots__ = ("lifetime", "max_entries", "_entries")
+    __slots__ = ("lifetime", "max_entries", "entries")
 
     def __init__(self, lifetime: float, max_entries: int = 4096) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self.lifetime = lifetime
         self.max_entries = max_entries
-        # (address, TID, hash of the bytes) -> when it expires; oldest first.
-        self._entries: OrderedDict[tuple[Hashable, int, int], float] = OrderedDict()
+        #: (address, TID, hash of the bytes) -> when it expires, oldest first (read-only: its
+        #: emptiness is what the path of every request looks at).
+        self.entries: OrderedDict[tuple[Hashable, int, int], float] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def add(self, addr: Hashable, tid: int, data: bytes, now: float) -> None:
         """Request `data` (TID `tid`) from `addr` was answered ECHO REQUIRED at `now`. A copy
         keeps its first entry's expiry: copies of one request come within EXCHANGE_LIFETIME
         of it."""
-        entries = self._entries
+        entries = self.entries
         key = (addr, tid, hash(data))
         if key in entries:
             return
@@ -165,11 +166,11 @@ class EchoedRequests:
     def answered(self, addr: Hashable, tid: int, data: bytes, now: float) -> bool:
         """Whether request `data` (TID `tid`) from `addr` is a copy of one answered ECHO
         REQUIRED within the lifetime."""
-        expires = self._entries.get((addr, tid, hash(data)))
+        expires = self.entries.get((addr, tid, hash(data)))
         return expires is not None and expires > now
 
     def expire(self, now: float) -> None:
         """Forget the entries past their lifetime."""
-        entries = self._entries
+        entries = self.entries
         while entries and next(iter(entries.values())) <= now:
             entries.popitem(last=False)
