@@ -2,7 +2,10 @@
 loopback: an unvalidated address is sent at most 3 × what it sent (a large answer becomes ECHO
 REQUIRED, a subscription gets it and no IND), a verified echo value validates the address, the
 Python client validates transparently with one extra round trip, and the tables are bounded.
-The sans-I/O parts (echo values, budgets) are checked directly too."""
+A copy of a request answered ECHO REQUIRED gets it again and executes nothing, also once the
+retry validated the address (a real `ksp-sib`; sealed, the replay window drops it). The
+sans-I/O parts (echo values, budgets, the requests answered ECHO REQUIRED) are checked directly
+too."""
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
-from ksp.session import SessionOptions
+from ksp.secure import Sealer, SealerTable
+from ksp.session import RequestReceived, SessionOptions, SIBSession
 from ksp.session.validation import (
-    AddressBudgets, EchoValues, address_binding, kp_binding,
+    AddressBudgets, EchoedRequests, EchoValues, address_binding, kp_binding,
 )
 from sib import Sib
-from sib.testing import ex
+from sib.testing import SibProcess, ex, scrape
 from transports import Server, connect
 
 from transport_helpers import run
@@ -74,6 +78,106 @@ def test_validated_addresses_and_budgets_are_bounded():
     assert budgets.is_validated(("192.0.2.1", 9))
     assert not budgets.is_validated(("192.0.2.1", 0))  # forgotten first: validates again
     assert not budgets.spend(("192.0.2.2", 0), 1)  # a forgotten budget allows nothing
+
+
+# -- sans-I/O: a copy of a request answered ECHO REQUIRED (7.7) ----------------------------------
+
+A = ("192.0.2.7", 4000)
+
+
+def subscription(tid: int, echo: bytes | None = None) -> Request:
+    return Request(Tx.SELECT_PERSISTENT, tid, projection=1, where=(Triple(ex("s"), P, X),),
+                   options=Options(prefixes=(), echo=echo))
+
+
+def exchange(sib, data: bytes, now: float, addr=A) -> tuple[list, list]:
+    """Give `sib` datagram `data` from `addr`: the RESs it sent back, and its events."""
+    sib.receive_datagram(data, addr, now)
+    out = [decode_sib_message(d, UDP, Tx.SELECT_PERSISTENT)
+           for d, _ in sib.datagrams_to_send(now)]
+    return out, list(iter(sib.next_event, None))
+
+
+def test_echoed_requests_are_bounded_oldest_out_and_expire():
+    echoed = EchoedRequests(lifetime=10.0, max_entries=3)
+    for tid in range(5):
+        echoed.add(A, tid, b"request %d" % tid, float(tid))
+    assert len(echoed) == 3
+    assert not echoed.answered(A, 0, b"request 0", 4.0)  # pushed out first
+    assert echoed.answered(A, 4, b"request 4", 4.0)
+    assert not echoed.answered(A, 4, b"request 5", 4.0)  # other bytes: another request
+    assert not echoed.answered(("192.0.2.8", 4000), 4, b"request 4", 4.0)  # another address
+    echoed.add(A, 4, b"request 4", 9.0)  # a copy keeps its first expiry
+    assert not echoed.answered(A, 4, b"request 4", 14.0)
+    echoed.expire(14.0)
+    assert len(echoed) == 0
+
+
+def test_a_late_copy_of_a_request_answered_echo_required_gets_it_again_and_never_executes():
+    sib = SIBSession(UDP)
+    first = encode(subscription(7), UDP)
+    (asked,), events = exchange(sib, first, 100.0)
+    assert asked.status == Status.ECHO_REQUIRED and asked.tid == 7 and not events
+    # a retransmission of it before the retry: the same answer
+    (again,), events = exchange(sib, first, 101.0)
+    assert again.status == Status.ECHO_REQUIRED and not events
+    # the retry under a new TID validates the address and executes
+    out, events = exchange(sib, encode(subscription(8, echo=asked.result), UDP), 102.0)
+    assert not out and [(type(e), e.request.tid) for e in events] == [(RequestReceived, 8)]
+    # a late copy of the first request: its TID is finished, nothing executes
+    for now in (103.0, 150.0):
+        (late,), events = exchange(sib, first, now)
+        assert late.status == Status.ECHO_REQUIRED and late.tid == 7 and not events
+    assert sib.sizes()["echoed requests"] == 1 and sib.stats.held_for_validation == 4
+    # past EXCHANGE_LIFETIME the TID is free again: those bytes are a new request
+    out, events = exchange(sib, first, 100.0 + sib.timing.exchange_lifetime + 1)
+    assert not out and [e.request.tid for e in events] == [7]
+    assert sib.sizes()["echoed requests"] == 1  # expired entries go as new ones come
+
+
+def test_copies_from_an_unvalidated_address_stay_within_three_times_and_one_entry():
+    sib = SIBSession(UDP)
+    first = encode(subscription(7), UDP)
+    sent = received = 0
+    for i in range(50):
+        sib.receive_datagram(first, A, 100.0 + i)
+        sent += len(first)
+        received += sum(len(d) for d, _ in sib.datagrams_to_send(100.0 + i))
+        assert received <= 3 * sent
+    assert sib.sizes()["echoed requests"] == 1 and sib.next_event() is None
+
+
+def test_requests_answered_echo_required_are_bounded_by_max_addresses():
+    sib = SIBSession(UDP, options=SessionOptions(max_addresses=4))
+    for port in range(10):
+        for tid in range(3):
+            exchange(sib, encode(subscription(tid), UDP), 100.0, ("192.0.2.9", port))
+    assert sib.sizes()["echoed requests"] == 4
+
+
+def test_a_replayed_copy_of_a_sealed_request_answered_echo_required_is_dropped():
+    """Sealed (13.5): the retry opens the replay window closed at its counter, so a copy of the
+    first request (an older counter) is a replay, dropped before anything sees it."""
+    key, kp_id = bytes(range(32)), bytes(range(16))
+    sib = SIBSession(UDP)
+    sib.sealers = SealerTable(lambda _: key, lambda: 0.0)
+    kp = Sealer(key, kp_id, sib=False)
+
+    def opened(now: float, data: bytes) -> tuple[list, list]:
+        sib.receive_datagram(data, A, now)
+        out = [decode_sib_message(kp.open(d), UDP, Tx.SELECT_PERSISTENT)
+               for d, _ in sib.datagrams_to_send(now)]
+        return out, list(iter(sib.next_event, None))
+
+    first = kp.seal(encode(subscription(7), UDP))
+    (asked,), events = opened(100.0, first)
+    assert asked.status == Status.ECHO_REQUIRED and not events
+    retry = kp.seal(encode(subscription(8, echo=asked.result), UDP))
+    out, events = opened(101.0, retry)
+    assert not out and [e.request.tid for e in events] == [8]
+    dropped = sib.stats.sealed_dropped
+    assert opened(102.0, first) == ([], []) and sib.stats.sealed_dropped == dropped + 1
+    assert sib.sizes()["echoed requests"] == 0  # the sealed 0x0f keeps nothing
 
 
 # -- real sockets ---------------------------------------------------------------------------
@@ -328,3 +432,36 @@ def test_coap_validates_addresses_with_its_echo_option_and_the_client_follows():
             await sib.close()
 
     run(main())
+
+
+def test_a_late_copy_at_a_real_sib_gets_echo_required_again_and_starts_nothing():
+    """`ksp-sib` (a real process, UDP on loopback): a raw socket subscribes, gets ECHO
+    REQUIRED, retries with the echo under a new TID (the address validated now), then sends
+    the first datagram again, as the network might deliver it late: ECHO REQUIRED again, and
+    the SIB holds one persistent query, the retry's."""
+    def persistent(text: str) -> float:
+        line = next(line for line in text.splitlines()
+                    if line.startswith("ksp_persistent_operations "))
+        return float(line.split()[1])
+
+    async def main(sib: SibProcess) -> None:
+        a = await Raw(sib.ports["udp"]).open()
+        try:
+            a.send(subscription(7))
+            asked = await a.answer(Tx.SELECT_PERSISTENT)
+            assert asked.status == Status.ECHO_REQUIRED and asked.tid == 7
+            a.send(subscription(8, echo=asked.result))
+            started = await a.answer(Tx.SELECT_PERSISTENT)
+            assert started.status == Status.OK and started.tid == 8
+            a.send(subscription(7))  # the late copy
+            late = await a.answer(Tx.SELECT_PERSISTENT)
+            assert late.status == Status.ECHO_REQUIRED and late.tid == 7
+            assert persistent(await scrape(sib.ports["metrics"])) == 1
+            assert a.received.empty()
+        finally:
+            a.close()
+
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1",
+                    "--metrics-port", "0") as sib:
+        asyncio.run(asyncio.wait_for(main(sib), 90))
+        assert sib.stop() == 0

@@ -30,7 +30,8 @@ class SessionOptions:
     #: Until a source address is validated, at most this many times the bytes received from it
     #: are sent to it (UDP, wire format 14; 0: no limit, every address taken as validated).
     amplification_factor: int = 3
-    #: Validated addresses kept, and as many budgets of unvalidated ones (UDP).
+    #: Validated addresses kept, as many budgets of unvalidated ones, and as many requests
+    #: answered ECHO REQUIRED unexecuted, whose copies get it again (UDP).
     max_addresses: int = 4096
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ from .events import (
 from .layer import SibMessageLayer
 from .options import SessionOptions
 from .timing import Timing
-from .validation import EchoValues, address_binding, kp_binding
+from .validation import EchoedRequests, EchoValues, address_binding, kp_binding
 
 __all__ = ["SIBSession", "SessionStats"]
 
@@ -134,6 +134,8 @@ class SIBSession:
         self._events: deque[Event] = deque()
         # Requests waiting for a verdict on their credentials, in arrival order.
         self._held: deque[tuple[Request, Hashable, bytes]] = deque()
+        # Requests answered ECHO REQUIRED unexecuted: their copies get it again (7.7).
+        self._echoed = EchoedRequests(self.timing.exchange_lifetime, self.options.max_addresses)
         layer.attach(self)
 
     # -- API --------------------------------------------------------------------------------
@@ -145,10 +147,12 @@ class SIBSession:
 
     def sizes(self) -> dict[str, int]:
         """Entries in each table (timers: heap entries, stale ones included), for soak
-        benchmarks and metrics: each is bounded, by `max_entries` or `max_held`."""
+        benchmarks and metrics: each is bounded, by `max_entries`, `max_held` or
+        `max_addresses`."""
         tables = {"recent requests": 0, "executing": len(self._executing),
                   "deliveries": len(self._deliveries), "ack routes": 0,
-                  "bindings": len(self._bindings), "timers": 0, "held": len(self._held)}
+                  "bindings": len(self._bindings), "timers": 0, "held": len(self._held),
+                  "echoed requests": len(self._echoed)}
         tables.update(self.layer.sizes())
         return tables
 
@@ -404,8 +408,16 @@ class SIBSession:
         if options.echo is not None and not sealed:
             if self.echoes.verify(options.echo, address_binding(addr), now):
                 self.layer.proven(addr)
+        echoed = self._echoed
+        if echoed.entries and echoed.answered(addr, request.tid, data, now):
+            # A copy of a request answered 0x0f: that TID is finished (7.7), even once the
+            # retry validated the address; it gets 0x0f again and executes nothing.
+            self.stats.held_for_validation += 1
+            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            return
         if not self.layer.admits(request, addr):  # wire format 14
             self.stats.held_for_validation += 1
+            echoed.add(addr, request.tid, data, now)
             self.layer.send(self.echo_required(request.tid, addr, now), addr)
             return
         if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)

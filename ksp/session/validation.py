@@ -6,7 +6,8 @@ HMAC-SHA256(a per-process secret, time | what the value binds), valid `lifetime`
 binds a source address (address validation) or a KP ID (sealed freshness, 13.5); a new process
 draws a new secret, so no value survives a restart. `AddressBudgets` holds, per source address,
 what it sent and was sent until it is validated (3 × the bytes received at most), and the
-validated addresses; both tables are bounded, least recently heard first out.
+validated addresses; both tables are bounded, least recently heard first out. `EchoedRequests`
+holds the requests answered ECHO REQUIRED unexecuted, so a late copy of one never executes.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import struct
 from collections import OrderedDict
 from collections.abc import Hashable
 
-__all__ = ["EchoValues", "AddressBudgets", "ECHO_LIFETIME", "address_binding", "kp_binding"]
+__all__ = ["EchoValues", "AddressBudgets", "EchoedRequests", "ECHO_LIFETIME", "address_binding",
+           "kp_binding"]
 
 #: Seconds an echo value stays valid (7.7).
 ECHO_LIFETIME = 120.0
@@ -121,3 +123,54 @@ class AddressBudgets:
             return False
         budget[1] += size
         return True
+
+
+class EchoedRequests:
+    """Requests answered ECHO REQUIRED without executing (wire format 7.7, 14), each kept
+    `lifetime` seconds (EXCHANGE_LIFETIME) by (source address, TID, hash of its bytes).
+
+    The KP retries under a new TID, so the first TID is finished; a copy of the first request
+    (delayed, duplicated, or a retransmission whose 0x0f was lost) is answered ECHO REQUIRED
+    again and never executed, even after the retry validated the address: executed, it would
+    start an operation under a TID nobody waits on. At most `max_entries`, oldest first out:
+    only unvalidated addresses add entries (one per request answered 0x0f), so a flood of them
+    costs a bounded table, and an entry pushed out only loses that copy's protection."""
+
+    __slots__ = ("lifetime", "max_entries", "entries")
+
+    def __init__(self, lifetime: float, max_entries: int = 4096) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self.lifetime = lifetime
+        self.max_entries = max_entries
+        #: (address, TID, hash of the bytes) -> when it expires, oldest first (read-only: its
+        #: emptiness is what the path of every request looks at).
+        self.entries: OrderedDict[tuple[Hashable, int, int], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, addr: Hashable, tid: int, data: bytes, now: float) -> None:
+        """Request `data` (TID `tid`) from `addr` was answered ECHO REQUIRED at `now`. A copy
+        keeps its first entry's expiry: copies of one request come within EXCHANGE_LIFETIME
+        of it."""
+        entries = self.entries
+        key = (addr, tid, hash(data))
+        if key in entries:
+            return
+        self.expire(now)
+        entries[key] = now + self.lifetime
+        if len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    def answered(self, addr: Hashable, tid: int, data: bytes, now: float) -> bool:
+        """Whether request `data` (TID `tid`) from `addr` is a copy of one answered ECHO
+        REQUIRED within the lifetime."""
+        expires = self.entries.get((addr, tid, hash(data)))
+        return expires is not None and expires > now
+
+    def expire(self, now: float) -> None:
+        """Forget the entries past their lifetime."""
+        entries = self.entries
+        while entries and next(iter(entries.values())) <= now:
+            entries.popitem(last=False)
