@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import warmup
 from .aggregates import interval_ms
-from .job import Ingest, IngestOptions, lost_checkpoint
+from .job import Ingest, IngestOptions, local_master, lost_checkpoint
 from .outlock import hold
 
 log = logging.getLogger("ksp.ingest")
@@ -121,7 +121,7 @@ def spark_session(master: str, app: str = "ksp-ingest"):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.master(master).appName(app)
-    if re.fullmatch(r"local(\[[^\]]*\])?", master):  # not local-cluster[...]: executors apart
+    if local_master(master):  # not local-cluster[...]: executors apart
         # The JVM is driver and executor, and shares the cores with the receiver: C2, the
         # optimising JIT, took half its CPU here and was still compiling after 90 s
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's

@@ -63,7 +63,7 @@ from .telemetry import LATE, NAME, SIB_REFUSED
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Ingest", "IngestOptions", "lost_checkpoint", "push"]
+__all__ = ["Ingest", "IngestOptions", "local_master", "lost_checkpoint", "push"]
 
 #: SOSA's namespace; the observation rows use its terms as column names.
 SOSA = "http://www.w3.org/ns/sosa/"
@@ -189,7 +189,8 @@ class Ingest:
                   .option("password", o.mqtt_password or "")
                   .option("shards", ",".join(o.shards))
                   .option("checkpoint", str(self.out / "_checkpoint"))
-                  .option("localBuffer", str(_local(self.spark)).lower())
+                  .option("localBuffer",
+                          str(local_master(self.spark.sparkContext.master)).lower())
                   .option("offline", str(offline).lower())
                   .option("secret", o.shard_secret.decode()))
         for key, value in o.extra.items():
@@ -536,10 +537,11 @@ def lost_checkpoint(out: Path) -> int | None:
     return last if last >= 1 else None
 
 
-def _local(spark) -> bool:
-    """Whether the executors run in the driver's process, on its host (a `local` master, not
-    `local-cluster`), so they can read the receiver's buffer file themselves."""
-    return re.fullmatch(r"local(\[[^\]]*\])?", spark.sparkContext.master) is not None
+def local_master(master: str) -> bool:
+    """Whether `master` runs the executors in the driver's process, on its host (`local`,
+    `local[N]`; not `local-cluster`): they share its JVM, and can read the receiver's buffer
+    file themselves."""
+    return re.fullmatch(r"local(\[[^\]]*\])?", master) is not None
 
 
 def _never_committed(checkpoint: Path) -> None:

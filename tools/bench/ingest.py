@@ -63,7 +63,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from .report import bench_parser, environment, print_report
+from .report import bench_parser, environment, print_report, spread
 
 DEVICES = 100
 #: Seconds without a new observation after which a run is given up (a reading lost).
@@ -502,12 +502,6 @@ def _report(args, prog: str | None, argv: list[str], headers: list[str],
     return 0
 
 
-def spread(values: list[float], form: str = ",.0f") -> str:
-    """min / median / max of `values`."""
-    return " / ".join(format(v, form) for v in (min(values), statistics.median(values),
-                                                max(values)))
-
-
 def achieved(r: dict) -> float:
     """A paced run's rate: its rows over the seconds from the first publish to the last row
     (the publishing, and the catching up after it)."""
@@ -549,8 +543,9 @@ def _rounds(args, prog: str | None, argv: list[str]) -> int:
             lags = [spread([r["catch_up"] for r in side], ".1f")
                     for side in zip(*pairs)]
         ratios = [i / p for p, i in speeds]
-        rows.append([name, spread([p for p, _ in speeds]), spread([i for _, i in speeds]),
-                     ", ".join(f"{r:.2f}" for r in ratios), f"**{spread(ratios, '.2f')}**",
+        rows.append([name, spread([p for p, _ in speeds], ",.0f"),
+                     spread([i for _, i in speeds], ",.0f"),
+                     ", ".join(f"{r:.2f}" for r in ratios), f"**{spread(ratios)}**",
                      *lags])
     headers = ["run", "paho + pyarrow, readings/s", "ksp-ingest, readings/s",
                "ksp-ingest / paho, each round", "ratio min / median / max",

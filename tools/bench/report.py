@@ -71,6 +71,13 @@ def percentile(values: Sequence[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
+def spread(values: Sequence[float], form: str = ".2f") -> str:
+    """min / median / max of `values`: how a figure measured over rounds is reported (on a
+    noisy machine, each round against its own baseline)."""
+    return " / ".join(format(v, form) for v in (min(values), statistics.median(values),
+                                                max(values)))
+
+
 def print_report(title: str, headers: Sequence[str], body: Sequence[Sequence[str]], *,
                  markdown: bool, module: str, prog: str | None, argv: list[str],
                  libraries: str) -> None:

@@ -30,7 +30,7 @@ from ksp.codes import Tx
 from ksp.model import Request
 from ksp.terms import Triple, Var
 
-from .report import bench_parser, environment, percentile, print_report, rss_mib
+from .report import bench_parser, environment, percentile, print_report, rss_mib, spread
 from .sensors import FAN, SENSORS, STATE, VALUE, reading, sensor, watch
 
 KINDS = ("memory", "disk")
@@ -191,7 +191,7 @@ def table_rows(results: dict[str, tuple[list[dict], list]]) -> list[list[str]]:
                          f"{fresh.p50 * 1e3:.2f} / {fresh.p99 * 1e3:.2f}"])
         q = ratios(pairs)
         body.append([f"**{kind}**", "min / median / max", "", "",
-                     f"**{min(q):.2f} / {statistics.median(q):.2f} / {max(q):.2f}**", "", ""])
+                     f"**{spread(q)}**", "", ""])
     return body
 
 

@@ -41,7 +41,7 @@ from sib import Sib
 from sib.testing import ex
 from transports import Server, connect
 
-from .report import bench_parser, environment, print_report
+from .report import bench_parser, environment, print_report, spread
 
 MODULE = "tools.bench.validation"
 P = ex("p")
@@ -205,10 +205,6 @@ def _ratios(samples, a: str, b: str) -> list[float]:
     return [_stat(a)(x) / _stat(b)(y) for x, y in zip(samples[a], samples[b])]
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
-
-
 def table_rows(samples, tree: str | None = None) -> list[list[str]]:
     rows = []
     labels = {"first": "first request, new address (echo round trip)",
@@ -225,7 +221,7 @@ def table_rows(samples, tree: str | None = None) -> list[list[str]]:
              "session_on_vs_tree": "session_tree"}
     for name, label in labels.items():
         figure = statistics.median(_stat(name)(round_) for round_ in samples[name])
-        ratio = _fmt(_ratios(samples, name, pairs[name])) if name in pairs else "1 (baseline)"
+        ratio = spread(_ratios(samples, name, pairs[name])) if name in pairs else "1 (baseline)"
         rows.append([label, f"{figure * 1e6:,.1f}", ratio])
     return rows
 
