@@ -31,7 +31,9 @@ same name (and what that attempt left under other names removed after): a batch 
 crash (Spark re-runs the last uncommitted one, from the same offsets) writes the same rows once,
 and a reader listing the directories meanwhile never finds a listed file gone (but when small
 files are merged: `spark_ingest.compaction`). That needs an output directory the driver can
-rename in (local or shared disk).
+rename in (local or shared disk). On a local master the driver writes the staged files itself
+with pyarrow, from the rows as Arrow (`spark_ingest.partitioned`: Spark's writer cost a second
+a batch there); on a cluster the executors write them (Spark's partitioned writer).
 
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
 max, mean and count of the readings, each minute written once the watermark has passed its end,
@@ -59,6 +61,7 @@ from typing import NamedTuple
 
 from .aggregates import Minutes, interval_ms, write_atomic
 from .compaction import THRESHOLD, Compactor
+from .partitioned import write_partitioned
 from .telemetry import LATE, NAME, SIB_REFUSED
 
 log = logging.getLogger("ksp.ingest")
@@ -297,7 +300,13 @@ class Ingest:
             if cached:
                 rows = frame.count()
             files = []
-            if rows:
+            shutil.rmtree(staging, ignore_errors=True)  # an attempt killed before its renames
+            # A local master's executors run in this process: the driver writes the files
+            # itself (`spark_ingest.partitioned`); a cluster's executors write them (Spark's).
+            if rows and local_master(frame.sparkSession.sparkContext.master):
+                files = [(path, rel) for path, rel, _ in
+                         write_partitioned(frame.toArrow(), staging, partition_by)]
+            elif rows:
                 (frame.repartition(*partition_by).write.mode("overwrite")
                  .partitionBy(*partition_by).parquet(str(staging)))
                 files = [(part, part.parent.relative_to(staging))
