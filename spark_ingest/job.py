@@ -33,6 +33,12 @@ and a reader listing the directories meanwhile never finds a listed file gone (b
 files are merged: `spark_ingest.compaction`). That needs an output directory the driver can
 rename in (local or shared disk).
 
+Where the batch is worked on: on a cluster, by Spark's jobs on the executors (a cached batch,
+an aggregation, Spark's partitioned writer); on a local master, whose executors share the
+driver's process and cores with the MQTT receiver, the batch comes to the driver once as Arrow
+and the same outputs are computed and written there with pyarrow (`spark_ingest.arrow_batch`,
+`spark_ingest.partitioned`), which costs a fraction of the JVM's time (docs/benchmarks.md).
+
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
 max, mean and count of the readings, each minute written once the watermark has passed its end,
 so every row is final (`spark_ingest.aggregates`: the open minutes kept by the driver).
@@ -59,6 +65,7 @@ from typing import NamedTuple
 
 from .aggregates import Minutes, interval_ms, write_atomic
 from .compaction import THRESHOLD, Compactor
+from .partitioned import write_partitioned
 from .telemetry import LATE, NAME, SIB_REFUSED
 
 log = logging.getLogger("ksp.ingest")
@@ -221,10 +228,36 @@ class Ingest:
     # -- one micro-batch ---------------------------------------------------------------------
 
     def _batch(self, batch, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         started = time.perf_counter()
         self._touched = []
+        # A local master's executors share this process and its cores: the batch comes to
+        # the driver once, as Arrow (`spark_ingest.arrow_batch`); a cluster's executors work.
+        if local_master(batch.sparkSession.sparkContext.master):
+            n_obs, n_dead, reasons, partials = self._arrow_outputs(batch, batch_id)
+        else:
+            n_obs, n_dead, reasons, partials = self._spark_outputs(batch, batch_id)
+        closed = self.minutes.add(batch_id, [r[:8] for r in partials])
+        self._write_aggregates(closed, batch_id)
+        if partials or closed:
+            self.minutes.save(batch_id)
+        s = self.stats
+        s["merged_files"] += self.compactor.after_batch(batch_id, self._touched)
+        s["batches"] += 1
+        s["observations"] += n_obs
+        s["dead_letters"] += n_dead
+        s["late"] += reasons.get(LATE, 0)
+        for reason, n in reasons.items():
+            s["dead_reasons"][reason] = s["dead_reasons"].get(reason, 0) + n
+        s["aggregates"] += len(closed)
+        s["last_batch_rows"] = n_obs + n_dead
+        s["last_batch_seconds"] = time.perf_counter() - started
+
+    def _spark_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
+        """The batch's observations and dead letters written, by Spark's jobs on the
+        executors: (observations, dead letters, dead letters per reason, partial
+        aggregates)."""
+        from pyspark.sql import functions as F
+
         batch = batch.persist()
         try:
             readings = batch.filter(F.col("reason").isNull())
@@ -254,24 +287,38 @@ class Ingest:
             n_dead = self._write(letters, "dead_letters", batch_id, ["date"],
                                  sum(reasons.values()))
             if self.o.ntriples and n_obs:
-                self._ntriples(observations, batch_id)
-            closed = self.minutes.add(batch_id, [r[:8] for r in partials])
-            self._write_aggregates(closed, batch_id)
-            if partials or closed:
-                self.minutes.save(batch_id)
-            s = self.stats
-            s["merged_files"] += self.compactor.after_batch(batch_id, self._touched)
-            s["batches"] += 1
-            s["observations"] += n_obs
-            s["dead_letters"] += n_dead
-            s["late"] += reasons.get(LATE, 0)
-            for reason, n in reasons.items():
-                s["dead_reasons"][reason] = s["dead_reasons"].get(reason, 0) + n
-            s["aggregates"] += len(closed)
-            s["last_batch_rows"] = n_obs + n_dead
-            s["last_batch_seconds"] = time.perf_counter() - started
+                rows = observations.withColumn("at", F.date_format(
+                    "resultTime", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")).toLocalIterator()
+                self._ntriples(((r.date, r.observation, r.madeBySensor, r.observedProperty,
+                                 r.hasSimpleResult, r.at) for r in rows), batch_id)
+            return n_obs, n_dead, reasons, partials
         finally:
             batch.unpersist()
+
+    def _arrow_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
+        """As `_spark_outputs`, from the batch taken to the driver as one Arrow table (one
+        Spark job: the source's read and the de-duplication) and written with pyarrow."""
+        import pyarrow as pa
+
+        from . import arrow_batch as ab
+
+        readings, dead = ab.split(batch.toArrow())
+        observations = ab.observations(readings, self.o.base)
+        partials = ab.partials(readings)
+        n_obs = self._write_arrow(observations, "observations", batch_id, ["date", "device"])
+        if self.o.sib and partials:
+            refused = self._push(_latest(partials))
+            if refused:  # observations all the same; the SIB's refusal kept with them
+                dead = pa.concat_tables([dead, ab.refused(readings, [
+                    (r.device, r.property, r.ms, error) for r, error in refused])])
+        reasons = ab.reasons(dead)
+        n_dead = self._write_arrow(ab.letters(dead), "dead_letters", batch_id, ["date"])
+        if self.o.ntriples and n_obs:
+            self._ntriples(zip(*(observations[name].to_pylist() for name in [
+                "date", "observation", "madeBySensor", "observedProperty",
+                "hasSimpleResult"]), map(_xsd_millis, observations["resultTime"].to_pylist())),
+                batch_id)
+        return n_obs, n_dead, reasons, partials
 
     @staticmethod
     def _minutes(readings) -> list[tuple]:
@@ -309,6 +356,17 @@ class Ingest:
             if cached:
                 frame.unpersist()
 
+    def _write_arrow(self, table, name: str, batch_id: int, partition_by: list[str]) -> int:
+        """`_write` of an Arrow table, by the driver (`spark_ingest.partitioned`); returns its
+        row count."""
+        staging = self.out / "_staging" / name / str(batch_id)
+        shutil.rmtree(staging, ignore_errors=True)  # an attempt killed before its renames
+        files = [(path, rel) for path, rel, _ in write_partitioned(table, staging,
+                                                                   partition_by)]
+        self._placed(name, place_batch(self.out, name, batch_id, files))
+        shutil.rmtree(staging, ignore_errors=True)
+        return table.num_rows
+
     def _write_aggregates(self, closed: list[tuple], batch_id: int) -> None:
         """The minutes this batch closed, one file per date and device (pyarrow, in the
         driver: a few rows per device and minute)."""
@@ -332,25 +390,22 @@ class Ingest:
     def _placed(self, table: str, partitions: list[Path]) -> None:
         self._touched.extend((table, rel) for rel in partitions)
 
-    def _ntriples(self, observations, batch_id: int) -> None:
+    def _ntriples(self, rows, batch_id: int) -> None:
         """The batch's observations as N-Triples, a file per date (placed and merged as the
-        tables' files are)."""
-        from pyspark.sql import functions as F
-
+        tables' files are); `rows`: (date, observation, sensor, property, value, time as
+        xsd:dateTime) each."""
         staging = self.out / "_staging" / "ntriples" / str(batch_id)
         shutil.rmtree(staging, ignore_errors=True)
         files: dict[str, tuple] = {}  # date → (open file, path, partition)
         try:
-            for r in observations.withColumn("at", F.date_format(
-                    "resultTime", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")).toLocalIterator():
-                day = str(r.date)
+            for day, observation, sensor, prop, value, at in rows:
+                day = str(day)
                 if day not in files:
                     rel = Path(f"date={day}")
                     (staging / rel).mkdir(parents=True)
                     path = staging / rel / "part.nt"
                     files[day] = (open(path, "w", encoding="utf-8"), path, rel)
-                files[day][0].write(ntriples(r.observation, r.madeBySensor,
-                                             r.observedProperty, r.hasSimpleResult, r.at))
+                files[day][0].write(ntriples(observation, sensor, prop, value, at))
         finally:
             for f, _, _ in files.values():
                 f.close()
@@ -397,6 +452,12 @@ def aggregate_table(base: str, rows: list[tuple]):
         "max": pa.array([r[4] for r in rows], pa.float64()),
         "mean": pa.array([r[5] for r in rows], pa.float64()),
         "count": pa.array([r[6] for r in rows], pa.int64())})
+
+
+def _xsd_millis(when) -> str:
+    """A UTC datetime as Spark's `date_format(t, "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")` gives it."""
+    return (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:"
+            f"{when.minute:02d}:{when.second:02d}.{when.microsecond // 1000:03d}Z")
 
 
 def observation_iri(base: str, device: str, prop: str, ms: int) -> str:
