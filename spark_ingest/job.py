@@ -233,9 +233,9 @@ class Ingest:
         # A local master's executors share this process and its cores: the batch comes to
         # the driver once, as Arrow (`spark_ingest.arrow_batch`); a cluster's executors work.
         if local_master(batch.sparkSession.sparkContext.master):
-            n_obs, n_dead, reasons, partials = self._arrow_outputs(batch, batch_id)
+            n_obs, n_dead, reasons, partials = self.arrow_outputs(batch, batch_id)
         else:
-            n_obs, n_dead, reasons, partials = self._spark_outputs(batch, batch_id)
+            n_obs, n_dead, reasons, partials = self.spark_outputs(batch, batch_id)
         closed = self.minutes.add(batch_id, [r[:8] for r in partials])
         self._write_aggregates(closed, batch_id)
         if partials or closed:
@@ -252,7 +252,7 @@ class Ingest:
         s["last_batch_rows"] = n_obs + n_dead
         s["last_batch_seconds"] = time.perf_counter() - started
 
-    def _spark_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
+    def spark_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
         """The batch's observations and dead letters written, by Spark's jobs on the
         executors: (observations, dead letters, dead letters per reason, partial
         aggregates)."""
@@ -295,8 +295,8 @@ class Ingest:
         finally:
             batch.unpersist()
 
-    def _arrow_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
-        """As `_spark_outputs`, from the batch taken to the driver as one Arrow table (one
+    def arrow_outputs(self, batch, batch_id: int) -> tuple[int, int, dict, list[tuple]]:
+        """As `spark_outputs`, from the batch taken to the driver as one Arrow table (one
         Spark job: the source's read and the de-duplication) and written with pyarrow."""
         import pyarrow as pa
 

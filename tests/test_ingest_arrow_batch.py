@@ -1,5 +1,5 @@
 """A local master's batches are worked on in the driver as Arrow (`spark_ingest.arrow_batch`),
-a cluster's by Spark's jobs (`Ingest._spark_outputs`): both give the same outputs for the same
+a cluster's by Spark's jobs (`Ingest.spark_outputs`): both give the same outputs for the same
 batch — the observations' and dead letters' files, the N-Triples, the partial aggregates, the
 counts per reason, and the SIB's refusals as dead letters."""
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _both(spark, tmp: Path, rows: list[tuple], *, refuse=None, ntriples=True):
         if refuse is not None:  # the SIB's refusal, given: no SIB refuses good names
             ingest._push = lambda latest: [(r, "KspStatusError") for r in latest
                                            if refuse(r)]
-        outputs = getattr(ingest, f"_{name}_outputs")(frame, 7)
+        outputs = getattr(ingest, f"{name}_outputs")(frame, 7)
         got[name] = (*outputs, _tables(tmp / name))
     return got["spark"], got["arrow"]
 

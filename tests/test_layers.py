@@ -296,6 +296,10 @@ TESTS_MAY_REACH = {
                                   "reaches it only through a capture file"},
     "test_ingest_aggregates.py": {
         ("_write",): "wrapped to count the state files written; no public hook sees them"},
+    "test_ingest_arrow_batch.py": {
+        ("_Reader", "_Range"): "the source's rows for given messages, without a Spark stream",
+        ("_push",): "the SIB's refusal, given: no ksp-sib setting refuses an update of good "
+                    "names"},
     "test_ingest_format.py": {
         ("_Reader", "_Range", "_seqs"): "drive the Spark stream reader, its partitions and its "
                                         "checkpoint check without a Spark session"},
