@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: The local JVM's default options (`spark.driver.defaultJavaOptions` for a `local` master:
 #: a user's `spark.driver.extraJavaOptions` come after them, so they add to them and win).
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: The exit status of a job interrupted (SIGINT) before it was ready: a shell's 128 + SIGINT.
+INTERRUPTED = 130
 
 
 def spark_session(master: str, app: str = "ksp-ingest"):
@@ -243,13 +245,21 @@ def main(argv: list[str] | None = None) -> int:
                             shards=shards, shard_secret=secret,
                             compact_after=args.compact_after,
                             max_per_batch=args.max_per_batch)
-    spark = spark_session(args.master)
-    spark.sparkContext.setLogLevel("WARN")
-    if args.warm_up:
-        log.info("warmed up in %.1f s (%d synthetic messages through the job)",
-                 warmup.warm_up(spark, options, args.warm_up), args.warm_up)
-    ingest = Ingest(spark, options)
-    ingest.start()
+    spark = None
+    try:  # Ctrl-C while Spark starts or the job warms up: stopped, without a traceback
+        spark = spark_session(args.master)
+        spark.sparkContext.setLogLevel("WARN")
+        if args.warm_up:
+            log.info("warmed up in %.1f s (%d synthetic messages through the job)",
+                     warmup.warm_up(spark, options, args.warm_up), args.warm_up)
+        ingest = Ingest(spark, options)
+        ingest.start()
+    except KeyboardInterrupt:
+        log.info("interrupted while starting: stopped (a next start resumes from %s)",
+                 args.out)
+        if spark is not None:
+            spark.stop()
+        return INTERRUPTED
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

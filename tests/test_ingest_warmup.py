@@ -62,3 +62,23 @@ def test_the_job_warms_up_before_it_subscribes_and_keeps_nothing_of_it(tmp_path)
     rows = pa.dataset(str(out / "observations"), partitioning="hive").to_table().to_pylist()
     assert len(rows) == ok and not any(r["device"].startswith("warm-up") for r in rows)
     assert not (out / warmup.DIRECTORY).exists()
+
+
+def test_ctrl_c_during_the_warm_up_stops_the_job_without_a_traceback(tmp_path):
+    """A user's Ctrl-C while Spark starts or the job warms up: a line that says so, the warm-up's
+    directory removed, exit status 130 (a shell's for SIGINT), no Python traceback."""
+    import signal
+
+    from spark_ingest.cli import INTERRUPTED
+    from spark_ingest.testing import IngestProcess, Mosquitto, until
+
+    out = tmp_path / "data"
+    with Mosquitto(tmp_path / "mqtt") as broker, IngestProcess(
+            "--mqtt", broker.url, "--out", str(out), "--warm-up", str(warmup.MOST),
+            ready="") as ingest:
+        until(lambda: (out / warmup.DIRECTORY / "_mqtt").exists(), 180, "the warm-up")
+        assert ingest.stop(signal.SIGINT, timeout=120) == INTERRUPTED, ingest.log()
+        log = ingest.log()
+    assert "interrupted while starting" in log and "Traceback" not in log, log
+    assert "ingest ready" not in log
+    assert not (out / warmup.DIRECTORY).exists()
