@@ -142,6 +142,10 @@ def spark_session(master: str, app: str = "ksp-ingest"):
             # carry on under it.
             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                     "true")
+            # Its count of the keys kept (a metric nothing here reads) costs a look-up before
+            # each put, beside the de-duplication's own.
+            .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows",
+                    "false")
             .getOrCreate())
 
 
