@@ -333,28 +333,19 @@ class Ingest:
             F.max_by("value", "time")).collect()]
 
     def _write(self, frame, table: str, batch_id: int, partition_by: list[str],
-               rows: int | None = None) -> int:
-        """Write `frame` as this batch's files of `table`, replacing any earlier attempt's;
-        returns its row count (`rows`, if the caller knows it)."""
+               rows: int) -> int:
+        """Write `frame` (`rows` rows) as this batch's files of `table`, by Spark's
+        partitioned writer on the executors, replacing any earlier attempt's; returns
+        `rows`."""
         staging = self.out / "_staging" / table / str(batch_id)
-        cached = rows is None  # counted, then written: computed once
-        if cached:
-            frame = frame.persist()
-        try:
-            if cached:
-                rows = frame.count()
-            files = []
-            if rows:
-                (frame.repartition(*partition_by).write.mode("overwrite")
-                 .partitionBy(*partition_by).parquet(str(staging)))
-                files = [(part, part.parent.relative_to(staging))
-                         for part in staging.rglob("*.parquet")]  # this batch's only
-            self._placed(table, place_batch(self.out, table, batch_id, files))
-            shutil.rmtree(staging, ignore_errors=True)
-            return rows
-        finally:
-            if cached:
-                frame.unpersist()
+        files = []
+        if rows:
+            (frame.repartition(*partition_by).write.mode("overwrite")
+             .partitionBy(*partition_by).parquet(str(staging)))
+            files = [(part, part.parent.relative_to(staging))
+                     for part in staging.rglob("*.parquet")]  # this batch's only
+        self._place(table, batch_id, files, staging)
+        return rows
 
     def _write_arrow(self, table, name: str, batch_id: int, partition_by: list[str]) -> int:
         """`_write` of an Arrow table, by the driver (`spark_ingest.partitioned`); returns its
@@ -363,8 +354,7 @@ class Ingest:
         shutil.rmtree(staging, ignore_errors=True)  # an attempt killed before its renames
         files = [(path, rel) for path, rel, _ in write_partitioned(table, staging,
                                                                    partition_by)]
-        self._placed(name, place_batch(self.out, name, batch_id, files))
-        shutil.rmtree(staging, ignore_errors=True)
+        self._place(name, batch_id, files, staging)
         return table.num_rows
 
     def _write_aggregates(self, closed: list[tuple], batch_id: int) -> None:
@@ -384,11 +374,15 @@ class Ingest:
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(aggregate_table(self.o.base, rows), path)
             files.append((path, rel))
-        self._placed("aggregates", place_batch(self.out, "aggregates", batch_id, files))
-        shutil.rmtree(staging, ignore_errors=True)
+        self._place("aggregates", batch_id, files, staging)
 
-    def _placed(self, table: str, partitions: list[Path]) -> None:
-        self._touched.extend((table, rel) for rel in partitions)
+    def _place(self, table: str, batch_id: int, files: list[tuple[Path, Path]],
+               staging: Path, suffix: str = ".parquet") -> None:
+        """The staged `files` into `table` (`place_batch`), their partitions noted for the
+        compactor, the staging directory removed."""
+        self._touched.extend((table, rel) for rel in place_batch(self.out, table, batch_id,
+                                                                   files, suffix))
+        shutil.rmtree(staging, ignore_errors=True)
 
     def _ntriples(self, rows, batch_id: int) -> None:
         """The batch's observations as N-Triples, a file per date (placed and merged as the
@@ -410,8 +404,7 @@ class Ingest:
             for f, _, _ in files.values():
                 f.close()
         placed = [(path, rel) for _, path, rel in files.values()]
-        self._placed("ntriples", place_batch(self.out, "ntriples", batch_id, placed, ".nt"))
-        shutil.rmtree(staging, ignore_errors=True)
+        self._place("ntriples", batch_id, placed, staging, ".nt")
 
     def _push(self, latest: list[Reading]) -> list[tuple[Reading, str]]:
         """The newest readings to the SIB: one KSP update per `SIB_CHUNK` pairs. Returns those

@@ -62,4 +62,3 @@ def _run_end(keys: list[tuple], start: int) -> int:
         else:
             hi = mid
     return lo
-
