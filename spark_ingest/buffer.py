@@ -42,22 +42,27 @@ class Buffer:
                                    isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        self._db.execute("CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY "
-                         "AUTOINCREMENT, topic TEXT NOT NULL, payload BLOB NOT NULL, "
-                         "received REAL NOT NULL)")
-        # Committed up to here, kept apart: AUTOINCREMENT never reuses a number, and an empty
-        # buffer still knows where Spark is.
-        self._db.execute("CREATE TABLE IF NOT EXISTS committed (seq INTEGER NOT NULL)")
-        if self._db.execute("SELECT COUNT(*) FROM committed").fetchone()[0] == 0:
-            self._db.execute("INSERT INTO committed VALUES (0)")
-        self._count = self._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        with self._transaction():  # the receiver's process and the job's may open it at once
+            self._db.execute("CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY "
+                             "AUTOINCREMENT, topic TEXT NOT NULL, payload BLOB NOT NULL, "
+                             "received REAL NOT NULL)")
+            # Committed up to here, kept apart: AUTOINCREMENT never reuses a number, and an
+            # empty buffer still knows where Spark is.
+            self._db.execute("CREATE TABLE IF NOT EXISTS committed (seq INTEGER NOT NULL)")
+            if self._db.execute("SELECT COUNT(*) FROM committed").fetchone()[0] == 0:
+                self._db.execute("INSERT INTO committed VALUES (0)")
 
     def __len__(self) -> int:
-        return self._count
+        """Messages kept: read from the file, as another process (the job's, when the
+        receiver runs apart) deletes what committed batches read."""
+        with self._lock:  # one statement, one snapshot: `commit` deletes a prefix
+            last, committed = self._db.execute(
+                "SELECT (SELECT MAX(seq) FROM messages), (SELECT seq FROM committed)").fetchone()
+        return 0 if last is None else last - committed
 
     @property
     def full(self) -> bool:
-        return self._count >= self.max_messages
+        return len(self) >= self.max_messages
 
     def append(self, messages: Sequence[tuple[str, bytes]], now: float | None = None) -> int:
         """Keep `messages` ((topic, payload), in arrival order) in one transaction; returns
@@ -66,7 +71,6 @@ class Buffer:
         with self._lock, self._transaction():
             self._db.executemany("INSERT INTO messages (topic, payload, received) VALUES "
                                  "(?, ?, ?)", [(t, p, received) for t, p in messages])
-            self._count += len(messages)
         return self.last()
 
     def last(self) -> int:
@@ -109,9 +113,8 @@ class Buffer:
     def commit(self, upto: int) -> None:
         """Spark committed every batch up to `upto`: those messages go."""
         with self._lock, self._transaction():
-            gone = self._db.execute("DELETE FROM messages WHERE seq <= ?", (upto,)).rowcount
+            self._db.execute("DELETE FROM messages WHERE seq <= ?", (upto,))
             self._db.execute("UPDATE committed SET seq = MAX(seq, ?)", (upto,))
-            self._count -= gone
 
     def close(self) -> None:
         with self._lock:

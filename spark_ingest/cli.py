@@ -23,9 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+from . import receiving as receivers_apart
 from . import warmup
 from .aggregates import interval_ms
-from .job import Ingest, IngestOptions, local_master, lost_checkpoint
+from .job import Ingest, IngestOptions, local_master, lost_checkpoint, source_options
 from .outlock import hold
 
 log = logging.getLogger("ksp.ingest")
@@ -146,6 +147,15 @@ def spark_session(master: str, app: str = "ksp-ingest"):
             # each put, beside the de-duplication's own.
             .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows",
                     "false")
+            # The checkpoint is on a local or shared disk (the driver renames in --out).
+            # Hadoop's FileContext API, Spark's default there, asks of each file it renames
+            # whether it is a link, which without Hadoop's native library runs `readlink` in a
+            # process of its own: about 300 in 10 s of micro-batches, ~10 ms each on the
+            # batch's thread. The FileSystem API renames with rename(2), atomic on such a
+            # disk; OUT/.lock keeps a second job off the checkpoint (`spark_ingest.outlock`).
+            .config("spark.sql.streaming.checkpointFileManagerClass",
+                    "org.apache.spark.sql.execution.streaming.checkpointing."
+                    "FileSystemBasedCheckpointFileManager")
             .getOrCreate())
 
 
@@ -249,6 +259,20 @@ def main(argv: list[str] | None = None) -> int:
                             shards=shards, shard_secret=secret,
                             compact_after=args.compact_after,
                             max_per_batch=args.max_per_batch)
+    # The receivers first, in a process of their own at this one's priority; then Spark,
+    # whose processes inherit the lower one this takes (`spark_ingest.receiving`).
+    receiving = None if shards else receivers_apart.spawn(source_options(options))
+    try:
+        if receiving is not None:
+            receivers_apart.lower_priority()
+        return _run(args, options, lock, receiving)
+    finally:
+        if receiving is not None:
+            receivers_apart.stop(receiving)
+
+
+def _run(args, options: IngestOptions, lock, receiving) -> int:
+    """The job, once its receivers run (`receiving`: their process; None: shards)."""
     spark = None
     try:  # Ctrl-C while Spark starts or the job warms up: stopped, without a traceback
         spark = spark_session(args.master)
@@ -257,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             log.info("warmed up in %.1f s (%d synthetic messages through the job)",
                      warmup.warm_up(spark, options, args.warm_up), args.warm_up)
         ingest = Ingest(spark, options)
-        ingest.start()
+        ingest.start(apart=receiving is not None)
+        if receiving is not None:
+            receivers_apart.begin(receiving)
     except KeyboardInterrupt:
         log.info("interrupted while starting: stopped (a next start resumes from %s)",
                  args.out)
@@ -280,18 +306,19 @@ def main(argv: list[str] | None = None) -> int:
         # Ready once the broker has every subscription (its SUBACK): a new session gets none
         # of what is published before.
         while (answer := ingest.subscription()) is None and not stop.wait(0.1):
-            if failed(ingest):
+            if failed(ingest) or gone(receiving):
                 return 1
         if answer is not None and answer != "ok":
             log.error("the broker refused the subscription to %s: %s", args.topic, answer)
             return 1
         if answer == "ok":
-            log.info("ingest ready: %s %s → %s%s", ", ".join(shards) if shards else args.mqtt,
+            log.info("ingest ready: %s %s → %s%s",
+                     ", ".join(options.shards) if options.shards else args.mqtt,
                      args.topic, args.out,
                      f", latest readings to {args.sib}" if args.sib else "")
         last = time.monotonic()
         while not stop.wait(0.2):
-            if failed(ingest):
+            if failed(ingest) or gone(receiving):
                 return 1
             if args.readings is not None and ingest.stats["observations"] >= args.readings:
                 break
@@ -302,10 +329,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for running in ingest.queries:
             running.stop()
+        try:
+            ingest.count_dropped()  # the last batch's report
+        except Exception:  # the JVM gone with a failed query: its figure goes unsaid
+            log.debug("no last progress report", exc_info=True)
         spark.stop()
     log.info("stopped: %s", status_line(ingest, previous, 1.0))
     lock.close()
     return 0
+
+
+def gone(receiving) -> bool:
+    """Whether the receivers' process has ended (said in the log): the job would read
+    nothing more."""
+    if receiving is None or receiving.poll() is None:
+        return False
+    log.error("the MQTT receivers' process ended (status %s)", receiving.returncode)
+    return True
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -70,7 +71,8 @@ from .telemetry import LATE, NAME, SIB_REFUSED
 
 log = logging.getLogger("ksp.ingest")
 
-__all__ = ["Ingest", "IngestOptions", "local_master", "lost_checkpoint", "push"]
+__all__ = ["Ingest", "IngestOptions", "local_master", "lost_checkpoint", "push",
+           "source_options"]
 
 #: SOSA's namespace; the observation rows use its terms as column names.
 SOSA = "http://www.w3.org/ns/sosa/"
@@ -107,6 +109,21 @@ class IngestOptions:
     extra: dict = field(default_factory=dict)  # more source options
 
 
+def source_options(o: IngestOptions, *, local: bool = False,
+                   offline: bool = False) -> dict[str, str]:
+    """The `ksp_mqtt` source's options for the job `o` (`spark_ingest.source`): `local`, the
+    executors read the buffer file (a local master); `offline`, the reader runs no
+    receiver."""
+    out = Path(o.out)
+    return {"broker": o.mqtt, "topic": o.topic, "buffer": str(out / "_mqtt"),
+            "client_id": o.client_id, "partitions": str(o.partitions),
+            "maxMessagesPerBatch": str(o.max_per_batch), "receivers": str(o.receivers),
+            "share": o.share or "", "ca": o.mqtt_ca or "", "user": o.mqtt_user or "",
+            "password": o.mqtt_password or "", "shards": ",".join(o.shards),
+            "checkpoint": str(out / "_checkpoint"), "localBuffer": str(local).lower(),
+            "offline": str(offline).lower(), "secret": o.shard_secret.decode(), **o.extra}
+
+
 class Ingest:
     """`Ingest(spark, options).start()` → the running `StreamingQuery`; `stats` counts what
     each batch did (for the status line and the metrics)."""
@@ -122,6 +139,9 @@ class Ingest:
         self.minutes = Minutes(self.out / "_aggregates_state", interval_ms(options.watermark))
         self.compactor = Compactor(self.out, options.compact_after)
         self._touched: list[tuple[str, Path]] = []  # the running batch's partitions
+        self.queries: list = []  # the running query (`start`)
+        self._counted = -1  # the newest batch whose progress report `count_dropped` read
+        self._counting = threading.Lock()
 
     def lag(self) -> tuple[int, float]:
         """(messages received and not yet in a committed batch, seconds the oldest waited),
@@ -174,9 +194,26 @@ class Ingest:
                 return f"{where}: {answer}"
         return "ok" if all(answer == "ok" for _, answer in answers) else None
 
-    def start(self, *, offline: bool = False):
+    def count_dropped(self) -> None:
+        """Adds to `stats["late_dropped"]` the readings Spark's de-duplication dropped as
+        older than the watermark, from the query's last progress report: none while the
+        source tags them as dead letters, so any here is a reading lost. Called as each batch
+        starts (the batch before it has reported by then) and once the query has stopped; a
+        Python `StreamingQueryListener` had every report converted over py4j instead, 0.4-0.6 s
+        of the JVM's CPU in a 200,000-reading burst (docs/benchmarks.md)."""
+        with self._counting:
+            progress = self.queries[0].lastProgress if self.queries else None
+            if progress is None or progress.batchId <= self._counted:
+                return
+            self._counted = progress.batchId
+            self.stats["late_dropped"] += sum(op.numRowsDroppedByWatermark
+                                              for op in progress.stateOperators)
+
+    def start(self, *, offline: bool = False, apart: bool = False):
         """Start the query. `offline`: no receiver, the batches read what the buffer holds,
-        then it ends (Trigger.AvailableNow: `spark_ingest.warmup`'s run)."""
+        then it ends (Trigger.AvailableNow: `spark_ingest.warmup`'s run). `apart`: the
+        receivers run in a process of their own (`spark_ingest.receiving`), begun after this,
+        and the reader none."""
         from pyspark.sql import functions as F
 
         from .mqtt import SUBSCRIBED
@@ -186,21 +223,9 @@ class Ingest:
             (directory / SUBSCRIBED).unlink(missing_ok=True)
         self.spark.dataSource.register(MqttTelemetry)
         o = self.o
-        reader = (self.spark.readStream.format("ksp_mqtt")
-                  .option("broker", o.mqtt).option("topic", o.topic)
-                  .option("buffer", str(self.out / "_mqtt")).option("client_id", o.client_id)
-                  .option("partitions", str(o.partitions))
-                  .option("maxMessagesPerBatch", str(o.max_per_batch))
-                  .option("receivers", str(o.receivers)).option("share", o.share or "")
-                  .option("ca", o.mqtt_ca or "").option("user", o.mqtt_user or "")
-                  .option("password", o.mqtt_password or "")
-                  .option("shards", ",".join(o.shards))
-                  .option("checkpoint", str(self.out / "_checkpoint"))
-                  .option("localBuffer",
-                          str(local_master(self.spark.sparkContext.master)).lower())
-                  .option("offline", str(offline).lower())
-                  .option("secret", o.shard_secret.decode()))
-        for key, value in o.extra.items():
+        reader = self.spark.readStream.format("ksp_mqtt")
+        local = local_master(self.spark.sparkContext.master)
+        for key, value in source_options(o, local=local, offline=offline or apart).items():
             reader = reader.option(key, value)
         stream = reader.load()
         keyed = (stream
@@ -220,7 +245,6 @@ class Ingest:
         if offline:
             writer = writer.trigger(availableNow=True).queryName("ksp-ingest-warm-up")
         else:
-            self.spark.streams.addListener(_LateCounter(self.stats))
             writer = writer.trigger(processingTime=o.trigger).queryName("ksp-ingest")
         self.queries = [writer.start()]
         return self.queries[0]
@@ -230,6 +254,7 @@ class Ingest:
     def _batch(self, batch, batch_id: int) -> None:
         started = time.perf_counter()
         self._touched = []
+        self.count_dropped()
         # A local master's executors share this process and its cores: the batch comes to
         # the driver once, as Arrow (`spark_ingest.arrow_batch`); a cluster's executors work.
         if local_master(batch.sparkSession.sparkContext.master):
@@ -302,7 +327,7 @@ class Ingest:
 
         from . import arrow_batch as ab
 
-        readings, dead = ab.split(batch.toArrow())
+        readings, dead = ab.split(batch.drop("key", "event_time").toArrow())
         observations = ab.observations(readings, self.o.base)
         partials = ab.partials(readings)
         n_obs = self._write_arrow(observations, "observations", batch_id, ["date", "device"])
@@ -353,7 +378,7 @@ class Ingest:
         staging = self.out / "_staging" / name / str(batch_id)
         shutil.rmtree(staging, ignore_errors=True)  # an attempt killed before its renames
         files = [(path, rel) for path, rel, _ in write_partitioned(table, staging,
-                                                                   partition_by)]
+                                                                   partition_by, flat=True)]
         self._place(name, batch_id, files, staging)
         return table.num_rows
 
@@ -507,29 +532,6 @@ class Reading(NamedTuple):
     property: str
     value: float
     ms: int  # its time
-
-
-def _LateCounter(stats: dict):
-    """A listener counting into `stats["late_dropped"]` the readings Spark's de-duplication
-    dropped as older than the watermark: none while the source tags them as dead letters, so
-    any here is a reading lost, shown by the status line and the metrics."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class LateCounter(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:
-            pass
-
-        def onQueryProgress(self, event) -> None:
-            stats["late_dropped"] += sum(op.numRowsDroppedByWatermark
-                                         for op in event.progress.stateOperators)
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            pass
-
-    return LateCounter()
 
 
 class SentReadings:

@@ -14,8 +14,9 @@ With `share`, the receiver is one of a group splitting the topic: an MQTT 5 clie
 that never expires, clean start off) subscribed to `$share/<share>/<topic>`.
 
 The broker's SUBACK is written to the file `subscribed` beside the buffer (`subscription`
-reads it): the receiver runs in a Python worker of Spark's, or in a shard's process, and the
-process that says "ready" waits for it. Before the SUBACK a new session has no subscription:
+reads it): the receiver runs in a process of its own (the job's, `spark_ingest.receiving`, or a
+shard's) or in a Python worker of Spark's (the `ksp_mqtt` source's reader), and the process that
+says "ready" waits for it. Before the SUBACK a new session has no subscription:
 what is published then is not for it.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .buffer import Buffer
 log = logging.getLogger("ksp.ingest")
 
 __all__ = ["SUBSCRIBED", "Receiver", "add_broker_flags", "broker_address", "broker_login",
-           "login", "subscription"]
+           "login", "receivers", "subscription"]
 
 #: MQTT 5 session expiry "never": the session and what it has queued outlive any stop.
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF
@@ -177,3 +178,22 @@ class Receiver:
     def wait_subscribed(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         return self.subscribed.wait(max(0.0, deadline - time.monotonic()))
+
+
+def receivers(options: dict[str, str]) -> list[Receiver]:
+    """The receivers the `ksp_mqtt` source's `options` ask for (`spark_ingest.source`:
+    `broker`, `topic`, `client_id`, `buffer`, `receivers`, `share`, `maxBuffered`, `ca`,
+    `user`, `password`), started: one, or with `receivers` N > 1 one per shard of the buffer,
+    splitting the topic through an MQTT 5 shared subscription."""
+    shards = int(options.get("receivers", 1))
+    client_id = options.get("client_id", "ksp-ingest")
+    share = (options.get("share") or client_id) if shards > 1 else None
+    directory = options["buffer"]
+    return [Receiver(options["broker"], options.get("topic", "ksp/+/telemetry"),
+                     client_id if share is None else f"{client_id}-{k}",
+                     Buffer(directory if shards == 1 else f"{directory}/shard-{k}",
+                            max_messages=int(options.get("maxBuffered", 1_000_000))),
+                     share=share, ca=options.get("ca") or None,
+                     user=options.get("user") or None,
+                     password=options.get("password") or None).start()
+            for k in range(shards)]

@@ -40,8 +40,10 @@ partition is a span of sequence numbers that its executor reads from the shard i
 readings go from receiver to executor, not through the driver); every request signed with
 `secret` (Spark redacts it like `password`). No receiver runs in the driver then.
 
-With `offline` (`true`), no receiver runs: the batches read what the buffer already holds
-(the job's warm-up, `spark_ingest.warmup`, runs its synthetic readings so, with no broker).
+With `offline` (`true`), no receiver runs in the reader: the batches read what the buffer
+holds, as another process fills it (`ksp-ingest` runs its receivers apart,
+`spark_ingest.receiving`) or none does (the job's warm-up, `spark_ingest.warmup`, runs its
+synthetic readings so, with no broker).
 
 Options: `broker`, `topic` (default `ksp/+/telemetry`), `buffer` (directory), `client_id`
 (default `ksp-ingest`: keep it across restarts, it names the broker's persistent session),
@@ -274,8 +276,7 @@ class _Reader(DataSourceStreamReader):
             import logging
             import sys
 
-            from .buffer import Buffer
-            from .mqtt import Receiver
+            from .mqtt import receivers
 
             # This runs in a Python worker the JVM started: its log lines to stderr too.
             log = logging.getLogger("ksp.ingest")
@@ -286,18 +287,7 @@ class _Reader(DataSourceStreamReader):
                 log.addHandler(handler)
                 log.setLevel(logging.INFO)
                 log.propagate = False
-
-            o = self._options
-            client_id = o.get("client_id", "ksp-ingest")
-            share = (o.get("share") or client_id) if self.shards > 1 else None
-            self._receivers = [
-                Receiver(o["broker"], o.get("topic", "ksp/+/telemetry"),
-                         client_id if share is None else f"{client_id}-{k}",
-                         Buffer(self._directory(k),
-                                max_messages=int(o.get("maxBuffered", 1_000_000))),
-                         share=share, ca=o.get("ca") or None, user=o.get("user") or None,
-                         password=o.get("password") or None).start()
-                for k in range(self.shards)]
+            self._receivers = receivers(self._options)
         return self._receivers
 
     def _offset(self, seqs: list[int]) -> dict:

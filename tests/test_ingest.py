@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from spark_ingest.cli import LOCAL_JAVA_OPTIONS
+from spark_ingest.receiving import NICENESS
 from spark_ingest.job import observation_iri
 from spark_ingest.telemetry import REASONS, parse
 from spark_ingest.testing import IngestProcess, until
@@ -130,6 +131,9 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
                   "the batch's figures")  # counted once its SIB update is sent
             figures = scrape()
             java = jvm_command_line(ingest.proc.pid)
+            niceness = {command.split(" ")[0].rsplit("/", 1)[-1] if "java" in command else
+                        command.split(" -m ")[-1].split(" ")[0]: nice
+                        for _, command, nice in descendants(ingest.proc.pid)}
             ingest.stop_when(lambda: True, "the end")
 
         async def in_the_sib():
@@ -170,6 +174,9 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert figures["ksp_ingest_sib_updates_total"] >= 1
     assert "ksp_ingest_lag_messages" in figures and "process_resident_memory_bytes" in figures
     assert LOCAL_JAVA_OPTIONS in java  # local[2]: the JVM compiles with C1 only
+    # The receivers in a process of their own; Spark's below them (`spark_ingest.receiving`).
+    lower = min(19, niceness["spark_ingest.receiving"] + NICENESS)  # 19: the lowest there is
+    assert niceness["java"] == niceness["pyspark.daemon"] == lower, niceness
 
 
 def jvm_command_line(pid: int) -> str:
@@ -179,30 +186,36 @@ def jvm_command_line(pid: int) -> str:
 
 def jvm_command_lines(pid: int) -> list[str]:
     """The command lines of the JVMs under process `pid`, the driver's first, from /proc."""
-    parents = {}
+    commands = [command for _, command, _ in descendants(pid)
+                if "java" in command.split(" ")[0]]
+    if not commands:
+        raise AssertionError(f"no JVM under process {pid}")
+    return sorted(commands, key=lambda c: "CoarseGrainedExecutorBackend" in c)
+
+
+def descendants(pid: int) -> list[tuple[int, str, int]]:
+    """(pid, command line, niceness) of each process under process `pid`, from /proc."""
+    parents, nice = {}, {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            parents[int(entry)], nice[int(entry)] = int(fields[1]), int(fields[16])
     family, grew = {pid}, True
     while grew:
         more = {child for child, parent in parents.items() if parent in family} - family
         family |= more
         grew = bool(more)
-    commands = []
-    for member in sorted(family):
+    out = []
+    for member in sorted(family - {pid}):
         try:
             command = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "java" in command.split(" ")[0]:
-            commands.append(command)
-    if not commands:
-        raise AssertionError(f"no JVM under process {pid}")
-    return sorted(commands, key=lambda c: "CoarseGrainedExecutorBackend" in c)
+        out.append((member, command, nice[member]))
+    return out
 
 
 def test_on_a_cluster_master_executors_of_their_own_take_the_rows(mosquitto, tmp_path):
@@ -518,12 +531,14 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
 
 def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, tmp_path):
     """The receiver alone (no Spark): with room for 5 messages, 5 are buffered and acknowledged
-    and the rest wait unacknowledged; as a batch commits, the rest come, in order, once each."""
+    and the rest wait unacknowledged; as a batch commits (through the job's own connection to
+    the file, as from the job's process), the rest come, in order, once each."""
     from spark_ingest.buffer import Buffer
     from spark_ingest.mqtt import Receiver
 
-    buffer = Buffer(tmp_path / "buffer", max_messages=5)
-    receiver = Receiver(mosquitto, "ksp/+/telemetry", "bounded-test", buffer, batch=1).start()
+    kept = Buffer(tmp_path / "buffer", max_messages=5)
+    buffer = Buffer(tmp_path / "buffer")  # the job's
+    receiver = Receiver(mosquitto, "ksp/+/telemetry", "bounded-test", kept, batch=1).start()
     try:
         assert receiver.wait_subscribed(30)
         sent = list(messages(12, devices=2, seed=2))
@@ -540,6 +555,7 @@ def test_a_full_buffer_stops_the_acknowledgements_and_loses_nothing(mosquitto, t
         got += [p for _, _, p, _ in buffer.read(buffer.committed(), buffer.last())]
     finally:
         receiver.stop()
+        kept.close()
         buffer.close()
     assert got == [p for _, p, _ in sent]
 

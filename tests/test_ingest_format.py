@@ -90,6 +90,23 @@ def test_the_buffer_keeps_what_is_not_committed_across_a_reopen(tmp_path):
     again.close()
 
 
+def test_the_buffers_count_is_the_files_so_another_process_commit_makes_room(tmp_path):
+    """The receiver's process appends, the job's commits (`spark_ingest.receiving`): the
+    receiver's view of how full the buffer is follows the job's commits."""
+    receiver = Buffer(tmp_path, max_messages=5)
+    job = Buffer(tmp_path)  # the job's own connection: another process, as far as SQLite knows
+    receiver.append([("t/a", b"1")] * 5)
+    assert receiver.full and len(job) == 5
+    job.commit(3)
+    assert not receiver.full and len(receiver) == 2 and len(job) == 2
+    receiver.append([("t/b", b"2")] * 3)
+    assert receiver.full and job.last() == 8
+    job.commit(8)
+    assert len(receiver) == 0 and receiver.last() == 8
+    receiver.close()
+    job.close()
+
+
 def test_bad_receivers_and_share_groups_are_refused_before_spark_starts(capsys):
     from spark_ingest.cli import main
 

@@ -53,6 +53,11 @@ def test_the_driver_writes_what_sparks_partitioned_writer_writes(tmp_path):
         frame = spark.createDataFrame(_rows(), SCHEMA)
         frame.write.partitionBy("date", "device").parquet(str(tmp_path / "spark"))
         written = write_partitioned(frame.toArrow(), tmp_path / "ours", ["date", "device"])
+        flat = write_partitioned(frame.toArrow(), tmp_path / "staged", ["date", "device"],
+                                 flat=True)
+        for path, rel, _ in flat:  # a batch's staging, then placed as `place_batch` does
+            (tmp_path / "placed" / rel).mkdir(parents=True, exist_ok=True)
+            path.rename(tmp_path / "placed" / rel / "part.parquet")
         back = sorted(map(tuple, spark.read.parquet(str(tmp_path / "ours")).select(
             *frame.columns).collect()), key=repr)
         expected = sorted(map(tuple, frame.collect()), key=repr)
@@ -65,6 +70,11 @@ def test_the_driver_writes_what_sparks_partitioned_writer_writes(tmp_path):
     assert len(written) == len(ours) and sum(n for _, _, n in written) == len(expected)
     assert all(path.parent.relative_to(tmp_path / "ours") == rel for path, rel, _ in written)
     assert back == expected  # and Spark reads them as the rows it was given
+    # Staged flat: every file side by side (no directory made per partition), each with its
+    # partition's rows, as the partitioned layout has them.
+    assert [(path.parent, rel, n) for path, rel, n in flat] == [
+        (tmp_path / "staged", rel, n) for _, rel, n in written]
+    assert _content(tmp_path / "placed") == ours
 
 
 def test_an_empty_table_writes_nothing(tmp_path):
