@@ -125,6 +125,10 @@ def spark_session(master: str, app: str = "ksp-ingest"):
 
     builder = SparkSession.builder.master(master).appName(app)
     if local_master(master):  # not local-cluster[...]: executors apart
+        # One JVM on this host: its UI (no login) and its endpoints on the loopback only,
+        # where Spark binds them to every interface (the UI's host is SPARK_LOCAL_IP, else
+        # 0.0.0.0); a SPARK_LOCAL_IP of the user's own wins.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # The JVM is driver and executor, and shares the cores with the receiver: C2, the
         # optimising JIT, took half its CPU here and was still compiling after 90 s
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's

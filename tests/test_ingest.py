@@ -131,6 +131,8 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
                   "the batch's figures")  # counted once its SIB update is sent
             figures = scrape()
             java = jvm_command_line(ingest.proc.pid)
+            listening = listening_addresses(next(pid for pid, command, _ in descendants(
+                ingest.proc.pid) if "java" in command.split(" ")[0]))
             niceness = {command.split(" ")[0].rsplit("/", 1)[-1] if "java" in command else
                         command.split(" -m ")[-1].split(" ")[0]: nice
                         for _, command, nice in descendants(ingest.proc.pid)}
@@ -174,6 +176,9 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
     assert figures["ksp_ingest_sib_updates_total"] >= 1
     assert "ksp_ingest_lag_messages" in figures and "process_resident_memory_bytes" in figures
     assert LOCAL_JAVA_OPTIONS in java  # local[2]: the JVM compiles with C1 only
+    # Its UI (no login), py4j and block manager: on the loopback only (Spark's UI binds to
+    # every interface otherwise).
+    assert listening and all(address.startswith("127.") for address in listening), listening
     # The receivers in a process of their own; Spark's below them (`spark_ingest.receiving`).
     lower = min(19, niceness["spark_ingest.receiving"] + NICENESS)  # 19: the lowest there is
     assert niceness["java"] == niceness["pyspark.daemon"] == lower, niceness
@@ -191,6 +196,36 @@ def jvm_command_lines(pid: int) -> list[str]:
     if not commands:
         raise AssertionError(f"no JVM under process {pid}")
     return sorted(commands, key=lambda c: "CoarseGrainedExecutorBackend" in c)
+
+
+def listening_addresses(pid: int) -> list[str]:
+    """The addresses process `pid` listens on for TCP ("127.0.0.1:4040", "0.0.0.0:4040",
+    "::"), from /proc: its sockets' inodes matched in /proc/net/tcp and tcp6."""
+    import ipaddress
+
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            host, port = fields[1].split(":")
+            raw = bytes.fromhex(host)
+            # /proc writes each 32-bit word in the host's order (little-endian here)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            address = ipaddress.ip_address(raw)
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+                address = address.ipv4_mapped
+            out.append(f"{address}:{int(port, 16)}")
+    return out
 
 
 def descendants(pid: int) -> list[tuple[int, str, int]]:
