@@ -21,9 +21,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["Buffer"]
+__all__ = ["Buffer", "shard_directory"]
 
 FILE = "mqtt-buffer.sqlite3"
+
+
+def shard_directory(directory: str | Path, k: int, shards: int) -> Path:
+    """The directory of shard `k` of a buffer in `directory` split into `shards` (one per
+    receiver): `directory` itself when there is one."""
+    return Path(directory) if shards == 1 else Path(directory) / f"shard-{k}"
 
 
 class Buffer:

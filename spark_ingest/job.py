@@ -167,11 +167,12 @@ class Ingest:
 
     def _buffers(self) -> list[Path]:
         """The directories of the buffer shards the driver's receivers fill (`source`'s)."""
+        from .buffer import shard_directory
+
         if self.o.shards:
             return []
-        if self.o.receivers == 1:
-            return [self.out / "_mqtt"]
-        return [self.out / "_mqtt" / f"shard-{k}" for k in range(self.o.receivers)]
+        return [shard_directory(self.out / "_mqtt", k, self.o.receivers)
+                for k in range(self.o.receivers)]
 
     def subscription(self) -> str | None:
         """"ok" once the broker has answered every receiver's subscription (its SUBACK, which

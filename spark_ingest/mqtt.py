@@ -30,7 +30,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 
 from .broker_args import refuse_clear, add_broker_flags, broker_address, broker_login
-from .buffer import Buffer
+from .buffer import Buffer, shard_directory
 
 log = logging.getLogger("ksp.ingest")
 
@@ -188,11 +188,10 @@ def receivers(options: dict[str, str]) -> list[Receiver]:
     shards = int(options.get("receivers", 1))
     client_id = options.get("client_id", "ksp-ingest")
     share = (options.get("share") or client_id) if shards > 1 else None
-    directory = options["buffer"]
+    most = int(options.get("maxBuffered", 1_000_000))
     return [Receiver(options["broker"], options.get("topic", "ksp/+/telemetry"),
                      client_id if share is None else f"{client_id}-{k}",
-                     Buffer(directory if shards == 1 else f"{directory}/shard-{k}",
-                            max_messages=int(options.get("maxBuffered", 1_000_000))),
+                     Buffer(shard_directory(options["buffer"], k, shards), max_messages=most),
                      share=share, ca=options.get("ca") or None,
                      user=options.get("user") or None,
                      password=options.get("password") or None).start()

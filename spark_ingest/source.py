@@ -261,7 +261,9 @@ class _Reader(DataSourceStreamReader):
         return state
 
     def _directory(self, k: int) -> str:
-        return self.directory if self.shards == 1 else f"{self.directory}/shard-{k}"
+        from .buffer import shard_directory
+
+        return str(shard_directory(self.directory, k, self.shards))
 
     def _started(self) -> list:
         if self._receivers is None and self.remote:

@@ -131,11 +131,12 @@ def test_readings_become_observations_duplicates_go_and_bad_messages_are_dead_le
                   "the batch's figures")  # counted once its SIB update is sent
             figures = scrape()
             java = jvm_command_line(ingest.proc.pid)
-            listening = listening_addresses(next(pid for pid, command, _ in descendants(
-                ingest.proc.pid) if "java" in command.split(" ")[0]))
+            family = descendants(ingest.proc.pid)
+            listening = listening_addresses(next(pid for pid, command, _ in family
+                                                 if "java" in command.split(" ")[0]))
             niceness = {command.split(" ")[0].rsplit("/", 1)[-1] if "java" in command else
                         command.split(" -m ")[-1].split(" ")[0]: nice
-                        for _, command, nice in descendants(ingest.proc.pid)}
+                        for _, command, nice in family}
             ingest.stop_when(lambda: True, "the end")
 
         async def in_the_sib():
