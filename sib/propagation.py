@@ -33,7 +33,7 @@ class Observer(Protocol):
     told of every write and, after the INDs, of the final state of each change."""
 
     def begin(self) -> None:
-        """A new request: nothing written yet (also after a write taken back)."""
+        """A new request: nothing written yet."""
 
     def written(self, delta: Delta, create, drop) -> None:
         """`delta` (and graphs created, dropped) was just written."""
@@ -79,14 +79,14 @@ class Propagation:
         for observer in self.observers:
             observer.begin()
 
-    def write(self, delta: Delta, create=(), drop=(), *, capped: bool = True) -> set[int]:
+    def write(self, delta: Delta, create=(), drop=()) -> set[int]:
         """Write `delta`; note the query groups it can affect; return the rules it can affect.
         Removed quads are screened against the state before the write, added ones after.
-        Within `max_quads` unless not `capped` (a write taken back restores a size that was)."""
+        Within `max_quads`."""
         r = self.registry
         if not (delta or create or drop):
             return set()
-        if capped and self.max_quads is not None:
+        if self.max_quads is not None:
             growth = len(delta.added) - len(delta.removed)
             if growth > 0 and self.store.size + growth > self.max_quads:
                 raise RequestError(Status.LIMIT_EXCEEDED,

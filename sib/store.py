@@ -9,23 +9,26 @@ really appeared or disappeared — what the persistent-operation index is fed wi
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
-from typing import NamedTuple, NoReturn
+from collections.abc import Callable, Iterable
+from typing import NamedTuple, NoReturn, TypeVar
 
 import pyoxigraph as ox
 
 from ksp.terms import DEFAULT_GRAPH, IRI, BNode, Term
 from ksp.ratelog import RateLimitedLog
 
+from .budget import check
 from .errors import StoreUnwritable
 from .oxterms import Quad, graph_from_ox, graph_to_ox, quad_from_ox, quad_to_ox, to_ox
 
+T = TypeVar("T")
 log = logging.getLogger("ksp.sib")
 #: A store refusing writes says so once a minute, however many writes it refuses.
 unwritable_log = RateLimitedLog(log, time.monotonic)
@@ -100,8 +103,14 @@ def sweep_abandoned(parent: str | None = None, min_age: float = ABANDONED_AFTER)
     return gone
 
 
-def _has_bnode(quads: Iterable[Quad]) -> bool:
-    return any(isinstance(t, BNode) for q in quads for t in q[:3])
+_BNODE = "urn:x-ksp:blank-node"
+#: The function by which a write names a stored blank node (SPARQL's DATA blocks cannot: their
+#: blank nodes are new ones): `<urn:x-ksp:blank-node>("label")` is the blank node `label`.
+_FUNCTIONS = {ox.NamedNode(_BNODE): lambda label: ox.BlankNode(label.value)}
+
+
+def _has_bnode(q: Quad) -> bool:
+    return isinstance(q[0], BNode) or isinstance(q[2], BNode)
 
 
 def _data_block(quads: Iterable[Quad]) -> str:
@@ -110,6 +119,31 @@ def _data_block(quads: Iterable[Quad]) -> str:
         triple = f"{to_ox(q[0])} {to_ox(q[1])} {to_ox(q[2])} ."
         lines.append(triple if q[3] == DEFAULT_GRAPH else f"GRAPH <{q[3]}> {{ {triple} }}")
     return "\n".join(lines)
+
+
+def _cells(term: Term) -> str:
+    """A subject's or object's two VALUES cells: the term, or its blank node's label."""
+    if isinstance(term, BNode):  # to_ox: a label the store cannot hold is refused here
+        return f"UNDEF {json.dumps(to_ox(term).value)}"
+    return f"{to_ox(term)} UNDEF"
+
+
+def _operations(verb: str, quads: tuple[Quad, ...]) -> list[str]:
+    """SPARQL update operations that delete or insert (`verb`) exactly `quads`: a DATA block,
+    and for quads with a blank node one operation per graph naming the nodes by label."""
+    plain = [q for q in quads if not _has_bnode(q)]
+    out = [f"{verb} DATA {{\n{_data_block(plain)}\n}}"] if plain else []
+    by_graph: dict[IRI, list[str]] = {}
+    for q in quads:
+        if _has_bnode(q):
+            by_graph.setdefault(q[3], []).append(
+                f"({_cells(q[0])} {to_ox(q[1])} {_cells(q[2])})")
+    for g, rows in by_graph.items():
+        template = "?S ?p ?O" if g == DEFAULT_GRAPH else f"GRAPH <{g}> {{ ?S ?p ?O }}"
+        out.append(f"{verb} {{ {template} }} WHERE {{ VALUES (?s ?sl ?p ?o ?ol) {{\n"
+                   + "\n".join(rows) + f"\n}} BIND(IF(BOUND(?sl), <{_BNODE}>(?sl), ?s) AS ?S) "
+                   f"BIND(IF(BOUND(?ol), <{_BNODE}>(?ol), ?o) AS ?O) }}")
+    return out
 
 
 class QuadStore:
@@ -154,6 +188,10 @@ class QuadStore:
         self.maintenance_runs = 0
         self.maintenance_seconds = 0.0
         self._compaction: threading.Thread | None = None
+        #: Twice the writes begun, less one while a write is under way (odd): a read that
+        #: takes more than one snapshot saw one state if this was even and unchanged from
+        #: before its first to after its last (`stable`).
+        self.writes = 0
         #: Why writes fail (None: they do not), and when a reopening may be tried next.
         self.unwritable: str | None = None
         self._reopen_at = 0.0
@@ -172,6 +210,24 @@ class QuadStore:
     def size(self) -> int:
         """Quads in the store, kept by the writes (`len()` may scan the whole store)."""
         return self._size
+
+    def stable(self, read: Callable[[], T]) -> T:
+        """`read()`, again until no write began or ended while it ran: for a read of more than
+        one snapshot (each query and lookup takes its own), from a reader thread. Writes are
+        short and one at a time; the budget in force (`sib.budget.check`) bounds the tries."""
+        while True:
+            before = self.writes
+            if not before % 2:
+                result = read()
+                if self.writes == before:
+                    return result
+                del result
+            check()
+            time.sleep(0)
+
+    def query(self, text: str, **kwargs):
+        """pyoxigraph's answer to the SPARQL query `text` (`Store.query`'s arguments)."""
+        return self._store.query(text, **kwargs)
 
     def contains(self, q: Quad) -> bool:
         return quad_to_ox(q) in self._store
@@ -203,38 +259,29 @@ class QuadStore:
 
     def apply(self, delta: Delta, create: Iterable[IRI] = (), drop: Iterable[IRI] = ()) -> None:
         """Write `delta` (quads removed, then added) and create/drop named graphs, as one
-        transaction (a single SPARQL update). Blank nodes cannot be named in SPARQL update text,
-        so a delta holding one is written quad by quad instead: still all-or-nothing for every
-        refusal (those happen before this call), but not crash-atomic."""
+        transaction (a single SPARQL update, blank nodes named by their labels): a reader's
+        snapshot holds all of it or none."""
         create, drop = list(create), list(drop)
         if not (delta or create or drop):
             return
         if self.unwritable is not None:
             self._reopen()
+        self.writes += 1
         try:
             self._write(delta, create, drop)
         except OSError as exc:  # RocksDB: an I/O error, a full disk
             self._refuse(str(exc))
+        finally:
+            self.writes += 1
         self._counted(delta)
 
     def _write(self, delta: Delta, create: list[IRI], drop: list[IRI]) -> None:
-        if _has_bnode(delta.quads):
-            store = self._store
-            for g in drop:
-                store.remove_graph(graph_to_ox(g))
-            for q in delta.removed:
-                store.remove(quad_to_ox(q))
-            store.extend(quad_to_ox(q) for q in delta.added)
-            for g in create:
-                store.add_graph(graph_to_ox(g))
-            return
         parts = [f"DROP SILENT GRAPH <{g}>" for g in drop]
-        if delta.removed:
-            parts.append(f"DELETE DATA {{\n{_data_block(delta.removed)}\n}}")
-        if delta.added:
-            parts.append(f"INSERT DATA {{\n{_data_block(delta.added)}\n}}")
+        parts += _operations("DELETE", delta.removed)
+        parts += _operations("INSERT", delta.added)
         parts += [f"CREATE SILENT GRAPH <{g}>" for g in create]
-        self._store.update(" ;\n".join(parts))
+        bnodes = any(map(_has_bnode, delta.quads))
+        self._store.update(" ;\n".join(parts), custom_functions=_FUNCTIONS if bnodes else None)
 
     def _refuse(self, reason: str) -> NoReturn:
         """Writes fail from now on, until `_reopen` succeeds: raise `StoreUnwritable`."""

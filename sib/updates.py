@@ -125,12 +125,6 @@ class GraphChange:
         self.delta, self.create, self.drop = delta, tuple(create), tuple(drop)
 
 
-def new_graphs(store: QuadStore, quads: Iterable[Quad]) -> list[IRI]:
-    """The named graphs of `quads` that do not exist yet: writing the quads creates them."""
-    return [g for g in dict.fromkeys(q[3] for q in quads)
-            if g != DEFAULT_GRAPH and not store.graph_exists(g)]
-
-
 def _triples(store: QuadStore, g: IRI) -> set[Triple]:
     return {Triple(*q[:3]) for q in store.match(g=g)}
 

@@ -1,4 +1,4 @@
-"""A SEPA update that fails is undone whole, through the gate over real sockets: the store's
+"""A SEPA update that fails changes nothing, through the gate over real sockets: the store's
 quads, its graph set (which named graphs exist, empty ones included) and what every subscriber
 (SEPA over WebSocket, KSP over UDP) has been told are exactly as before, smart and naive."""
 from __future__ import annotations

@@ -33,6 +33,7 @@ BENCH_SUITES = {
     "bridge-soak": ".bench.bridge_soak",
     "fanout": ".bench.fanout",
     "indicate": ".bench.indicate",
+    "isolation": ".bench.isolation",
     "rate": ".bench.rate",
     "request": ".bench.request",
     "ingest": ".bench.ingest",

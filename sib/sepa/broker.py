@@ -2,11 +2,11 @@
 run by the SIB's scheduler (one at a time, in arrival order, between KSP requests) against the
 same store, so an update from either side reaches the persistent operations of both.
 
-- A SEPA update is cut into operations (`sib.sepa.update`); each one's exact delta is written
+- A SEPA update is cut into operations (`sib.sepa.update`), each worked out against the store
+  as the ones before it leave it (`sib.staging`); their net exact delta is written once
   through `Propagation.write`, as a KSP update's is, so the rules' cascade, the KSP INDs and
-  the SEPA notifications follow from the same deltas. If an operation fails, the ones before
-  it are written back (their deltas are exact, so the inverse is too; a graph one created,
-  by writing into it too, is dropped, one it dropped created again) and nothing is notified.
+  the SEPA notifications follow from the same delta, and a reader sees all of the request or
+  none of it. If an operation fails, nothing has been written and nothing is notified.
 - A subscription keeps its last result as a multiset; after a change that can affect it, its
   query is evaluated again and the notification carries the exact multiset difference (SELECT:
   rows added and removed; ASK: the boolean before and after; CONSTRUCT: triples added and
@@ -39,8 +39,8 @@ from ..errors import RequestError, StoreUnwritable
 from ..fairness import Shares
 from ..index import PatternIndex
 from ..metrics import Histogram
+from ..staging import Staged
 from ..store import Delta
-from ..updates import GraphChange, new_graphs
 from .reads import graphs_read
 from .screen import triple_patterns
 from .update import Dataset, Operation, UpdateRefused, parse_update
@@ -221,53 +221,40 @@ class SepaBroker:
     def apply(self, ops: list[Operation], grant: Grant | None = None,
               writes: tuple = ()) -> Delta:
         """Apply parsed operations (an update's, or a Graph Store request's:
-        `sib.sepa.graph_store`) in order, all of them or nothing; returns the net quads they
-        changed. `writes`: graphs checked for write beside those the operations name (a
-        Graph Store POST of an empty body still needs the right to write its graph)."""
+        `sib.sepa.graph_store`) in order, all of them or nothing, as one write: each is worked
+        out against the store as the ones before it leave it (`sib.staging.Staged`) and what
+        they change in all is written once, so a reader never sees part of them, and a request
+        that fails has written nothing. Returns the net quads they changed. `writes`: graphs
+        checked for write beside those the operations name (a Graph Store POST of an empty
+        body still needs the right to write its graph)."""
         self._check_write(grant, writes)
+        staged = Staged(self.store)
+        for op in ops:
+            if op.reads:
+                self._check_read(grant, _reads(op), op.where)
+            self._check_write(grant, op.writes())  # covers every graph its change writes
+            try:
+                with timed(self.core.budgets.update, "the update's WHERE"):
+                    staged.stage(op.change(staged))
+            except UpdateRefused as exc:
+                raise SepaError(exc.status, exc.error, str(exc)) from None
+            except OverBudget as exc:
+                raise SepaError(503, "timeout", str(exc)) from None
+        net = staged.net()
         prop = self.core.propagation
         prop.begin()
-        written: list[GraphChange] = []
-        made: list[list] = []  # by each written change: the graphs its insertions brought in
-        rules: set[int] = set()
         try:
-            for op in ops:
-                if op.reads:
-                    self._check_read(grant, _reads(op), op.where)
-                self._check_write(grant, op.writes())  # covers every graph its change writes
-                try:
-                    with timed(self.core.budgets.update, "the update's WHERE"):
-                        change = op.change(self.store)
-                except UpdateRefused as exc:
-                    raise SepaError(exc.status, exc.error, str(exc)) from None
-                except OverBudget as exc:
-                    raise SepaError(503, "timeout", str(exc)) from None
-                new = new_graphs(self.store, change.delta.added)
-                try:
-                    rules |= prop.write(change.delta, change.create, change.drop)
-                except StoreUnwritable as exc:  # a full disk: the next write may pass
-                    raise SepaError(503, "disk_full" if exc.disk_full else "store_unwritable",
-                                    str(exc)) from None
-                except RequestError as exc:  # the store's cap (`[limits] max_quads`)
-                    raise SepaError(507, "insufficient_storage", str(exc)) from None
-                written.append(change)
-                made.append(new)
-        except BaseException:
-            # Exact deltas: their inverses undo them; the graph set comes back too (a graph
-            # a change made, by CREATE or by writing into it, is dropped; one dropped, created).
-            for change, new in zip(reversed(written), reversed(made)):
-                try:
-                    prop.write(Delta(change.delta.removed, change.delta.added), change.drop,
-                               (*change.create, *new), capped=False)
-                except StoreUnwritable as exc:  # the disk filled between two operations
-                    log.error("SEPA update: an operation could not be taken back: %s", exc)
-            prop.begin()  # nothing changed in the end: nothing to notify
-            raise
-        dropped = [g for change in written for g in change.drop]
+            rules = prop.write(net.delta, net.create, net.drop)
+        except StoreUnwritable as exc:  # a full disk: the next write may pass
+            raise SepaError(503, "disk_full" if exc.disk_full else "store_unwritable",
+                            str(exc)) from None
+        except RequestError as exc:  # the store's cap (`[limits] max_quads`)
+            raise SepaError(507, "insufficient_storage", str(exc)) from None
+        dropped = staged.dropped
         if dropped:
             self.core.registry.end_ops_on_graphs(dropped)
         prop.propagate(rules, None)
-        return _net(written)
+        return net.delta
 
     # -- subscriptions ----------------------------------------------------------------------
 
@@ -485,22 +472,3 @@ def _reads(op: Operation) -> Dataset:
     if op.where is None:  # ADD / MOVE / COPY read their source
         return Dataset((op.source,), ())
     return op.dataset
-
-
-def _net(changes: list[GraphChange]) -> Delta:
-    """What a sequence of exact deltas changed in all (a quad removed, then added back, did
-    not change)."""
-    added: dict = {}
-    removed: dict = {}
-    for change in changes:
-        for q in change.delta.removed:
-            if q in added:
-                del added[q]
-            else:
-                removed[q] = None
-        for q in change.delta.added:
-            if q in removed:
-                del removed[q]
-            else:
-                added[q] = None
-    return Delta(tuple(added), tuple(removed))

@@ -115,10 +115,14 @@ class GraphStore:
             raise SepaError(406, "not_acceptable", f"no graph format for Accept: {header}; "
                             f"a graph comes as {', '.join(WRITE_FORMATS)}")
 
-        def read() -> bytes:  # access first: a refused client learns nothing of the graph
-            result = self.broker.query(_READ, Dataset((graph,), ()), grant)
+        def snapshot():  # access first: a refused client learns nothing of the graph
+            return (self.broker.query(_READ, Dataset((graph,), ()), grant),
+                    self.broker.store.graph_exists(graph))
+
+        def read() -> bytes:  # the graph's content and its existence, from one state
+            result, exists = self.broker.store.stable(snapshot)
             try:
-                if not self.broker.store.graph_exists(graph):
+                if not exists:
                     raise SepaError(404, "not_found", f"no graph <{graph}>")
                 return result.serialize(format=WRITE_FORMATS[media])
             finally:

@@ -11,9 +11,9 @@ CREATE, ADD, MOVE, COPY, with SILENT) becomes quad lists. LOAD is refused, since
 not fetch from the web; LOAD SILENT succeeds with no change, as SILENT says a failed LOAD
 does. Relative IRIs resolve against the update's BASE, else the service's base IRI.
 
-Operations are applied one after another, each against the state the previous one left
-(`apply_update` in `sib.sepa.gate`): parsing is done for all of them first, so a syntax
-error changes nothing.
+Operations are worked out one after another, each against the state the previous one left
+(`sib.staging.Staged`), and written together once (`SepaBroker.apply`): parsing is done for
+all of them first, so a syntax error changes nothing.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from ksp.terms import DEFAULT_GRAPH, IRI
 
 from ..budget import checked
 from ..oxterms import Quad, canonical, quad_from_ox, resolve_iri
+from ..staging import Staged
 from ..store import Delta, QuadStore
 from ..updates import GraphChange, emptied, net_delta, transfer
 
@@ -105,9 +106,9 @@ class Operation:
             return (DEFAULT_GRAPH,)
         return None if which in ("NAMED", "ALL") else (IRI(which),)
 
-    def change(self, store: QuadStore) -> GraphChange:
-        """The quads this operation adds and removes on the store as it is, and the graphs it
-        creates and drops."""
+    def change(self, store: QuadStore | Staged) -> GraphChange:
+        """The quads this operation adds and removes on the store as it is (or as a request's
+        earlier operations leave it: `Staged`), and the graphs it creates and drops."""
         if self.kind in ("INSERT DATA", "DELETE DATA", "MODIFY"):
             per_solution = self.where is not None  # template blank nodes: fresh per solution
             solutions = _solutions(store, self.where, self.dataset) if per_solution else [{}]
@@ -125,9 +126,9 @@ class Operation:
             raise
 
 
-def _solutions(store: QuadStore, where: str, dataset: Dataset) -> list[dict]:
+def _solutions(store: QuadStore | Staged, where: str, dataset: Dataset) -> list[dict]:
     try:
-        found = store.oxigraph.query(where, **dataset.for_store())
+        found = store.query(where, **dataset.for_store())
     except (SyntaxError, ValueError) as exc:
         raise UpdateRefused(f"WHERE: {exc}") from None
     names = [v.value for v in found.variables]
@@ -157,7 +158,7 @@ def _instances(template: list, solutions: list[dict], fresh_bnodes: bool) -> Ite
                 yield (canonical(s), p, canonical(o), g)
 
 
-def _management(store: QuadStore, op: Operation) -> GraphChange:
+def _management(store: QuadStore | Staged, op: Operation) -> GraphChange:
     kind = op.kind
     if kind == "CREATE":
         g = op.graphs[0]
