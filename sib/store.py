@@ -131,13 +131,15 @@ def _cells(term: Term) -> str:
 def _operations(verb: str, quads: tuple[Quad, ...]) -> list[str]:
     """SPARQL update operations that delete or insert (`verb`) exactly `quads`: a DATA block,
     and for quads with a blank node one operation per graph naming the nodes by label."""
-    plain = [q for q in quads if not _has_bnode(q)]
-    out = [f"{verb} DATA {{\n{_data_block(plain)}\n}}"] if plain else []
+    plain: list[Quad] = []
     by_graph: dict[IRI, list[str]] = {}
     for q in quads:
         if _has_bnode(q):
             by_graph.setdefault(q[3], []).append(
                 f"({_cells(q[0])} {to_ox(q[1])} {_cells(q[2])})")
+        else:
+            plain.append(q)
+    out = [f"{verb} DATA {{\n{_data_block(plain)}\n}}"] if plain else []
     for g, rows in by_graph.items():
         template = "?S ?p ?O" if g == DEFAULT_GRAPH else f"GRAPH <{g}> {{ ?S ?p ?O }}"
         out.append(f"{verb} {{ {template} }} WHERE {{ VALUES (?s ?sl ?p ?o ?ol) {{\n"

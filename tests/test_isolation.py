@@ -108,6 +108,7 @@ class Reads:
         return self.seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blank", [False, True], ids=["iris", "blank-nodes"])
 def test_a_graph_store_put_is_seen_whole(blank):
     """PUT replaces a graph of N triples by another set of N, again and again: every COUNT
@@ -152,6 +153,7 @@ def test_a_graph_store_put_is_seen_whole(blank):
     run(main())
 
 
+@pytest.mark.slow
 def test_a_graph_made_and_dropped_is_seen_whole():
     """PUT makes a graph of N triples, DELETE drops it, again and again: a Graph Store GET is
     404 or the whole graph (its content and its existence read from one state), never an
@@ -180,6 +182,7 @@ def test_a_graph_made_and_dropped_is_seen_whole():
     run(main())
 
 
+@pytest.mark.slow
 def test_a_multi_operation_update_is_seen_whole():
     """`DELETE DATA {N}; INSERT DATA {N}` replaces one set by the other: every COUNT is N and
     every KSP read finds a triple (between the two operations there is none)."""
@@ -204,6 +207,7 @@ def test_a_multi_operation_update_is_seen_whole():
     run(main())
 
 
+@pytest.mark.slow
 def test_a_failed_update_is_never_seen():
     """`INSERT DATA {N into a new graph, N into the default graph}; DROP GRAPH <missing>` is
     refused (400) and changes nothing: no read — COUNT at the gate, a Graph Store GET, a KSP
@@ -364,6 +368,7 @@ def shared_sib():
     lab.process.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(12, 100), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(st.one_of(OPERATIONS, BULK), min_size=2, max_size=5),

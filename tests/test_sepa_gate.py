@@ -156,7 +156,7 @@ def test_bad_requests_get_clear_statuses():
             async with lab.http.post(lab.base + "/query", data="SELECT * {}",
                                      headers={"Content-Type": "text/plain"}) as r:
                 assert r.status == 415
-            async with lab.http.get(lab.base + "/update") as r:
+            async with lab.http.get(lab.base + "/update", params={"update": "CLEAR ALL"}) as r:
                 assert r.status == 405
             body = await lab.update("INSERT DATA { <a> <b> ", status=400)
             assert body["error"] == "invalid_update" and body["status_code"] == 400
@@ -171,11 +171,32 @@ def test_bad_requests_get_clear_statuses():
     run(main())
 
 
+def test_a_function_the_engine_lacks_is_a_client_error_naming_it(caplog):
+    """An update or query calling a function pyoxigraph does not have is 400 naming it, with no
+    traceback in the log (it is the client's request, not a failure of the SIB)."""
+    f = "http://example.org/f"
+
+    async def main():
+        async with Lab() as lab:
+            body = await lab.update(
+                PRE + f"INSERT {{ ex:s ex:p ?o }} WHERE {{ BIND(<{f}>(1) AS ?o) }}", status=400)
+            assert f in body["error_description"], body
+            async with lab.http.get(lab.base + "/query", params={
+                    "query": f"SELECT ?o WHERE {{ BIND(<{f}>(1) AS ?o) }}"}) as r:
+                body = await r.json()
+                assert r.status == 400 and f in body["error_description"], body
+            assert await lab.select("SELECT * WHERE { ?s ?p ?o }") == []
+
+    with caplog.at_level("INFO"):
+        run(main())
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
 def test_updates_apply_whole_or_not_at_all():
     async def main():
         async with Lab() as lab:
             await lab.update(PRE + "CREATE GRAPH ex:g")
-            # the second operation fails: the first is undone
+            # the second operation fails: nothing of the first is written
             body = await lab.update(PRE + "INSERT DATA { ex:a ex:p 1 } ; CREATE GRAPH ex:g",
                                     status=400)
             assert "exists" in body["error_description"]

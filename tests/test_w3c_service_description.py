@@ -1,6 +1,6 @@
 """The W3C SPARQL 1.1 Service Description tests
 (tests/w3c_manifests/service-description/manifest.ttl) against a live `ksp-sib`: `GET /query`
-with no query answers the description (`sib.sepa.description`). The manifest names its three
+with no query, and `GET /update`, answer their endpoint's description (`sib.sepa.description`). The manifest names its three
 tests only; each is implemented here as the W3C describes it (SPARQL 1.1 Service Description
 §3, §4): the answer is RDF, it holds an `sd:endpoint` triple naming the URL asked, and it uses
 the vocabulary as its schema says (classes, domains, ranges)."""
@@ -34,8 +34,9 @@ def gate():
         yield sib.ports["http"], sib.ports["ws"]
 
 
-def describe(port: int, accept: str = "text/turtle") -> tuple[str, list[ox.Triple]]:
-    status, media, body = send(port, "GET", "/query", headers={"Accept": accept})
+def describe(port: int, accept: str = "text/turtle", path: str = "/query"
+             ) -> tuple[str, list[ox.Triple]]:
+    status, media, body = send(port, "GET", path, headers={"Accept": accept})
     assert status == 200, body
     fmt = ox.RdfFormat.from_media_type(media)
     assert fmt is not None, media
@@ -110,17 +111,40 @@ def test_the_description_by_accept(gate, accept):
     assert len(triples) == len(describe(gate[0], "*/*")[1]) == len(describe(gate[0], "")[1])
 
 
-def test_the_description_says_what_the_gate_serves(gate):
-    """Query and Update, the seven result formats, and the SE Protocol's subscribe URL."""
-    port, ws_port = gate
-    _, triples = describe(port)
-    by = {}
+def _by_predicate(triples: list[ox.Triple]) -> dict[str, set[str]]:
+    by: dict[str, set[str]] = {}
     for t in triples:
         by.setdefault(t.predicate.value, set()).add(t.object.value)
-    assert by[SD + "supportedLanguage"] == {SD + "SPARQL11Query", SD + "SPARQL11Update"}
-    assert len(by[SD + "resultFormat"]) == 7
-    assert by[SEPA + "subscribeEndpoint"] == {f"ws://127.0.0.1:{ws_port}/subscribe"}
-    assert SD + "BasicFederatedQuery" not in by[SD + "feature"]  # no SERVICE endpoint allowed
+    return by
+
+
+def test_each_endpoint_describes_what_it_serves(gate):
+    """`/query`: Query, the seven result formats and the SE Protocol's subscribe URL;
+    `/update`: Update alone, and no result format (it answers none)."""
+    port, ws_port = gate
+    query = _by_predicate(describe(port)[1])
+    assert query[SD + "supportedLanguage"] == {SD + "SPARQL11Query"}
+    assert len(query[SD + "resultFormat"]) == 7
+    assert query[SEPA + "subscribeEndpoint"] == {f"ws://127.0.0.1:{ws_port}/subscribe"}
+    assert SD + "BasicFederatedQuery" not in query[SD + "feature"]  # no SERVICE endpoint allowed
+    update = _by_predicate(describe(port, path="/update")[1])
+    assert update[SD + "supportedLanguage"] == {SD + "SPARQL11Update"}
+    assert update[SD + "endpoint"] == {f"http://127.0.0.1:{port}/update"}
+    assert SD + "resultFormat" not in update and SEPA + "subscribeEndpoint" not in update
+    assert SD + "EmptyGraphs" in update[SD + "feature"]
+
+
+@pytest.mark.parametrize("path", ["/query", "/update"])
+def test_head_answers_as_get_without_a_body(gate, path):
+    status, media, body = send(gate[0], "HEAD", path)
+    assert (status, media, body) == (200, "text/turtle", b"")
+    status, _, body = send(gate[0], "HEAD", "/query?query=ASK%20%7B%7D")
+    assert status == 200 and body == b""
+
+
+def test_an_update_by_get_is_refused(gate):
+    status, _, body = send(gate[0], "GET", "/update?update=CLEAR%20ALL")
+    assert status == 405 and b"POST" in body, body
 
 
 def test_a_get_with_parameters_but_no_query_is_refused(gate):

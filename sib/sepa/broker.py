@@ -202,8 +202,8 @@ class SepaBroker:
                                              **dataset.for_store())
         except SyntaxError as exc:
             raise SepaError(400, "invalid_query", str(exc)) from None
-        except (ValueError, OSError) as exc:
-            raise SepaError(400, "query_failed", str(exc)) from None
+        except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: pyoxigraph refused to
+            raise SepaError(400, "query_failed", str(exc)) from None  # evaluate it (a function)
 
     # -- updates ----------------------------------------------------------------------------
 

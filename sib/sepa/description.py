@@ -1,8 +1,10 @@
-"""The SPARQL 1.1 Service Description the gate answers at `GET /query` with no query (and at
-`GET /secure/query` with a valid token): what a generic client can learn of the endpoint
-without the SEPA-specific JSAP (`sib.sepa.jsap`, which stays the SEPA view).
+"""The SPARQL 1.1 Service Descriptions the gate answers at `GET /query` with no query and at
+`GET /update` (and at `/secure/query` and `/secure/update` with a valid token): what a generic
+client can learn of each endpoint without the SEPA-specific JSAP (`sib.sepa.jsap`, which stays
+the SEPA view).
 
-It says what the gate does: the languages (Query, Update), the result formats it serializes,
+Each says what its endpoint does: its language (Query at `/query`, with the result formats it
+serializes and the subscribe URLs; Update at `/update`),
 the features (empty graphs are kept, the default graph is not the union of the named ones;
 SERVICE only when `[sepa] service_endpoints` allows some), the default dataset (its default
 graph; the named graphs are not listed, for their names may be what a grant hides), and the
@@ -41,17 +43,18 @@ FORMATS = {
 _PREFIXES = {"sd": SD, "sepa": SEPA, "formats": _W3}
 
 
-def describe_service(endpoint: str, *, media: Iterable[str], subscribe: Iterable[str] = (),
+def describe_service(endpoint: str, *, language: str = "SPARQL11Query",
+                     media: Iterable[str] = (), subscribe: Iterable[str] = (),
                      federated: bool = False) -> list[ox.Triple]:
-    """The description of the endpoint at `endpoint` (the URL it was asked at): its result
-    formats from the `media` types it serves, `subscribe`: the SE Protocol URLs, `federated`:
-    whether SERVICE may reach some endpoint."""
+    """The description of the endpoint at `endpoint` (the URL it was asked at), which serves
+    `language` (`SPARQL11Query` or `SPARQL11Update`): its result formats from the `media` types
+    it serves, `subscribe`: the SE Protocol URLs, `federated`: whether SERVICE may reach some
+    endpoint."""
     service = ox.BlankNode("service")
     dataset, graph = ox.BlankNode("dataset"), ox.BlankNode("default")
     triples = [ox.Triple(service, _RDF_TYPE, _sd("Service")),
                ox.Triple(service, _sd("endpoint"), ox.NamedNode(endpoint)),
-               ox.Triple(service, _sd("supportedLanguage"), _sd("SPARQL11Query")),
-               ox.Triple(service, _sd("supportedLanguage"), _sd("SPARQL11Update")),
+               ox.Triple(service, _sd("supportedLanguage"), _sd(language)),
                ox.Triple(service, _sd("feature"), _sd("EmptyGraphs")),
                ox.Triple(service, _sd("defaultEntailmentRegime"),
                          ox.NamedNode("http://www.w3.org/ns/entailment/Simple")),

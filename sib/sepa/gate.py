@@ -361,9 +361,9 @@ class SepaGate:
 
     async def start(self) -> "SepaGate":
         http = web.Application(client_max_size=self.limits.max_body_bytes)
-        http.router.add_route("GET", "/query", self._query)
-        http.router.add_route("POST", "/query", self._query)
-        http.router.add_route("POST", "/update", self._update)
+        for method in ("GET", "HEAD", "POST"):  # GET and HEAD of /update: its description
+            http.router.add_route(method, "/query", self._query)
+            http.router.add_route(method, "/update", self._update)
         http.router.add_get("/jsap", self._jsap)
         http.router.add_get("/dashboard", self._dashboard)
         graph_store = GraphStore(self.sib, self.broker)
@@ -376,9 +376,9 @@ class SepaGate:
             https.router.add_route("POST", path, self._register)
         for path in ("/oauth/token", "/token"):
             https.router.add_route("POST", path, self._token)
-        https.router.add_route("GET", "/secure/query", self._secure_query)
-        https.router.add_route("POST", "/secure/query", self._secure_query)
-        https.router.add_route("POST", "/secure/update", self._secure_update)
+        for method in ("GET", "HEAD", "POST"):
+            https.router.add_route(method, "/secure/query", self._secure_query)
+            https.router.add_route(method, "/secure/update", self._secure_update)
         https.router.add_get("/jsap", self._jsap)
         graph_store.add_routes(https, "/secure" + GRAPH_STORE,
                                functools.partial(self._answer, secure=True))
@@ -616,9 +616,12 @@ class SepaGate:
         return web.Response(body=body, content_type=media, charset="utf-8")
 
     async def _run_update(self, request: web.Request, grant: Grant | None) -> web.Response:
+        if request.method in ("GET", "HEAD"):  # an update is POSTed (SPARQL 1.1 Protocol 2.2)
+            if request.query:
+                raise SepaError(405, "method_not_allowed", "updates are sent by POST; a GET "
+                                f"of {request.path} with no parameter is its description")
+            return self._description(request, "SPARQL11Update")
         text, params = await self._params(request, "update", "application/sparql-update")
-        if text is None:
-            raise SepaError(400, "invalid_request", "no update given")
         default = params.getall("using-graph-uri", None)
         named = params.getall("using-named-graph-uri", None)
         using = None if default is None and named is None else _dataset(default, named)
@@ -626,17 +629,21 @@ class SepaGate:
         delta = await self.sib.call(lambda: self.broker.update(text, using, grant))
         return web.json_response({"added": len(delta.added), "removed": len(delta.removed)})
 
-    def _description(self, request: web.Request) -> web.Response:
-        """The Service Description (`sib.sepa.description`), by the Accept header."""
+    def _description(self, request: web.Request, language: str = "SPARQL11Query"
+                     ) -> web.Response:
+        """The Service Description (`sib.sepa.description`) of the endpoint asked, which
+        serves `language`, by the Accept header."""
+        query = language == "SPARQL11Query"
         host = request.url.host or self.host
         host = f"[{host}]" if ":" in host else host
         subscribe = [f"{scheme}://{host}:{port}{path}" for scheme, port, path in (
             ("ws", self.ws_port, "/subscribe"), ("wss", self.wss_port, "/secure/subscribe"))
-            if port is not None]
+            if port is not None and query]
         media = _accepted(request.headers.get("Accept", ""), description.FORMATS) or "text/turtle"
         body = description.serialize(description.describe_service(
-            str(request.url.with_query(None)), media=(*SOLUTION_FORMATS, *GRAPH_FORMATS),
-            subscribe=subscribe, federated=bool(self.outbound.endpoints)), media)
+            str(request.url.with_query(None)), language=language,
+            media=(*SOLUTION_FORMATS, *GRAPH_FORMATS) if query else (),
+            subscribe=subscribe, federated=query and bool(self.outbound.endpoints)), media)
         return web.Response(body=body, content_type=media, charset="utf-8")
 
     # -- WebSocket ------------------------------------------------------------------------

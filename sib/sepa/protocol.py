@@ -31,9 +31,9 @@ async def operation(request: web.Request, field: str, direct: str
                     ) -> tuple[str | None, MultiMapping[str]]:
     """(text, params) of a protocol request for `field` ("query" or "update") whose direct
     POST body has media type `direct`; text None for a GET with no parameter at all (the
-    service description). SepaError for a request that is not one operation; aiohttp's
+    service description; HEAD as GET). SepaError for a request that is not one operation; aiohttp's
     HTTPRequestEntityTooLarge for a body over the limit."""
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         if not request.query:
             return None, request.query
         return _single(request.query, field), request.query

@@ -129,8 +129,8 @@ class Operation:
 def _solutions(store: QuadStore | Staged, where: str, dataset: Dataset) -> list[dict]:
     try:
         found = store.query(where, **dataset.for_store())
-    except (SyntaxError, ValueError) as exc:
-        raise UpdateRefused(f"WHERE: {exc}") from None
+    except (SyntaxError, ValueError, RuntimeError) as exc:  # RuntimeError: pyoxigraph refused
+        raise UpdateRefused(f"WHERE: {exc}") from None       # to evaluate it (a function)
     names = [v.value for v in found.variables]
     # the time budget in force (`sib.budget`)
     return [{n: s[n] for n in names if s[n] is not None} for s in checked(found)]
