@@ -567,10 +567,11 @@ def test_the_table_of_token_bound_subscriptions_is_bounded(certificate):
     run(main())
 
 
-def test_the_secure_query_endpoint_describes_itself_after_the_token(certificate):
-    """`GET /secure/query` with no query: 401 without a token (a secure answer, any answer,
-    needs one), the Service Description with one, naming the secure endpoint and the WSS
-    subscribe URL; the Protocol's refusals hold on the secure paths too."""
+def test_the_secure_endpoints_describe_themselves_after_the_token(certificate):
+    """`GET /secure/query` with no query, and `GET /secure/update`: 401 without a token (a
+    secure answer, any answer, needs one), the endpoint's Service Description with one, naming
+    it (and for queries the WSS subscribe URL); the Protocol's refusals hold on the secure
+    paths too."""
     async def main():
         async with SecureLab(certificate) as lab:
             reader, writer = await lab.token("reader"), await lab.token("writer")
@@ -581,6 +582,14 @@ def test_the_secure_query_endpoint_describes_itself_after_the_token(certificate)
                 assert r.status == 200 and r.content_type == "text/turtle"
                 text = await r.text()
             assert f"<{lab.base}/secure/query>" in text and f"<{lab.wss}>" in text
+            async with lab.http.get(lab.base + "/secure/update") as r:
+                assert r.status == 401
+            async with lab.http.get(lab.base + "/secure/update", headers={
+                    "Authorization": f"Bearer {reader}", "Accept": "text/turtle"}) as r:
+                assert r.status == 200 and r.content_type == "text/turtle"
+                text = await r.text()
+            assert f"<{lab.base}/secure/update>" in text and "SPARQL11Update" in text
+            assert "SPARQL11Query" not in text and "subscribe" not in text
             async with lab.http.get(lab.base + "/secure/query?query=ASK%7B%7D&query=ASK%7B%7D",
                                     headers={"Authorization": f"Bearer {reader}"}) as r:
                 assert r.status == 400
