@@ -149,12 +149,38 @@ def test_example_config_loads():
     config = load("sib.example.toml")
     assert config.udp_port == 7000
     policy = config.access_policy()
-    assert len(policy.kps) == 1
+    assert len(policy.kps) == 0  # no account: its password would be in the file's history
     # anonymous clients read one public graph, nothing else (a safe copy for a deployment)
     grant = policy.anonymous_grant()
     assert grant.allows("read", ["http://example.org/public"])
     assert not grant.allows("read", ["default"]) and not grant.allows("read", ["*"])
     assert not grant.allows("write", ["http://example.org/public"])
+
+
+@pytest.mark.slow
+def test_the_example_config_has_no_account_a_reader_of_the_docs_could_use():
+    """`ksp-sib --config sib.example.toml` (a real process): the account the example once
+    shipped, with the password its comment printed, gets nothing; anonymous clients read the
+    public graph only."""
+    from pathlib import Path
+
+    from transports import KspStatusError
+
+    async def main(port: int) -> None:
+        url = f"udp://127.0.0.1:{port}"
+        async with connect(url, kp_id="greenhouse-autocontrol", password="greenhouse") as kp:
+            with pytest.raises(KspStatusError):
+                await kp.query("SELECT * WHERE { ?s ?p ?o }")
+        async with connect(url) as anonymous:
+            with pytest.raises(KspStatusError):
+                await anonymous.query("SELECT * WHERE { ?s ?p ?o }")
+            await anonymous.query("SELECT * FROM <http://example.org/public> WHERE { ?s ?p ?o }")
+
+    example = Path(__file__).resolve().parent.parent / "sib.example.toml"
+    with SibProcess("--config", str(example), "--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1", "--metrics-port", "-1") as sib:
+        asyncio.run(asyncio.wait_for(main(sib.ports["udp"]), 60))
+        assert sib.stop() == 0
 
 
 def test_hash_password_subcommand():
