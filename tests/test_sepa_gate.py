@@ -192,6 +192,32 @@ def test_a_function_the_engine_lacks_is_a_client_error_naming_it(caplog):
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
+def test_a_form_post_takes_the_dataset_in_its_url_too():
+    """`POST /query?default-graph-uri=G` and `POST /update?using-graph-uri=G` with a form body
+    run on G, as a GET with those parameters does (not on the default graph without a word);
+    the operation given in the URL and the body is two operations: 400."""
+    g = EX + "g"
+
+    async def main():
+        async with Lab() as lab:
+            await lab.update(PRE + "INSERT DATA { ex:d ex:p 1 . GRAPH ex:g { ex:n ex:p 2 } }")
+            async with lab.http.post(lab.base + "/query", params={"default-graph-uri": g},
+                                     data={"query": "SELECT ?s WHERE { ?s ?p ?o }"}) as r:
+                body = await r.json()
+                assert r.status == 200, body
+            assert values(body["results"]["bindings"], "s") == [EX + "n"]
+            async with lab.http.post(lab.base + "/update", params={"using-graph-uri": g},
+                                     data={"update": PRE + "INSERT { ?s ex:seen true } "
+                                           "WHERE { ?s ex:p ?o }"}) as r:
+                assert r.status == 200, await r.text()
+            assert values(await lab.select(PRE + "SELECT ?s WHERE { ?s ex:seen ?o }"),
+                          "s") == [EX + "n"]
+            async with lab.http.post(lab.base + "/query", params={"query": "ASK {}"},
+                                     data={"query": "ASK {}"}) as r:
+                assert r.status == 400
+    run(main())
+
+
 def test_updates_apply_whole_or_not_at_all():
     async def main():
         async with Lab() as lab:

@@ -4,17 +4,19 @@ requests the Protocol says are not one: the checks the W3C protocol tests make
 
 An operation comes in exactly one place: the query string of a GET (queries only), an
 `application/x-www-form-urlencoded` body, or a body of the operation's own media type with the
-other parameters in the query string. Refused with 400: the operation's parameter given twice
-(`query=…&query=…`: which one would run?), the other operation's parameter beside it (a query
-with an `update=`), the parameter in the query string of a direct POST. Refused with 415: a
-body of another media type, and a body in a charset other than UTF-8 (§2.1.3, §2.2.2: the
-body is UTF-8). `GET /query` with no parameter at all is no operation: the gate answers its
-Service Description (`sib.sepa.description`).
+other parameters in the query string. The query string of a form POST counts too: a
+`default-graph-uri` or `using-graph-uri` there sets the dataset as in the body (ignored, it
+would run the operation on another dataset without a word). Refused with 400: the operation's
+parameter given twice (`query=…&query=…`, in one place or both: which one would run?), the
+other operation's parameter beside it (a query with an `update=`), the parameter in the query
+string of a direct POST. Refused with 415: a body of another media type, and a body in a
+charset other than UTF-8 (§2.1.3, §2.2.2: the body is UTF-8). `GET /query` with no parameter
+at all is no operation: the gate answers its Service Description (`sib.sepa.description`).
 """
 from __future__ import annotations
 
 import pyoxigraph as ox
-from multidict import MultiMapping
+from multidict import MultiDict, MultiMapping
 
 from aiohttp import web
 
@@ -42,8 +44,9 @@ async def operation(request: web.Request, field: str, direct: str
     if charset is not None and charset.lower() not in _UTF8:
         raise SepaError(415, "unsupported_media_type",
                         f"a {field} body is UTF-8 (SPARQL 1.1 Protocol), not {charset}")
-    if kind == FORM:
-        params = await request.post()
+    if kind == FORM:  # the URL's parameters too: its dataset counts, as in a GET
+        params = MultiDict(request.query)
+        params.extend(await request.post())
         return _single(params, field), params
     if kind == direct:
         if field in request.query or _OTHER[field] in request.query:
