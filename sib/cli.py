@@ -290,7 +290,10 @@ async def _abandon(config: Config, sib: Sib, storage: _Storage, pcap) -> None:
 
 async def _shut_down(gate, sib: Sib, server, metrics_server, storage: _Storage, pcap) -> None:
     """Close in the order that lets every KP hear the end: the gate's subscriptions end while
-    the scheduler runs, the SIB's persistent operations while the sockets are open."""
+    the scheduler runs, the SIB's persistent operations while the sockets are open. Reads
+    under way are given up first: a stop never waits for an evaluation, nor answers one after
+    it (`Readers.stop`)."""
+    sib.readers.stop()
     if gate is not None:
         await gate.close()
     await sib.close()  # journals what the KPs ACKed by now (`SibCore.terminate_all`)

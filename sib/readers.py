@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from .budget import Deadline, Gate, OverBudget, within
 
-__all__ = ["Readers", "ReadersBusy"]
+__all__ = ["Readers", "ReadersBusy", "ReadersStopped"]
 
 T = TypeVar("T")
 SWITCH_INTERVAL = 0.0005
@@ -93,6 +93,10 @@ class ReadersBusy(Exception):
     """`max_waiting` reads wait already."""
 
 
+class ReadersStopped(OverBudget):
+    """The SIB is stopping (`Readers.stop`): a read under way or asked for now is given up."""
+
+
 class Readers:
     """A bounded pool of reader threads (see the module docstring)."""
 
@@ -112,6 +116,9 @@ class Readers:
         self.running = 0
         #: Closed while the write path runs: the reads wait for it (`sib.budget.Gate`).
         self.gate = Gate()
+        #: Set by `stop`: every caller waiting for a read is answered at once.
+        self._stopping: asyncio.Future | None = None
+        self.stopped = False
 
     @property
     def waiting(self) -> int:
@@ -120,7 +127,10 @@ class Readers:
     async def run(self, work: Callable[[], T], seconds: float | None, what: str = "the query"
                   ) -> T:
         """`work()` on a reader thread under a budget of `seconds`; its result, or what it
-        raises; `OverBudget` at the deadline; `ReadersBusy` when too many wait."""
+        raises; `OverBudget` at the deadline; `ReadersBusy` when too many wait;
+        `ReadersStopped` once the SIB stops (`stop`), whether the thread has ended or not."""
+        if self.stopped:
+            raise ReadersStopped(f"{what} was given up: the SIB is stopping")
         with self._lock:
             if self._waiting >= self.max_waiting:
                 raise ReadersBusy(f"{self.max_waiting} reads waiting")
@@ -129,17 +139,39 @@ class Readers:
         deadline = Deadline(seconds, what, self.gate)
         future: Future = Future()
         self._jobs.put((work, deadline, future))
+        waiting = asyncio.wrap_future(future)
+        waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: no warning
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), seconds)
-        except TimeoutError:
+            done, _ = await asyncio.wait((waiting, self._stop_signal()), timeout=seconds,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waiting in done:
+                return waiting.result()
             deadline.cancel()  # a thread still on it stops at its next look at the clock
+            if self.stopped:
+                raise ReadersStopped(f"{what} was given up: the SIB is stopping")
             self.over_budget += 1
-            raise OverBudget(f"{what} took longer than its {seconds:g} s budget") from None
+            raise OverBudget(f"{what} took longer than its {seconds:g} s budget")
         finally:
             future.cancel()  # if it still waits, it never runs: it waits no more
             if future.cancelled():
                 with self._lock:
                     self._waiting -= 1
+
+    def _stop_signal(self) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        if self._stopping is None or self._stopping.get_loop() is not loop:
+            self._stopping = loop.create_future()
+            if self.stopped:
+                self._stopping.set_result(None)
+        return self._stopping
+
+    def stop(self) -> None:
+        """The SIB stops: every read under way is given up now (its caller gets
+        `ReadersStopped`; a thread still evaluating is a daemon, and stops at its next look at
+        the clock), and so is every read asked for from now on."""
+        self.stopped = True
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
 
     def _start(self) -> None:
         if not self._workers:

@@ -26,7 +26,7 @@ from .budget import OverBudget
 from .core import SibCore
 from .fairness import ShareExceeded, Shares, current_party, kp_party
 from .persistent import Channel
-from .readers import Readers, ReadersBusy
+from .readers import Readers, ReadersBusy, ReadersStopped
 from .store import QuadStore
 
 log = logging.getLogger("ksp.sib")
@@ -261,6 +261,8 @@ class Sib(Service):
             payload = getattr(channel, "payload_cap", None)  # the RES's most bytes
             response = await self.readers.run(lambda: core.read(request, channel.kp, payload),
                                               core.budget("query", channel.kp))
+        except ReadersStopped:  # as the requests still queued when the SIB stops
+            response = Response(request.tid, Status.INTERNAL_ERROR)
         except (OverBudget, ReadersBusy) as exc:
             peer_log.info("read refused", "%s %s tid %d: LIMIT_EXCEEDED (%s)",
                           core.access.who(channel.kp), request.tx.name, request.tid, exc)

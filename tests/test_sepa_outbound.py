@@ -368,3 +368,25 @@ def test_the_configuration_lists_endpoints_exactly(tmp_path):
         path.write_text(f"[sepa]\n{bad}\n")
         with pytest.raises(ConfigError):
             load(path)
+
+
+def test_a_service_query_under_way_is_answered_503_when_the_gate_closes():
+    """A query waiting on a silent allowed endpoint (its deadline ten minutes away) is
+    answered 503 `unavailable` as soon as the gate closes, not at its deadline; one asked
+    after the close is refused the same way."""
+    async def main():
+        with SilentListener(hold=600.0) as silent:
+            outbound = Outbound([silent.url], deadline=600.0, workers=2)
+            async with Lab(outbound=outbound) as lab:
+                query = asyncio.create_task(post_query(
+                    lab, f"SELECT * WHERE {{ SERVICE <{silent.url}> {{ ?s ?p ?o }} }}"))
+                await until(lambda: silent.accepted == 1 or query.done())
+                assert not query.done()
+                closing = asyncio.create_task(lab.gate.close())
+                status, body = await asyncio.wait_for(query, 60)
+                assert status == 503 and body["error"] == "unavailable", body
+                await asyncio.wait_for(closing, 60)
+                with pytest.raises(SepaError) as refused_after:
+                    await outbound.run(lambda: None)
+                assert refused_after.value.status == 503
+    run(main())

@@ -302,3 +302,50 @@ def test_sigterm_stops_a_sib_busy_with_heavy_work_at_once():
     assert "store flushed" in log and "stopped" in log
     assert answers.count("INTERNAL_ERROR") >= 90
     assert "OK" not in answers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["count", "select"])
+def test_sigterm_gives_up_a_gate_query_under_way_and_answers_no_result(tmp_path, form):
+    """A real `ksp-sib` whose query budget is ten minutes, a gate query of the six-pattern
+    cross product under way (COUNT: one pyoxigraph step that cannot be stopped; SELECT *: rows
+    turned into JSON): SIGTERM ends the process well before the query could end (the test's
+    deadline is a minute), exit 0, store flushed, and the query gets no result — a 503 or a
+    closed connection, never a 200."""
+    import aiohttp
+
+    from sib.testing import SibProcess
+
+    config = tmp_path / "sib.toml"
+    config.write_text("[limits]\nquery_seconds = 600.0\n")
+    pattern = " . ".join(f"?s{i} ?p{i} ?o{i}" for i in range(6))
+    query = (f"SELECT (COUNT(*) AS ?n) WHERE {{ {pattern} }}" if form == "count"
+             else f"SELECT * WHERE {{ {pattern} }}")
+
+    async def main(sib: SibProcess) -> object:
+        async with await connect(f"udp://127.0.0.1:{sib.ports['udp']}") as kp:
+            await kp.request(Request(Tx.INSERT_DATA, 0, insert=triples(40)))
+        async with aiohttp.ClientSession() as http:
+            asking = asyncio.ensure_future(http.get(
+                f"http://127.0.0.1:{sib.ports['http']}/query", params={"query": query},
+                timeout=aiohttp.ClientTimeout(total=120)))
+            await asyncio.sleep(1)  # the query under way
+            assert not asking.done()
+            stopping = asyncio.get_running_loop().run_in_executor(
+                None, lambda: sib.stop(timeout=60))
+            try:
+                response = await asking
+            except aiohttp.ClientError as exc:  # closed unanswered: no result either
+                outcome = type(exc).__name__
+            else:
+                outcome = response.status, await response.text()
+            assert await stopping == 0
+            return outcome
+
+    with SibProcess("--memory", "--config", str(config), "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1", "--metrics-port", "-1", "--sepa-http-port", "0",
+                    "--sepa-ws-port", "0") as sib:
+        outcome = asyncio.run(main(sib))
+        log = sib.log()
+    assert "store flushed" in log and "stopped" in log
+    assert outcome == "ServerDisconnectedError" or outcome[0] == 503, outcome

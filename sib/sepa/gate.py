@@ -410,6 +410,7 @@ class SepaGate:
         return self
 
     async def close(self) -> None:
+        self.outbound.stop()  # a SERVICE query under way: answered now, not at its deadline
         if self._expiry_task is not None:
             self._expiry_task.cancel()
             self._expiry_task = None

@@ -135,6 +135,8 @@ class Outbound:
         self.held = 0  # threads running (finished or not, past their deadline or not)
         self.refused = 0  # requests refused for a SERVICE (stats)
         self.timeouts = 0  # queries answered 504
+        self._waiting: set[asyncio.Future] = set()  # callers waiting for their thread
+        self.stopped = False
 
     def screen(self, text: str, where: str) -> bool:
         """Whether `text` may run here: False when it has no SERVICE, True when it is a query
@@ -164,6 +166,8 @@ class Outbound:
     async def run(self, work: Callable[[], T]) -> T:
         """`work()` on a thread of its own, at most `workers` at once (503 past them); 504 at
         the deadline, the thread left to finish (it holds its slot until then)."""
+        if self.stopped:
+            raise _stopping()
         if self.held >= self.workers:
             raise SepaError(503, "busy",
                             f"all {self.workers} threads for queries with SERVICE are held, "
@@ -194,6 +198,8 @@ class Outbound:
         except BaseException:
             self.held -= 1
             raise
+        self._waiting.add(future)
+        future.add_done_callback(self._waiting.discard)
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.deadline)
         except asyncio.TimeoutError:
@@ -203,6 +209,14 @@ class Outbound:
                             f"{self.deadline:g} s ([sepa] service_deadline)") from None
         except OSError as exc:  # the endpoint refused, reset, or answered what is no result
             raise SepaError(502, "service_failed", f"SERVICE: {exc}") from None
+
+    def stop(self) -> None:
+        """The SIB stops: every query waiting for its endpoint is answered 503 now (its thread,
+        a daemon, is left to end), and every one asked for from now on."""
+        self.stopped = True
+        for future in list(self._waiting):
+            if not future.done():
+                future.set_exception(_stopping())
 
     def register_metrics(self, metrics) -> None:
         """Beside the gate's, on the same endpoint (`ksp-sib --metrics-port`)."""
@@ -215,3 +229,7 @@ class Outbound:
         metrics.counters["ksp_sepa_service_timeouts_total"] = (
             "SEPA queries with SERVICE answered 504 at [sepa] service_deadline.",
             lambda: self.timeouts)
+
+
+def _stopping() -> SepaError:
+    return SepaError(503, "unavailable", "the SIB is stopping: the query was given up")
