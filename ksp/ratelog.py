@@ -46,6 +46,18 @@ class RateLimitedLog:
         logged. `exc_info` (a traceback) goes with a logged line only."""
         if not self.logger.isEnabledFor(level):
             return False
+        left_out = self.admit(kind)
+        if left_out is None:
+            return False
+        if left_out:
+            msg += " (%d more like it left out of the log)"
+            args = (*args, left_out)
+        self.logger.log(level, msg, *args, exc_info=exc_info)
+        return True
+
+    def admit(self, kind: Hashable) -> int | None:
+        """Whether a line of `kind` may be logged now: None if not (it is counted), else how
+        many of its kind were left out since the last one logged (to say so)."""
         now = self.clock()
         state = self._kinds.get(kind)
         if state is None or now - state[0] >= self.period:
@@ -56,14 +68,10 @@ class RateLimitedLog:
         self._kinds.move_to_end(kind)
         if state[1] >= self.burst:
             state[2] += 1
-            return False
+            return None
         state[1] += 1
-        if state[2]:
-            msg += " (%d more like it left out of the log)"
-            args = (*args, state[2])
-            state[2] = 0
-        self.logger.log(level, msg, *args, exc_info=exc_info)
-        return True
+        left_out, state[2] = state[2], 0
+        return left_out
 
     def info(self, kind: Hashable, msg: str, *args, exc_info=None) -> bool:
         return self.log(logging.INFO, kind, msg, *args, exc_info=exc_info)
@@ -77,3 +85,26 @@ class RateLimitedLog:
     def exception(self, kind: Hashable, msg: str, *args) -> bool:
         """An error with the traceback being handled (in an `except` block)."""
         return self.log(logging.ERROR, kind, msg, *args, exc_info=True)
+
+
+class RateLimitFilter(logging.Filter):
+    """The same limit for a library's own logger (aiocoap's, which a peer's malformed datagrams
+    make speak): each record's kind is its logger and message template, `burst` of a kind a
+    `period`, the rest counted and said with the next one let through. Attach with
+    `logger.addFilter`."""
+
+    def __init__(self, clock: Callable[[], float], period: float = PERIOD, burst: int = 1,
+                 max_kinds: int = MAX_KINDS) -> None:
+        super().__init__()
+        self.limit = RateLimitedLog(logging.getLogger(__name__), clock, period, burst, max_kinds)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        left_out = self.limit.admit((record.name, record.levelno, str(record.msg)))
+        if left_out is None:
+            return False
+        if left_out and not isinstance(record.args, dict):
+            args = record.args or ()
+            msg = str(record.msg) if args else str(record.msg).replace("%", "%%")
+            record.msg = msg + " (%d more like it left out of the log)"
+            record.args = (*args, left_out)
+        return True

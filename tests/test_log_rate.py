@@ -12,7 +12,7 @@ from sib import Sib
 from sib import service
 from sib.testing import ex
 from transports import Server
-from ksp.ratelog import RateLimitedLog
+from ksp.ratelog import RateLimitedLog, RateLimitFilter
 
 
 class Clock:
@@ -21,6 +21,29 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_library_logger_filtered_by_the_same_limit(caplog):
+    """`RateLimitFilter` on another library's logger: a template's first record a period, the
+    rest counted and said with the next one let through, each template apart."""
+    caplog.set_level(logging.INFO, "test.library")
+    clock = Clock()
+    library = logging.getLogger("test.library")
+    limit = RateLimitFilter(clock, period=60.0)
+    library.addFilter(limit)
+    try:
+        for port in range(5):
+            library.warning("Ignoring unparsable message from %s", ("::1", port))
+            library.info("50% no resource")
+        clock.now += 60.0
+        library.warning("Ignoring unparsable message from %s", ("::1", 9))
+        library.info("50% no resource")
+    finally:
+        library.removeFilter(limit)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ignoring unparsable message from ('::1', 0)", "50% no resource",
+        "Ignoring unparsable message from ('::1', 9) (4 more like it left out of the log)",
+        "50% no resource (4 more like it left out of the log)"]
 
 
 def test_one_line_per_kind_and_period_then_the_count_left_out(caplog):

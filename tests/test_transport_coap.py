@@ -545,3 +545,46 @@ def test_separate_responses_and_ends_of_observations_count_in_the_budget():
             assert not server.pacer and server.pacer.spent(now()) == 4
 
     run(go())
+
+
+@pytest.mark.slow
+def test_a_flood_of_malformed_coap_is_answered_and_logged_a_few_lines_a_minute():
+    """A real `ksp-sib`: 4,000 CoAP datagrams of four malformed kinds — a Uri-Path that is not
+    UTF-8, a header cut short, a request for no resource, an option past the end — each kind a
+    thousand times. The bad Uri-Path is answered 4.00 Bad Request (same message ID, same
+    token); the log holds a few lines of each kind, and no traceback."""
+    import socket
+
+    from sib.testing import SibProcess
+
+    kinds = {
+        "not utf-8": lambda mid: bytes([0x42, 0x02]) + mid + b"tk" + bytes([0xB1, 0xFF]),
+        "cut short": lambda mid: bytes([0x48, 0x02]) + mid + b"tok",
+        "no resource": lambda mid: bytes([0x40, 0x01]) + mid + bytes([0xB3]) + b"abc",
+        "option past the end": lambda mid: bytes([0x40, 0x02]) + mid + bytes([0xB9]) + b"ksp",
+    }
+    with SibProcess("--memory", "--udp-port", "-1", "--tcp-port", "-1", "--coap-port", "0",
+                    "--metrics-port", "-1") as sib:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(30)
+            address = ("127.0.0.1", sib.ports["coap"])
+            for i in range(1000):
+                for make in kinds.values():
+                    s.sendto(make((i % 65536).to_bytes(2, "big")), address)
+            # the not-UTF-8 request once more, alone, and its answer
+            s.settimeout(1)
+            with contextlib.suppress(OSError):
+                while True:
+                    s.recv(2048)  # what the flood drew
+            s.settimeout(30)
+            s.sendto(kinds["not utf-8"](b"\x12\x34"), address)
+            answer = s.recv(2048)
+            while answer[2:4] != b"\x12\x34":
+                answer = s.recv(2048)
+        assert answer[:6] == bytes([0x62, 0x80, 0x12, 0x34]) + b"tk", answer.hex()
+        assert sib.stop() == 0
+        log = sib.log()
+    assert "Traceback" not in log
+    coap_lines = [line for line in log.splitlines()
+                  if "CoAP" in line or "ksp.coap" in line or "coap-server" in line]
+    assert 0 < len(coap_lines) <= 12, coap_lines

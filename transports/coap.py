@@ -22,7 +22,9 @@ duplicate cache, not executed again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -31,15 +33,17 @@ import aiocoap.resource
 from aiocoap.numbers.codes import Code
 from aiocoap.numbers.constants import TransportTuning
 from aiocoap.numbers.types import ACK
+from aiocoap.transports.udp6 import UDP6EndpointAddress
 
 from ksp import UDP, KPIdentity, Response, Status, Timing, encode, peek_tid
 from ksp.delivery import Delivery, DeliveryPolicy
+from ksp.ratelog import RateLimitFilter
 from ksp.secure import MAGIC
 from ksp.session import DuplicateCache, SessionOptions, SibMessageLayer, SIBSession
 from ksp.session.validation import AddressBudgets, address_binding
 from ksp.transactions import PERSISTENT, Exchange
 
-from ._sibadapter import SessionAdapter
+from ._sibadapter import SessionAdapter, peer_log
 from .pacing import Pacer
 from .service import Service
 
@@ -48,6 +52,12 @@ __all__ = ["CONTENT_FORMAT", "RESOURCE", "CoapServer"]
 CONTENT_FORMAT = 65000
 """application/x-ksp: from CoAP's Experimental Use range (65000–65535, RFC 7252 §12.3), not
 registered with IANA."""
+
+AIOCOAP_LOG = "ksp.coap.aiocoap"
+"""aiocoap's logger in a CoAP server: every line a peer's datagrams can make it say (an
+unparsable message, a request for no resource) goes through the one rate limit of the peer's
+lines (`ksp.ratelog`)."""
+logging.getLogger(AIOCOAP_LOG).addFilter(RateLimitFilter(time.monotonic))
 
 RESOURCE = ("ksp",)
 PERSISTENT_PREFIX = ("ksp", "p")
@@ -244,6 +254,18 @@ class _PersistentResource(aiocoap.resource.ObservableResource):
             self.unheard = None
 
 
+def bad_request(data: bytes) -> aiocoap.Message | None:
+    """The 4.00 Bad Request that acknowledges the confirmable request `data` whose options
+    cannot be read (header and token are enough: RFC 7252 §3), None for any other."""
+    if len(data) < 4 or data[0] >> 6 != 1 or (data[0] >> 4) & 3 != 0:  # version 1, CON
+        return None
+    token_length = data[0] & 0x0F
+    if token_length > 8 or len(data) < 4 + token_length or not 1 <= data[1] < 32:
+        return None  # a reserved token length, cut short, or no request
+    return aiocoap.Message(mtype=ACK, mid=int.from_bytes(data[2:4], "big"),
+                           token=data[4:4 + token_length], code=Code.BAD_REQUEST)
+
+
 class CoapServer(SessionAdapter, aiocoap.resource.Resource):
     """The SIB side over CoAP, and its resource `/ksp` (POST a REQ, get its RES). Start with
     `await CoapServer.start(service, host, port)`."""
@@ -298,10 +320,30 @@ class CoapServer(SessionAdapter, aiocoap.resource.Resource):
         self = cls(service, timing, max_lingering=max_lingering,
                    notification_budget=notification_budget, max_age=max_age, options=options)
         self.context = await aiocoap.Context.create_server_context(
-            self.site, bind=(host, port), transports=["udp6"])
+            self.site, bind=(host, port), transports=["udp6"], loggername=AIOCOAP_LOG)
         self.port = self._interface()._local_port()
         self._count_originated(self._manager())
+        self._refuse_undecodable(self._interface())
         return self
+
+    def _refuse_undecodable(self, interface) -> None:
+        """A datagram whose option aiocoap cannot decode (text that is not UTF-8, which it
+        lets through as an exception with a traceback on every datagram) is answered 4.00 Bad
+        Request if confirmable, with one line a minute in the log."""
+        received = interface.datagram_msg_received
+
+        def guarded(data, ancdata, flags, address):
+            try:
+                received(data, ancdata, flags, address)
+            except UnicodeDecodeError:
+                peer_log.info("coap option", "CoAP from %s: an option that is not UTF-8, "
+                              "answered 4.00", address[0])
+                answer = bad_request(data)
+                if answer is not None:
+                    answer.remote = UDP6EndpointAddress(address, interface)
+                    interface.send(answer)
+
+        interface.datagram_msg_received = guarded
 
     def _count_originated(self, manager) -> None:
         """Count in the budget every message aiocoap's message manager numbers anew that is
