@@ -140,18 +140,21 @@ class _Range(InputPartition):
     shard: int = 0
     shards: int = 1
     span: tuple[int, int] | None = None
-    late_ms: int = 0  # a reading at or before this (ms) is late: a dead letter
+    late_ms: int | None = None  # a reading at or before this (ms) is late: a dead letter
     path: str | None = None  # the buffer's directory, read by the executor
 
 
-def late_watermark(checkpoint: str | None) -> int:
+def late_watermark(checkpoint: str | None) -> int | None:
     """The watermark (ms) by which Spark drops late rows in the batch being planned: the one
-    recorded for the batch before it (the offset log's second newest entry), 0 without one."""
+    recorded for the batch before it (the offset log's second newest entry); 0 before there is
+    one (Spark's watermark starts at the epoch, and drops the rows at or before it from the
+    first batch on: a reading dated 1970-01-01T00:00:00Z or earlier, a board's whose clock was
+    never set); None without a checkpoint (no watermark known: nothing is tagged)."""
     import json
     import os
 
     if not checkpoint:
-        return 0
+        return None
     directory = os.path.join(checkpoint, "offsets")
     try:
         numbers = [int(name) for name in os.listdir(directory) if name.isdigit()]
@@ -360,7 +363,8 @@ class _Reader(DataSourceStreamReader):
         for seq, topic, payload, received in rows:
             try:  # whatever a message does, it is a row: a batch never fails on one message
                 fields = parse(topic, payload, received)
-                if late and fields[5] is None and round(fields[4].timestamp() * 1000) <= late:
+                if (late is not None and fields[5] is None
+                        and round(fields[4].timestamp() * 1000) <= late):
                     fields = _LATE_FIELDS
                 error = None
             except Exception as exc:

@@ -87,8 +87,10 @@ def parse(topic: str, payload: bytes, received: float | None = None) -> tuple:
     datetime in UTC) and None, or Nones and the reason it is a dead letter. `received`: when
     the message came (seconds since the epoch; None: not checked against it)."""
     failed = (None, None, None, None, None)
-    try:
-        body = json.loads(payload)
+    try:  # JSON text is UTF-8 (RFC 8259 §8.1): json.loads would guess UTF-16 from bytes, and
+        # let encoded surrogates through; UnicodeDecodeError is a ValueError
+        body = json.loads(payload if isinstance(payload, str) else
+                          bytes(payload).decode("utf-8"))
     except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return (*failed, "not_json")
     if not isinstance(body, dict):

@@ -483,6 +483,51 @@ def recorded_watermark(out: Path) -> int:
     return max(marks)
 
 
+def counters(ingest: IngestProcess):
+    """`metric(name)`: the running ingest's counter `ksp_ingest_<name>_total`, scraped."""
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
+
+    def metric(name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            return float(re.search(rf"^ksp_ingest_{name}_total (\S+)$", r.read().decode(),
+                                   re.MULTILINE)[1])
+
+    return metric
+
+
+def test_a_fresh_ingest_keeps_readings_dated_at_or_before_1970_and_payloads_not_utf8(
+        mosquitto, tmp_path):
+    """A fresh `ksp-ingest` (empty output: its watermark still at the epoch, where Spark drops
+    rows at or before it) gets four readings dated 0001-01-01, 1970-01-01T00:00:00Z, a
+    millisecond before it, and now, and two readings that are not UTF-8 (UTF-16 with a byte
+    order mark; an extra field holding an encoded lone surrogate): one observation, three
+    `late` and two `not_json` dead letters with their exact bytes, none dropped by Spark."""
+    from datetime import datetime, timedelta, timezone
+
+    from spark_ingest.telemetry import reading, topic_of
+
+    out = tmp_path / "data"
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    now = datetime.now(timezone.utc)
+    dated = [reading("s1", "t", float(k), time=when) for k, when in enumerate(
+        (datetime(1, 1, 1, tzinfo=timezone.utc), epoch, epoch - timedelta(milliseconds=1), now))]
+    utf16 = ("\ufeff" + reading("s1", "t", 5.0, time=now).decode()).encode("utf-16-le")
+    surrogate = reading("s1", "t", 6.0, time=now)[:-1] + b',"note":"\xed\xa0\x80"}'
+    sent = [(topic_of("s1"), p, "ok") for p in (*dated, utf16, surrogate)]
+    with IngestProcess(*ingest_args(mosquitto, out, "--metrics-port", "0")) as ingest:
+        publish(mosquitto, sent)
+        metric = counters(ingest)
+        until(lambda: count(out, "observations") >= 1 and count(out, "dead_letters") >= 5,
+              240, "the reading and the dead letters")
+        assert metric("late") == 3 and metric("late_dropped") == 0
+        ingest.stop_when(lambda: True, "the end")
+    assert count(out, "observations") == 1
+    dead = table(out, "dead_letters").to_pylist()
+    kept = {(d["payload_bytes"] or d["payload"].encode()): d["reason"] for d in dead}
+    assert kept == {dated[0]: "late", dated[1]: "late", dated[2]: "late",
+                    utf16: "not_json", surrogate: "not_json"}
+
+
 def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_path):
     """A reading older than the watermark when it comes, which Spark's de-duplication would
     drop, is a dead letter `late` with the message as sent, counted (metrics, status line);
@@ -505,13 +550,7 @@ def test_readings_older_than_the_watermark_are_late_dead_letters(mosquitto, tmp_
         # the old readings, published after that, come in a batch planned past it
         until(lambda: recorded_watermark(out) > 0, 240, "the watermark past the readings")
         publish(mosquitto, old)
-        port = int(re.search(r"metrics on http://[^:]+:(\d+)", ingest.log())[1])
-
-        def metric(name: str) -> float:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-                return float(re.search(rf"^ksp_ingest_{name}_total (\S+)$", r.read().decode(),
-                                       re.MULTILINE)[1])
-
+        metric = counters(ingest)
         until(lambda: metric("late") >= 7, 120, "the late readings dead-lettered")
         assert metric("late") == 7 and metric("late_dropped") == 0
         # the running job holds its output: neither a backfill nor a second job may start

@@ -219,9 +219,10 @@ def test_late_readings_are_judged_by_the_previous_batch_s_watermark(tmp_path):
     from spark_ingest.source import late_watermark
 
     checkpoint = tmp_path / "_checkpoint"
-    assert late_watermark(None) == 0 and late_watermark(str(checkpoint)) == 0
+    assert late_watermark(None) is None  # no checkpoint: no watermark known, nothing tagged
+    assert late_watermark(str(checkpoint)) == 0  # the epoch: where Spark's watermark starts
     _offsets(checkpoint, {0: 0})
-    assert late_watermark(str(checkpoint)) == 0  # the first batch: nothing is late
+    assert late_watermark(str(checkpoint)) == 0  # the first batch: the epoch too
     _offsets(checkpoint, {1: 5_000})
     assert late_watermark(str(checkpoint)) == 0  # batch 1 runs: batch 0's watermark
     _offsets(checkpoint, {2: 9_000})
@@ -229,6 +230,31 @@ def test_late_readings_are_judged_by_the_previous_batch_s_watermark(tmp_path):
     (checkpoint / "offsets" / "0").unlink()  # Spark purges old entries
     _offsets(checkpoint, {3: 12_000})
     assert late_watermark(str(checkpoint)) == 9_000
+
+
+def test_from_the_first_batch_a_reading_at_or_before_the_epoch_is_a_late_dead_letter():
+    """Spark's watermark starts at the epoch and drops rows at or before it from the first
+    batch on: a reading dated 0001-01-01, 1970-01-01T00:00:00Z or a millisecond before is a
+    dead letter `late` with its message kept (a board whose clock was never set sends such),
+    one a millisecond after the epoch is a reading; with no watermark known (no checkpoint)
+    nothing is tagged."""
+    from spark_ingest import source
+    from spark_ingest.telemetry import LATE
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    cases = [(datetime(1, 1, 1, tzinfo=timezone.utc), LATE), (epoch, LATE),
+             (epoch - timedelta(milliseconds=1), LATE),
+             (epoch + timedelta(milliseconds=1), None),
+             (datetime.now(timezone.utc).replace(microsecond=0), None)]
+    received = datetime.now(timezone.utc).timestamp()
+    rows = [(k, topic_of("s1"), reading("s1", "t", float(k), "C", when), received)
+            for k, (when, _) in enumerate(cases, 1)]
+    reader = source._Reader({"buffer": "unused"})
+    first = [row for b in reader.read(source._Range(rows, late_ms=0)) for row in b.to_pylist()]
+    assert [row["reason"] for row in first] == [reason for _, reason in cases]
+    assert [row["payload"].encode() for row in first] == [payload for _, _, payload, _ in rows]
+    unknown = [row for b in reader.read(source._Range(rows)) for row in b.to_pylist()]
+    assert [row["reason"] for row in unknown] == [None] * len(cases)
 
 
 def test_a_reading_at_or_before_the_watermark_comes_as_a_late_dead_letter():

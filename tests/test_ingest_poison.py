@@ -47,6 +47,23 @@ def test_a_payload_that_is_not_utf8_is_kept_byte_for_byte():
     assert good_row["payload"].encode() == good
 
 
+@pytest.mark.parametrize("what, payload", [
+    ("UTF-16 with a byte order mark", ("\ufeff" + reading("s1", "t", 1.0).decode()).encode(
+        "utf-16-le")),
+    ("UTF-16 big-endian, no mark", reading("s1", "t", 1.0).decode().encode("utf-16-be")),
+    ("an encoded lone surrogate in an extra field",
+     reading("s1", "t", 1.0)[:-1] + b',"note":"\xed\xa0\x80"}'),
+    ("UTF-32", reading("s1", "t", 1.0).decode().encode("utf-32")),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_reading_in_another_encoding_than_utf8_is_a_dead_letter_with_its_bytes(what, payload):
+    """JSON text is UTF-8 (RFC 8259 §8.1): a reading json.loads would read from other bytes
+    (it guesses UTF-16 and UTF-32, and lets encoded surrogates through) is `not_json`, its
+    exact bytes kept."""
+    assert parse(topic_of("s1"), payload)[-1] == "not_json"
+    row = _rows([(1, topic_of("s1"), payload, 2e9)])[0]
+    assert row["reason"] == "not_json" and _exact(row) == payload
+
+
 def test_a_row_arrow_refuses_is_a_dead_letter_error_and_the_others_stay():
     """Whatever `parse` lets through that no column takes (here a unit with a lone surrogate,
     given to the batch as though parse had passed it) costs that row, not the batch."""
