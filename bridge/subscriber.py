@@ -133,6 +133,9 @@ class Subscriber:
                               sub: Subscription) -> None:
         alias = next(self._aliases)
         first = asyncio.get_running_loop().create_future()
+        # The socket's end fails it (`_read`) even while this still waits for the token or the
+        # send, which then raise on their own: its error is read here, not left unretrieved.
+        first.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending[alias] = (first, sub)
         body = {"sparql": sub.sparql, "alias": alias}
         try:

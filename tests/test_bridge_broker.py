@@ -224,3 +224,42 @@ def test_the_reference_broker_s_manners():
                 await runner.cleanup()
 
     run(main())
+
+
+def test_a_socket_closing_while_a_subscribe_waits_for_its_token_leaves_no_orphan_error():
+    """The broker's socket closes while a subscription waits for its token (a secure broker's
+    re-subscription after tokens expired, on a loaded machine): the subscribe fails with a
+    BrokerError, and the first-notification future the socket's end failed is read — no
+    "exception was never retrieved" (the autouse fixture fails a test the loop reported on)."""
+    import gc
+
+    from bridge.subscriber import Subscriber
+
+    async def main():
+        sib = await Sib().start()
+        gate = await SepaGate(sib, http_port=0, ws_port=0).start()
+        token = asyncio.Event()
+
+        async def authorize() -> str:
+            await token.wait()
+            return "Bearer t"
+
+        subscriber = Subscriber(f"ws://127.0.0.1:{gate.ws_port}/subscribe",
+                                lambda sub, status: None, timeout=30)
+        try:
+            await subscriber.subscribe("ASK {}", lambda *a: None)  # the socket is open
+            asking = asyncio.ensure_future(subscriber.subscribe("ASK {}", lambda *a: None,
+                                                                authorize=authorize))
+            await until(lambda: subscriber._pending, 30, "the subscribe waiting for its token")
+            await gate.close()  # the broker's end closes the socket
+            await until(lambda: not subscriber.up.is_set(), 30, "the socket's end read")
+            token.set()
+            status, _ = await _status(asking)
+            assert status is Status.INTERNAL_ERROR
+        finally:
+            await subscriber.close()
+            await gate.close()
+            await sib.close()
+        gc.collect()
+
+    run(main())
