@@ -109,10 +109,6 @@ _BNODE = "urn:x-ksp:blank-node"
 _FUNCTIONS = {ox.NamedNode(_BNODE): lambda label: ox.BlankNode(label.value)}
 
 
-def _has_bnode(q: Quad) -> bool:
-    return isinstance(q[0], BNode) or isinstance(q[2], BNode)
-
-
 def _data_block(quads: Iterable[Quad]) -> str:
     lines = []
     for q in quads:
@@ -128,24 +124,26 @@ def _cells(term: Term) -> str:
     return f"{to_ox(term)} UNDEF"
 
 
-def _operations(verb: str, quads: tuple[Quad, ...]) -> list[str]:
-    """SPARQL update operations that delete or insert (`verb`) exactly `quads`: a DATA block,
-    and for quads with a blank node one operation per graph naming the nodes by label."""
+def _operations(verb: str, quads: tuple[Quad, ...], out: list[str]) -> bool:
+    """Append to `out` SPARQL update operations that delete or insert (`verb`) exactly
+    `quads`: a DATA block, and for quads with a blank node one operation per graph naming the
+    nodes by label. Whether there were such."""
     plain: list[Quad] = []
     by_graph: dict[IRI, list[str]] = {}
     for q in quads:
-        if _has_bnode(q):
+        if isinstance(q[0], BNode) or isinstance(q[2], BNode):
             by_graph.setdefault(q[3], []).append(
                 f"({_cells(q[0])} {to_ox(q[1])} {_cells(q[2])})")
         else:
             plain.append(q)
-    out = [f"{verb} DATA {{\n{_data_block(plain)}\n}}"] if plain else []
+    if plain:
+        out.append(f"{verb} DATA {{\n{_data_block(plain)}\n}}")
     for g, rows in by_graph.items():
         template = "?S ?p ?O" if g == DEFAULT_GRAPH else f"GRAPH <{g}> {{ ?S ?p ?O }}"
         out.append(f"{verb} {{ {template} }} WHERE {{ VALUES (?s ?sl ?p ?o ?ol) {{\n"
                    + "\n".join(rows) + f"\n}} BIND(IF(BOUND(?sl), <{_BNODE}>(?sl), ?s) AS ?S) "
                    f"BIND(IF(BOUND(?ol), <{_BNODE}>(?ol), ?o) AS ?O) }}")
-    return out
+    return bool(by_graph)
 
 
 class QuadStore:
@@ -279,11 +277,10 @@ class QuadStore:
 
     def _write(self, delta: Delta, create: list[IRI], drop: list[IRI]) -> None:
         parts = [f"DROP SILENT GRAPH <{g}>" for g in drop]
-        parts += _operations("DELETE", delta.removed)
-        parts += _operations("INSERT", delta.added)
+        named = _operations("DELETE", delta.removed, parts)
+        named = _operations("INSERT", delta.added, parts) or named
         parts += [f"CREATE SILENT GRAPH <{g}>" for g in create]
-        bnodes = any(map(_has_bnode, delta.quads))
-        self._store.update(" ;\n".join(parts), custom_functions=_FUNCTIONS if bnodes else None)
+        self._store.update(" ;\n".join(parts), custom_functions=_FUNCTIONS if named else None)
 
     def _refuse(self, reason: str) -> NoReturn:
         """Writes fail from now on, until `_reopen` succeeds: raise `StoreUnwritable`."""
