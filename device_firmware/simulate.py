@@ -274,6 +274,18 @@ def host_port(text):
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def sib_address(text):
+    """`HOST:PORT` or `udp://HOST:PORT` (the other KSP tools' form) -> (host, port): a board
+    speaks KSP over UDP, so another scheme is a usage error, not an address to look up."""
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        if scheme != "udp":
+            raise argparse.ArgumentTypeError(
+                "%r: a board speaks KSP over UDP: expected HOST:PORT or udp://HOST:PORT" % text)
+        text = rest.rstrip("/")
+    return host_port(text)
+
+
 def mqtt_url(text):
     """`mqtt://HOST[:PORT]` -> (host, port), 1883 by default."""
     rest = text[len("mqtt://"):] if text.startswith("mqtt://") else None
@@ -289,8 +301,9 @@ def build_parser(prog="ksp simulate-board"):
     p.add_argument("configs", nargs="*", type=Path, metavar="CONFIG",
                    default=[HERE / "config.example.json"],
                    help="config.json files (default: device_firmware/config.example.json)")
-    p.add_argument("--sib", metavar="HOST:PORT", type=host_port,
-                   help="the SIB to use instead of the configs' sib.host and sib.port")
+    p.add_argument("--sib", metavar="HOST:PORT", type=sib_address,
+                   help="the SIB to use instead of the configs' sib.host and sib.port "
+                        "(udp://HOST:PORT too)")
     p.add_argument("--mqtt", metavar="mqtt://HOST[:PORT]", type=mqtt_url,
                    help="sensors publish telemetry to this MQTT broker (for ksp-ingest) "
                         "instead of writing to a SIB: the configs' \"mqtt\" mode")

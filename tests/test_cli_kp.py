@@ -297,6 +297,20 @@ def test_kp_names_in_the_logs(tmp_path):
         assert "(greenhouse-fan) connected over udp" in sib.wait_for("connected over udp")
 
 
+def test_one_sib_syntax_for_every_command(sib):
+    """`--sib udp://HOST:PORT` and `--sib HOST:PORT` (UDP) mean the same SIB to `ksp query`
+    and to `ksp simulate-board` (a board's two readings stored either way); a board's other
+    scheme is a usage error at once, not a host name looked up for ever."""
+    port = sib.ports["udp"]
+    for given in (f"udp://127.0.0.1:{port}", f"127.0.0.1:{port}"):
+        assert ok("query", "ASK { ?s ?p ?o }", "--sib", given, "-o", "json")
+        done = ksp("simulate-board", "--sib", given, "--period", "0.1", "--values", "21.5",
+                   "--readings", "2", timeout=120)
+        assert done.returncode == 0 and done.stdout.count(": in the SIB:") >= 2, done.stderr
+    out = ksp("simulate-board", "--sib", f"tcp://127.0.0.1:{port}")
+    assert out.returncode == 2 and "a board speaks KSP over UDP" in out.stderr.splitlines()[-1]
+
+
 def test_simulate_board_and_flash_check_their_settings(tmp_path):
     out = ksp("simulate-board", "--sib", "nohostport")  # argparse: usage, then one error line
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -52,10 +52,12 @@ def port_number(text: object) -> int:
 def sib_url(args: argparse.Namespace) -> str:
     """`--sib` (or $KSP_SIB, or the default) with `-t`, `-H`, `-p` replacing its parts."""
     given = args.sib or os.environ.get("KSP_SIB") or DEFAULT_SIB
-    parts = urlsplit(given)
+    source = "--sib" if args.sib else "$KSP_SIB" if os.environ.get("KSP_SIB") else "default"
+    # HOST:PORT alone is UDP's, as `ksp simulate-board --sib` takes it
+    parts = urlsplit(given if "://" in given else "udp://" + given)
     if parts.scheme not in ("udp", "tcp", "tcps", "coap") or not parts.hostname:
-        source = "--sib" if args.sib else "$KSP_SIB" if os.environ.get("KSP_SIB") else "default"
-        raise UsageError(f"{source} {given!r}: expected udp|tcp|tcps|coap://HOST:PORT")
+        raise UsageError(f"{source} {given!r}: expected udp|tcp|tcps|coap://HOST:PORT or "
+                         "HOST:PORT (UDP)")
     scheme = args.transport or parts.scheme
     host = args.host or parts.hostname
     if args.port is not None:
@@ -64,7 +66,8 @@ def sib_url(args: argparse.Namespace) -> str:
         url_port = parts.netloc.rpartition("]")[2].rpartition(":")
         port = port_number(url_port[2]) if url_port[1] else None
     if port is None and scheme != "coap":
-        raise UsageError(f"no port for {scheme}:// (KSP has no default port)")
+        raise UsageError(f"{source} {given!r}: no port for {scheme}:// (KSP has no default "
+                         "port)")
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
 
