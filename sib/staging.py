@@ -10,8 +10,8 @@ written nothing, so nothing needs taking back.
 
 Existence checks and graph contents come from the store corrected by the staged changes. A
 WHERE (`query`) is evaluated by pyoxigraph: on the store itself when nothing staged can change
-its solutions — no staged quad matches one of its triple patterns (`sib.sepa.screen`) and no
-graph was created or dropped — else on a scratch store holding the quads its patterns can read
+its solutions — no staged quad matches one of its triple patterns (`sib.sepa.screen`) and the
+named graphs are the store's — else on a scratch store holding the quads its patterns can read
 (the whole view, for a WHERE that cannot be screened).
 """
 from __future__ import annotations
@@ -93,11 +93,17 @@ class Staged:
         from .sepa.screen import triple_patterns  # the gate's parsers: only when staged
 
         patterns = triple_patterns(text)
-        if patterns is not None and not self._graphs and not any(
+        if patterns is not None and not self._graph_set_changed() and not any(
                 _matches(q, *_constants(tp), None)
                 for tp in patterns for q in (*self._added, *self._removed)):
             return self.store.query(text, **dataset)
         return self._scratch(patterns).query(text, **dataset)
+
+    def _graph_set_changed(self) -> bool:
+        """Whether the named graphs are others than the store's (a WHERE may read their names:
+        `GRAPH ?g {}`)."""
+        store = self.store
+        return any(made != store.graph_exists(g) for g, made in self._graphs.items())
 
     def _scratch(self, patterns: list[Triple] | None) -> ox.Store:
         """A store of the quads of this view that `patterns` can match (all of them for None
