@@ -1,6 +1,7 @@
 """README's "Capture, decode, replay" recipe as a user runs it (issue 46): the README's own
 command lines through bash, ports chosen free, the capture stopped by `kill` (SIGTERM), the
-replay against a fresh `ksp-sib`; and a capture that ends with the recorded SIB's shutdown
+replay against a fresh `ksp-sib` started in the background just before it (the replay waits
+for it to listen); and a capture that ends with the recorded SIB's shutdown
 (TERMINATED INDs no KP request caused) replayed without a difference."""
 from __future__ import annotations
 
@@ -55,8 +56,12 @@ def test_the_readme_recipe_as_written(venv):
                + ["wait"], venv)
     assert run.returncode == 0, run.stderr
     assert re.search(r"^(\d+) of \1 KSP messages$", run.stdout, re.M), run.stdout
-    with SibProcess("--memory", "--udp-port", "0", *OFF.split()) as fresh:
-        out = bash([replay.replace("127.0.0.1:7000", f"127.0.0.1:{fresh.ports['udp']}")], venv)
+    # step 3 as a user types it: a fresh SIB in the background and the replay at once, before
+    # that SIB listens (the replay waits for it)
+    fresh = free_port()
+    out = bash([f".venv/bin/ksp-sib --memory --udp-port {fresh} {OFF} 2>/dev/null &",
+                replay.replace("127.0.0.1:7000", f"127.0.0.1:{fresh}"),
+                "status=$?; kill %1; wait; exit $status"], venv)
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert re.match(r"\d+ requests replayed(, \d+ operations ended by the recorded SIB's "
                     r"shutdown \(not expected\))?: every answer as recorded$", out.stdout)
@@ -118,7 +123,7 @@ def test_replay_says_a_bad_target_once_in_the_users_terms():
         assert (out.returncode, out.stderr) == (status, f"ksp replay: {line}\n")
     for scheme in ("udp", "tcp"):
         url = f"{scheme}://127.0.0.1:{free_port(scheme)}"
-        out = ksp("replay", greenhouse, "--to", url)
+        out = ksp("replay", greenhouse, "--to", url, "--wait", "1")
         assert (out.returncode, out.stdout, out.stderr) == (1, "", (
             f"ksp replay: {url}: nothing listens there (no SIB running, or none taking "
             f"{scheme} on this port)\n"))

@@ -260,21 +260,13 @@ def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> in
 
 
 async def _sib_up(url: str, within: float = 30.0) -> None:
-    """Wait until the SIB at `url` answers (an ASK), for `ksp-sib ... &` started just before
-    the demo: a SIB still starting is not yet listening, and would fail the first KP."""
-    from transports import ClientError
+    """Wait until the SIB at `url` answers, for `ksp-sib ... &` started just before the demo:
+    a SIB still starting is not yet listening, and would fail the first KP."""
+    from .kp_cli import nothing_listens, sib_up
 
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while True:
-        try:
-            async with connect(url) as kp:
-                await kp.query("ASK { ?s ?p ?o }")
-            return
-        except ClientError as e:
-            if "nothing listens there" not in str(e) or loop.time() > end:
-                raise TimeoutError(f"no SIB at {url} within {within:g} s: {e}") from None
-            await asyncio.sleep(0.2)
+    if not await sib_up(url, within):
+        raise TimeoutError(f"no SIB at {url} within {within:g} s: "
+                           f"{nothing_listens(url.partition(':')[0])}")
 
 
 async def _run(url: str, interval: float, loop: bool, dashboard: str | None = None,

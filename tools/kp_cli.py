@@ -464,6 +464,29 @@ def nothing_listens(scheme: str) -> str:
     return f"nothing listens there (no SIB running, or none taking {scheme} on this port)"
 
 
+async def sib_up(url: str, within: float) -> bool:
+    """Wait until something answers KSP at `url` (an ASK; a refusal counts: a SIB answered),
+    for `ksp-sib ... &` started just before: a SIB still starting does not listen yet. False
+    if nothing listens there within `within` seconds; another fault is raised."""
+    from transports import KspStatusError, connect
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while True:
+        try:
+            async with connect(url) as kp:
+                await kp.query("ASK { ?s ?p ?o }")
+            return True
+        except KspStatusError:
+            return True
+        except Exception as exc:
+            if not refused(exc):
+                raise
+            if loop.time() >= end:
+                return False
+        await asyncio.sleep(0.2)
+
+
 def refused(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) says nothing listens at the address."""
     while exc is not None:

@@ -28,7 +28,7 @@ from ksp.model import ConstructResult, SelectResult
 from ksp.terms import IRI, BNode, Literal
 
 from .capture_read import Captured, annotate, messages
-from .kp_cli import UsageError, nothing_listens, port_number, refused
+from .kp_cli import UsageError, nothing_listens, port_number, refused, sib_up
 
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _BARE = {_XSD + "integer", _XSD + "decimal", _XSD + "double", _XSD + "boolean"}
@@ -205,10 +205,14 @@ async def _open(url: str):
 
 
 async def replay(path: str, url: "str | dict[str, str]", *, sib_ports=None,
-                 timeout: float = 10.0) -> Report:
+                 timeout: float = 10.0, wait: float = 0.0) -> Report:
     """Replay the capture at `path` against the SIB at `url` (or, per transport the KP used in
-    the capture, `{"udp": url, "tcp": url, "coap": url}`); the differences found."""
+    the capture, `{"udp": url, "tcp": url, "coap": url}`); the differences found. `wait`:
+    seconds to wait for a SIB that does not listen yet (one starting), then `Unreachable`."""
     items = annotate(messages(path, sib_ports))
+    for target in ([url] if isinstance(url, str) else dict.fromkeys(url.values())):
+        if not await sib_up(target, wait):
+            raise Unreachable(target)
     plan, sealed = expectations(items)
     report = Report(skipped_sealed=sealed, shutdown=sum(e.shutdown is not None for e in plan))
     links: dict[str, object] = {}
@@ -329,6 +333,9 @@ def add_parser(sub) -> None:
                    help="a port the recorded SIB listened on (default 7000, 7001, 5683)")
     p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S",
                    help="how long to wait for each answer, S > 0 (default 10)")
+    p.add_argument("--wait", type=_seconds, default=30.0, metavar="S",
+                   help="how long to wait for a SIB that does not listen yet, one just started "
+                        "(default 30)")
     p.set_defaults(func=_main)
 
 
@@ -357,7 +364,7 @@ def _main(args) -> int:
         if url_port[1]:
             port_number(url_port[2])
         report = asyncio.run(replay(args.file, args.to, sib_ports=args.sib_port or None,
-                                    timeout=args.timeout))
+                                    timeout=args.timeout, wait=args.wait))
     except UsageError as exc:
         print(f"ksp replay: {exc}", file=sys.stderr)
         return 2
