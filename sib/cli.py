@@ -51,9 +51,17 @@ TRANSPORTS = ("udp", "tcp", "coap")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ksp-sib", description=(
-        "The KSP Semantic Information Broker. Flags override the TOML file (--config); every "
-        "key is documented in docs/sib.md. `ksp-sib hash-password` prints a password hash."))
+    defaults = Config()
+    p = argparse.ArgumentParser(
+        prog="ksp-sib", formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+            "The KSP Semantic Information Broker. Flags override the TOML file (--config);\n"
+            "every key is documented in docs/sib.md."), epilog=(
+            "subcommands:\n"
+            "  ksp-sib hash-password          a password_hash for [[access.kp]] (stdin)\n"
+            "  ksp-sib new-key                a key for a board's sealed mode\n"
+            "  ksp-sib register-token NAME    a SEPA registration token for NAME\n"
+            "  ksp-sib jsap                   the running SIB's JSAP (asked of its gate)\n"
+            "  ksp-sib systemd-unit           a systemd unit for a gateway host"))
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -62,13 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
         installed = "unknown (not installed)"
     p.add_argument("--version", action="version", version=f"ksp-sib {installed}")
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    p.add_argument("--data-dir", help="directory of the on-disk store and journal")
-    p.add_argument("--memory", action="store_const", const=True,
-                   help="a throwaway store, deleted at exit (nothing persists)")
+    store = p.add_mutually_exclusive_group()  # both: which store was meant?
+    store.add_argument("--data-dir", help="directory of the on-disk store and journal")
+    store.add_argument("--memory", action="store_const", const=True,
+                       help="a throwaway store, deleted at exit (nothing persists)")
     p.add_argument("--host", help="address to listen on")
     for t in TRANSPORTS:
         p.add_argument(f"--{t}-port", type=int, metavar="N",
-                       help=f"{t.upper()} port (0 = any free port, negative = off)")
+                       help=f"{t.upper()} port (default {getattr(defaults, t + '_port')}; "
+                            "0 = any free port, negative = off)")
     p.add_argument("--sepa-http-port", type=int, metavar="N",
                    help="SEPA gate: SPARQL 1.1 Protocol, /query and /update (default 8000; "
                         "negative = off)")
@@ -84,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="certificate chain of the SEPA secure mode (with --sepa-key)")
     p.add_argument("--sepa-key", metavar="PEM", help="its private key")
     p.add_argument("--metrics-port", type=int, metavar="N",
-                   help="Prometheus metrics over HTTP on this port (negative = off)")
+                   help=f"Prometheus metrics over HTTP on this port (default "
+                        f"{defaults.metrics_port}; negative = off)")
     p.add_argument("--metrics-host", metavar="ADDR",
                    help="address of the metrics endpoint (default 127.0.0.1: this host only)")
     p.add_argument("--tls-cert", metavar="PEM",
@@ -127,9 +138,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("capturing to %s", config.capture_file)
     try:
         server = await _start_server(config, sib, tls, pcap)
-    except OSError:  # a port in use
+    except OSError as exc:  # a port in use
         await _abandon(config, sib, storage, pcap)
-        raise
+        raise _with_flag(exc) from exc
     _count_server(metrics, server)
     if storage.journal is not None:
         _restore(sib, server, storage.journal)
@@ -138,7 +149,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
         log.info("listening on %s://%s:%d", scheme, config.host, port)
     if (notice := anonymous_notice(config.access, config.host)) is not None:
         log.warning("%s", notice)
-    gate = await _start_gate(config, sib, sepa_tls, ksp_ports)
+    try:
+        gate = await _start_gate(config, sib, sepa_tls, ksp_ports)
+    except OSError as exc:  # a port in use
+        await server.close()
+        await _abandon(config, sib, storage, pcap)
+        raise _with_flag(exc) from exc
     metrics_server = await start_metrics(metrics, config, log)
     # What startup built (store handles, restored operations) lives as long as the SIB: keep it
     # out of the collector's full passes, which otherwise pause the SIB for hundreds of ms with
@@ -274,6 +290,21 @@ async def _start_gate(config: Config, sib: Sib, sepa_tls, ksp_ports: dict[str, i
         if port is not None:
             log.info("listening on %s://%s:%d (SEPA: %s)", scheme, config.host, port, what)
     return gate
+
+
+#: The flag that sets each listener's port (`OSError.listener`, set by the listeners).
+_PORT_FLAGS = {"udp": "--udp-port", "tcp": "--tcp-port", "coap": "--coap-port",
+               "http": "--sepa-http-port", "ws": "--sepa-ws-port",
+               "https": "--sepa-https-port", "wss": "--sepa-wss-port"}
+
+
+def _with_flag(exc: OSError) -> OSError:
+    """A listener's port error (one in use, say) with the flag that moves it and turns it off."""
+    flag = _PORT_FLAGS.get(getattr(exc, "listener", None))
+    if flag is None:
+        return exc
+    return OSError(exc.errno, f"{exc.strerror or exc} ({flag} N takes another port, "
+                              f"{flag} -1 turns it off)")
 
 
 async def _abandon(config: Config, sib: Sib, storage: _Storage, pcap) -> None:

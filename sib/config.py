@@ -206,6 +206,13 @@ def loopback_only(host: str) -> bool:
 
 
 def _server_context(cert: str, key: str, client_ca: str, where: str) -> ssl.SSLContext:
+    for path in (cert, key, client_ca):  # one that is missing or unreadable, named
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(f"{where} {path}: {exc.strerror or exc}") from exc
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

@@ -254,14 +254,50 @@ def test_bad_settings_exit_2_in_one_line_and_create_nothing(tmp_path, args, toml
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sib.toml"]  # no ./ksp-data
 
 
-def test_a_port_in_use_is_named_and_leaves_no_data_directory(tmp_path):
+def test_a_port_in_use_is_named_with_its_flag_and_leaves_no_data_directory(tmp_path):
+    """A KSP port or the gate's in use: one line naming the listener, the port, the flag that
+    moves it and -1 that turns it off; no data directory left behind."""
+    import socket
+
     with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1") as s:
         port = s.ports["udp"]
         out = sib_cli("--udp-port", str(port), "--tcp-port", "-1", "--coap-port", "-1",
                       cwd=tmp_path)
         assert out.returncode == 1 and "Traceback" not in out.stderr
-        assert f"UDP port {port} on 127.0.0.1: Address already in use" in out.stderr
+        assert (f"UDP port {port} on 127.0.0.1: Address already in use (--udp-port N takes "
+                "another port, --udp-port -1 turns it off)") in out.stderr
         assert not (tmp_path / "ksp-data").exists()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = sib_cli("--udp-port", "0", "--tcp-port", "-1", "--coap-port", "-1",
+                      "--metrics-port", "-1", "--sepa-ws-port", "-1", "--sepa-http-port",
+                      str(port), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert (f"SEPA gate's HTTP port {port} on 127.0.0.1: Address already in use "
+            "(--sepa-http-port N takes another port, --sepa-http-port -1 turns it off)"
+            ) in out.stderr.splitlines()[-1]
+    assert not (tmp_path / "ksp-data").exists()
+
+
+def test_ksp_sib_says_its_defaults_subcommands_and_wrong_flags_in_words(tmp_path):
+    """--help shows the default ports and the subcommands; --data-dir with --memory is a usage
+    error (which store was meant?); a TLS file that is not there is named; `ksp decode` of what
+    is not hex says which character."""
+    out = sib_cli("--help")
+    assert out.returncode == 0
+    for words in ("default 7000", "default 7001", "default 5683", "default 8000",
+                  "default 9000", "ksp-sib hash-password", "ksp-sib new-key",
+                  "ksp-sib register-token", "ksp-sib jsap", "ksp-sib systemd-unit"):
+        assert words in " ".join(out.stdout.split()), words
+    out = sib_cli("--memory", "--data-dir", str(tmp_path / "x"), cwd=tmp_path)
+    assert out.returncode == 2 and "not allowed with argument --memory" in out.stderr
+    missing = tmp_path / "cert.pem"
+    one_line_error(sib_cli("--memory", "--tls-cert", str(missing), "--tls-key", str(missing),
+                           cwd=tmp_path), 2, f"[tls]: {missing}: No such file or directory")
+    out = ksp("decode", "zz12")
+    assert out.returncode == 2 and out.stdout == (
+        "error: 'zz12': 'z' (digit 1) is not hexadecimal: a message is given as hex digits, "
+        "two a byte\n")
 
 
 def test_a_second_sib_on_the_same_data_directory_is_told_so(tmp_path):

@@ -28,13 +28,27 @@ def parse_answers(text: str | None) -> Tx | None:
         raise ValueError(f"unknown transaction type {text!r}") from None
 
 
+def _hex(text: str) -> bytes:
+    """The bytes of a message given in hexadecimal (white space between digits allowed); a
+    ValueError that names the first wrong character, or the odd count."""
+    digits = "".join(text.split())
+    for i, c in enumerate(digits):
+        if c not in "0123456789abcdefABCDEF":
+            raise ValueError(f"{digits[:24]!r}{'…' if len(digits) > 24 else ''}: {c!r} (digit "
+                             f"{i + 1}) is not hexadecimal: a message is given as hex digits, "
+                             "two a byte")
+    if len(digits) % 2:
+        raise ValueError(f"{len(digits)} hex digits: a message is two a byte, an even number")
+    return bytes.fromhex(digits)
+
+
 def decode_command(hex_text: str, *, tcp: bool = False, from_sib: bool = False,
                    answers: str | None = None, out: TextIO | None = None) -> int:
     """`ksp decode`: the annotated field table, then the decoded message (`ksp.codec`).
     Returns the exit code: 0, or 2 for invalid input (the DecodeError is printed)."""
     out = out or sys.stdout
     try:
-        buf = bytes.fromhex("".join(hex_text.split()))
+        buf = _hex(hex_text)
         answers_tx = parse_answers(answers)
     except ValueError as exc:
         print(f"error: {exc}", file=out)

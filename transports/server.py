@@ -73,8 +73,9 @@ class Server:
             await self.close()
             if isinstance(exc, OSError) and port is not None:  # say which listener, in words
                 reason = exc.strerror or str(exc)
-                raise OSError(exc.errno, f"{port[0]} port {port[1]} on {host}: {reason}"
-                              ) from exc
+                error = OSError(exc.errno, f"{port[0]} port {port[1]} on {host}: {reason}")
+                error.listener = port[0].lower()  # which: udp, tcp, coap
+                raise error from exc
             raise
         return self
 

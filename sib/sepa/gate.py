@@ -16,6 +16,7 @@ import functools
 import heapq
 import json
 import logging
+import os
 import math
 import time
 from collections import Counter, deque
@@ -386,9 +387,10 @@ class SepaGate:
         wss.router.add_get("/secure/subscribe", self._secure_subscribe)
         ports = []
         loop = asyncio.get_running_loop()
-        for app, port, tls in ((http, self.http_port, None), (ws, self.ws_port, None),
-                               (https, self.https_port, self.ssl_context),
-                               (wss, self.wss_port, self.ssl_context)):
+        for name, app, port, tls in (("http", http, self.http_port, None),
+                                     ("ws", ws, self.ws_port, None),
+                                     ("https", https, self.https_port, self.ssl_context),
+                                     ("wss", wss, self.wss_port, self.ssl_context)):
             if port is None or port < 0:
                 ports.append(None)
                 continue
@@ -399,7 +401,15 @@ class SepaGate:
             factory = runner.server  # what aiohttp's TCPSite listens with
             if self.connections is not None:
                 factory = functools.partial(_Admitted, runner.server, self.connections)
-            server = await loop.create_server(factory, self.host, port, ssl=tls)
+            try:
+                server = await loop.create_server(factory, self.host, port, ssl=tls)
+            except OSError as exc:  # say which listener, in words (`listener`: which)
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                error = OSError(exc.errno, f"SEPA gate's {name.upper()} port {port} on "
+                                f"{self.host}: {reason}")
+                error.listener = name
+                await self.close()
+                raise error from exc
             self._servers.append(server)
             ports.append(server.sockets[0].getsockname()[1])
         self.http_port, self.ws_port, self.https_port, self.wss_port = ports
