@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -400,3 +402,53 @@ async def _udp_only(port: int) -> None:
     async with connect(f"udp://127.0.0.1:{port}") as kp:
         await kp.update(f"INSERT DATA {{ <{EX}n> <{EX}p> {time.monotonic_ns()} }}")
         await kp.query(f"SELECT ?o WHERE {{ <{EX}n> <{EX}p> ?o }}")
+
+
+@pytest.mark.parametrize("form", ["pcapng", "pcap"])
+def test_a_capture_cut_short_shows_what_came_before_and_says_where(tmp_path, form):
+    """`ksp decode --pcap` of a capture cut short prints the messages before the cut, then one
+    line naming the file and the byte (exit 1); `ksp replay` refuses it so (exit 2), rather
+    than reporting what was cut off as differences."""
+    whole = tmp_path / f"gh.{form}"
+    if form == "pcap":
+        if shutil.which("editcap") is None:
+            pytest.skip("editcap (Debian's wireshark-common, with tshark) is not installed")
+        subprocess.run(["editcap", "-F", "pcap", str(CAPTURES / "greenhouse.pcapng"),
+                        str(whole)], check=True, capture_output=True)
+    else:
+        shutil.copy(CAPTURES / "greenhouse.pcapng", whole)
+    total = int(re.search(r"(\d+) of \1 KSP messages", ksp("decode", "--pcap", str(whole)
+                                                          ).stdout)[1])
+    cut = tmp_path / f"cut.{form}"
+    cut.write_bytes(whole.read_bytes()[:whole.stat().st_size * 2 // 3])
+    out = ksp("decode", "--pcap", str(cut), "--brief")
+    shown = int(re.search(r"(\d+) of \1 KSP messages", out.stdout)[1])
+    assert out.returncode == 1 and 0 < shown < total, (out.stdout[-300:], out.stderr)
+    assert re.fullmatch(rf"error: {re.escape(str(cut))}: the capture is cut short at byte "
+                        r"\d+; the messages before it are shown\n", out.stderr), out.stderr
+    out = ksp("replay", str(cut), "--to", "udp://127.0.0.1:9", "--wait", "1")
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.startswith(f"ksp replay: {cut}: the capture is cut short at byte ")
+
+
+def test_a_pcapng_block_whose_length_fields_differ_is_damage_said_where(tmp_path):
+    """A pcapng block carries its length at both ends: one whose two differ (a damaged length
+    field) stops the reading there with the file and the byte, where the rest was read as
+    garbage without a word (and a replay reported its lost packets as differences)."""
+    data = bytearray((CAPTURES / "greenhouse.pcapng").read_bytes())
+    at, blocks = 0, []
+    while at < len(data):
+        blocks.append(at)
+        at += struct.unpack("<I", data[at + 4:at + 8])[0]
+    damaged_at = blocks[len(blocks) // 2]
+    length = struct.unpack("<I", data[damaged_at + 4:damaged_at + 8])[0]
+    data[damaged_at + 4:damaged_at + 8] = struct.pack("<I", length + 4)
+    path = tmp_path / "damaged.pcapng"
+    path.write_bytes(bytes(data))
+    out = ksp("decode", "--pcap", str(path), "--brief")
+    assert out.returncode == 1 and int(re.search(r"(\d+) of \1 KSP messages", out.stdout)[1])
+    assert re.fullmatch(rf"error: {re.escape(str(path))}: a damaged pcapng block at byte "
+                        rf"{damaged_at}: its length fields say {length + 4} and \d+; the "
+                        r"messages before it are shown\n", out.stderr), out.stderr
+    out = ksp("replay", str(path), "--to", "udp://127.0.0.1:9", "--wait", "1")
+    assert out.returncode == 2 and f"a damaged pcapng block at byte {damaged_at}" in out.stderr

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ksp import Ack, DecodeError, Request, Response, Tx
 from ksp.codec import TCP, UDP, decode_kp_message, decode_sib_message
 from ksp.secure import MAGIC, OVERHEAD, TAG_SIZE
-from transports.pcap import Packet, read_packets
+from transports.pcap import Packet, PcapDamaged, read_packets
 
 SIB_PORTS = frozenset({7000, 7001, 5683})
 COAP_PORT = 5683
@@ -63,9 +63,29 @@ class _Flow:
 
 
 def messages(path: str, sib_ports: Iterable[int] | None = None) -> list[Captured]:
-    """The KSP messages of a capture, in capture order."""
-    ports = frozenset(sib_ports) if sib_ports is not None else SIB_PORTS
+    """The KSP messages of a capture, in capture order; `PcapDamaged` (naming the file and
+    where) for one cut short or damaged: a replay of part of it would report the rest as
+    lost."""
+    out, damage = read_messages(path, sib_ports)
+    if damage is not None:
+        raise damage
+    return out
+
+
+def read_messages(path: str, sib_ports: Iterable[int] | None = None
+                  ) -> tuple[list[Captured], PcapDamaged | None]:
+    """The KSP messages of a capture as far as it can be read, and what stopped the reading
+    there (None: the whole file was read)."""
     out: list[Captured] = []
+    try:
+        _read_into(out, path, sib_ports)
+    except PcapDamaged as exc:
+        return out, exc
+    return out, None
+
+
+def _read_into(out: list[Captured], path: str, sib_ports: Iterable[int] | None) -> None:
+    ports = frozenset(sib_ports) if sib_ports is not None else SIB_PORTS
     first_speaker: dict[frozenset, Addr] = {}
     flows: dict[tuple[Addr, Addr], _Flow] = {}
     for p in read_packets(path):
@@ -89,7 +109,6 @@ def messages(path: str, sib_ports: Iterable[int] | None = None) -> list[Captured
         else:
             for data in _reassemble(flows.setdefault((p.src, p.dst), _Flow()), p):
                 out.append(_captured(p.time, "tcp", p.src, p.dst, data, from_sib))
-    return out
 
 
 def _captured(when: float, transport: str, src: Addr, dst: Addr, data: bytes,
@@ -237,7 +256,8 @@ def print_capture(path: str, *, kp: str | None = None, tx: str | None = None,
     from ksp.reference.explain import format_message
 
     out = out or sys.stdout
-    items = annotate(messages(path, sib_ports))
+    found, damage = read_messages(path, sib_ports)
+    items = annotate(found)
     wanted_kp = None
     if kp is not None:
         wanted_kp = {kp}
@@ -272,4 +292,7 @@ def print_capture(path: str, *, kp: str | None = None, tx: str | None = None,
             for line in format_message(item.message).splitlines():
                 print("    " + line, file=out)
     print(f"{shown} of {len(items)} KSP messages", file=out)
+    if damage is not None:  # what came before it is shown above
+        print(f"error: {damage}; the messages before it are shown", file=sys.stderr)
+        return 1
     return 0

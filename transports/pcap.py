@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["PcapWriter", "Packet", "read_packets", "PcapError", "LINKTYPES"]
+__all__ = ["PcapWriter", "Packet", "read_packets", "PcapError", "PcapDamaged", "LINKTYPES"]
 
 Addr = tuple[str, int]
 
@@ -38,6 +38,10 @@ _MAX_SEGMENT = 65_495  # an IPv4 packet's 65,535 bytes less the IP and TCP heade
 
 class PcapError(ValueError):
     """A file that is not a pcap/pcapng capture, or is cut short."""
+
+
+class PcapDamaged(PcapError):
+    """A capture cut short or damaged at some byte: the packets before it were read."""
 
 
 def _checksum(data: bytes) -> int:
@@ -244,7 +248,9 @@ class Packet:
 
 def read_packets(path: str | os.PathLike) -> Iterator[Packet]:
     """The UDP and TCP packets of a pcap or pcapng file (other protocols and IP fragments other
-    than the first are skipped). Raises `PcapError` for a file that is not a capture."""
+    than the first are skipped). Raises `PcapError` for a file that is not a capture,
+    `PcapDamaged` (naming the file and the byte) where one is cut short or damaged, after the
+    packets before it."""
     with open(path, "rb") as f:
         head = f.read(4)
         f.seek(0)
@@ -255,19 +261,27 @@ def read_packets(path: str | os.PathLike) -> Iterator[Packet]:
             frames = _pcap_frames(f)
         else:
             raise PcapError(f"{path}: not a pcap or pcapng file (starts {head.hex()})")
-        for when, linktype, frame in frames:
-            ip = _link_payload(linktype, frame)
-            if ip is not None:
-                packet = _ip_payload(when, ip)
-                if packet is not None:
-                    yield packet
+        try:
+            for when, linktype, frame in frames:
+                ip = _link_payload(linktype, frame)
+                if ip is not None:
+                    packet = _ip_payload(when, ip)
+                    if packet is not None:
+                        yield packet
+        except PcapDamaged as exc:  # the file and where: the packets before it were yielded
+            raise PcapDamaged(f"{path}: {exc}") from None
 
 
 def _read(f: BinaryIO, n: int) -> bytes:
+    at = f.tell()
     data = f.read(n)
     if len(data) != n:
-        raise PcapError("the capture is cut short")
+        raise PcapDamaged(_cut(at))
     return data
+
+
+def _cut(at: int) -> str:
+    return f"the capture is cut short at byte {at}"
 
 
 def _pcap_frames(f: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
@@ -277,11 +291,12 @@ def _pcap_frames(f: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
     nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
     linktype = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
     while True:
+        at = f.tell()
         rec = f.read(16)
         if not rec:
             return
         if len(rec) < 16:
-            raise PcapError("the capture is cut short")
+            raise PcapDamaged(_cut(at))
         sec, frac, incl, _ = struct.unpack(order + "IIII", rec)
         yield sec + frac / (1e9 if nano else 1e6), linktype, _read(f, incl)
 
@@ -290,11 +305,12 @@ def _pcapng_frames(f: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
     order = "<"
     interfaces: list[tuple[int, float]] = []  # (linktype, seconds per tick)
     while True:
+        at = f.tell()
         head = f.read(8)
         if not head:
             return
         if len(head) < 8:
-            raise PcapError("the capture is cut short")
+            raise PcapDamaged(_cut(at))
         kind = struct.unpack("<I", head[:4])[0]
         if kind == 0x0A0D0D0A:  # section header: its byte order
             magic = _read(f, 4)
@@ -304,9 +320,13 @@ def _pcapng_frames(f: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
             interfaces = []
             continue
         kind, length = struct.unpack(order + "II", head)
-        if length < 12:
-            raise PcapError(f"a pcapng block of length {length}")
-        body = _read(f, length - 8)[:-4]
+        if length < 12 or length % 4:
+            raise PcapDamaged(f"a damaged pcapng block at byte {at}: length {length}")
+        block = _read(f, length - 8)
+        body, trailing = block[:-4], struct.unpack(order + "I", block[-4:])[0]
+        if trailing != length:  # a block's length is written at both ends: a check
+            raise PcapDamaged(f"a damaged pcapng block at byte {at}: its length fields say "
+                              f"{length} and {trailing}")
         if kind == 1:  # interface description
             linktype = struct.unpack(order + "H", body[:2])[0]
             interfaces.append((linktype, _tsresol(body[8:], order)))
