@@ -16,6 +16,29 @@ CONFIG = "/etc/ksp-sib/sib.toml"
 DATA_DIR = "/var/lib/ksp-sib"
 
 
+#: Directories the unit hides from the service, and the setting that hides them.
+HIDDEN = (("/home", "ProtectHome=yes"), ("/root", "ProtectHome=yes"),
+          ("/run/user", "ProtectHome=yes"), ("/tmp", "PrivateTmp=yes"),
+          ("/var/tmp", "PrivateTmp=yes"))
+
+
+def hidden(paths: dict[str, str]) -> list[str]:
+    """A warning for each of `paths` (by its flag) that the service could not reach: under a
+    directory the unit hides (a virtual environment in a home directory, say)."""
+    said = []
+    for flag, path in paths.items():
+        for where in dict.fromkeys((Path(path), Path(path).resolve())):
+            top = next(((d, why) for d, why in HIDDEN
+                        if where == Path(d) or Path(d) in where.parents), None)
+            if top is not None:
+                said.append(f"{flag} {path} is under {top[0]}, which the unit hides from the "
+                            f"service ({top[1]}): install ksp-gateway, its configuration and "
+                            "its data outside home directories and the temporary directories "
+                            "(e.g. /opt/ksp-gateway), or give another path")
+                break
+    return said
+
+
 def shipped_unit() -> str:
     return (files("sib") / "ksp-sib.service").read_text(encoding="utf-8")
 
@@ -59,9 +82,13 @@ def systemd_unit_command(argv: list[str]) -> int:
                    help="the ksp-sib to run (default: this installation's)")
     args = p.parse_args(argv)
     try:
-        text = unit(args.program or this_program(), args.config, args.data_dir)
+        program = args.program or this_program()
+        text = unit(program, args.config, args.data_dir)
     except (FileNotFoundError, ValueError) as exc:
         print(f"ksp-sib systemd-unit: {exc}", file=sys.stderr)
         return 2
+    for warning in hidden({"--program": program, "--config": args.config,
+                           "--data-dir": args.data_dir}):
+        print(f"ksp-sib systemd-unit: warning: {warning}", file=sys.stderr)
     sys.stdout.write(text)
     return 0

@@ -83,6 +83,27 @@ def test_paths_that_a_unit_cannot_hold_are_refused():
     assert "absolute path" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_paths_the_unit_hides_from_the_service_are_warned_of():
+    """ProtectHome and PrivateTmp hide home directories and /tmp from the service: a program,
+    configuration or data directory there (a virtual environment in a home directory) is said
+    on stderr, the unit still printed; paths elsewhere draw no warning."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sib.cli", "systemd-unit", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    done = run("--program", "/home/ann/venv/bin/ksp-sib", "--config", "/root/sib.toml",
+               "--data-dir", "/tmp/ksp")
+    assert done.returncode == 0 and "ExecStart=/home/ann/venv/bin/ksp-sib" in done.stdout
+    warnings = done.stderr.splitlines()
+    assert [w.split(" is under ")[0] for w in warnings] == [
+        "ksp-sib systemd-unit: warning: --program /home/ann/venv/bin/ksp-sib",
+        "ksp-sib systemd-unit: warning: --config /root/sib.toml",
+        "ksp-sib systemd-unit: warning: --data-dir /tmp/ksp"]
+    assert "(ProtectHome=yes)" in warnings[0] and "(PrivateTmp=yes)" in warnings[2]
+    done = run("--program", "/opt/ksp-gateway/bin/ksp-sib")
+    assert done.returncode == 0 and done.stderr == ""
+
+
 def write_config(path: Path, port: int, anonymous: str) -> None:
     path.write_text(f"""
 [sib]
