@@ -96,6 +96,20 @@ async def serve(config: BridgeConfig, stop: asyncio.Event | None = None,
             pcap.close()
 
 
+async def _say_if_unreachable(broker) -> None:
+    """A broker that does not answer at all is said before "bridge ready" (the bridge starts
+    all the same, and goes on asking: a broker may come after it); any HTTP answer, a refusal
+    included, is a broker there."""
+    from .broker import BrokerError
+
+    try:
+        await broker.query("ASK {}")
+    except BrokerError as exc:
+        if exc.http_status is None:
+            log.warning("the broker does not answer (%s): the devices' requests get "
+                        "INTERNAL_ERROR until it does", exc.reason)
+
+
 async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None,
                  reload) -> None:
     from ksp.session import SessionOptions
@@ -152,6 +166,7 @@ async def _serve(config: BridgeConfig, journal, pcap, stop: asyncio.Event | None
         log.info("broker: %s (query %s, update %s), subscriptions: %s", where.base,
                  where.query_path, where.update_path,
                  where.subscribe or "none (persistent queries refused)")
+        await _say_if_unreachable(broker)
         if registrations is not None:
             log.info("secure broker: each device registered under its [[access.kp]] id (%s), "
                      "anonymous devices %s", where.register,

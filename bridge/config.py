@@ -9,6 +9,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sib import AccessPolicy
 from sib.config import ConfigError, ServingConfig, check_ranges, serving_policy
@@ -86,6 +87,14 @@ class BridgeConfig(ServingConfig):
             raise ConfigError("say where the broker is: --jsap FILE, or --broker URL (and "
                               "--subscribe URL); in a file, [broker] jsap or url")
         where = self.endpoints()  # a JSAP that cannot be read: said now
+        for what, url, schemes in (("the broker", where.base, ("http", "https")),
+                                   ("subscriptions", where.subscribe, ("ws", "wss")),
+                                   ("register", where.register, ("http", "https")),
+                                   ("token", where.token, ("http", "https"))):
+            parts = urlsplit(url) if url else None
+            if parts is not None and (parts.scheme not in schemes or not parts.hostname):
+                raise ConfigError(f"{what} at {url!r}: the bridge reaches it at "
+                                  f"{' or '.join(s + '://HOST[:PORT]' for s in schemes)}")
         if bool(self.broker_register) != bool(self.broker_token):
             raise ConfigError("[broker] register and token go together (the secure mode)")
         if not all(isinstance(k, str) and isinstance(v, str) and v

@@ -222,6 +222,11 @@ def test_a_second_bridge_on_the_same_data_directory_is_refused(tmp_path):
     (("--config", "{dir}/anon.toml"), "anonymous_identity is for a secure broker"),
     (("--config", "{dir}/ca.toml"), "ca_file /nonexistent.pem"),
     (("--config", "{dir}/access.toml"), "[[access.kp]] 'x': password_hash is not"),
+    (("--broker", "ftp://127.0.0.1:8000"), "the broker at 'ftp://127.0.0.1:8000': the bridge "
+                                            "reaches it at http://HOST[:PORT] or https://"),
+    (("--broker", "http://127.0.0.1:8000", "--subscribe", "http://127.0.0.1:9000/subscribe"),
+     "subscriptions at 'http://127.0.0.1:9000/subscribe': the bridge reaches it at "
+     "ws://HOST[:PORT] or wss://"),
 ])
 def test_configuration_errors_are_one_line(args, said, tmp_path):
     (tmp_path / "bad.toml").write_text('[broker]\nurll = "http://127.0.0.1:8000"\n')
@@ -237,6 +242,21 @@ def test_configuration_errors_are_one_line(args, said, tmp_path):
     out = subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_broker_that_does_not_answer_is_said_before_ready(tmp_path):
+    """`ksp-bridge --broker` at a port nothing listens on: a warning that the broker does not
+    answer comes before "bridge ready" (the bridge still starts: a broker may come after)."""
+    from sib.testing import free_port
+
+    url = f"http://127.0.0.1:{free_port('tcp')}"
+    with BridgeProcess("--broker", url, "--memory", "--udp-port", "0", "--tcp-port", "-1",
+                       "--coap-port", "-1", "--metrics-port", "-1") as bridge:
+        lines = bridge.lines
+        ready = next(i for i, line in enumerate(lines) if "bridge ready" in line)
+        said = [line for line in lines[:ready] if "the broker does not answer" in line]
+        assert len(said) == 1 and url in said[0] and "WARNING" in said[0], lines
+        assert bridge.stop() == 0
 
 
 def test_ksp_bridge_from_a_toml_file_with_metrics(tmp_path):
