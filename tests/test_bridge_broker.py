@@ -238,9 +238,10 @@ def test_a_socket_closing_while_a_subscribe_waits_for_its_token_leaves_no_orphan
     async def main():
         sib = await Sib().start()
         gate = await SepaGate(sib, http_port=0, ws_port=0).start()
-        token = asyncio.Event()
+        asked, token = asyncio.Event(), asyncio.Event()
 
-        async def authorize() -> str:
+        async def authorize() -> str:  # asked once the subscribe waits for its first frame
+            asked.set()
             await token.wait()
             return "Bearer t"
 
@@ -250,7 +251,7 @@ def test_a_socket_closing_while_a_subscribe_waits_for_its_token_leaves_no_orphan
             await subscriber.subscribe("ASK {}", lambda *a: None)  # the socket is open
             asking = asyncio.ensure_future(subscriber.subscribe("ASK {}", lambda *a: None,
                                                                 authorize=authorize))
-            await until(lambda: subscriber._pending, 30, "the subscribe waiting for its token")
+            await asyncio.wait_for(asked.wait(), 30)  # the subscribe waits for its token
             await gate.close()  # the broker's end closes the socket
             await until(lambda: not subscriber.up.is_set(), 30, "the socket's end read")
             token.set()
