@@ -575,21 +575,19 @@ def test_the_secure_endpoints_describe_themselves_after_the_token(certificate):
     async def main():
         async with SecureLab(certificate) as lab:
             reader, writer = await lab.token("reader"), await lab.token("writer")
-            async with lab.http.get(lab.base + "/secure/query") as r:
-                assert r.status == 401
-            async with lab.http.get(lab.base + "/secure/query", headers={
-                    "Authorization": f"Bearer {reader}", "Accept": "text/turtle"}) as r:
-                assert r.status == 200 and r.content_type == "text/turtle"
-                text = await r.text()
-            assert f"<{lab.base}/secure/query>" in text and f"<{lab.wss}>" in text
-            async with lab.http.get(lab.base + "/secure/update") as r:
-                assert r.status == 401
-            async with lab.http.get(lab.base + "/secure/update", headers={
-                    "Authorization": f"Bearer {reader}", "Accept": "text/turtle"}) as r:
-                assert r.status == 200 and r.content_type == "text/turtle"
-                text = await r.text()
-            assert f"<{lab.base}/secure/update>" in text and "SPARQL11Update" in text
-            assert "SPARQL11Query" not in text and "subscribe" not in text
+            described = {}
+            for path in ("/secure/query", "/secure/update"):
+                async with lab.http.get(lab.base + path) as r:
+                    assert r.status == 401
+                async with lab.http.get(lab.base + path, headers={
+                        "Authorization": f"Bearer {reader}", "Accept": "text/turtle"}) as r:
+                    assert r.status == 200 and r.content_type == "text/turtle"
+                    described[path] = text = await r.text()
+                assert f"<{lab.base}{path}>" in text
+            assert f"<{lab.wss}>" in described["/secure/query"]
+            update = described["/secure/update"]
+            assert "SPARQL11Update" in update
+            assert "SPARQL11Query" not in update and "subscribe" not in update
             async with lab.http.get(lab.base + "/secure/query?query=ASK%7B%7D&query=ASK%7B%7D",
                                     headers={"Authorization": f"Bearer {reader}"}) as r:
                 assert r.status == 400
