@@ -121,7 +121,7 @@ class LoggedProcess:
     name = "process"
 
     def __init__(self, module: str, args, ready: str, timeout: float = 60.0, each=None,
-                 cwd=None, program: list[str] | None = None) -> None:
+                 cwd=None, program: list[str] | None = None, group: bool = False) -> None:
         import queue
         import subprocess
         import sys
@@ -129,10 +129,11 @@ class LoggedProcess:
 
         self.lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
+        self.group = group
         command = [sys.executable, "-m", module] if program is None else program
         self.proc = subprocess.Popen([*command, *args], cwd=cwd,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, start_new_session=group)
 
         def read() -> None:
             for line in self.proc.stderr:
@@ -168,10 +169,17 @@ class LoggedProcess:
                 return line
 
     def stop(self, sig: int | None = None, timeout: float = 60.0) -> int:
-        """Send SIGTERM (or `sig`) and wait for the exit status."""
+        """Send SIGTERM (or `sig`) and wait for the exit status. Started with `group`, the
+        signal goes to its whole process group, as a terminal's Ctrl-C, `timeout` and a
+        service manager send it."""
+        import os
         import signal
 
-        self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        sig = signal.SIGTERM if sig is None else sig
+        if self.group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         status = self.proc.wait(timeout)
         self._close_log()
         return status

@@ -114,7 +114,53 @@ LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 INTERRUPTED = 130
 
 
-def spark_session(master: str, app: str = "ksp-ingest"):
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before Spark runs: the start ends where it is."""
+
+
+class Signals:
+    """SIGINT and SIGTERM for the job. Until Spark runs, a signal ends the start where it is
+    (`Interrupted`); from `polled()` on it only sets `event`, which the job looks at between
+    its calls into Spark: an exception raised inside a py4j call would leave its connection
+    in the middle of an answer (and pyspark's own SIGINT handler calls into the JVM from the
+    handler), so the job is never interrupted there."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.received: int | None = None
+        self._raise = True
+
+    def install(self) -> "Signals":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def polled(self) -> None:
+        """From now on a signal sets `event` (installed again: over pyspark's SIGINT handler)."""
+        self._raise = False
+        self.install()
+
+    def status(self) -> int:
+        """The exit status of a job stopped before it was ready: SIGTERM is a stop asked for
+        (0), SIGINT a user's interrupt (`INTERRUPTED`)."""
+        return INTERRUPTED if self.received == signal.SIGINT else 0
+
+    def said(self) -> str:
+        return "interrupted" if self.received == signal.SIGINT else "SIGTERM"
+
+    def _on_signal(self, signum, frame) -> None:
+        self.received = signum
+        self.event.set()
+        if self._raise:
+            raise Interrupted
+
+
+def spark_session(master: str, app: str = "ksp-ingest", *, apart: bool = False):
+    """The job's Spark session. `apart`: its JVM in a session of its own (one per process: the
+    first Spark of this process), so that a signal to the job's process group — Ctrl-C at a
+    terminal, `timeout`, `kill -- -PGID`, a service manager's stop — reaches this process
+    alone, which then stops the queries and Spark in order; the JVM still ends with this
+    process (pyspark's gateway exits when its standard input closes)."""
     import os
 
     from pyspark.sql import SparkSession
@@ -123,7 +169,7 @@ def spark_session(master: str, app: str = "ksp-ingest"):
     # interpreter, with this environment's pyspark, paho and pyarrow; not `python3` off PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    builder = SparkSession.builder.master(master).appName(app)
+    settings = {"spark.master": master, "spark.app.name": app}
     if local_master(master):  # not local-cluster[...]: executors apart
         # One JVM on this host: its UI (no login) and its endpoints on the loopback only,
         # where Spark binds them to every interface (the UI's host is SPARK_LOCAL_IP, else
@@ -133,34 +179,38 @@ def spark_session(master: str, app: str = "ksp-ingest"):
         # optimising JIT, took half its CPU here and was still compiling after 90 s
         # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's
         # long-lived executors keep the default.
-        builder = builder.config("spark.driver.defaultJavaOptions", LOCAL_JAVA_OPTIONS)
-    return (builder
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.streaming.stateStore.providerClass",
-                    "org.apache.spark.sql.execution.streaming.state."
-                    "RocksDBStateStoreProvider")
-            # A batch's commit writes the changes it made, not a checkpoint of the whole
-            # store (which it then does in the background): the de-duplication's commit took
-            # 300-480 ms a batch, 140-150 ms so (docs/benchmarks.md). Existing checkpoints
-            # carry on under it.
-            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                    "true")
-            # Its count of the keys kept (a metric nothing here reads) costs a look-up before
-            # each put, beside the de-duplication's own.
-            .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows",
-                    "false")
-            # The checkpoint is on a local or shared disk (the driver renames in --out).
-            # Hadoop's FileContext API, Spark's default there, asks of each file it renames
-            # whether it is a link, which without Hadoop's native library runs `readlink` in a
-            # process of its own: about 300 in 10 s of micro-batches, ~10 ms each on the
-            # batch's thread. The FileSystem API renames with rename(2), atomic on such a
-            # disk; OUT/.lock keeps a second job off the checkpoint (`spark_ingest.outlock`).
-            .config("spark.sql.streaming.checkpointFileManagerClass",
-                    "org.apache.spark.sql.execution.streaming.checkpointing."
-                    "FileSystemBasedCheckpointFileManager")
-            .getOrCreate())
+        settings["spark.driver.defaultJavaOptions"] = LOCAL_JAVA_OPTIONS
+    settings.update({
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # A batch's commit writes the changes it made, not a checkpoint of the whole store
+        # (which it then does in the background): the de-duplication's commit took 300-480 ms
+        # a batch, 140-150 ms so (docs/benchmarks.md). Existing checkpoints carry on under it.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Its count of the keys kept (a metric nothing here reads) costs a look-up before
+        # each put, beside the de-duplication's own.
+        "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
+        # The checkpoint is on a local or shared disk (the driver renames in --out). Hadoop's
+        # FileContext API, Spark's default there, asks of each file it renames whether it is
+        # a link, which without Hadoop's native library runs `readlink` in a process of its
+        # own: about 300 in 10 s of micro-batches, ~10 ms each on the batch's thread. The
+        # FileSystem API renames with rename(2), atomic on such a disk; OUT/.lock keeps a
+        # second job off the checkpoint (`spark_ingest.outlock`).
+        "spark.sql.streaming.checkpointFileManagerClass":
+            "org.apache.spark.sql.execution.streaming.checkpointing."
+            "FileSystemBasedCheckpointFileManager",
+    })
+    if apart:
+        from pyspark import SparkConf, SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        conf = SparkConf().setAll(settings.items())
+        SparkContext(conf=conf, gateway=launch_gateway(
+            conf, popen_kwargs={"start_new_session": True}))
+    return SparkSession.builder.config(map=settings).getOrCreate()
 
 
 def status_line(ingest: Ingest, previous: dict, seconds: float) -> str:
@@ -263,40 +313,43 @@ def main(argv: list[str] | None = None) -> int:
                             shards=shards, shard_secret=secret,
                             compact_after=args.compact_after,
                             max_per_batch=args.max_per_batch)
-    # The receivers first, in a process of their own at this one's priority; then Spark,
-    # whose processes inherit the lower one this takes (`spark_ingest.receiving`).
-    receiving = None if shards else receivers_apart.spawn(source_options(options))
+    signals = Signals().install()
+    # The receivers first, in a process of their own at this one's priority, subscribed at
+    # once; then Spark, whose processes inherit the lower one this takes
+    # (`spark_ingest.receiving`).
+    receiving = None
     try:
+        receiving = None if shards else receivers_apart.spawn(source_options(options))
         if receiving is not None:
             receivers_apart.lower_priority()
-        return _run(args, options, lock, receiving)
+        return _run(args, options, lock, receiving, signals)
+    except Interrupted:
+        log.info("%s while starting: stopped (a next start resumes from %s)", signals.said(),
+                 args.out)
+        return signals.status()
     finally:
         if receiving is not None:
             receivers_apart.stop(receiving)
 
 
-def _run(args, options: IngestOptions, lock, receiving) -> int:
+def _run(args, options: IngestOptions, lock, receiving, signals: Signals) -> int:
     """The job, once its receivers run (`receiving`: their process; None: shards)."""
-    spark = None
-    try:  # Ctrl-C while Spark starts or the job warms up: stopped, without a traceback
-        spark = spark_session(args.master)
-        spark.sparkContext.setLogLevel("WARN")
-        if args.warm_up:
-            log.info("warmed up in %.1f s (%d synthetic messages through the job)",
-                     warmup.warm_up(spark, options, args.warm_up), args.warm_up)
-        ingest = Ingest(spark, options)
-        ingest.start(apart=receiving is not None)
-        if receiving is not None:
-            receivers_apart.begin(receiving)
-    except KeyboardInterrupt:
-        log.info("interrupted while starting: stopped (a next start resumes from %s)",
+    spark = spark_session(args.master, apart=True)
+    signals.polled()
+    stop = signals.event
+    spark.sparkContext.setLogLevel("WARN")
+    if args.warm_up:
+        took = warmup.warm_up(spark, options, args.warm_up, stopped=stop)
+        if not stop.is_set():
+            log.info("warmed up in %.1f s (%d synthetic messages through the job)", took,
+                     args.warm_up)
+    if stop.is_set():
+        log.info("%s while starting: stopped (a next start resumes from %s)", signals.said(),
                  args.out)
-        if spark is not None:
-            spark.stop()
-        return INTERRUPTED
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        spark.stop()
+        return signals.status()
+    ingest = Ingest(spark, options)
+    ingest.start(apart=receiving is not None)
     # Its settings are its flags: a SIGHUP (a closed terminal, a reload by habit) is logged.
     signal.signal(signal.SIGHUP, lambda *_: log.info("SIGHUP: nothing to reload (the "
                                                      "settings are the command line's)"))

@@ -213,15 +213,16 @@ class Ingest:
     def start(self, *, offline: bool = False, apart: bool = False):
         """Start the query. `offline`: no receiver, the batches read what the buffer holds,
         then it ends (Trigger.AvailableNow: `spark_ingest.warmup`'s run). `apart`: the
-        receivers run in a process of their own (`spark_ingest.receiving`), begun after this,
-        and the reader none."""
+        receivers run in a process of their own (`spark_ingest.receiving`), subscribed
+        before this, and the reader none."""
         from pyspark.sql import functions as F
 
         from .mqtt import SUBSCRIBED
         from .source import MqttTelemetry
 
-        for directory in self._buffers():  # an earlier run's answer is not this one's
-            (directory / SUBSCRIBED).unlink(missing_ok=True)
+        if not apart:  # apart, the receivers' process was begun clean (`receiving.spawn`)
+            for directory in self._buffers():  # an earlier run's answer is not this one's
+                (directory / SUBSCRIBED).unlink(missing_ok=True)
         self.spark.dataSource.register(MqttTelemetry)
         o = self.o
         reader = self.spark.readStream.format("ksp_mqtt")

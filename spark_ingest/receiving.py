@@ -1,11 +1,9 @@
 """The job's MQTT receivers in a process of their own, beside Spark's: what `ksp-ingest`
 runs (unless its receivers are shards on other machines).
 
-    process = spawn(source_options(options))   # before Spark starts: waits
+    process = spawn(source_options(options))   # before Spark starts: they subscribe
     lower_priority()                            # this process, and so Spark's, yields the CPU
     ...                                         # Spark, the warm-up, the query
-    begin(process)                              # the receivers connect and subscribe
-    ...
     stop(process)
 
 Why apart: in a burst the receiver is what keeps pace with the broker, and the batches can
@@ -19,10 +17,11 @@ docs/benchmarks.md's time, where the batches had taken the receiver's CPU and ru
 smaller batches.
 
 The source's options go to the process on its standard input (the broker's password among
-them: not on a command line, which any user can list), then the word to begin (the job
-subscribes once warm, as before, `spark_ingest.warmup`); it then reads its input to the end:
-the job's end — a stop, or a `kill -9` — closes it, and the receivers stop (what they took is
-in the buffer, acknowledged; what they had not is the broker's to send again).
+them: not on a command line, which any user can list). The receivers connect and subscribe at
+once, so that what is published while Spark starts and warms up (`spark_ingest.warmup`) waits
+in the buffer for the first batch; the process then reads its input to the end: the job's end
+— a stop, or a `kill -9` — closes it, and the receivers stop (what they took is in the buffer,
+acknowledged; what they had not is the broker's to send again).
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["NICENESS", "begin", "lower_priority", "spawn", "stop"]
+__all__ = ["NICENESS", "lower_priority", "spawn", "stop"]
 
 log = logging.getLogger("ksp.ingest")
 
@@ -44,19 +43,20 @@ NICENESS = 10
 
 def spawn(options: dict[str, str]) -> subprocess.Popen:
     """Start the receivers the `ksp_mqtt` source `options` ask for, in a process of their own
-    (`spark_ingest.mqtt.receivers`)."""
+    (`spark_ingest.mqtt.receivers`): they connect and subscribe at once. An earlier run's
+    answer to the subscription is removed first, so that the job's wait for this run's
+    (`Ingest.subscription`) cannot read it."""
+    from .buffer import shard_directory
+    from .mqtt import SUBSCRIBED
+
+    shards = int(options.get("receivers", 1))
+    for k in range(shards):
+        (shard_directory(options["buffer"], k, shards) / SUBSCRIBED).unlink(missing_ok=True)
     process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE)
     assert process.stdin is not None
     process.stdin.write(json.dumps(options).encode() + b"\n")
     process.stdin.flush()
     return process
-
-
-def begin(process: subprocess.Popen) -> None:
-    """Let the receivers of `spawn` connect and subscribe."""
-    assert process.stdin is not None
-    process.stdin.write(b"begin\n")
-    process.stdin.flush()
 
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -90,9 +90,10 @@ def main() -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .mqtt import receivers
 
-    options = json.loads(sys.stdin.readline())
-    if sys.stdin.readline().strip() != "begin":  # the job ended before it was ready
+    line = sys.stdin.readline()
+    if not line:  # the job ended before it sent the options
         return 0
+    options = json.loads(line)
     running = receivers(options)
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True,

@@ -208,9 +208,9 @@ class IngestProcess(LoggedProcess):
 
     name = "ksp-ingest"
 
-    def __init__(self, *args: str, timeout: float = 180.0, ready: str = "ingest ready"
-                 ) -> None:
-        super().__init__("spark_ingest.cli", args, ready, timeout, cwd=ROOT)
+    def __init__(self, *args: str, timeout: float = 180.0, ready: str = "ingest ready",
+                 group: bool = False) -> None:
+        super().__init__("spark_ingest.cli", args, ready, timeout, cwd=ROOT, group=group)
 
     def stop_when(self, ready, what: str) -> None:
         """Wait for `ready()`, a batch more (nothing else may come), then SIGTERM: exit 0."""

@@ -1,4 +1,4 @@
-"""The job's warm-up: before it subscribes, one micro-batch of synthetic messages through the
+"""The job's warm-up: before its query starts, one micro-batch of synthetic messages through the
 job's whole path (the source's executors reading a buffer file, the de-duplication's state
 store, the observations' and dead letters' Parquet, the aggregates), in a directory of its own
 that is removed after (`OUT/_warmup`), with no broker and no SIB.
@@ -6,14 +6,15 @@ that is removed after (`OUT/_warmup`), with no broker and no SIB.
 Why: a new JVM's first micro-batch with rows costs seconds more than a warm one — its plans
 compiled, the Python workers started and their imports loaded, the state store opened, the
 JIT still cold (measured on 2 cores: 16,000 rows in 7.5 s, where a warm batch took 4 s for
-100,000). Paid here, before the subscription, it holds back no reading: the broker keeps a
-resumed session's messages meanwhile, and a new session gets nothing before its SUBACK
-either way; `ingest ready` then means ready at the warm rate.
+100,000). Paid here, it holds back no reading: the receivers subscribed before Spark started
+(`spark_ingest.receiving`) and what they take meanwhile waits in the buffer for the job's first
+batch; `ingest ready` then means ready at the warm rate.
 """
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -35,6 +36,8 @@ DEVICES = 10
 #: Of them, dead letters (a payload that is not JSON): the dead letters' path warmed too.
 DEAD_EVERY = 100
 DIRECTORY = "_warmup"
+#: Seconds between looks at whether the job was asked to stop while the batch runs.
+POLL = 0.5
 
 
 def messages(count: int, now: datetime | None = None) -> list[tuple[str, bytes]]:
@@ -50,11 +53,13 @@ def messages(count: int, now: datetime | None = None) -> list[tuple[str, bytes]]
     return out
 
 
-def warm_up(spark, options, count: int = READINGS, timeout: float = 600.0) -> float:
+def warm_up(spark, options, count: int = READINGS, timeout: float = 600.0,
+            stopped: threading.Event | None = None) -> float:
     """Run `count` synthetic messages through an `Ingest` on `spark` with `options` (its
     `out` replaced by `OUT/_warmup`, no SIB, one receiver's buffer) as one micro-batch;
     returns the seconds it took. A warm-up that fails or overruns `timeout` is logged and
-    the job starts all the same (it only costs the job its head start)."""
+    the job starts all the same (it only costs the job its head start); one `stopped` (the
+    job asked to stop) has its Spark jobs cancelled and ends at once."""
     from .buffer import Buffer
     from .job import Ingest
 
@@ -71,8 +76,13 @@ def warm_up(spark, options, count: int = READINGS, timeout: float = 600.0) -> fl
                                        shards=()))
         query = ingest.start(offline=True)
         try:
-            if not query.awaitTermination(timeout):
-                log.warning("warm-up: not done after %g s; starting without it", timeout)
+            while not query.awaitTermination(POLL):
+                if stopped is not None and stopped.is_set():
+                    spark.sparkContext.cancelAllJobs()
+                    return time.monotonic() - started
+                if time.monotonic() - started > timeout:
+                    log.warning("warm-up: not done after %g s; starting without it", timeout)
+                    break
         finally:
             query.stop()
         if ingest.stats["observations"] + ingest.stats["dead_letters"] != count:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from spark_ingest.buffer import Buffer
-from spark_ingest.mqtt import subscription
-from spark_ingest.receiving import begin, spawn, stop
+from spark_ingest.mqtt import SUBSCRIBED, subscription
+from spark_ingest.receiving import spawn, stop
 from spark_ingest.testing import until
 from tools.telemetry import messages, publish
 
@@ -43,9 +43,11 @@ def ended(pid: int) -> bool:
 
 def test_the_receivers_process_buffers_what_comes_and_stops_when_told(mosquitto, tmp_path):
     directory = tmp_path / "_mqtt"
+    directory.mkdir()
+    (directory / SUBSCRIBED).write_text("ok")  # an earlier run's answer: not this one's
     process = spawn(options(mosquitto, directory, "apart-test"))
     try:
-        begin(process)
+        assert subscription(directory) is None
         until(lambda: subscription(directory) == "ok", 60, "the SUBACK")
         sent = list(messages(40, devices=4, seed=3))
         publish(mosquitto, sent)
@@ -68,9 +70,8 @@ def test_a_job_killed_takes_its_receivers_process_with_it(mosquitto, tmp_path):
     directory = tmp_path / "_mqtt"
     job = subprocess.Popen(
         [sys.executable, "-c", "import json, sys, time\n"
-         "from spark_ingest.receiving import begin, spawn\n"
+         "from spark_ingest.receiving import spawn\n"
          "process = spawn(json.loads(sys.argv[1]))\n"
-         "begin(process)\n"
          "print(process.pid, flush=True)\n"
          "time.sleep(600)\n", json.dumps(options(mosquitto, directory, "apart-killed"))],
         stdout=subprocess.PIPE, text=True)

@@ -36,21 +36,29 @@ def test_a_warm_up_count_out_of_bounds_is_refused_before_spark_starts(capsys):
 
 @pytest.mark.spark
 @pytest.mark.slow  # Spark and mosquitto processes
-def test_the_job_warms_up_before_it_subscribes_and_keeps_nothing_of_it(tmp_path):
+def test_readings_published_while_the_job_starts_are_kept_and_nothing_of_the_warm_up(tmp_path):
+    """The receivers subscribe before Spark starts: what is published while it starts and
+    warms up waits in the buffer and is stored; nothing of the warm-up is. SIGTERM to the
+    job's process group (systemd's default stop) then stops it cleanly: exit 0, no py4j
+    traceback (Spark's JVM is in a session of its own, stopped by the job)."""
     pa = pytest.importorskip("pyarrow.dataset")
     from spark_ingest.testing import IngestProcess, Mosquitto, until
     from tools.telemetry import messages, publish
 
     out = tmp_path / "data"
     sent = list(messages(200, devices=2, seed=5))
+    early, later = sent[:100], sent[100:]
     with Mosquitto(tmp_path / "mqtt") as broker, IngestProcess(
             "--mqtt", broker.url, "--out", str(out), "--trigger", "500 milliseconds",
-            "--warm-up", "2000", "--status", "1") as ingest:
+            "--warm-up", "2000", "--status", "1", ready="subscribed to", group=True) as ingest:
+        publish(broker.url, early)
+        assert "warmed up in" not in ingest.log()  # published before the warm-up's end
+        ingest.wait_for("ingest ready", 240)
         log = ingest.log()
-        assert log.index("warmed up in") < log.index("subscribed to") < log.index(
+        assert log.index("subscribed to") < log.index("warmed up in") < log.index(
             "ingest ready")
         assert not (out / warmup.DIRECTORY).exists()
-        publish(broker.url, sent)
+        publish(broker.url, later)
         ok = sum(kind == "ok" for _, _, kind in sent)
 
         def observations() -> int:
@@ -59,26 +67,34 @@ def test_the_job_warms_up_before_it_subscribes_and_keeps_nothing_of_it(tmp_path)
                 path.exists()) else 0
 
         ingest.stop_when(lambda: observations() >= ok, "the readings")
+        log = ingest.log()
+    assert "stopped: ingest:" in log and "Traceback" not in log and "ERROR" not in log, log
     rows = pa.dataset(str(out / "observations"), partitioning="hive").to_table().to_pylist()
     assert len(rows) == ok and not any(r["device"].startswith("warm-up") for r in rows)
     assert not (out / warmup.DIRECTORY).exists()
 
 
-def test_ctrl_c_during_the_warm_up_stops_the_job_without_a_traceback(tmp_path):
-    """A user's Ctrl-C while Spark starts or the job warms up: a line that says so, the warm-up's
-    directory removed, exit status 130 (a shell's for SIGINT), no Python traceback."""
+@pytest.mark.spark
+@pytest.mark.slow  # Spark and mosquitto processes
+@pytest.mark.parametrize("sig, status, said", [("SIGINT", 130, "interrupted"),
+                                               ("SIGTERM", 0, "SIGTERM")])
+def test_a_signal_to_the_process_group_during_the_warm_up_stops_the_job_in_one_line(
+        tmp_path, sig, status, said):
+    """Ctrl-C at a terminal, `timeout`, `kill -- -PGID` and a service manager's stop signal the
+    job's whole process group while Spark warms up: a line that says so, the warm-up's
+    directory removed, exit status 130 for SIGINT (a shell's) and 0 for SIGTERM (a stop asked
+    for), no Python or py4j traceback."""
     import signal
 
-    from spark_ingest.cli import INTERRUPTED
     from spark_ingest.testing import IngestProcess, Mosquitto, until
 
     out = tmp_path / "data"
     with Mosquitto(tmp_path / "mqtt") as broker, IngestProcess(
             "--mqtt", broker.url, "--out", str(out), "--warm-up", str(warmup.MOST),
-            ready="") as ingest:
-        until(lambda: (out / warmup.DIRECTORY / "_mqtt").exists(), 180, "the warm-up")
-        assert ingest.stop(signal.SIGINT, timeout=120) == INTERRUPTED, ingest.log()
+            ready="", group=True) as ingest:
+        until(lambda: (out / warmup.DIRECTORY / "_mqtt").exists(), 240, "the warm-up")
+        assert ingest.stop(getattr(signal, sig), timeout=240) == status, ingest.log()
         log = ingest.log()
-    assert "interrupted while starting" in log and "Traceback" not in log, log
+    assert f"{said} while starting: stopped" in log and "Traceback" not in log, log
     assert "ingest ready" not in log
     assert not (out / warmup.DIRECTORY).exists()
