@@ -40,11 +40,20 @@ def missing_extra(exc: ModuleNotFoundError, prog: str,
     return f"{prog}: {top} is not installed (the {extra} extra): {install_command(extra)}"
 
 
+#: The exit status of a command interrupted (Ctrl-C) before it handles SIGINT itself: a shell's
+#: 128 + SIGINT.
+INTERRUPTED = 130
+
+
 def run(target: str, prog: str, extras: dict[str, str] | None = None) -> int:
-    """Import `module:function` and call it; exit code 2 with one line for a missing extra."""
+    """Import `module:function` and call it; exit code 2 with one line for a missing extra,
+    130 and no traceback for a Ctrl-C that comes while it imports or starts (a command
+    that handles SIGINT itself says what it stopped)."""
     module, _, function = target.partition(":")
     try:
         return getattr(import_module(module), function)()
+    except KeyboardInterrupt:
+        return INTERRUPTED
     except ModuleNotFoundError as exc:
         line = missing_extra(exc, prog, extras)
         if line is None:

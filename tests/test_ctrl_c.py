@@ -1,0 +1,49 @@
+"""Ctrl-C at any moment of a command's start, through the installed console scripts: the
+command ends with a shell's status for SIGINT (130) or, once it handles the signal itself, its
+own clean stop (0) — never a Python traceback."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+#: Seconds after the start at which Ctrl-C comes: while Python imports, while the command
+#: starts, and once it runs.
+MOMENTS = (0.05, 0.2, 0.4, 0.7, 1.0, 1.5, 3.0)
+
+COMMANDS = {
+    "ksp-sib": ["ksp-sib", "--memory", "--udp-port", "0", "--tcp-port", "0", "--coap-port", "-1",
+                "--sepa-http-port", "-1", "--sepa-ws-port", "-1"],
+    "ksp sub": ["ksp", "sub", "--sib", "udp://127.0.0.1:{udp}",
+                "SELECT ?o WHERE { <http://example.org/s> <http://example.org/p> ?o }"],
+}
+
+
+@pytest.fixture(scope="module")
+def sib():
+    from sib.testing import SibProcess
+
+    with SibProcess("--memory", "--udp-port", "0", "--tcp-port", "-1",
+                    "--coap-port", "-1") as process:
+        yield process
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_ctrl_c_at_any_moment_of_the_start_says_no_traceback(name, sib):
+    command = [part.replace("{udp}", str(sib.ports["udp"])) for part in COMMANDS[name]]
+    if not (BIN / command[0]).exists():
+        pytest.skip(f"{command[0]} is not installed in this environment")
+    for moment in MOMENTS:
+        proc = subprocess.Popen([str(BIN / command[0]), *command[1:]], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(moment)
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+        out, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (moment, err)
+        assert proc.returncode in (0, 130), (moment, proc.returncode, err)
