@@ -97,6 +97,20 @@ def test_the_wheel_carries_the_firmware_and_the_dissector_and_no_tools_package(w
     assert tree and tree <= firmware
 
 
+def dist_info(wheel: Path) -> tuple[str, set[str]]:
+    """The wheel's .dist-info folder and every name in the wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    return next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")), names
+
+
+def test_the_wheel_says_its_licence_and_carries_both_texts(wheel):
+    """PEP 639 metadata, and umqtt's own licence beside the module in the firmware copy."""
+    info, names = dist_info(wheel)
+    meta = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode().splitlines()
+    assert "License-Expression: MIT" in meta, meta[:30]
+    assert {f"{info}/licenses/LICENSE", f"{info}/licenses/device_firmware/lib/umqtt/LICENSE",
+            "ksp_tools/firmware/lib/umqtt/LICENSE"} <= names
+
 def test_the_base_install(wheel, tmp_path):
     env = Env(tmp_path / "base", wheel)
     assert not (env.site / "tools").exists()
