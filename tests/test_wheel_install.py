@@ -3,7 +3,8 @@ installed into fresh virtual environments with each role's extras (base, `[sib]`
 `[firmware]`), runs each role's commands; a command whose extra is missing says in one line
 which to install; the firmware and the dissector come with the wheel; no top-level `tools`.
 
-Dependencies come from the package index (pip's cache makes a second run quick)."""
+Dependencies come from the package index at the versions constraints.txt fixes (pip's cache
+makes a second run quick)."""
 from __future__ import annotations
 
 import json
@@ -54,8 +55,8 @@ class Env:
     def __init__(self, where: Path, wheel: Path, extras: str = "") -> None:
         venv.create(where, with_pip=True)
         self.bin = where / "bin"
-        subprocess.run([str(self.bin / "python"), "-m", "pip", "install", "-q",
-                        f"{wheel}{extras}"], check=True, timeout=900)
+        subprocess.run([str(self.bin / "python"), "-m", "pip", "install", "-q", "-c",
+                        str(ROOT / "constraints.txt"), f"{wheel}{extras}"], check=True, timeout=900)
         self.home = where / "home"
         self.home.mkdir()
         self.site = Path(subprocess.run(
