@@ -1,8 +1,11 @@
-"""The package's metadata as other environments see it: pyproject.toml states ranges, so the
-wheel can share an environment with other packages, and constraints.txt the exact versions
-the scripts and CI install, one for each package pyproject names and inside its range."""
+"""The package as other environments see it: pyproject.toml states ranges, so the wheel can
+share an environment with other packages, and constraints.txt the exact versions the scripts
+and CI install, one for each package pyproject names and inside its range; the pytest plugin
+loads only where a project asks for it."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -13,12 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SELF = "ksp-gateway"
 
 
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def requirements() -> list[Requirement]:
     """Every requirement of pyproject's dependencies and extras, but the extras' own
     `ksp-gateway[...]`."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = project["dependencies"] + [line for extra in project["optional-dependencies"].values()
-                                       for line in extra]
+    meta = project()
+    lines = meta["dependencies"] + [line for extra in meta["optional-dependencies"].values()
+                                    for line in extra]
     return [r for r in map(Requirement, lines) if canonicalize_name(r.name) != SELF]
 
 
@@ -54,3 +61,20 @@ def test_a_checkout_s_install_hint_keeps_the_tested_versions():
     from tools.commands import install_command
 
     assert install_command("sib").endswith(f"-e '{ROOT}[sib]' -c '{ROOT}/constraints.txt'")
+
+
+def test_the_pytest_plugin_is_not_registered_for_every_environment():
+    assert "pytest11" not in project().get("entry-points", {})
+
+
+def pytest_help(tmp_path: Path, *args: str) -> str:
+    """`pytest --help` run in an empty folder (no conftest.py, no pyproject.toml)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args,
+                          "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_the_pytest_plugin_loads_when_asked_for_and_only_then(tmp_path):
+    assert "--ksp-replay" not in pytest_help(tmp_path)
+    assert "--ksp-replay" in pytest_help(tmp_path, "-p", "ksp_tools.pytest_ksp")

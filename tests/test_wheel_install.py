@@ -112,6 +112,13 @@ def test_the_wheel_says_its_licence_and_carries_both_texts(wheel):
     assert {f"{info}/licenses/LICENSE", f"{info}/licenses/device_firmware/lib/umqtt/LICENSE",
             "ksp_tools/firmware/lib/umqtt/LICENSE"} <= names
 
+
+def test_the_wheel_registers_no_pytest_plugin(wheel):
+    """The replay plugin is opt-in (`-p ksp_tools.pytest_ksp`): no `pytest11` entry point."""
+    info, _ = dist_info(wheel)
+    entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
+    assert "[console_scripts]" in entry_points and "pytest11" not in entry_points, entry_points
+
 def test_the_base_install(wheel, tmp_path):
     env = Env(tmp_path / "base", wheel)
     assert not (env.site / "tools").exists()
