@@ -44,7 +44,9 @@ _node_inputs_hash() {
 }
 
 # Python: create .venv if missing and install the project (editable) with the
-# given extras, e.g. ensure_venv "[test]", at the versions constraints.txt fixes.
+# given extras, e.g. ensure_venv "[test]", at the versions constraints.txt fixes; setuptools
+# too, for `python setup.py build_ext --inplace` (a new venv has none, or one too old for
+# pyproject's licence fields).
 ensure_venv() {
     local extras="${1:-}" stamp=".venv/.ksp-install-stamp" want
     if [ ! -x .venv/bin/python ]; then
@@ -56,7 +58,7 @@ ensure_venv() {
     if [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
         return 0
     fi
-    .venv/bin/pip install -q -c constraints.txt -e ".${extras}"
+    .venv/bin/pip install -q -c constraints.txt setuptools -e ".${extras}"
     # Keep the lines of this hash (other extras installed with it), drop older hashes.
     { grep -F -- "${want%% *} " "$stamp" 2>/dev/null || true; echo "$want"; } > "$stamp.new"
     mv "$stamp.new" "$stamp"

@@ -16,16 +16,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SELF = "ksp-gateway"
 
 
-def project() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def requirements() -> list[Requirement]:
-    """Every requirement of pyproject's dependencies and extras, but the extras' own
-    `ksp-gateway[...]`."""
-    meta = project()
-    lines = meta["dependencies"] + [line for extra in meta["optional-dependencies"].values()
-                                    for line in extra]
+    """Every requirement of pyproject's build system, dependencies and extras, but the extras'
+    own `ksp-gateway[...]`."""
+    meta = pyproject()
+    lines = [*meta["build-system"]["requires"], *meta["project"]["dependencies"],
+             *(line for extra in meta["project"]["optional-dependencies"].values()
+               for line in extra)]
     return [r for r in map(Requirement, lines) if canonicalize_name(r.name) != SELF]
 
 
@@ -64,7 +65,7 @@ def test_a_checkout_s_install_hint_keeps_the_tested_versions():
 
 
 def test_the_pytest_plugin_is_not_registered_for_every_environment():
-    assert "pytest11" not in project().get("entry-points", {})
+    assert "pytest11" not in pyproject()["project"].get("entry-points", {})
 
 
 def pytest_help(tmp_path: Path, *args: str) -> str:

@@ -49,4 +49,4 @@ def test_pip_runs_only_when_the_install_inputs_change(tmp_path):
     with (repo / "constraints.txt").open("a") as f:
         f.write("# another version\n")
     assert ensure("[test,bench]") == 5
-    assert calls.read_text().splitlines()[-1] == "install -q -c constraints.txt -e .[test,bench]"
+    assert calls.read_text().splitlines()[-1] == "install -q -c constraints.txt setuptools -e .[test,bench]"
