@@ -10,15 +10,25 @@ in as its package data, so `ksp flash` and `ksp simulate-board` work from a whee
 decodes in pure Python (tests/test_speedups.py fails then, so CI notices). Its enums come from
 `ksp/_layout.h`, which this file writes from the layout table (`ksp/layout.py`) and the model
 (`ksp/model.py`) before the build, so the C module never declares the layout itself.
+
+What a build makes on its way (objects, the wheel's tree, a wheel's egg-info) goes to a
+temporary folder removed when this file's process ends: `pip wheel .` leaves no `build/` or
+egg-info in the source tree, only its products, and `python setup.py build_ext --inplace` still
+leaves `ksp/_speedups*.so` in place.
 """
+import atexit
+import functools
 import importlib
 import pathlib
 import shutil
 import sys
+import tempfile
 import types
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build import build
 from setuptools.command.build_py import build_py
+from setuptools.command.egg_info import egg_info
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -69,8 +79,37 @@ class BuildWithFirmware(build_py):
         shutil.copy2(HERE / "tools" / "wireshark" / "ksp.lua", target / "wireshark" / "ksp.lua")
 
 
+@functools.cache
+def scratch() -> str:
+    """The temporary build folder, made on first use."""
+    path = tempfile.mkdtemp(prefix="ksp-gateway-build-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+class BuildInScratch(build):
+    """Out of the tree: every command's intermediate output (build_py, build_ext, bdist_wheel)
+    goes under `build_base`. `--build-base` still chooses another."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        self.build_base = scratch()
+
+
+class EggInfoInScratch(egg_info):
+    """The egg-info a wheel build writes, out of the tree too. An sdist carries its egg-info, so
+    `sdist` writes it in the tree as usual; dist_info and editable installs choose their own."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        if "sdist" not in self.distribution.commands:
+            self.egg_base = scratch()
+
+
 write_layout_header()
-setup(packages=packages(), package_dir={TOOLS: "tools"}, cmdclass={"build_py": BuildWithFirmware},
+setup(packages=packages(), package_dir={TOOLS: "tools"},
+      cmdclass={"build": BuildInScratch, "egg_info": EggInfoInScratch,
+                "build_py": BuildWithFirmware},
       ext_modules=[Extension("ksp._speedups", ["ksp/_speedups.c"], depends=["ksp/_layout.h"],
                              optional=True,
                              extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"])])

@@ -44,19 +44,21 @@ _node_inputs_hash() {
 }
 
 # Python: create .venv if missing and install the project (editable) with the
-# given extras, e.g. ensure_venv "[test]".
+# given extras, e.g. ensure_venv "[test]", at the versions constraints.txt fixes; setuptools
+# too, for `python setup.py build_ext --inplace` (a new venv has none, or one too old for
+# pyproject's licence fields).
 ensure_venv() {
     local extras="${1:-}" stamp=".venv/.ksp-install-stamp" want
     if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     fi
     # pip only when what the install depends on changed (it takes seconds even with nothing to
-    # do): the extras asked for, the project's metadata and the C module it compiles.
-    want="$(cat pyproject.toml setup.py ksp/_speedups.c 2>/dev/null | sha256sum | cut -d' ' -f1) ${extras}"
+    # do): the extras asked for, the project's metadata, the versions and the C module it compiles.
+    want="$(cat pyproject.toml constraints.txt setup.py ksp/_speedups.c 2>/dev/null | sha256sum | cut -d' ' -f1) ${extras}"
     if [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
         return 0
     fi
-    .venv/bin/pip install -q -e ".${extras}"
+    .venv/bin/pip install -q -c constraints.txt setuptools -e ".${extras}"
     # Keep the lines of this hash (other extras installed with it), drop older hashes.
     { grep -F -- "${want%% *} " "$stamp" 2>/dev/null || true; echo "$want"; } > "$stamp.new"
     mv "$stamp.new" "$stamp"
@@ -84,9 +86,9 @@ install_board_stubs() {
 
 # The W3C SPARQL test suites (tests/test_w3c_sparql.py): rdflib's source distribution carries
 # them (test/data/suites/w3c: sparql11 and dawg-data-r2, W3C licence), from the package index
-# the project already installs from and at the rdflib version it pins. Unpacked into
-# tests/w3c/ (not committed); fetched again only when that version changes.
-W3C_SUITES_FROM="rdflib==7.6.0"
+# the project already installs from and at the rdflib version constraints.txt fixes. Unpacked
+# into tests/w3c/ (not committed); fetched again only when that version changes.
+W3C_SUITES_FROM="$(grep -i '^rdflib==' "$REPO_ROOT/constraints.txt")"
 install_w3c_suites() {
     local dest="$REPO_ROOT/tests/w3c" stamp="$REPO_ROOT/tests/w3c/.ksp-suites" tmp
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$W3C_SUITES_FROM" ]; then return 0; fi

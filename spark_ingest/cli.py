@@ -38,15 +38,16 @@ SPARK_MODULES = ("pyspark", "pyarrow", "paho")
 
 def missing_extra(modules: tuple[str, ...] = SPARK_MODULES) -> str | None:
     """None when `modules` are importable, else one line saying which are not and the command
-    that installs them (the `spark` extra into this interpreter's environment)."""
+    that installs them (the `spark` extra into this interpreter's environment; from a checkout
+    at the versions constraints.txt fixes)."""
     import importlib.util
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not missing:
         return None
     root = Path(__file__).resolve().parent.parent
-    project = (f"-e '{root}[spark]'" if (root / "pyproject.toml").is_file()
-               else "'ksp-gateway[spark]'")
+    project = (f"-e '{root}[spark]' -c '{root / 'constraints.txt'}'"
+               if (root / "pyproject.toml").is_file() else "'ksp-gateway[spark]'")
     return (f"ksp-ingest: {', '.join(missing)} not installed (the spark extra): "
             f"{sys.executable} -m pip install {project}")
 

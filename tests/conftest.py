@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# The capture replay (`ksp_replay`, `--ksp-replay`), under its installed name only: `tools` is
+# the same module in a checkout, and loaded under both it would declare its options twice.
+pytest_plugins = ["ksp_tools.pytest_ksp"]
+
 #: What the event loops made during the current test reported to their exception handler: an
 #: exception in a callback, a task's or a future's exception nobody retrieved, an unclosed
 #: aiohttp session. asyncio only logs these, so without this a test passes over them.

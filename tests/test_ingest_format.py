@@ -322,4 +322,4 @@ def test_without_the_spark_extra_ksp_ingest_says_how_to_install_it_in_one_line(t
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("ksp-ingest: pyspark, pyarrow")
-    assert f"-m pip install -e '{root}[spark]'" in done.stderr
+    assert f"-m pip install -e '{root}[spark]' -c '{root}/constraints.txt'" in done.stderr

@@ -1,5 +1,6 @@
 """scripts/_env.sh: pip runs again only when what the install depends on changed (pyproject,
-setup.py, the C module's source, the extras asked for) — `scripts/run` stays instant."""
+constraints.txt, setup.py, the C module's source, the extras asked for) — `scripts/run` stays
+instant."""
 from __future__ import annotations
 
 import shutil
@@ -19,7 +20,7 @@ def test_pip_runs_only_when_the_install_inputs_change(tmp_path):
     (repo / "scripts").mkdir(parents=True)
     (repo / "ksp").mkdir()
     shutil.copy(ROOT / "scripts" / "_env.sh", repo / "scripts")
-    for name in ("pyproject.toml", "setup.py"):
+    for name in ("pyproject.toml", "constraints.txt", "setup.py"):
         shutil.copy(ROOT / name, repo)
     (repo / "ksp" / "_speedups.c").write_text("/* C */\n")
     venv_bin = repo / ".venv" / "bin"
@@ -45,4 +46,7 @@ def test_pip_runs_only_when_the_install_inputs_change(tmp_path):
     with (repo / "pyproject.toml").open("a") as f:
         f.write("\n# a new dependency\n")
     assert ensure("[test,bench]") == 4
-    assert calls.read_text().splitlines()[-1] == "install -q -e .[test,bench]"
+    with (repo / "constraints.txt").open("a") as f:
+        f.write("# another version\n")
+    assert ensure("[test,bench]") == 5
+    assert calls.read_text().splitlines()[-1] == "install -q -c constraints.txt setuptools -e .[test,bench]"

@@ -2,14 +2,18 @@
 installed into fresh virtual environments with each role's extras (base, `[sib]`,
 `[firmware]`), runs each role's commands; a command whose extra is missing says in one line
 which to install; the firmware and the dissector come with the wheel; no top-level `tools`.
+The wheel carries the licences and no pytest plugin entry point; building it (or the C module
+in place) leaves no `build/` or egg-info in the source tree.
 
-Dependencies come from the package index (pip's cache makes a second run quick)."""
+Dependencies come from the package index at the versions constraints.txt fixes (pip's cache
+makes a second run quick)."""
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 import venv
 import zipfile
@@ -33,19 +37,62 @@ def tracked_files() -> list[str]:
     return [name for name in out.stdout.decode().split("\0") if name]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def clone(dest: Path) -> Path:
+    """The tracked files copied to `dest`, as a clean clone has them."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs a git checkout to list the tracked files")
-    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     for name in tracked_files():
         if (ROOT / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, src / name)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def untracked(tree: Path) -> set[str]:
+    """The files in `tree` that are not tracked files: what a build left there."""
+    return {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()} - set(
+        tracked_files())
+
+
+#: What a build of the C module leaves in the tree by design: its generated header (setup.py).
+HEADER = "ksp/_layout.h"
+SPEEDUPS = "ksp/_speedups" + sysconfig.get_config_var("EXT_SUFFIX")
+COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """A clean clone and the wheel `pip wheel .` made of it, as a user builds it (in an
+    isolated build environment)."""
+    src, out = clone(tmp_path_factory.mktemp("src")), tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    str(src)], check=True, timeout=600)
+                    "."], cwd=src, check=True, timeout=600)
     (found,) = out.glob("ksp_gateway-*.whl")
-    return found
+    return src, found
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[1]
+
+
+def test_building_the_wheel_leaves_nothing_in_the_source_tree(built):
+    """No build/ or egg-info beside the sources (setup.py builds in a temporary folder)."""
+    src, wheel = built
+    assert untracked(src) <= {HEADER}, sorted(untracked(src))
+    assert not (src / "build").exists()
+    if COMPILER:
+        assert SPEEDUPS in zipfile.ZipFile(wheel).namelist()
+
+
+def test_an_in_place_build_leaves_the_c_module_and_no_build_folder(tmp_path):
+    """`python setup.py build_ext --inplace`, as developers and the benchmarks' baselines run
+    it: the C module beside its source, and nothing else."""
+    src = clone(tmp_path / "src")
+    out = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert untracked(src) == ({HEADER, SPEEDUPS} if COMPILER else {HEADER}), untracked(src)
 
 
 class Env:
@@ -54,8 +101,8 @@ class Env:
     def __init__(self, where: Path, wheel: Path, extras: str = "") -> None:
         venv.create(where, with_pip=True)
         self.bin = where / "bin"
-        subprocess.run([str(self.bin / "python"), "-m", "pip", "install", "-q",
-                        f"{wheel}{extras}"], check=True, timeout=900)
+        subprocess.run([str(self.bin / "python"), "-m", "pip", "install", "-q", "-c",
+                        str(ROOT / "constraints.txt"), f"{wheel}{extras}"], check=True, timeout=900)
         self.home = where / "home"
         self.home.mkdir()
         self.site = Path(subprocess.run(
@@ -96,6 +143,27 @@ def test_the_wheel_carries_the_firmware_and_the_dissector_and_no_tools_package(w
             if "__pycache__" not in p.parts}
     assert tree and tree <= firmware
 
+
+def dist_info(wheel: Path) -> tuple[str, set[str]]:
+    """The wheel's .dist-info folder and every name in the wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    return next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")), names
+
+
+def test_the_wheel_says_its_licence_and_carries_both_texts(wheel):
+    """PEP 639 metadata, and umqtt's own licence beside the module in the firmware copy."""
+    info, names = dist_info(wheel)
+    meta = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode().splitlines()
+    assert "License-Expression: MIT" in meta, meta[:30]
+    assert {f"{info}/licenses/LICENSE", f"{info}/licenses/device_firmware/lib/umqtt/LICENSE",
+            "ksp_tools/firmware/lib/umqtt/LICENSE"} <= names
+
+
+def test_the_wheel_registers_no_pytest_plugin(wheel):
+    """The replay plugin is opt-in (`-p ksp_tools.pytest_ksp`): no `pytest11` entry point."""
+    info, _ = dist_info(wheel)
+    entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
+    assert "[console_scripts]" in entry_points and "pytest11" not in entry_points, entry_points
 
 def test_the_base_install(wheel, tmp_path):
     env = Env(tmp_path / "base", wheel)

@@ -21,10 +21,11 @@ EXTRA_OF = {
 
 def install_command(extra: str) -> str:
     """The pip command that installs `extra` into this interpreter's environment: from the
-    checkout for an editable install, else from the package index."""
+    checkout for an editable install, at the versions the rest of it was tested with
+    (constraints.txt), else from the package index."""
     root = Path(__file__).resolve().parent.parent
-    target = (f"-e '{root}[{extra}]'" if (root / "pyproject.toml").is_file()
-              else f"'ksp-gateway[{extra}]'")
+    target = (f"-e '{root}[{extra}]' -c '{root / 'constraints.txt'}'"
+              if (root / "pyproject.toml").is_file() else f"'ksp-gateway[{extra}]'")
     return f"{sys.executable} -m pip install {target}"
 
 

