@@ -38,7 +38,7 @@ from .model import Request, Response
 from .seqnum import is_newer
 
 __all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "TidsBusy",
-           "PERSISTENT", "STATEFUL", "request_digest"]
+           "PERSISTENT", "STATEFUL", "NUMBERS", "request_digest", "epoch_of", "random_start"]
 
 # `tx in PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a Python
 # call, on every request and RES. STATEFUL: transactions whose RES starts or ends persistent
@@ -50,6 +50,8 @@ _OK = Status.OK
 _ENDS = (Status.OK, Status.UNKNOWN_TRANSACTION)
 
 OpKey = tuple[Hashable, int]
+#: Request numbers are 48 bits: a u32 epoch (the EPOCH option) above the 16-bit TID.
+NUMBERS = 1 << 48
 
 
 class SessionError(KspError):
@@ -57,15 +59,26 @@ class SessionError(KspError):
 
 
 class TidsBusy(SessionError):
-    """No TID may carry this request now: under each one tried, the SIB may still hold a request
-    with the same bytes (R12). Nothing was sent; send it again at `retry_at` (the clock of
-    `now`). Only a KP sending the same request over 65 536 times per EXCHANGE_LIFETIME meets
-    this."""
+    """No TID may carry a request now: every one is held (`KpTransactions.hold`: its request was
+    retransmitted or timed out within EXCHANGE_LIFETIME). Nothing was sent; send it again at
+    `retry_at` (the clock of `now`). Only a KP with 65 536 such requests in EXCHANGE_LIFETIME
+    meets this."""
 
     def __init__(self, retry_at: float) -> None:
-        super().__init__("every transaction ID tried carries this very request within "
-                         "EXCHANGE_LIFETIME")
+        super().__init__("every transaction ID is held by a request retransmitted or timed "
+                         "out within EXCHANGE_LIFETIME")
         self.retry_at = retry_at
+
+
+def random_start(rng: random.Random) -> int:
+    """Where a KP whose identity outlives its memory (a KP ID) starts counting: a random epoch
+    of 1 … 2^31 − 1 and TID (wire format 15)."""
+    return (rng.randrange(1, 1 << 31) << 16) | rng.randrange(0x10000)
+
+
+def epoch_of(number: int) -> int | None:
+    """The EPOCH option's value for request `number` (wire format 15): None for epoch 0."""
+    return (number >> 16) or None
 
 
 def request_digest(data: bytes) -> int:
@@ -289,86 +302,94 @@ class _Persistent:
 
 class KpTransactions:
     """The KP's transaction layer (see the module docstring). `pending` maps each TID waiting
-    for its RES to whatever the message layer keeps for it (it must have a `tx`)."""
+    for its RES to whatever the message layer keeps for it (it must have a `tx`).
+
+    Request numbers (wire format 15): each new request gets a number above every one given
+    before, N = epoch × 65 536 + TID, counting up from `start` (by default epoch 0 and a random
+    TID, like CoAP's message IDs) and skipping numbers whose TID is taken (`next_tid`). The
+    SIB tells by numbers a copy from a new request, whatever the delays."""
 
     def __init__(self, rng: random.Random | None = None, *, lifetime: float = 247.0,
-                 max_ended: int = 256) -> None:
+                 max_ended: int = 256, start: int | None = None) -> None:
         self._rng = rng if rng is not None else random.Random()
-        self._next = self._rng.randrange(0x10000)  # like CoAP's message IDs: start anywhere
+        start = self._rng.randrange(0x10000) if start is None else start
+        if not 0 <= start < NUMBERS:
+            raise ValueError(f"a request number is 0 to 2^48 - 1, not {start}")
+        self.last_number = start - 1  # the highest number given out
         self.lifetime = lifetime
         self.max_ended = max_ended
         self.pending: dict[int, object] = {}
         self.persistent: dict[int, _Persistent] = {}
         # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
         self.ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
-        # Per TID, the last request sent under it while the SIB may keep it in its duplicate
-        # cache: until when, the `request_digest` of its bytes, and whether no request at all
-        # may follow under it meanwhile (`hold`). Fixed arrays of 65 536: bounded, one lookup
+        # Per TID: the number `next_tid` gave out with it and not yet sent (-1: none), and until
+        # when no request may go under it (`hold`). Fixed arrays of 65 536: bounded, one lookup
         # per request.
-        self._kept_until = array("d", bytes(8 * 0x10000))
-        self._kept_digest = array("q", bytes(8 * 0x10000))
-        self._held = bytearray(0x10000)
+        self._issued = array("q", b"\xff" * (8 * 0x10000))
+        self._held_until = array("d", bytes(8 * 0x10000))
 
     @property
     def cursor(self) -> int:
         """The TID `next_tid` tries first. A KP that kept its place across a sleep or a restart
-        (firmware keeps it in RTC RAM) sets it to go on from there."""
-        return self._next
+        (firmware keeps it in RTC RAM) sets `last_number` to go on from there."""
+        return (self.last_number + 1) & 0xFFFF
 
     @cursor.setter
     def cursor(self, tid: int) -> None:
         if not 0 <= tid <= 0xFFFF:
             raise ValueError(f"a TID is 0 to 65535, not {tid}")
-        self._next = tid
+        base = self.last_number + 1
+        self.last_number = base + ((tid - base) & 0xFFFF) - 1
 
     def next_tid(self) -> int:
-        """A TID no pending request, active or recently ended persistent transaction uses (R12).
-
-        TIDs are handed out in sequence from a random start, so one comes back only after
-        65 536 others; over UDP and CoAP `fit` then says whether it may carry the request.
-        """
+        """The TID of the next number whose TID no pending request, active or recently ended
+        persistent transaction uses (R12); the number is the request's when it is sent under
+        that TID (`number`)."""
+        n = self.last_number + 1
         for _ in range(0x10000):
-            tid = self._next
-            self._next = (tid + 1) & 0xFFFF
+            tid = n & 0xFFFF
             if tid not in self.pending and tid not in self.persistent and tid not in self.ended:
+                self.last_number = n
+                self._issued[tid] = n
                 return tid
+            n += 1
         raise SessionError("every transaction ID is in use")
 
-    def fit(self, tid: int, digest: int, now: float, tries: int = 64) -> int:
-        """A TID for a request whose bytes less the TID have `digest`: `tid` itself, or else the
-        next TID (`next_tid`) that may carry it. A TID may not while the SIB may still hold a
-        request of the same bytes under it (its duplicate cache would answer that one's RES
-        for this one, which would never be executed: R12), nor while it is held (`hold`). Raises `TidsBusy` after `tries` TIDs, `next_tid`
-        left where it was (the TID whose hold ends first is then tried first)."""
-        if self._usable(tid, digest, now):
+    def number(self, tid: int) -> int:
+        """The number a new request sent under `tid` gets: the one `next_tid` gave out with
+        it, else (a TID the caller chose) the next number with that TID."""
+        n = self._issued[tid]
+        if n > self.last_number - 0x10000 and n >= 0:
+            self._issued[tid] = -1
+            return n
+        base = self.last_number + 1
+        n = base + ((tid - base) & 0xFFFF)
+        self.last_number = n
+        return n
+
+    def behind(self, next_epoch: int) -> None:
+        """The SIB takes numbers as new only from epoch `next_epoch` (RES 0x10, wire format
+        15): count on from there."""
+        self.last_number = max(self.last_number, (next_epoch << 16) - 1)
+
+    def unheld(self, tid: int, now: float, tries: int = 64) -> int:
+        """`tid`, or else the next TID (`next_tid`) no request may not go under now (`hold`).
+        Raises `TidsBusy` after `tries` TIDs."""
+        held = self._held_until
+        if held[tid] <= now:
             return tid
-        start = self._next
         for _ in range(tries):
             candidate = self.next_tid()
-            if self._usable(candidate, digest, now):
+            if held[candidate] <= now:
                 return candidate
-        self._next = start
-        raise TidsBusy(self._kept_until[start])
-
-    def kept(self, tid: int, digest: int, now: float) -> None:
-        """Request `tid` (bytes less the TID: `digest`) left: the SIB may keep it for
-        EXCHANGE_LIFETIME."""
-        self._kept_until[tid] = now + self.lifetime
-        self._kept_digest[tid] = digest
-        self._held[tid] = 0
+        raise TidsBusy(min(held[(self.last_number - k) & 0xFFFF] for k in range(tries)))
 
     def hold(self, tid: int, now: float) -> None:
         """No request goes under `tid` for EXCHANGE_LIFETIME: its request timed out (the SIB may
         still be executing it, and would answer it for the next), or was sent more than once
         (the SIB answers each copy: a RES of it may still be on its way, which would be taken
         for the next request's)."""
-        self._kept_until[tid] = now + self.lifetime
-        self._held[tid] = 1
-
-    def _usable(self, tid: int, digest: int, now: float) -> bool:
-        if self._kept_until[tid] <= now:
-            return True
-        return not self._held[tid] and self._kept_digest[tid] != digest
+        self._held_until[tid] = now + self.lifetime
 
     def check(self, tid: int, tx: Tx) -> None:
         """Refuse what R12 forbids before a request is sent."""
@@ -407,8 +428,7 @@ class KpTransactions:
         out of use meanwhile."""
         if tx in PERSISTENT and self.persistent.pop(tid, None) is not None:
             self.tombstone(tid, now, ack=False)
-        if self._kept_until[tid] > now:
-            self.hold(tid, now)
+        self.hold(tid, now)
 
     def active(self, tid: int) -> Tx | None:
         """The type of active persistent transaction `tid` (its INDs are decoded by it), None

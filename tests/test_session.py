@@ -119,6 +119,11 @@ class Net:
                 delay += self.rng.random() * 20 * self.latency
             heapq.heappush(self._flight, (self.now + delay, next(self._n), way, data, addr))
 
+    def deliver_late(self, data: bytes, delay: float) -> None:
+        """A copy of the KP's datagram `data` reaches the SIB `delay` seconds from now (the
+        network's duplicate, however late)."""
+        heapq.heappush(self._flight, (self.now + delay, next(self._n), "up", data, self.addr))
+
     def flush(self) -> None:
         while True:
             for e in events(self.client):

@@ -7,10 +7,10 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..codec import UDP, peek_tid
-from ..codes import Tx
+from ..codec import UDP, encode, peek_tid
+from ..codes import Status, Tx
 from ..delivery import Delivery, DeliveryPolicy
-from ..model import Ack, Request
+from ..model import Ack, Request, Response
 from ..secure import SealedAddr
 from ..seqnum import is_newer
 from ..transactions import PERSISTENT, Exchange
@@ -22,6 +22,9 @@ from .timing import _Timers
 from .validation import AddressBudgets
 
 __all__ = ["UdpMessageLayer", "UdpSIBSession"]
+
+_OK = Status.OK
+_UNKNOWN = Status.UNKNOWN_TRANSACTION
 
 OpKey = tuple[KPIdentity, int]
 
@@ -163,12 +166,20 @@ class UdpMessageLayer(SibMessageLayer):
     def answered(self, ex: Exchange, data: bytes | None) -> None:
         if data is not None:
             self.cache.answered(ex, data)
+            if ex.tx in PERSISTENT and data[1] == 0:  # started: its keepalives find it
+                self._route(ex.addr, ex.key[1], ex.key[0])
 
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
         return self.cache.answer_copy(key, addr, self.send, self.session.stats)
 
-    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
-        self.cache.add(key, ex, now)
+    def behind(self, key: tuple, number: int) -> int | None:
+        return self.cache.behind(key, number)
+
+    def remember(self, key: tuple, ex: Exchange, now: float, number: int = -1) -> None:
+        self.cache.add(key, ex, now, number)
+
+    def spent(self, kp: KPIdentity, number: int) -> None:
+        self.cache.spent(kp, number)
 
     def forget(self, key: OpKey, d: Delivery, evicted: bool) -> None:
         self._keep_ind(key, None)
@@ -196,10 +207,15 @@ class UdpMessageLayer(SibMessageLayer):
         session.emit(AckReceived(kp, addr, ack.tid, ack.seq))
         if kp is None:
             session.stats.acks_unmatched += 1
+            if ack.seq is None:  # a keepalive of no operation of the KP's there
+                self.send(encode(Response(ack.tid, _UNKNOWN), UDP), addr)
             return
         key = (kp, ack.tid)
         unacked = self.unacked.get(key)
         if unacked is None:
+            if ack.seq is None:  # a keepalive: nothing owed; say whether the operation runs
+                active = key in session.transactions.deliveries
+                self.send(encode(Response(ack.tid, _OK if active else _UNKNOWN), UDP), addr)
             return
         d = session.transactions.deliveries.get(key)
         if d is None:
@@ -302,9 +318,13 @@ class UdpMessageLayer(SibMessageLayer):
             self.datagrams.append((data, addr))
         else:
             self.session.stats.held_for_validation += 1
+        self._route(addr, key[1], key[0])
+
+    def _route(self, addr: Hashable, tid: int, kp: KPIdentity) -> None:
+        """ACKs (and keepalives) of `tid` from `addr` are `kp`'s."""
         routes = self.ack_routes
-        route = (addr, key[1])
-        routes[route] = key[0]
+        route = (addr, tid)
+        routes[route] = kp
         routes.move_to_end(route)
         while len(routes) > self._options.max_entries:
             routes.popitem(last=False)
