@@ -13,8 +13,8 @@ from .layout import LITERAL_SIZES
 from .errors import DecodeError
 from .literals import float_lexical, is_datetime19, is_lang_tag
 from .model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
@@ -426,6 +426,12 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
                 values[key], pos = _modifier_at(buf, pos)
             elif opt is Opt.ECHO:
                 values[key], pos = _echo_at(buf, pos)
+            elif opt is Opt.EPOCH:
+                epoch = _U32.unpack_from(buf, pos)[0]
+                if not epoch:
+                    raise _Bad("EPOCH 0 (epoch 0 is written as no option)")
+                values[key] = epoch
+                pos += 4
             else:
                 n = buf[pos]
                 pos += 1
@@ -575,6 +581,12 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
         except _FAILURES as exc:
             raise _failure(exc, Status.INVALID_DATA_FORMAT, "data", pos, tid) from None
         return Response(tid, status, value, indication, seq, version)
+    if status == Status.NUMBER_BEHIND and not indication:
+        if len(buf) - pos != _U32x2.size:
+            raise DecodeError(Status.INVALID_DATA_FORMAT, f"NUMBER BEHIND with {len(buf) - pos} "
+                              "bytes of Data, not 8", "data", tid)
+        return Response(tid, status, Behind(*_U32x2.unpack_from(buf, pos)), indication, seq,
+                        version)
     if status or form is None:
         if pos != len(buf):
             reason = ("a RES/IND with an error status has no Data field" if status else
@@ -634,4 +646,5 @@ def _result_at(buf: bytes, pos: int, form: Tx):
 
 
 _U16x2 = struct.Struct("<HH")
+_U32x2 = struct.Struct("<II")
 _RESULT_FORM = [tx.base if tx and tx.is_query else None for tx in _TX_BY_CODE]

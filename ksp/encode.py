@@ -14,8 +14,8 @@ from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError
 from .literals import compact_type, is_lang_tag
 from .model import (
-    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, ConstructResult, Message, Options, Order, Request,
-    Response, SelectResult, SolutionModifier,
+    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, Behind, ConstructResult, Message, Options, Order,
+    Request, Response, SelectResult, SolutionModifier,
 )
 from .terms import BNode, IRI, Literal, Triple, Var
 from .wire import (
@@ -287,7 +287,8 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
                            (Opt.OPTIONAL_PATTERN, opts.optional), (Opt.FILTER, opts.filters),
                            (Opt.SOLUTION_MODIFIER, opts.modifier), (Opt.BIND, opts.binds),
                            (Opt.MAX_RESPONSE_SIZE, opts.max_response_size),
-                           (Opt.CREDENTIALS, opts.credentials), (Opt.ECHO, opts.echo)):
+                           (Opt.CREDENTIALS, opts.credentials), (Opt.ECHO, opts.echo),
+                           (Opt.EPOCH, opts.epoch)):
             if value is not None:
                 present.append((opt, value))
     out.append(len(present))
@@ -323,6 +324,10 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
             out += _U32.pack(value)
         elif opt is Opt.ECHO:
             out += echo_body(value)
+        elif opt is Opt.EPOCH:
+            if not _is_u32(value) or not value:
+                raise EncodeError(f"epoch {value!r} outside 1…2^32 − 1 (epoch 0 is no option)")
+            out += _U32.pack(value)
         else:  # CREDENTIALS
             kp_id = bytes(value.kp_id)
             if len(kp_id) != 16:
@@ -338,6 +343,17 @@ def echo_body(value) -> bytes:
     if not isinstance(value, (bytes, bytearray)) or not 1 <= len(value) <= ECHO_MAX:
         raise EncodeError(f"an echo value is 1…{ECHO_MAX} bytes, not {value!r}")
     return bytes((len(value),)) + bytes(value)
+
+
+def _is_u32(value) -> bool:
+    return type(value) is int and 0 <= value <= 0xFFFFFFFF
+
+
+def behind_body(value) -> bytes:
+    """The NUMBER BEHIND Data field (§15): u32 the request's epoch, u32 the next epoch."""
+    if not isinstance(value, Behind) or not (_is_u32(value.epoch) and _is_u32(value.next_epoch)):
+        raise EncodeError(f"a NUMBER_BEHIND RES carries a Behind of two u32, not {value!r}")
+    return _U32.pack(value.epoch) + _U32.pack(value.next_epoch)
 
 
 def _put_modifier(out: bytearray, mod: SolutionModifier) -> None:
@@ -456,6 +472,8 @@ def _encode_response(msg: Response, transport: Transport, max_size: int | None) 
     result = msg.result
     if status == Status.ECHO_REQUIRED and not msg.indication:
         return _frame(transport, msg.version, type_byte, msg.tid, echo_body(result), seq)
+    if status == Status.NUMBER_BEHIND and not msg.indication:
+        return _frame(transport, msg.version, type_byte, msg.tid, behind_body(result), seq)
     if status != Status.OK or result is None:
         if result is not None:
             raise EncodeError("a RES/IND with an error status carries no result")

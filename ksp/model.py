@@ -60,6 +60,7 @@ class Options(NamedTuple):
     max_response_size: int | None = None
     credentials: Credentials | None = None
     echo: bytes | None = None  # ECHO (§7.7): the value of the SIB's ECHO REQUIRED, 1…32 bytes
+    epoch: int | None = None  # EPOCH (§15): 1 … 2^32 − 1; None is epoch 0, written as no option
 
 
 NO_OPTIONS = Options()
@@ -109,14 +110,23 @@ class ConstructResult(NamedTuple):
 Result = Union[SelectResult, AskResult, ConstructResult]
 
 
+class Behind(NamedTuple):
+    """The Data field of a NUMBER_BEHIND RES (§15): the epoch of the request refused, and
+    the first epoch whose every number the SIB takes as new (the KP's count moves there)."""
+
+    epoch: int
+    next_epoch: int
+
+
 class Response(NamedTuple):
     """A RES, or an IND when `indication` is set (`seq` travels over UDP only).
 
-    `result` is a query result, or for an ECHO_REQUIRED RES the echo value (bytes, §7.7)."""
+    `result` is a query result; for an ECHO_REQUIRED RES the echo value (bytes, §7.7); for a
+    NUMBER_BEHIND RES a `Behind` (§15)."""
 
     tid: int
     status: Status | int = Status.OK
-    result: Result | bytes | None = None
+    result: Result | bytes | Behind | None = None
     indication: bool = False
     seq: int | None = None
     version: int = VERSION

@@ -92,6 +92,8 @@ def test_option_types_and_applicability_match_spec():
             assert allowed == frozenset(Tx)
         elif text == "every REQ with a Data field":
             assert allowed == frozenset(Tx) - {Tx.TERMINATE, Tx.RESET}
+        elif text.startswith("every REQ but "):
+            assert allowed == frozenset(Tx) - {Tx[text.removeprefix("every REQ but ")]}
         else:
             named = set()
             for word, group in (("queries", lambda t: t.is_query), ("pattern updates", lambda t: t.is_pattern_update)):

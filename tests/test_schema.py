@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 
 from ksp.reference import schema
 from ksp.codec import TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode
-from ksp.codes import OWL, RDF, RDFS, Op, Status, Tx
+from ksp.codes import OWL, RDF, RDFS, Op, Opt, Status, Tx
 from ksp.errors import DecodeError
 from ksp.model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from ksp.terms import (
     DEFAULT_GRAPH, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DECIMAL, XSD_DOUBLE, XSD_FLOAT,
@@ -169,6 +169,9 @@ def _requests() -> list[tuple[str, Request]]:
         ("terminate_credentials", R(Tx.TERMINATE, 14, options=Options(
             credentials=Credentials(b"\xff" * 16, ""), max_response_size=0xFFFFFFFF))),
         ("reset", R(Tx.RESET, 15, False)),
+        ("reset_echo_epoch", R(Tx.RESET, 15, options=Options(echo=b"\x2a", epoch=0xFFFFFFFF))),
+        ("insert_data_credentials_epoch", R(Tx.INSERT_DATA, 15, insert=DATA[:1], options=Options(
+            credentials=Credentials(bytes(16), "pw"), epoch=1))),
         ("create", R(Tx.CREATE, 16, graphs=(G1, G2, LONG_IRI))),
         ("drop", R(Tx.DROP, 17, graphs=(DEFAULT_GRAPH, G1))),
         ("copy", R(Tx.COPY, 18, source=DEFAULT_GRAPH, target=G1)),
@@ -204,6 +207,9 @@ def _responses() -> list[tuple[str, Response, Tx | None]]:
         ("res_reserved_status", Response(2, 0x55), Tx.ASK),
         ("ind_terminated", Response(3, Status.TERMINATED, indication=True, seq=9),
          Tx.SELECT_PERSISTENT),
+        ("res_number_behind", Response(3, Status.NUMBER_BEHIND, Behind(0, 0xFFFFFFFF)), Tx.ASK),
+        ("ind_number_behind", Response(3, Status.NUMBER_BEHIND, indication=True, seq=1),
+         Tx.ASK_PERSISTENT),
         ("res_select", Response(4, result=SelectResult(3, ROWS, total=10)), Tx.SELECT),
         ("res_select_empty", Response(4, result=SelectResult(0, (), total=65535)), Tx.SELECT),
         ("res_select_prefixes", Response(4, result=SelectResult(3, ROWS, prefixes=(EX,))),
@@ -300,7 +306,7 @@ def test_catalogue_covers_the_spec():
         walk(c)
         if direction == "sib_to_kp" and c.data is not None:
             forms.add(Tx(answers).base)
-    assert opts == set(range(10))
+    assert opts == set(Opt)
     assert lits == set(range(8))
     assert uri_widths == {1, 2}
     assert str_widths == {1, 2, 3}  # the 4-byte width: test_string_length_four_bytes
@@ -471,7 +477,12 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
     ("typed_langstring_via_prefix_in_filter",
      _hex("01880100 00 00 02 05 01 01 18 06", _uri("langString", 1), "0178", "00 01", _uri(RDF)),
      "udp", "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
-    ("option_type_0x0b", "0191010001 0b", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
+    ("option_type_0x0c", "0191010001 0c", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
+    ("epoch_0", "0191010001 0b 00000000", "udp", "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
+    ("epoch_truncated", "0191010001 0b 0100", "udp", "kp_to_sib", None,
+     Status.INVALID_OPTION_FORMAT),
+    ("epoch_on_terminate", "0190010001 0b 01000000", "udp", "kp_to_sib", None,
+     Status.INVALID_OPTION_TYPE),
     ("option_not_applicable", "0191010001 00 01" + _uri("u:"), "udp", "kp_to_sib", None,
      Status.INVALID_OPTION_TYPE),
     ("modifier_on_ask", _hex("01880100 00 00", "01 06 00"), "udp", "kp_to_sib", None,
@@ -528,6 +539,14 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
     ("ind_short_header", "01800100 01", "udp", "sib_to_kp", None, Status.INVALID_DATA_FORMAT),
     ("res_version_0", "00000100", "udp", "sib_to_kp", None, Status.VERSION_NOT_SUPPORTED),
     ("res_tcp_length", "0100010009000000", "tcp", "sib_to_kp", None, Status.INVALID_DATA_FORMAT),
+    ("number_behind_no_data", "01100100", "udp", "sib_to_kp", Tx.SELECT,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_7_bytes", "01100100 00000000 010000", "udp", "sib_to_kp", None,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_9_bytes", "01100100 00000000 01000000 00", "udp", "sib_to_kp", None,
+     Status.INVALID_DATA_FORMAT),
+    ("ind_number_behind_with_data", "01900100 0100 00000000 01000000", "udp", "sib_to_kp",
+     Tx.SELECT_PERSISTENT, Status.INVALID_DATA_FORMAT),
     ("res_trailing_truncated", SEL_RES.hex()[:-2], "udp", "sib_to_kp", Tx.SELECT,
      Status.INVALID_DATA_FORMAT),
 ]

@@ -222,7 +222,7 @@ def test_coverage_from_messages():
                                         opts.insert_graphs, opts.query_graphs, opts.optional,
                                         opts.filters, opts.modifier, opts.binds,
                                         opts.max_response_size, opts.credentials,
-                                        opts.echo)):
+                                        opts.echo, opts.epoch)):
                 if value is not None:
                     options.add(opt)
             exprs = list(opts.filters or ()) + [b.expr for b in opts.binds or ()]
@@ -303,7 +303,8 @@ _OP_NAMES = {op.value: op.name for op in Op}
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _LANGSTRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
 _OPTION_KEYS = ("prefixes", "delete_graphs", "insert_graphs", "query_graphs", "optional",
-                "filters", "modifier", "binds", "max_response_size", "credentials", "echo")
+                "filters", "modifier", "binds", "max_response_size", "credentials", "echo",
+                "epoch")
 
 
 def _f32_lexical(x: float) -> str:
@@ -523,6 +524,9 @@ class Wire:
                 options[key] = self.modifier()
             elif opt == 0x08:
                 options[key] = self.u32()
+            elif opt == 0x0B:
+                options[key] = self.u32()
+                assert options[key] >= 1, "EPOCH 0"
             elif opt == 0x09:
                 kp_id = self.take(16).hex()
                 options[key] = {"kp_id": kp_id, "password": self.text(self.u8())}
@@ -581,6 +585,9 @@ class Wire:
         form = self.v["answers"].removesuffix("_PERSISTENT")
         if status == 0x0F and not indication:  # ECHO REQUIRED: the echo value (7.7)
             out["result"] = {"type": "echo", "value": self.echo()}
+            return out
+        if status == 0x10 and not indication:  # NUMBER BEHIND: two epochs (15)
+            out["result"] = {"type": "behind", "epoch": self.u32(), "next_epoch": self.u32()}
             return out
         if status != 0 or form not in ("SELECT", "ASK", "CONSTRUCT"):
             return out

@@ -326,6 +326,12 @@ def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
         return f"option {v:#04x}: {_name(Opt, v)}"
     if label == "body" and ctx.get("option") == Opt.MAX_RESPONSE_SIZE:
         return f"MAX RESPONSE SIZE {v} bytes"
+    if label == "body" and ctx.get("option") == Opt.EPOCH:
+        return f"EPOCH {v}: request number {v} × 65536 + TID"
+    if label == "epoch":
+        return f"the request's epoch {v}"
+    if label == "next_epoch":
+        return f"next epoch {v}: the first whose every number the SIB takes as new"
     if label == "order_var":
         return f"ORDER BY ?v{v}"
     if label in ("limit", "offset"):

@@ -44,7 +44,7 @@ from ..codes import (
 from ..layout import LITERAL_FORMS, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
 from ..literals import is_datetime19, is_lang_tag
 from ..model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
 from ..terms import (
@@ -59,7 +59,7 @@ __all__ = [
     "UriField", "PrefixEntry", "KString", "DateTime19", "Boolean", "LiteralField", "BNodeLabel",
     "TripleField", "DataTripleField", "ResultTriple", "Graph", "DataGraph", "REQUEST_DATA",
     "Token", "Expression", "SolutionModifierBody", "CredentialsBody", "Option", "OptionList",
-    "SelectData", "AskData", "ConstructData", "ResultTerm",
+    "SelectData", "AskData", "ConstructData", "BehindData", "ResultTerm",
     "UdpRequestHeader", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader", "AckHeader",
     "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
     "RequestUdp", "RequestTcp", "ResponseUdp", "ResponseTcp",
@@ -519,6 +519,8 @@ OPTION_FORM_BODIES = {
     Body.ECHO: EchoBody,
 }
 OPTION_BODIES = {opt: OPTION_FORM_BODIES[body] for opt, (_, body) in OPTION_FIELDS.items()}
+# EPOCH (§15): a u32 of at least 1; epoch 0 is written as no option.
+OPTION_BODIES[Opt.EPOCH] = ExprValidator(Int32ul, lambda obj, ctx: obj >= 1)
 
 
 def _option_applies(this) -> bool:
@@ -571,17 +573,23 @@ ConstructData = Struct(
     "triples" / Array(this.rc, ResultTriple),
 )
 
+# NUMBER BEHIND Data field (§15): the request's epoch, the first epoch the SIB takes as new.
+BehindData = Struct("epoch" / Int32ul, "next_epoch" / Int32ul)
+
 RESULT_DATA = {Tx.SELECT: SelectData, Tx.ASK: AskData, Tx.CONSTRUCT: ConstructData,
-               "echo": EchoBody}
+               "echo": EchoBody, "behind": BehindData}
 
 
 def _result_form(this):
     """Which layout a RES/IND's Data field has: the echo value of an ECHO REQUIRED RES (§7.7),
-    a result when OK and answering a query (§6), else none."""
+    the epochs of a NUMBER BEHIND RES (§15), a result when OK and answering a query (§6), else
+    none."""
     answers = this._params.get("answers")
     kind = this["header"]["type"]
     if kind["status"] == Status.ECHO_REQUIRED and not kind["ind"]:
         return "echo"
+    if kind["status"] == Status.NUMBER_BEHIND and not kind["ind"]:
+        return "behind"
     if kind["status"] != Status.OK or answers is None:
         return None
     tx = Tx(answers)
@@ -933,7 +941,7 @@ def _request(c) -> Request:
                                            body.offset, bool(f.distinct))
         elif opt is Opt.BIND:
             values[key] = tuple(Bind(b.var, res.expression(b.expr)) for b in body)
-        elif opt is Opt.MAX_RESPONSE_SIZE:
+        elif opt in (Opt.MAX_RESPONSE_SIZE, Opt.EPOCH):
             values[key] = body
         elif opt is Opt.CREDENTIALS:
             values[key] = Credentials(body.kp_id, body.password)
@@ -951,6 +959,8 @@ def _response(c) -> Response:
     if data is not None:
         if "length" in data:
             result = bytes(data.value)
+        elif "next_epoch" in data:
+            result = Behind(data.epoch, data.next_epoch)
         elif "answer" in data:
             result = AskResult(bool(data.answer))
         else:
