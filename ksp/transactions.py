@@ -88,18 +88,20 @@ def request_digest(data: bytes) -> int:
 
 class Exchange:
     """One request of one KP identity: executing until answered. `key`: the message layer's
-    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it)."""
+    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it), `epoch`:
+    its number's (wire format 15; None: 0), which its RES names."""
 
-    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial")
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "epoch")
 
     def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
-                 max_size: int | None, serial: int = 0) -> None:
+                 max_size: int | None, serial: int = 0, epoch: int | None = None) -> None:
         self.key = key
         self.tx = tx
         self.addr = addr
         self.confirmable = confirmable
         self.max_size = max_size
         self.serial = serial
+        self.epoch = epoch
 
 
 class SibTransactions:
@@ -137,10 +139,11 @@ class SibTransactions:
         """A new request to execute; a persistent one gets (or keeps) its delivery, whose
         fallback endpoint is where the request came from. `cache_key`: the message layer's
         key for the exchange (its duplicate cache's), else (kp, tid, tx)."""
-        tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
+        options = request.options
+        tid, tx, max_size = request.tid, request.tx, options.max_response_size
         key = (kp, tid)
         ex = Exchange(cache_key or (kp, tid, tx), tx, addr, request.confirmable, max_size,
-                      serial)
+                      serial, options.epoch if self.transport is UDP else None)
         executing = self.executing
         executing[key] = ex
         executing.move_to_end(key)
@@ -167,6 +170,8 @@ class SibTransactions:
         status, tx = response.status, ex.tx
         data = None
         if ex.confirmable or status != _OK or response.result is not None:
+            if ex.epoch is not None:  # the RES names the request it answers (wire format 15.6)
+                response = response._replace(epoch=ex.epoch)
             data = encode(response, self.transport, max_size=self.cap(ex.max_size))
         if tx in STATEFUL:
             self._settle(kp, tid, tx, response)
@@ -373,16 +378,20 @@ class KpTransactions:
         self.last_number = max(self.last_number, (next_epoch << 16) - 1)
 
     def unheld(self, tid: int, now: float, tries: int = 64) -> int:
-        """`tid`, or else the next TID (`next_tid`) no request may not go under now (`hold`).
-        Raises `TidsBusy` after `tries` TIDs."""
+        """`tid`, or else the next TID (`next_tid`) that is not held now (`hold`). Raises
+        `TidsBusy` after `tries` TIDs, the count left where it was, with the soonest end of
+        their holds (`tid`'s is tried first again then)."""
         held = self._held_until
         if held[tid] <= now:
             return tid
+        mark, soonest = self.last_number, held[tid]
         for _ in range(tries):
             candidate = self.next_tid()
             if held[candidate] <= now:
                 return candidate
-        raise TidsBusy(min(held[(self.last_number - k) & 0xFFFF] for k in range(tries)))
+            soonest = min(soonest, held[candidate])
+        self.last_number = mark
+        raise TidsBusy(soonest)
 
     def hold(self, tid: int, now: float) -> None:
         """No request goes under `tid` for EXCHANGE_LIFETIME: its request timed out (the SIB may

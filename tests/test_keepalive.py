@@ -71,9 +71,10 @@ def test_indications_postpone_the_keepalive():
     [request] = net.of_type(RequestReceived, "server")
     sent = len(net.up)
     for _ in range(6):  # an IND every 3 s: never 5 s of silence
-        net.run_for(3.0)
+        net.advance(3.0)
         net.server.indicate(request.kp, tid, Response(tid, result=SelectResult(1, ())), net.now)
-    net.run_for(1.0)
+    net.advance(1.0)
+    assert len(net.up) - sent == 6
     assert all(len(d) == 6 for d in net.up[sent:])  # ACKs of INDs only, no bare keepalive
 
 

@@ -167,6 +167,21 @@ class Net:
         while not until() and self.now <= limit and self.step():
             pass
 
+    def advance(self, seconds: float) -> None:
+        """Run every event due within `seconds` from now, and no later one; the clock then
+        reads now + `seconds`."""
+        end = self.now + seconds
+        while True:
+            self.flush()
+            times = [t for t in (self._flight[0][0] if self._flight else None,
+                                 self.client.get_timer(), self.server.get_timer())
+                     if t is not None]
+            if not times or min(times) > end:
+                break
+            self.step()
+        self.now = end
+        self.flush()
+
     def run_for(self, seconds: float) -> None:
         end = self.now + seconds
         while self.step() and self.now < end:

@@ -174,8 +174,13 @@ class Client:
         except codec.KspError as e:
             r = codec.Response(tid, e.status, False, None, None)
         req = entry[_REQ]
-        if r.status == codec.NUMBER_BEHIND and entry[_EPOCH] >= 0:
-            if r.result[0] != entry[_EPOCH]:  # an earlier request's late copy: still waiting
+        ep = entry[_EPOCH]
+        if ep >= 0 and r.status != codec.NUMBER_BEHIND and (r.epoch or 0) != ep and not (
+                r.epoch is None and 1 <= r.status <= 6):
+            self.pending[tid] = entry  # an earlier request's late copy answered (15.6)
+            return
+        if r.status == codec.NUMBER_BEHIND and ep >= 0:
+            if r.result[0] != ep:  # an earlier request's late copy: still waiting
                 self.pending[tid] = entry
                 return
             if not entry[_AGAIN]:

@@ -339,7 +339,10 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
 
 
 def ack(tid, seq):
-    """An ACK of IND `seq` (and every older one) of transaction `tid` (UDP only, R10)."""
+    """An ACK of IND `seq` (and every older one) of transaction `tid` (UDP only, R10); with
+    `seq` None a bare ACK: of a transaction owed nothing, a keepalive (§2.4)."""
+    if seq is None:
+        return struct.pack("<BBH", VERSION, 0, tid)
     return struct.pack("<BBHH", VERSION, 0, tid, seq)
 
 

@@ -228,8 +228,9 @@ class KPSession:
         if p is None:  # a late or duplicated RES, or a keepalive's answer
             self._unsolicited(tid, data, now)
             return
-        if data[1] == _NUMBER_BEHIND and not self._behind_answers(p, data):
-            return  # the answer to a late copy of an earlier request under this TID
+        if p.number > 0xFFFF or data[1] & 0x40 or data[1] == _NUMBER_BEHIND:
+            if not self._answers(p, data):
+                return  # the answer to a late copy of an earlier request under this TID
         del self._pending[tid]
         self._timers.cancel(tid)
         if p.retransmits:  # the SIB answers every copy: another RES of it may be on its way
@@ -259,15 +260,23 @@ class KPSession:
                 return
         self._events.append(ResponseReceived(tid, response))
 
-    def _behind_answers(self, p: _Pending, data: bytes) -> bool:
-        """Whether a RES NUMBER BEHIND answers pending request `p`: its Data names `p`'s epoch.
-        Another is the answer to a late copy of an earlier request under the TID (wire format
-        15), and `p` still waits."""
-        try:
-            response = decode_sib_message(data, self.transport, answers=p.tx)
-        except DecodeError:
-            return True  # malformed: `p`'s answer, reported as such
-        return p.number < 0 or response.result.epoch == p.number >> 16
+    def _answers(self, p: _Pending, data: bytes) -> bool:
+        """Whether RES `data` answers pending request `p` (wire format 15.6): it names `p`'s
+        epoch (none for epoch 0), NUMBER BEHIND in its Data; a RES of a request the SIB could
+        not decode (0x01-0x06) names none. Another is the answer to a late copy of an earlier
+        request under the TID, and `p` still waits."""
+        if p.number < 0:  # TERMINATE, or TCP: nothing numbered
+            return True
+        epoch, code = p.number >> 16, data[1]
+        if code == _NUMBER_BEHIND:
+            try:
+                response = decode_sib_message(data, self.transport, answers=p.tx)
+            except DecodeError:
+                return True  # malformed: `p`'s answer, reported as such
+            return response.result.epoch == epoch
+        if code & 0x40:
+            return len(data) >= 8 and int.from_bytes(data[4:8], "little") == epoch
+        return epoch == 0 or 1 <= code <= 6
 
     def _again(self, p: _Pending, now: float, echo: bytes | None = None) -> int | None:
         """Send request `p` again as a new request (its next number, a new TID; its own for

@@ -309,12 +309,17 @@ class SIBSession:
             self.layer.proven(addr.addr)
         self._on_message(bytes(data), addr, now)
 
-    def echo_required(self, tid: int, addr: Hashable, now: float) -> bytes:
-        """RES ECHO REQUIRED to request `tid` from `addr`, its echo value binding that
-        address (or, for a sealed one, the KP ID)."""
+    def echo_required(self, tid: int, addr: Hashable, now: float,
+                      epoch: int | None = None) -> bytes:
+        """RES ECHO REQUIRED to request `tid` (of `epoch`, wire format 15.6) from `addr`, its
+        echo value binding that address (or, for a sealed one, the KP ID)."""
         binding = kp_binding(addr.kp_id) if type(addr) is SealedAddr else address_binding(addr)
-        return encode(Response(tid, _ECHO_REQUIRED, self.echoes.make(binding, now)),
-                      self.transport)
+        return encode(Response(tid, _ECHO_REQUIRED, self.echoes.make(binding, now),
+                               epoch=self._epoch(epoch)), self.transport)
+
+    def _epoch(self, epoch: int | None) -> int | None:
+        """The epoch a RES names: its request's, over UDP (wire format 15.6)."""
+        return epoch if self.transport is UDP else None
 
     def reject(self, event: ProtocolError) -> None:
         """Report input that is no KSP message (`event`: undecodable, or a frame over the size
@@ -368,7 +373,7 @@ class SIBSession:
             return
         self.stats.sealed_echo_required += 1
         self.layer.receiving(unproved.inner, to)  # (CoAP: its POST waits for the answer)
-        self.layer.send(self.echo_required(msg.tid, to, now), to)
+        self.layer.send(self.echo_required(msg.tid, to, now, msg.options.epoch), to)
 
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
@@ -421,14 +426,14 @@ class SIBSession:
             # A copy of a request answered 0x0f: that TID is finished (7.7), even once the
             # retry validated the address; it gets 0x0f again and executes nothing.
             self.stats.held_for_validation += 1
-            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            self.layer.send(self.echo_required(request.tid, addr, now, options.epoch), addr)
             return
         if not self.layer.admits(request, addr):  # wire format 14
             self.stats.held_for_validation += 1
             echoed.add(addr, request.tid, data, now)
             if creds is None and not sealed:  # its number is spent, whatever `echoed` forgets
                 self.layer.spent(KPIdentity.of(request, addr), number)
-            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            self.layer.send(self.echo_required(request.tid, addr, now, options.epoch), addr)
             return
         if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)
             self._refuse(request, addr, Status.ACCESS_DENIED)
@@ -477,7 +482,8 @@ class SIBSession:
         creds = request.options.credentials
         self._events.append(RequestRefused(bytes(creds.kp_id) if creds else b"", addr,
                                            request.tid, status))
-        self.layer.send(encode(Response(request.tid, status), self.transport), addr)
+        self.layer.send(encode(Response(request.tid, status, epoch=self._epoch(
+            request.options.epoch)), self.transport), addr)
 
     # -- the transport's input and output (`UdpSIBSession`, `TcpSIBSession`) -----------------
 

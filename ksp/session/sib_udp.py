@@ -101,6 +101,8 @@ class UdpMessageLayer(SibMessageLayer):
         #: limit, `amplification_factor` 0).
         self.budgets = (AddressBudgets(options.amplification_factor, options.max_addresses)
                         if options.amplification_factor else None)
+        #: Each running operation's endpoint, pinned in `budgets` (at most one per delivery).
+        self.pinned: dict[OpKey, Hashable] = {}
 
     def sizes(self) -> dict[str, int]:
         sizes = {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
@@ -132,8 +134,11 @@ class UdpMessageLayer(SibMessageLayer):
         ECHO REQUIRED, which fits unless the address sent less than one whole request; anything
         else waits (an IND is retransmitted as usual)."""
         self.session.stats.held_for_validation += 1
-        if len(data) >= 4 and not data[1] & 0x80 and (data[1] & 0x7F) != 0x0F:
-            echo = self.session.echo_required(peek_tid(data), addr, self.session.now)
+        code = data[1] if len(data) >= 4 else 0x80
+        named = code & 0x40 and len(data) >= 8  # the RES names its request's epoch (15.6)
+        if not code & 0x80 and (code & (0x3F if named else 0x7F)) != 0x0F:
+            epoch = int.from_bytes(data[4:8], "little") if named else None
+            echo = self.session.echo_required(peek_tid(data), addr, self.session.now, epoch)
             if self.budgets.spend(addr, len(echo)):
                 self.datagrams.append((echo, addr))
 
@@ -168,6 +173,7 @@ class UdpMessageLayer(SibMessageLayer):
             self.cache.answered(ex, data)
             if ex.tx in PERSISTENT and data[1] == 0:  # started: its keepalives find it
                 self._route(ex.addr, ex.key[1], ex.key[0])
+                self._pin((ex.key[0], ex.key[1]), ex.addr)
 
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
         return self.cache.answer_copy(key, addr, self.send, self.session.stats)
@@ -182,6 +188,7 @@ class UdpMessageLayer(SibMessageLayer):
         self.cache.spent(kp, number)
 
     def forget(self, key: OpKey, d: Delivery, evicted: bool) -> None:
+        self._pin(key, None)
         self._keep_ind(key, None)
         self.timers.cancel(key)
         t = self._tombstones.get(key)
@@ -189,6 +196,7 @@ class UdpMessageLayer(SibMessageLayer):
             self._unbury(key)
 
     def ended(self, key: OpKey) -> None:
+        self._pin(key, None)
         self.timers.cancel(key)
 
     def awaiting_ack(self, key: OpKey) -> bool:
@@ -319,6 +327,25 @@ class UdpMessageLayer(SibMessageLayer):
         else:
             self.session.stats.held_for_validation += 1
         self._route(addr, key[1], key[0])
+        self._pin(key, addr)
+
+    def _pin(self, key: OpKey, addr: Hashable | None) -> None:
+        """Operation `key`'s INDs go to `addr` (None: no more): its validation is kept while
+        they do (wire format 14.5), whatever other addresses validate meanwhile."""
+        budgets = self.budgets
+        if budgets is None:
+            return
+        pinned = self.pinned
+        old = pinned.get(key)
+        if old == addr:
+            return
+        if old is not None:
+            budgets.unpin(old)
+        if addr is None or type(addr) is SealedAddr:
+            pinned.pop(key, None)
+            return
+        pinned[key] = addr
+        budgets.pin(addr)
 
     def _route(self, addr: Hashable, tid: int, kp: KPIdentity) -> None:
         """ACKs (and keepalives) of `tid` from `addr` are `kp`'s."""
