@@ -212,6 +212,9 @@ static void reader(R *r, const uchar *buf, Py_ssize_t len, Py_ssize_t pos, int b
 #define ECHO_MAX 32
 /* The NUMBER BEHIND status, whose RES has two u32 as its Data field (ksp.codes, wire format 15). */
 #define STATUS_NUMBER_BEHIND 0x10
+/* Bit 6 of a RES's type byte over UDP: a u32 epoch after the header (ksp.codes, wire format
+ * 15.6); the status is the low 6 bits. */
+#define RES_EPOCH 0x40
 
 #define NEED(r, n) do { if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return -1; } while (0)
 
@@ -1105,7 +1108,17 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     } else {
         seq = Py_NewRef(Py_None);
     }
-    int status = type_byte & 0x7F;
+    int status = type_byte & (RES_EPOCH - 1);
+    uint32_t epoch = 0; /* 0: no epoch field */
+    if (type_byte & RES_EPOCH) {
+        /* only a UDP RES other than NUMBER BEHIND, with a u32 epoch of at least 1 */
+        if (indication || tcp || status == STATUS_NUMBER_BEHIND || len < 8 ||
+            (epoch = le32(buf + 4)) == 0) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        pos = 8;
+    }
     PyObject *result;
     if (status == STATUS_ECHO_REQUIRED && !indication) {
         /* the one non-OK RES with a Data field: the echo value, u8 length 1..32 (7.7) */
@@ -1162,7 +1175,8 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     items[RS_INDICATION] = Py_NewRef(indication ? Py_True : Py_False);
     items[RS_SEQ] = seq;
     items[RS_VERSION] = PyLong_FromLong(K.version);
-    if (items[RS_TID] == NULL || items[RS_VERSION] == NULL) {
+    items[RS_EPOCH] = epoch ? PyLong_FromUnsignedLong(epoch) : Py_NewRef(Py_None);
+    if (items[RS_TID] == NULL || items[RS_VERSION] == NULL || items[RS_EPOCH] == NULL) {
         clear(items, RS_N);
         return NULL;
     }
@@ -1749,8 +1763,14 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
     int indication = PyObject_IsTrue(PyTuple_GET_ITEM(msg, RS_INDICATION));
     int echo = status == STATUS_ECHO_REQUIRED && indication == 0;
     int behind = status == STATUS_NUMBER_BEHIND && indication == 0;
-    if (status < 0 || status > 0x7F || indication < 0 ||
+    if (status < 0 || status >= RES_EPOCH || indication < 0 ||
         (result != Py_None && status != 0 && !echo && !behind))
+        return -1;
+    /* the RES epoch (15.6): 1 ... 2^32 - 1 on a UDP RES other than NUMBER BEHIND */
+    PyObject *epoch_obj = PyTuple_GET_ITEM(msg, RS_EPOCH);
+    long long epoch = epoch_obj == Py_None ? 0 : u32_of(epoch_obj);
+    if (epoch < 0 || (epoch == 0 && epoch_obj != Py_None) ||
+        (epoch && (indication || tcp || behind)))
         return -1;
     if (echo && (!PyBytes_CheckExact(result) || PyBytes_GET_SIZE(result) < 1 ||
                  PyBytes_GET_SIZE(result) > ECHO_MAX))
@@ -1767,8 +1787,11 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
         if ((seq = u16_of(PyTuple_GET_ITEM(msg, RS_SEQ))) < 0)
             return -1;
     }
-    if (put_header(o, tcp, PyTuple_GET_ITEM(msg, RS_VERSION), (int)status | (indication ? 0x80 : 0),
+    if (put_header(o, tcp, PyTuple_GET_ITEM(msg, RS_VERSION),
+                   (int)status | (indication ? 0x80 : 0) | (epoch ? RES_EPOCH : 0),
                    PyTuple_GET_ITEM(msg, RS_TID), seq))
+        return -1;
+    if (epoch && put_u32(o, epoch))
         return -1;
     if (echo)
         return put_byte(o, (int)PyBytes_GET_SIZE(result)) ||

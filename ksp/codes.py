@@ -9,6 +9,9 @@ from enum import IntEnum
 VERSION = 1
 #: The longest echo value (ECHO option and ECHO REQUIRED Data field, §7.7).
 ECHO_MAX = 32
+#: Bit 6 of a RES's type byte over UDP: the status is the low 6 bits and the u32 epoch of the
+#: request answered follows the header (§2.1, §15.6).
+RES_EPOCH = 0x40
 
 
 class Tx(IntEnum):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 
 from .codes import (
-    ECHO_MAX, OPTION_APPLIES, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION,
-    Opt, Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RES_EPOCH, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE,
+    VERSION, Opt, Status, Tx,
 )
 from .layout import LITERAL_SIZES
 from .errors import DecodeError
@@ -22,8 +22,8 @@ from .terms import (
 )
 from .wire import (
     LAYOUT, OT_ALLOWED, ST_ALLOWED, TCP, Transport, UDP, _F32, _F64, _FIELD_KIND, _HDR_TCP,
-    _HDR_UDP, _I32, _OP_BY_CODE, _RESERVED_IRIS, _STATUS_BY_CODE, _TX_BY_CODE, _U16, _U32,
-    peek_tid,
+    _HDR_UDP, _I32, _OP_BY_CODE, _RESERVED_IRIS, _STATUS_BITS, _STATUS_BY_CODE, _TX_BY_CODE,
+    _U16, _U32, peek_tid,
 )
 from .encode import _check_rpn
 
@@ -571,7 +571,11 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
             raise DecodeError(Status.INVALID_DATA_FORMAT, "an IND header is 6 bytes", "header", tid)
         seq = _U16.unpack_from(buf, 4)[0]
         pos = 6
-    status = _STATUS_BY_CODE[type_byte & 0x7F]
+    status = _STATUS_BY_CODE[type_byte & _STATUS_BITS]
+    epoch = None
+    if type_byte & RES_EPOCH:
+        epoch = _res_epoch(buf, transport, indication, status, tid)
+        pos += 4
     form = None if answers is None else _RESULT_FORM[answers]
     if status == Status.ECHO_REQUIRED and not indication:
         try:
@@ -580,7 +584,7 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
                 raise _Bad(f"{len(buf) - pos} bytes after the echo value")
         except _FAILURES as exc:
             raise _failure(exc, Status.INVALID_DATA_FORMAT, "data", pos, tid) from None
-        return Response(tid, status, value, indication, seq, version)
+        return Response(tid, status, value, indication, seq, version, epoch)
     if status == Status.NUMBER_BEHIND and not indication:
         if len(buf) - pos != _U32x2.size:
             raise DecodeError(Status.INVALID_DATA_FORMAT, f"NUMBER BEHIND with {len(buf) - pos} "
@@ -593,7 +597,7 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
                       "a Data field, but the request answered has no result "
                       f"({'unknown' if form is None else form.name})")
             raise DecodeError(Status.INVALID_DATA_FORMAT, reason, "data", tid)
-        return Response(tid, status, None, indication, seq, version)
+        return Response(tid, status, None, indication, seq, version, epoch)
     path = "data"
     try:
         result, pos = _result_at(buf, pos, form)
@@ -601,7 +605,27 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
             raise _Bad(f"{len(buf) - pos} bytes after the result")
     except _FAILURES as exc:
         raise _failure(exc, Status.INVALID_DATA_FORMAT, path, pos, tid) from None
-    return Response(tid, status, result, indication, seq, version)
+    return Response(tid, status, result, indication, seq, version, epoch)
+
+
+def _res_epoch(buf: bytes, transport: Transport, indication: bool, status, tid: int) -> int:
+    """The epoch a RES over UDP names after its 4-byte header (§15.6); the code's bit 6 means
+    nothing else, so anywhere else it is a malformed message."""
+    if indication or transport is TCP:
+        where = "an IND" if indication else "a RES over TCP"
+        raise DecodeError(Status.INVALID_DATA_FORMAT, f"type byte bit 6 on {where}",
+                          "header.type", tid)
+    if status == Status.NUMBER_BEHIND:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, "NUMBER BEHIND with bit 6: its Data field "
+                          "names the epoch", "header.type", tid)
+    if len(buf) < 8:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, f"{len(buf) - 4} bytes after the header, "
+                          "the RES epoch is 4", "header.epoch", tid)
+    epoch = _U32.unpack_from(buf, 4)[0]
+    if not epoch:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, "RES epoch 0 (epoch 0 is written as no "
+                          "field)", "header.epoch", tid)
+    return epoch
 
 
 def _result_at(buf: bytes, pos: int, form: Tx):

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from .codes import (
-    ECHO_MAX, OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType,
-    Op, Opt, Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RES_EPOCH, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE,
+    LiteralType, Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError
@@ -20,7 +20,7 @@ from .model import (
 from .terms import BNode, IRI, Literal, Triple, Var
 from .wire import (
     LAYOUT, OT_ALLOWED, PT_ALLOWED, ST_ALLOWED, TCP, Transport, UDP, _DATA_FIELDS, _F32, _F64,
-    _GRAPH_FIELDS, _HDR_IND, _HDR_TCP, _HDR_UDP, _I32, _U16, _U32, header_size,
+    _GRAPH_FIELDS, _HDR_IND, _HDR_TCP, _HDR_UDP, _I32, _STATUS_BITS, _U16, _U32, header_size,
 )
 
 
@@ -460,30 +460,46 @@ def _encode(msg: Message, transport: Transport, max_size: int | None) -> bytes:
 
 def _encode_response(msg: Response, transport: Transport, max_size: int | None) -> bytes:
     status = int(msg.status)
-    if not 0 <= status <= 0x7F:
-        raise EncodeError(f"status {status} outside 0..127")
+    if not 0 <= status < RES_EPOCH:
+        raise EncodeError(f"status {status} outside 0..63")
     type_byte = status | (0x80 if msg.indication else 0)
     seq = None
     if msg.indication and transport is UDP:
         if msg.seq is None:
             raise EncodeError("an IND over UDP needs a sequence number (§2.3)")
         seq = msg.seq
-    hsize = header_size(transport, msg.indication)
+    epoch = b""
+    if msg.epoch is not None:
+        epoch = _res_epoch(msg, transport, status)
+        type_byte |= RES_EPOCH
+    hsize = header_size(transport, msg.indication, bool(epoch))
     result = msg.result
     if status == Status.ECHO_REQUIRED and not msg.indication:
-        return _frame(transport, msg.version, type_byte, msg.tid, echo_body(result), seq)
+        return _frame(transport, msg.version, type_byte, msg.tid, epoch + echo_body(result), seq)
     if status == Status.NUMBER_BEHIND and not msg.indication:
         return _frame(transport, msg.version, type_byte, msg.tid, behind_body(result), seq)
     if status != Status.OK or result is None:
         if result is not None:
             raise EncodeError("a RES/IND with an error status carries no result")
-        return _frame(transport, msg.version, type_byte, msg.tid, b"", seq)
+        return _frame(transport, msg.version, type_byte, msg.tid, epoch, seq)
     limit = None if max_size is None else max_size - hsize
     body = _encode_result(result, limit)
     if body is None:
-        type_byte = Status.RESPONSE_TOO_LARGE | (type_byte & 0x80)
+        type_byte = Status.RESPONSE_TOO_LARGE | (type_byte & ~_STATUS_BITS)
         body = b""
-    return _frame(transport, msg.version, type_byte, msg.tid, body, seq)
+    return _frame(transport, msg.version, type_byte, msg.tid, epoch + body, seq)
+
+
+def _res_epoch(msg: Response, transport: Transport, status: int) -> bytes:
+    """The u32 after a UDP RES header naming the answered request's epoch (§15.6)."""
+    if msg.indication or transport is TCP:
+        raise EncodeError("only a RES over UDP names an epoch (§15.6)")
+    if status == Status.NUMBER_BEHIND:
+        raise EncodeError("a NUMBER_BEHIND RES names the epoch in its Data field, not `epoch`")
+    if not _is_u32(msg.epoch) or not msg.epoch:
+        raise EncodeError(f"RES epoch {msg.epoch!r} outside 1…2^32 − 1 (epoch 0 is None)")
+    return _U32.pack(msg.epoch)
+
 
 
 def _encode_result(result, limit: int | None) -> bytes | None:

@@ -122,7 +122,11 @@ class Response(NamedTuple):
     """A RES, or an IND when `indication` is set (`seq` travels over UDP only).
 
     `result` is a query result; for an ECHO_REQUIRED RES the echo value (bytes, §7.7); for a
-    NUMBER_BEHIND RES a `Behind` (§15)."""
+    NUMBER_BEHIND RES a `Behind` (§15).
+
+    `epoch` names the epoch (1 … 2^32 − 1) of the request a RES over UDP answers (§15.6), so
+    that a KP does not take a late copy's answer for a newer request's under the same TID;
+    None for a request of epoch 0, and always on an IND, over TCP and on NUMBER_BEHIND."""
 
     tid: int
     status: Status | int = Status.OK
@@ -130,6 +134,7 @@ class Response(NamedTuple):
     indication: bool = False
     seq: int | None = None
     version: int = VERSION
+    epoch: int | None = None
 
 
 class Ack(NamedTuple):

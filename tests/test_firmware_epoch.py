@@ -1,8 +1,9 @@
 """The firmware codec (device_firmware/kspfw/codec.py) encodes the EPOCH option and decodes the
-NUMBER BEHIND RES (wire format 15) as the reference codec does, inside real MicroPython
-(WebAssembly build under Node) and on CPython, through the vectors' runner
+NUMBER BEHIND RES and the RES epoch (wire format 15) as the reference codec does, inside real
+MicroPython (WebAssembly build under Node) and on CPython, through the vectors' runner
 (tests/firmware/runner.py). The golden vectors hold the canonical bytes; these cases add the
-edges: the u32 bounds, TERMINATE, an IND 0x10, Data of the wrong length."""
+edges: the u32 bounds, TERMINATE, an IND 0x10, Data of the wrong length, the RES epoch's bit
+where it does not belong."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import pytest
 
 from firmware import harness
 from ksp import (
-    TCP, UDP, Behind, Credentials, DecodeError, EncodeError, Options, Request, Response,
+    TCP, UDP, AskResult, Behind, Credentials, DecodeError, EncodeError, Options, Request, Response,
     Status, Tx, decode_sib_message, encode,
 )
 from ksp.reference.jsonmodel import to_json
@@ -42,6 +43,14 @@ ANSWERS = {
     "behind_9_bytes": (_BEHIND + b"\x00", Tx.RESET, UDP),
     "behind_no_data": (_BEHIND[:4], Tx.RESET, UDP),
     "ind_behind_with_data": (_IND + b"\x00", Tx.SELECT_PERSISTENT, UDP),
+    "res_epoch_u32_max": (encode(Response(9, epoch=0xFFFFFFFF)), Tx.RESET, UDP),
+    "res_epoch_ask": (encode(Response(9, result=AskResult(False), epoch=5)), Tx.ASK, UDP),
+    "res_epoch_error": (encode(Response(9, Status.ACCESS_DENIED, epoch=5)), Tx.SELECT, UDP),
+    "res_epoch_0": (bytes.fromhex("01400900 00000000"), Tx.RESET, UDP),
+    "res_epoch_2_bytes": (bytes.fromhex("01400900 0100"), Tx.RESET, UDP),
+    "res_epoch_tcp": (bytes.fromhex("014009000c000000 01000000"), Tx.RESET, TCP),
+    "ind_epoch": (bytes.fromhex("01c00900 0200 01000000 01"), Tx.ASK_PERSISTENT, UDP),
+    "behind_epoch": (bytes.fromhex("01500900 01000000") + _BEHIND[4:], Tx.RESET, UDP),
 }
 
 

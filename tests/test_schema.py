@@ -204,7 +204,7 @@ def _responses() -> list[tuple[str, Response, Tx | None]]:
         ("res_ok", Response(1), Tx.INSERT_DATA),
         ("res_ok_unknown", Response(1), None),
         ("res_error", Response(2, Status.INVALID_DATA_FORMAT), Tx.SELECT),
-        ("res_reserved_status", Response(2, 0x55), Tx.ASK),
+        ("res_reserved_status", Response(2, 0x25), Tx.ASK),
         ("ind_terminated", Response(3, Status.TERMINATED, indication=True, seq=9),
          Tx.SELECT_PERSISTENT),
         ("res_number_behind", Response(3, Status.NUMBER_BEHIND, Behind(0, 0xFFFFFFFF)), Tx.ASK),
@@ -225,8 +225,20 @@ def _responses() -> list[tuple[str, Response, Tx | None]]:
     ]
 
 
+def _udp_responses() -> list[tuple[str, Response, Tx | None]]:
+    """RESs naming their request's epoch: over UDP only (§15.6)."""
+    return [
+        ("res_ok_epoch", Response(1, epoch=1), Tx.INSERT_DATA),
+        ("res_reserved_status_epoch", Response(2, 0x3F, epoch=0xFFFFFFFF), Tx.ASK),
+        ("res_echo_required_epoch", Response(2, Status.ECHO_REQUIRED, b"\x2a", epoch=7), Tx.ASK),
+        ("res_select_epoch", Response(4, result=SelectResult(3, ROWS, prefixes=(EX,)),
+                                      epoch=0x10000), Tx.SELECT),
+    ]
+
+
 REQUESTS = _requests()
 RESPONSES = _responses()
+UDP_RESPONSES = _udp_responses()
 ACKS = [("ack", Ack(5, 7)), ("ack_bare", Ack(5)), ("ack_max", Ack(0xFFFF, 0xFFFF))]
 
 
@@ -235,7 +247,7 @@ def _cases():
     for transport in (UDP, TCP):
         for name, msg in REQUESTS:
             yield f"{name}-{transport.value}", encode(msg, transport), transport, "kp_to_sib", None
-        for name, msg, answers in RESPONSES:
+        for name, msg, answers in RESPONSES + (UDP_RESPONSES if transport is UDP else []):
             yield (f"{name}-{transport.value}", encode(msg, transport), transport, "sib_to_kp",
                    answers)
     for name, msg in ACKS:
@@ -547,6 +559,18 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
      Status.INVALID_DATA_FORMAT),
     ("ind_number_behind_with_data", "01900100 0100 00000000 01000000", "udp", "sib_to_kp",
      Tx.SELECT_PERSISTENT, Status.INVALID_DATA_FORMAT),
+    ("res_epoch_0", "01400100 00000000", "udp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_truncated", "01400100 010000", "udp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_tcp", "0140010008000000", "tcp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_tcp_with_field", "014001000c000000 01000000", "tcp", "sib_to_kp",
+     Tx.INSERT_DATA, Status.INVALID_DATA_FORMAT),
+    ("ind_epoch", "01c00100 0100 01000000 01", "udp", "sib_to_kp", Tx.ASK_PERSISTENT,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_epoch", "01500100 01000000 01000000 02000000", "udp", "sib_to_kp",
+     Tx.INSERT_DATA, Status.INVALID_DATA_FORMAT),
     ("res_trailing_truncated", SEL_RES.hex()[:-2], "udp", "sib_to_kp", Tx.SELECT,
      Status.INVALID_DATA_FORMAT),
 ]
@@ -627,7 +651,7 @@ def test_mutations_agree(name, buf, transport, direction, answers):
 def test_generated_messages(msg_answers):
     msg, answers = msg_answers
     for transport in (UDP, TCP) if not isinstance(msg, Ack) else (UDP,):
-        buf = encode(msg, transport)
+        buf = encode(strategies.over(msg, transport), transport)
         direction = "sib_to_kp" if isinstance(msg, Response) else "kp_to_sib"
         check_valid(buf, transport, direction, answers)
         step = max(1, len(buf) // 16)  # truncations: every one of short messages, 16 of long

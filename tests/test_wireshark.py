@@ -149,6 +149,8 @@ def expected(vector: dict) -> dict:
     out["ksp.status"] = [str(_status(m))]
     if m.get("seq") is not None:
         out["ksp.seq"] = [str(m["seq"])]
+    if m.get("epoch") is not None:  # the epoch of the request a UDP RES answers
+        out["ksp.epoch"] = [str(m["epoch"])]
     r = m.get("result")
     if r is not None:
         if r.get("type") == "echo":

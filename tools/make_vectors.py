@@ -668,11 +668,30 @@ sib("res_number_behind_tcp",
     "RES NUMBER BEHIND (0x10) over TCP: the same Data field, two u32 (a SIB deduplicates "
     "nothing over TCP, so never sends it there; a KP reads it as over UDP).",
     Response(0x3412, Status.NUMBER_BEHIND, Behind(0x7FFFFFFF, 0xFFFFFFFF)), Tx.SELECT, TCP)
-for _code in (0x11, 0x7F):
+for _code in (0x11, 0x3F):
     sib(f"res_status_{_code:#04x}_unknown",
         f"RES with the reserved status code {_code:#04x}: decoded as the integer {_code} (a KP "
         "treats an unknown non-zero status as an error).",
         Response(0x3500 + _code, _code), Tx.DELETE_DATA)
+
+# The RES epoch (15.6): bit 6 of the type byte, a u32 after the 4-byte UDP header.
+sib("res_ok_epoch_udp",
+    "RES OK (type byte 0x40) over UDP to an INSERT DATA of epoch 1: the u32 epoch follows the "
+    "4-byte header (15.6); the KP takes it as the answer to its pending request only if that "
+    "request's epoch is 1.",
+    Response(0x3600, Status.OK, epoch=1), Tx.INSERT_DATA)
+sib("res_select_epoch_udp",
+    "RES OK (type byte 0x40) to a SELECT of epoch 65536: the epoch, then the Data field.",
+    Response(0x3601, Status.OK, select_result(SELECT_ROWS[:1], 3, (SN,)), epoch=0x10000),
+    Tx.SELECT)
+sib("res_echo_required_epoch_udp",
+    "RES ECHO REQUIRED (type byte 0x4f) to a SELECT of epoch 4294967295 (the largest): the "
+    "epoch, then the echo value.",
+    Response(0x3602, Status.ECHO_REQUIRED, ECHO_VALUE, epoch=0xFFFFFFFF), Tx.SELECT)
+sib("res_status_0x3f_unknown_epoch",
+    "Type byte 0x7f in a RES over UDP: the reserved status 0x3f (decoded as the integer 63, an "
+    "error to a KP) of a request of epoch 2.",
+    Response(0x3603, 0x3F, epoch=2), Tx.DELETE_DATA)
 
 # MAX RESPONSE SIZE (§6.4): the message is the full result; hex and decoded are the cut answer.
 MANY_ROWS = tuple((sn(f"t{k}"), f(f"{20 + k}.5")) for k in range(6))
@@ -861,6 +880,25 @@ bad("invalid_0x04_res_number_behind_7_bytes", "RES NUMBER BEHIND (0x10) with 7 b
 bad("invalid_0x04_res_number_behind_9_bytes", "RES NUMBER BEHIND (0x10) with 9 bytes of Data "
     "(one byte after the two u32).", "01 10 0100 | 01000000 03000000 00",
     ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_0", "RES OK with bit 6 (type byte 0x40) and the epoch field 0: "
+    "a RES to a request of epoch 0 has no field.", "01 40 0100 | 00000000",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_3_bytes", "RES OK with bit 6 (type byte 0x40) and 3 bytes after "
+    "the header: the epoch is a u32.", "01 40 0100 | 010000", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_0x7f_without_field", "Type byte 0x7f (status 0x3f with bit 6) "
+    "in a 4-byte RES: the epoch field is missing.", "01 7f 0100", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.DELETE_DATA)
+bad("invalid_0x04_ind_epoch", "IND (type byte 0xc0, OK with bit 6) with an epoch field: an "
+    "IND never names an epoch.", "01 c0 0100 0100 | 01000000 | 01", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.ASK_PERSISTENT)
+bad("invalid_0x04_res_epoch_tcp", "RES OK with bit 6 (type byte 0x40) over TCP with an epoch "
+    "field: nothing is numbered over TCP.", "01 40 0100 0c000000 | 01000000",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", TCP, answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_number_behind_epoch", "Type byte 0x50: NUMBER BEHIND with bit 6 and an "
+    "epoch field before its Data field; its Data field names the epoch, it never sets the bit.",
+    "01 50 0100 | 01000000 | 01000000 03000000", ST.INVALID_DATA_FORMAT, "sib_to_kp",
+    answers=Tx.INSERT_DATA)
 bad("invalid_0x04_ask_byte_2", "ASK result byte 0x02.", "01 00 0100 | 02",
     ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.ASK)
 bad("invalid_0x04_ind_header_short", "UDP IND (type byte 0x80) of 5 bytes: the IND header is 6.",

@@ -4,7 +4,7 @@ Encodes what a board sends — REQs (DATA and pattern updates, SELECT/ASK and th
 forms, TERMINATE, RESET; options PREFIX, DELETE/INSERT/QUERY GRAPH, FILTER, SOLUTION MODIFIER,
 MAX RESPONSE SIZE, CREDENTIALS, ECHO, EPOCH) and ACKs — and decodes what it receives: the status
 of any RES/IND, the SELECT or ASK result, the value an ECHO REQUIRED RES asks to be echoed and
-the epochs of a NUMBER BEHIND RES. `decode` reads straight from the receive buffer (a
+the epochs of a NUMBER BEHIND RES, and the epoch of the request a UDP RES answers. `decode` reads straight from the receive buffer (a
 memoryview is fine), so a board needs one preallocated buffer of its MAX RESPONSE SIZE.
 Terms: an IRI is a str, a variable an int (its index), a literal a `Lit`, a blank node a
 `BNode` (plain values keep a board's heap small). Canonical encoding (§10) with the prefix list
@@ -65,6 +65,7 @@ _ECHO_MAX = const(32)
 #: RES status: the request's number is behind the SIB's (§15); result (epoch, next epoch).
 NUMBER_BEHIND = const(0x10)
 _EPOCH = const(0x0B)  # the EPOCH option's type
+_RES_EPOCH = const(0x40)  # type byte bit of a UDP RES naming its request's epoch (§15.6)
 # What reading past the end or bad bytes raise (MicroPython's struct raises ValueError).
 _FAILURES = (IndexError, ValueError, getattr(struct, "error", ValueError))
 
@@ -80,15 +81,16 @@ class KspError(Exception):
 class Response:
     """A RES or IND. `result`: None (no Data field), a bool (ASK), a `results.Select`, the
     value to echo (bytes) of an ECHO REQUIRED RES, or (epoch, next epoch) of a NUMBER BEHIND
-    RES."""
+    RES. `epoch`: the epoch of the request a UDP RES answers (§15.6), None for epoch 0."""
 
 
-    def __init__(self, tid, status, ind, seq, result):
+    def __init__(self, tid, status, ind, seq, result, epoch=None):
         self.tid = tid
         self.status = status
         self.ind = ind
         self.seq = seq
         self.result = result
+        self.epoch = epoch
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,19 +368,26 @@ def decode(buf, answers, tcp=False):
     if buf[0] != VERSION:
         raise KspError(1, "version")
     ind = buf[1] >> 7
-    status = buf[1] & 0x7F
-    seq = None
+    status = buf[1] & 0x3F
+    seq = epoch = None
     pos = 8 if tcp else 4
     if ind and not tcp:
         if n < 6:
             raise KspError(_BAD_DATA, "an IND header is 6 bytes")
         seq = buf[4] | buf[5] << 8
         pos = 6
+    if buf[1] & _RES_EPOCH:  # only a UDP RES, not NUMBER BEHIND, names an epoch: u32 >= 1
+        if ind or tcp or status == NUMBER_BEHIND or n < 8:
+            raise KspError(_BAD_DATA, "type byte bit 6")
+        epoch = struct.unpack_from("<I", buf, 4)[0]
+        if not epoch:
+            raise KspError(_BAD_DATA, "RES epoch 0")
+        pos = 8
     base = answers - 6 if 0x0A <= answers <= 0x0F else answers
     if status == ECHO_REQUIRED and not ind:  # its Data field: u8 length (1-32) | the value
         if n < pos + 2 or buf[pos] > _ECHO_MAX or pos + 1 + buf[pos] != n:
             raise KspError(_BAD_DATA, "ECHO REQUIRED value")
-        return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]))
+        return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]), epoch)
     if status == NUMBER_BEHIND and not ind:  # its Data field: u32 epoch | u32 next epoch
         if n != pos + 8:
             raise KspError(_BAD_DATA, "NUMBER BEHIND is 8 bytes of Data")
@@ -386,7 +395,7 @@ def decode(buf, answers, tcp=False):
     if status or not SELECT <= base <= _CONSTRUCT:
         if pos != n:
             raise KspError(_BAD_DATA, "a Data field where none belongs")
-        return Response(tid, status, ind, seq, None)
+        return Response(tid, status, ind, seq, None, epoch)
     if base == _CONSTRUCT:
         raise NotImplementedError("CONSTRUCT results")
     try:
@@ -403,4 +412,4 @@ def decode(buf, answers, tcp=False):
             raise ValueError("trailing bytes")
     except _FAILURES as e:
         raise KspError(_BAD_DATA, "bad data field: %s" % e)
-    return Response(tid, status, ind, seq, result)
+    return Response(tid, status, ind, seq, result, epoch)

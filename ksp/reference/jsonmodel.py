@@ -25,7 +25,8 @@ Mapping (field names are the model's; fields that are None are omitted):
   `{"type": "ask", "value"}`, `{"type": "construct", "triples", "total", "prefixes"}`;
   the echo value of an ECHO_REQUIRED RES: `{"type": "echo", "value": hex}`;
   the epochs of a NUMBER_BEHIND RES: `{"type": "behind", "epoch", "next_epoch"}`
-- ECHO option: `"echo": hex`; EPOCH option: `"epoch": integer`
+- ECHO option: `"echo": hex`; EPOCH option: `"epoch": integer`; a RES's epoch (§15.6):
+  `"epoch": integer`
 
 `from_json` also reads a long repetitive string given as `{"repeat": s, "count": n}` (s
 repeated n times) wherever a literal's `"value"` goes; the vectors use it to keep the one
@@ -181,6 +182,8 @@ def to_json(msg: Message) -> dict:
             d["result"] = _result_to_json(msg.result)
         if msg.seq is not None:
             d["seq"] = msg.seq
+        if msg.epoch is not None:
+            d["epoch"] = msg.epoch
         return d
     if isinstance(msg, Ack):
         d = {"type": "ack", "tid": msg.tid, "version": msg.version}
@@ -322,7 +325,8 @@ def from_json(d: dict) -> Message:
     if kind == "response":
         result = _result_from_json(d["result"]) if "result" in d else None
         return Response(d["tid"], _status_from_json(d.get("status", "OK")), result,
-                        bool(d.get("indication", False)), d.get("seq"), d.get("version", 1))
+                        bool(d.get("indication", False)), d.get("seq"), d.get("version", 1),
+                        d.get("epoch"))
     if kind == "ack":
         return Ack(d["tid"], d.get("seq"), d.get("version", 1))
     raise ValueError(f"unknown message type {kind!r}")

@@ -60,8 +60,8 @@ __all__ = [
     "TripleField", "DataTripleField", "ResultTriple", "Graph", "DataGraph", "REQUEST_DATA",
     "Token", "Expression", "SolutionModifierBody", "CredentialsBody", "Option", "OptionList",
     "SelectData", "AskData", "ConstructData", "BehindData", "ResultTerm",
-    "UdpRequestHeader", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader", "AckHeader",
-    "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
+    "UdpRequestHeader", "ResEpoch", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader",
+    "AckHeader", "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
     "RequestUdp", "RequestTcp", "ResponseUdp", "ResponseTcp",
     "grammar", "parse_request", "parse_response", "build_request", "build_response", "to_model",
 ]
@@ -270,8 +270,9 @@ def Counted(subcon, minimum: int = 0):
 # ACK is the byte 0x00.
 RequestType = BitFields(("tx", 7), ("con", 1))
 
-# Type/status byte of a SIB→KP message: 7-bit status code, response type (1 = IND).
-ResponseType = BitFields(("status", 7), ("ind", 1))
+# Type/status byte of a SIB→KP message: 6-bit status code, the RES epoch flag (a u32 epoch
+# follows a UDP RES header, §15.6), response type (1 = IND).
+ResponseType = BitFields(("status", 6), ("epoch", 1), ("ind", 1))
 
 # Triple type byte: ST, PT, OT member types (table 3.3).
 TripleType = BitFields(("st", 3), ("pt", 2), ("ot", 3))
@@ -623,29 +624,41 @@ UdpRequestHeader = Struct(
     _NOT_0x80,
 )
 
-# UDP header of a RES (4 bytes).
+# The epoch a UDP RES names (§15.6): a u32 of at least 1 (epoch 0 is written as no field),
+# never on NUMBER BEHIND, whose Data field names it.
+ResEpoch = ExprValidator(Int32ul, lambda obj, ctx: obj >= 1)
+_EPOCH_NOT_ON_BEHIND = Check(lambda this: not (this["type"]["epoch"]
+                                               and this["type"]["status"] == Status.NUMBER_BEHIND))
+
+# UDP header of a RES (4 bytes, 8 with the epoch).
 UdpResHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
     Check(lambda this: not this["type"]["ind"]),
+    _EPOCH_NOT_ON_BEHIND,
     "tid" / Int16ul,
+    "epoch" / If(this.type.epoch, ResEpoch),
 )
 
-# UDP header of an IND (6 bytes): with the sequence number.
+# UDP header of an IND (6 bytes): with the sequence number; an IND names no epoch.
 UdpIndHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
-    Check(lambda this: this["type"]["ind"]),
+    Check(lambda this: this["type"]["ind"] and not this["type"]["epoch"]),
     "tid" / Int16ul,
     "seq" / Int16ul,
 )
 
-# UDP header of what a KP receives: the IND header when the response type says IND.
+# UDP header of what a KP receives: the IND header when the response type says IND, the RES
+# header with its epoch when the epoch flag says so.
 UdpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
+    Check(lambda this: not (this["type"]["ind"] and this["type"]["epoch"])),
+    _EPOCH_NOT_ON_BEHIND,
     "tid" / Int16ul,
     "seq" / If(this.type.ind, Int16ul),
+    "epoch" / If(this.type.epoch, ResEpoch),
 )
 
 # ACK (§2.4): the 4-byte UDP header with type byte 0x00, then the sequence number.
@@ -665,10 +678,11 @@ TcpRequestHeader = Struct(
     _NOT_0x80,
 )
 
-# TCP header of a RES or IND (8 bytes, no sequence number: R11).
+# TCP header of a RES or IND (8 bytes, no sequence number: R11, nor epoch: §15.6).
 TcpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
+    Check(lambda this: not this["type"]["epoch"]),
     "tid" / Int16ul,
     "length" / Rebuild(Int32ul, _tcp_length),
 )
@@ -975,4 +989,4 @@ def _response(c) -> Response:
                     for row in data.rows)
                 result = SelectResult(data.vc, rows, data.trc, prefixes)
     return Response(header.tid, _status(header.type.status), result, bool(header.type.ind),
-                    header.get("seq"), header.version)
+                    header.get("seq"), header.version, header.get("epoch"))

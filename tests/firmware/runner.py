@@ -125,6 +125,8 @@ def response_json(r):
          "indication": bool(r.ind), "version": 1}
     if r.seq is not None:
         d["seq"] = r.seq
+    if r.epoch is not None:
+        d["epoch"] = r.epoch
     res = r.result
     if isinstance(res, bool):
         d["result"] = {"type": "ask", "value": res}

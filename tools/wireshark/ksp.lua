@@ -731,6 +731,8 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
       end
     else
       local ind = flag
+      local named = code >= 64  -- bit 6: the RES names its request's epoch (15.6)
+      code = code % 64
       local pos = offset + hsize
       if ind and transport ~= "tcp" then
         r:need(6, "IND header")
@@ -743,6 +745,19 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
       if answers then root:add(f.answers, tvb(offset + 2, 2), answers) end
       info = string.format("%s %s tid=%d", ind and "IND" or "RES", status_name(code), tid)
       if ind and transport ~= "tcp" then info = info .. " seq=" .. tvb(offset + 4, 2):le_uint() end
+      if named then
+        -- a u32 of at least 1 after a UDP RES header; never on an IND, over TCP, on NUMBER BEHIND
+        if ind or transport == "tcp" then
+          fail(4, "type byte bit 6 on " .. (ind and "an IND" or "a RES over TCP"))
+        end
+        if code == 16 then fail(4, "NUMBER BEHIND with bit 6: its Data field names the epoch") end
+        r:need(8, "RES epoch")
+        local epoch = tvb(offset + 4, 4):le_uint()
+        root:add_le(f.epoch, tvb(offset + 4, 4))
+        if epoch == 0 then fail(4, "RES epoch 0 (epoch 0 is written as no field)") end
+        pos = offset + 8
+        info = info .. " epoch=" .. epoch
+      end
       if answers then info = info .. " (" .. TX[answers] .. ")" end
       if code == 15 and not ind then
         local r = reader(tvb, pos, stop, 4)
@@ -823,6 +838,7 @@ local function plausible(tvb, tcp)
   if first == 0xA1 and not tcp then return tvb:len() >= 29 end
   if first ~= 0x01 then return false end
   local code = tvb(1, 1):uint() % 128
+  if code >= 64 and not tcp and tvb:len() >= 8 then code = code - 64 end  -- RES epoch (15.6)
   if code > 0x16 then return false end
   if tcp then
     if tvb:len() < 8 then return false end
