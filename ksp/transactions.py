@@ -48,6 +48,7 @@ PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
 STATEFUL = PERSISTENT | {Tx.TERMINATE, Tx.RESET}
 _OK = Status.OK
 _ENDS = (Status.OK, Status.UNKNOWN_TRANSACTION)
+_BEHIND = Status.NUMBER_BEHIND
 
 OpKey = tuple[Hashable, int]
 #: Request numbers are 48 bits: a u32 epoch (the EPOCH option) above the 16-bit TID.
@@ -170,9 +171,10 @@ class SibTransactions:
         status, tx = response.status, ex.tx
         data = None
         if ex.confirmable or status != _OK or response.result is not None:
-            if ex.epoch is not None:  # the RES names the request it answers (wire format 15.6)
-                response = response._replace(epoch=ex.epoch)
-            data = encode(response, self.transport, max_size=self.cap(ex.max_size))
+            # The RES names the request it answers (wire format 15.6); not NUMBER BEHIND.
+            named = response if ex.epoch is None or status == _BEHIND else response._replace(
+                epoch=ex.epoch)
+            data = encode(named, self.transport, max_size=self.cap(ex.max_size))
         if tx in STATEFUL:
             self._settle(kp, tid, tx, response)
         return ex, data
@@ -320,7 +322,10 @@ class KpTransactions:
         start = self._rng.randrange(0x10000) if start is None else start
         if not 0 <= start < NUMBERS:
             raise ValueError(f"a request number is 0 to 2^48 - 1, not {start}")
-        self.last_number = start - 1  # the highest number given out
+        self.last_number = start - 1  # the highest number `next_tid` gave out
+        # Below every number a request went under: a TID the caller chose takes the next one
+        # above it (the start's epoch, at first).
+        self.used = ((start >> 16) << 16) - 1
         self.lifetime = lifetime
         self.max_ended = max_ended
         self.pending: dict[int, object] = {}
@@ -335,22 +340,28 @@ class KpTransactions:
 
     @property
     def cursor(self) -> int:
-        """The TID `next_tid` tries first. A KP that kept its place across a sleep or a restart
-        (firmware keeps it in RTC RAM) sets `last_number` to go on from there."""
-        return (self.last_number + 1) & 0xFFFF
+        """The TID `next_tid` tries first (the next number's). A KP that kept its place across a
+        sleep or a restart (firmware keeps it in RTC RAM) goes on from there (`restart_at`)."""
+        return (max(self.last_number, self.used) + 1) & 0xFFFF
 
     @cursor.setter
     def cursor(self, tid: int) -> None:
         if not 0 <= tid <= 0xFFFF:
             raise ValueError(f"a TID is 0 to 65535, not {tid}")
-        base = self.last_number + 1
+        base = max(self.last_number, self.used) + 1
         self.last_number = base + ((tid - base) & 0xFFFF) - 1
+
+    def restart_at(self, start: int) -> None:
+        """Count from number `start` on, as if nothing had been sent (a KP ID's random start,
+        or a number kept across a restart)."""
+        self.last_number = start - 1
+        self.used = ((start >> 16) << 16) - 1
 
     def next_tid(self) -> int:
         """The TID of the next number whose TID no pending request, active or recently ended
         persistent transaction uses (R12); the number is the request's when it is sent under
         that TID (`number`)."""
-        n = self.last_number + 1
+        n = max(self.last_number, self.used) + 1
         for _ in range(0x10000):
             tid = n & 0xFFFF
             if tid not in self.pending and tid not in self.persistent and tid not in self.ended:
@@ -362,20 +373,23 @@ class KpTransactions:
 
     def number(self, tid: int) -> int:
         """The number a new request sent under `tid` gets: the one `next_tid` gave out with
-        it, else (a TID the caller chose) the next number with that TID."""
+        it, else (a TID the caller chose) the first number with that TID above every number
+        used."""
         n = self._issued[tid]
         if n > self.last_number - 0x10000 and n >= 0:
             self._issued[tid] = -1
-            return n
-        base = self.last_number + 1
-        n = base + ((tid - base) & 0xFFFF)
-        self.last_number = n
+        else:
+            base = self.used + 1
+            n = base + ((tid - base) & 0xFFFF)
+            self.last_number = max(self.last_number, n)
+        self.used = max(self.used, n)
         return n
 
     def behind(self, next_epoch: int) -> None:
         """The SIB takes numbers as new only from epoch `next_epoch` (RES 0x10, wire format
         15): count on from there."""
         self.last_number = max(self.last_number, (next_epoch << 16) - 1)
+        self.used = max(self.used, (next_epoch << 16) - 1)
 
     def unheld(self, tid: int, now: float, tries: int = 64) -> int:
         """`tid`, or else the next TID (`next_tid`) that is not held now (`hold`). Raises

@@ -13,7 +13,9 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
+from ksp import (
+    UDP, Behind, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
+)
 from ksp.secure import Sealer, SealerTable
 from ksp.session import RequestReceived, SessionOptions, SIBSession
 from ksp.session.validation import (
@@ -206,8 +208,14 @@ def test_a_late_copy_of_a_request_answered_echo_required_gets_it_again_and_never
         (late,), events = exchange(sib, first, now)
         assert late.status == Status.ECHO_REQUIRED and late.tid == 7 and not events
     assert sib.sizes()["echoed requests"] == 1 and sib.stats.held_for_validation == 4
-    # past EXCHANGE_LIFETIME the TID is free again: those bytes are a new request
-    out, events = exchange(sib, first, 100.0 + sib.timing.exchange_lifetime + 1)
+    # past EXCHANGE_LIFETIME, its entry gone, a copy still never executes: its number is spent
+    # (wire format 15), and a new request under TID 7 comes with the next epoch
+    later = 100.0 + sib.timing.exchange_lifetime + 1
+    (late,), events = exchange(sib, first, later)
+    assert late.status == Status.NUMBER_BEHIND and late.result == Behind(0, 1) and not events
+    renewed = subscription(7)
+    out, events = exchange(sib, encode(renewed._replace(options=renewed.options._replace(
+        epoch=1)), UDP), later)
     assert not out and [e.request.tid for e in events] == [7]
     assert sib.sizes()["echoed requests"] == 1  # expired entries go as new ones come
 

@@ -108,7 +108,7 @@ class KPSession:
     def sealer(self, sealer: Sealer | None) -> None:
         if sealer is not None and self._sealer is None and self.credentials is None and (
                 not self._pending and not self._persistent):
-            self.transactions.last_number = random_start(self._rng) - 1
+            self.transactions.restart_at(random_start(self._rng))
         self._sealer = sealer
 
     @property

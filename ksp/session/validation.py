@@ -79,7 +79,7 @@ class AddressBudgets:
             raise ValueError("factor and max_addresses must be >= 1")
         self.factor = factor
         self.max_addresses = max_addresses
-        self.host_share = host_share or max(1, max_addresses // 4)
+        self.host_share = host_share or min(max_addresses, max(16, max_addresses // 4))
         self._validated: OrderedDict[Hashable, None] = OrderedDict()
         # address -> [bytes received, bytes sent]
         self._budgets: OrderedDict[Hashable, list[int]] = OrderedDict()
