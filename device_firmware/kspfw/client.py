@@ -163,8 +163,8 @@ class Client:
             return
         entry = self.pending.pop(tid, None)
         if entry is None:  # late or duplicate RES, or a keepalive's answer
-            if tid in self.probes:
-                self._answered(tid, buf[1], now)
+            if tid in self.probes:  # the status: bits 0-5 when bit 6 names an epoch (15.6)
+                self._answered(tid, buf[1] & (0x3F if buf[1] & 0x40 else 0x7F), now)
             elif not buf[1]:  # OK: it started something
                 self._stray(tid, now)
             return

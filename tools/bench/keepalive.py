@@ -79,7 +79,7 @@ async def silent(seconds: float, keepalive: float) -> dict[str, list[int]]:
                 await anext(sub)
                 relay.reset()
                 await asyncio.sleep(seconds)
-                return relay.counts
+                return {way: list(n) for way, n in relay.counts.items()}  # before TERMINATE
     finally:
         relay.close()
         await server.close()
