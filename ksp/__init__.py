@@ -14,8 +14,8 @@ from .errors import (
     UnsupportedSparql,
 )
 from .model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Expression, Message, Options, Order,
-    Request, Response, Result, SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Expression, Message, Options,
+    Order, Request, Response, Result, SelectResult, SolutionModifier,
 )
 from .seqnum import is_newer, next_seq
 from .session import (
@@ -52,7 +52,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
     "header_size", "peek_tid", "tcp_frame_length", "VERSION", "LiteralType", "Member", "Op", "Opt",
-    "Status", "Tx", "DecodeError", "EncodeError", "KspError", "Ack", "AskResult", "Bind",
+    "Status", "Tx", "DecodeError", "EncodeError", "KspError", "Ack", "AskResult", "Behind", "Bind",
     "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
     "Response", "Result", "SelectResult", "SolutionModifier", "is_newer", "next_seq",
     "DEFAULT_GRAPH", "IRI", "BNode", "Literal", "Term", "Triple", "Var",

@@ -31,7 +31,7 @@ static inline uint32_t le32(const uchar *p) { return le16(p) | ((uint32_t)le16(p
 
 static struct {
     PyTypeObject *IRI, *Literal, *Var, *BNode, *Triple, *Request, *Response, *Ack, *Options,
-        *SelectResult, *ConstructResult;
+        *SelectResult, *ConstructResult, *Behind;
     PyObject *AskResult, *SolutionModifier, *Bind, *Credentials; /* called (dataclasses) */
     PyObject *float_lexical;  /* literals.float_lexical(value) -> str */
     PyObject *xsd_integer, *xsd_float, *xsd_datetime, *xsd_boolean, *xsd_double;
@@ -210,6 +210,11 @@ static void reader(R *r, const uchar *buf, Py_ssize_t len, Py_ssize_t pos, int b
 /* The ECHO REQUIRED status and the longest echo value (ksp.codes, wire format 7.7). */
 #define STATUS_ECHO_REQUIRED 0x0f
 #define ECHO_MAX 32
+/* The NUMBER BEHIND status, whose RES has two u32 as its Data field (ksp.codes, wire format 15). */
+#define STATUS_NUMBER_BEHIND 0x10
+/* Bit 6 of a RES's type byte over UDP: a u32 epoch after the header (ksp.codes, wire format
+ * 15.6); the status is the low 6 bits. */
+#define RES_EPOCH 0x40
 
 #define NEED(r, n) do { if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return -1; } while (0)
 
@@ -793,10 +798,12 @@ static int options(R *r, int tx, PyObject **values) {
                 if ((*value = PyBytes_FromStringAndSize((const char *)p, size)) == NULL)
                     return -1;
             }
-        } else if (code == OP_MAX_RESPONSE_SIZE) {
+        } else if (code == OP_MAX_RESPONSE_SIZE || code == OP_EPOCH) {
             NEED(r, 4);
             const uchar *p = r->buf + r->pos;
             r->pos += 4;
+            if (code == OP_EPOCH && le32(p) == 0)
+                return -1; /* epoch 0 is written as no option (15) */
             if (r->build) {
                 if ((*value = PyLong_FromUnsignedLong(le32(p))) == NULL)
                     return -1;
@@ -1101,7 +1108,17 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     } else {
         seq = Py_NewRef(Py_None);
     }
-    int status = type_byte & 0x7F;
+    int status = type_byte & (RES_EPOCH - 1);
+    uint32_t epoch = 0; /* 0: no epoch field */
+    if (type_byte & RES_EPOCH) {
+        /* only a UDP RES other than NUMBER BEHIND, with a u32 epoch of at least 1 */
+        if (indication || tcp || status == STATUS_NUMBER_BEHIND || len < 8 ||
+            (epoch = le32(buf + 4)) == 0) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        pos = 8;
+    }
     PyObject *result;
     if (status == STATUS_ECHO_REQUIRED && !indication) {
         /* the one non-OK RES with a Data field: the echo value, u8 length 1..32 (7.7) */
@@ -1111,6 +1128,24 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
             Py_RETURN_NONE;
         }
         result = PyBytes_FromStringAndSize((const char *)buf + pos + 1, size);
+        if (result == NULL) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    } else if (status == STATUS_NUMBER_BEHIND && !indication) {
+        /* two u32: the request's epoch, the next epoch (15) */
+        if (len - pos != 8) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        PyObject *epochs[2] = {PyLong_FromUnsignedLong(le32(buf + pos)),
+                               PyLong_FromUnsignedLong(le32(buf + pos + 4))};
+        if (epochs[0] == NULL || epochs[1] == NULL) {
+            clear(epochs, 2);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        result = named(K.Behind, 2, epochs);
         if (result == NULL) {
             Py_DECREF(seq);
             return NULL;
@@ -1140,7 +1175,8 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     items[RS_INDICATION] = Py_NewRef(indication ? Py_True : Py_False);
     items[RS_SEQ] = seq;
     items[RS_VERSION] = PyLong_FromLong(K.version);
-    if (items[RS_TID] == NULL || items[RS_VERSION] == NULL) {
+    items[RS_EPOCH] = epoch ? PyLong_FromUnsignedLong(epoch) : Py_NewRef(Py_None);
+    if (items[RS_TID] == NULL || items[RS_VERSION] == NULL || items[RS_EPOCH] == NULL) {
         clear(items, RS_N);
         return NULL;
     }
@@ -1476,6 +1512,23 @@ static int put_u16(Out *o, long v) {
     return put(o, b, 2);
 }
 
+/* An exact int 0 ... 2^32 - 1 (not a bool, as the Python encoder), or -1. */
+static long long u32_of(PyObject *obj) {
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v <= 0xFFFFFFFFULL ? (long long)v : -1;
+}
+
+static int put_u32(Out *o, long long v) {
+    uchar b[4] = {(uchar)v, (uchar)(v >> 8), (uchar)(v >> 16), (uchar)(v >> 24)};
+    return put(o, b, 4);
+}
+
 static int given_prefixes(PyObject *prefixes, Prefixes *pfx) {
     if (!PyTuple_Check(prefixes) || PyTuple_GET_SIZE(prefixes) > 255)
         return -1;
@@ -1534,8 +1587,13 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
     if (!PyObject_TypeCheck(opts, K.Options) || PyTuple_GET_SIZE(opts) != OP_N)
         return -1;
     for (int i = 1; i < OP_N; i++)
-        if (PyTuple_GET_ITEM(opts, i) != Py_None)
-            return -1; /* options other than PREFIX: Python */
+        if (i != OP_EPOCH && PyTuple_GET_ITEM(opts, i) != Py_None)
+            return -1; /* options other than PREFIX and EPOCH: Python */
+    PyObject *epoch_obj = PyTuple_GET_ITEM(opts, OP_EPOCH);
+    long long epoch = epoch_obj == Py_None ? 0 : u32_of(epoch_obj);
+    if (epoch < 0 || (epoch == 0 && epoch_obj != Py_None) ||
+        (epoch && !(K.opts_allowed[tx] & (1u << OP_EPOCH))))
+        return -1; /* EPOCH 0, beyond u32 or where it does not apply: Python's EncodeError */
     /* fields outside the layout must be unset */
     int in_layout[RQ_N] = {0};
     for (int i = 0; i < 4 && K.layout[tx][i] >= 0; i++)
@@ -1601,7 +1659,7 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
                 return -1;
         }
     }
-    if (put_byte(o, pfx.n ? 1 : 0))
+    if (put_byte(o, (pfx.n ? 1 : 0) + (epoch ? 1 : 0)))
         return -1;
     if (pfx.n) {
         if (put_byte(o, OP_PREFIX) || put_byte(o, pfx.n))
@@ -1609,6 +1667,8 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
         if (put_prefix_entries(o, &pfx))
             return -1;
     }
+    if (epoch && (put_byte(o, OP_EPOCH) || put_u32(o, epoch)))
+        return -1;
     return 0;
 }
 
@@ -1702,22 +1762,42 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
     long status = PyLong_Check(status_obj) ? PyLong_AsLong(status_obj) : -1;
     int indication = PyObject_IsTrue(PyTuple_GET_ITEM(msg, RS_INDICATION));
     int echo = status == STATUS_ECHO_REQUIRED && indication == 0;
-    if (status < 0 || status > 0x7F || indication < 0 || (result != Py_None && status != 0 && !echo))
+    int behind = status == STATUS_NUMBER_BEHIND && indication == 0;
+    if (status < 0 || status >= RES_EPOCH || indication < 0 ||
+        (result != Py_None && status != 0 && !echo && !behind))
+        return -1;
+    /* the RES epoch (15.6): 1 ... 2^32 - 1 on a UDP RES other than NUMBER BEHIND */
+    PyObject *epoch_obj = PyTuple_GET_ITEM(msg, RS_EPOCH);
+    long long epoch = epoch_obj == Py_None ? 0 : u32_of(epoch_obj);
+    if (epoch < 0 || (epoch == 0 && epoch_obj != Py_None) ||
+        (epoch && (indication || tcp || behind)))
         return -1;
     if (echo && (!PyBytes_CheckExact(result) || PyBytes_GET_SIZE(result) < 1 ||
                  PyBytes_GET_SIZE(result) > ECHO_MAX))
+        return -1;
+    long long epochs[2] = {-1, -1};
+    if (behind && PyObject_TypeCheck(result, K.Behind) && PyTuple_GET_SIZE(result) == 2) {
+        epochs[0] = u32_of(PyTuple_GET_ITEM(result, 0));
+        epochs[1] = u32_of(PyTuple_GET_ITEM(result, 1));
+    }
+    if (behind && (epochs[0] < 0 || epochs[1] < 0))
         return -1;
     long seq = -1;
     if (indication && !tcp) {
         if ((seq = u16_of(PyTuple_GET_ITEM(msg, RS_SEQ))) < 0)
             return -1;
     }
-    if (put_header(o, tcp, PyTuple_GET_ITEM(msg, RS_VERSION), (int)status | (indication ? 0x80 : 0),
+    if (put_header(o, tcp, PyTuple_GET_ITEM(msg, RS_VERSION),
+                   (int)status | (indication ? 0x80 : 0) | (epoch ? RES_EPOCH : 0),
                    PyTuple_GET_ITEM(msg, RS_TID), seq))
+        return -1;
+    if (epoch && put_u32(o, epoch))
         return -1;
     if (echo)
         return put_byte(o, (int)PyBytes_GET_SIZE(result)) ||
                put(o, (const uchar *)PyBytes_AS_STRING(result), PyBytes_GET_SIZE(result));
+    if (behind)
+        return put_u32(o, epochs[0]) || put_u32(o, epochs[1]);
     return result == Py_None ? 0 : put_result(o, result);
 }
 
@@ -1844,7 +1924,7 @@ static PyObject *py_setup(PyObject *self, PyObject *config) {
     if (!PyDict_Check(config))
         return PyErr_Format(PyExc_TypeError, "setup() takes a dict");
     TYPE(IRI) TYPE(Literal) TYPE(Var) TYPE(BNode) TYPE(Triple) TYPE(Request) TYPE(Response)
-    TYPE(Ack) TYPE(Options) TYPE(SelectResult) TYPE(ConstructResult)
+    TYPE(Ack) TYPE(Options) TYPE(SelectResult) TYPE(ConstructResult) TYPE(Behind)
     OBJ(AskResult, "AskResult") OBJ(SolutionModifier, "SolutionModifier") OBJ(Bind, "Bind")
     OBJ(Credentials, "Credentials") OBJ(float_lexical, "float_lexical")
     OBJ(reserved_code, "reserved_code") OBJ(compact_cache, "compact_cache")

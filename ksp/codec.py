@@ -28,8 +28,8 @@ from .errors import EncodeError
 from .layout import OPTION_FIELDS
 from .literals import float_lexical, is_lang_tag
 from .model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Message, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Message, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
@@ -115,6 +115,7 @@ def _load_speedups():
     c.setup({
         "IRI": IRI, "Literal": Literal, "Var": Var, "BNode": BNode, "Triple": Triple,
         "Request": Request, "Response": Response, "Ack": Ack, "Options": Options,
+        "Behind": Behind,
         "SelectResult": SelectResult, "ConstructResult": ConstructResult,
         "AskResult": AskResult, "SolutionModifier": SolutionModifier, "Bind": Bind,
         "Credentials": Credentials, "float_lexical": float_lexical, "is_lang_tag": is_lang_tag,

@@ -9,6 +9,9 @@ from enum import IntEnum
 VERSION = 1
 #: The longest echo value (ECHO option and ECHO REQUIRED Data field, §7.7).
 ECHO_MAX = 32
+#: Bit 6 of a RES's type byte over UDP: the status is the low 6 bits and the u32 epoch of the
+#: request answered follows the header (§2.1, §15.6).
+RES_EPOCH = 0x40
 
 
 class Tx(IntEnum):
@@ -82,6 +85,7 @@ class Status(IntEnum):
     NO_SUCH_GRAPH = 0x0D
     GRAPH_EXISTS = 0x0E
     ECHO_REQUIRED = 0x0F  # a RES only; its Data field is the echo value (§7.7)
+    NUMBER_BEHIND = 0x10  # a RES only; its Data field is two u32: epochs (§15, `model.Behind`)
 
 
 class Member(IntEnum):
@@ -109,7 +113,7 @@ class LiteralType(IntEnum):
 
 
 class Opt(IntEnum):
-    """Option types (table 7.1); 0x0a is an extension."""
+    """Option types (table 7.1); 0x0a and 0x0b are extensions."""
 
     PREFIX = 0x00
     DELETE_GRAPH = 0x01
@@ -122,6 +126,7 @@ class Opt(IntEnum):
     MAX_RESPONSE_SIZE = 0x08
     CREDENTIALS = 0x09
     ECHO = 0x0A  # [ext] (§7.7)
+    EPOCH = 0x0B  # [ext] (§15): the request number's high part, u32 ≥ 1
 
 
 class Op(IntEnum):
@@ -214,4 +219,5 @@ OPTION_APPLIES: dict[Opt, frozenset[Tx]] = {
     Opt.MAX_RESPONSE_SIZE: frozenset(Tx),
     Opt.CREDENTIALS: frozenset(Tx),
     Opt.ECHO: frozenset(Tx),
+    Opt.EPOCH: frozenset(Tx) - {Tx.TERMINATE},  # TERMINATE has no number (§15)
 }

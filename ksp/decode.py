@@ -6,15 +6,15 @@ from __future__ import annotations
 import struct
 
 from .codes import (
-    ECHO_MAX, OPTION_APPLIES, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, VERSION,
-    Opt, Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RES_EPOCH, TOKEN_BOOLEAN, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE,
+    VERSION, Opt, Status, Tx,
 )
 from .layout import LITERAL_SIZES
 from .errors import DecodeError
 from .literals import float_lexical, is_datetime19, is_lang_tag
 from .model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
@@ -22,8 +22,8 @@ from .terms import (
 )
 from .wire import (
     LAYOUT, OT_ALLOWED, ST_ALLOWED, TCP, Transport, UDP, _F32, _F64, _FIELD_KIND, _HDR_TCP,
-    _HDR_UDP, _I32, _OP_BY_CODE, _RESERVED_IRIS, _STATUS_BY_CODE, _TX_BY_CODE, _U16, _U32,
-    peek_tid,
+    _HDR_UDP, _I32, _OP_BY_CODE, _RESERVED_IRIS, _STATUS_BITS, _STATUS_BY_CODE, _TX_BY_CODE,
+    _U16, _U32, peek_tid,
 )
 from .encode import _check_rpn
 
@@ -426,6 +426,12 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
                 values[key], pos = _modifier_at(buf, pos)
             elif opt is Opt.ECHO:
                 values[key], pos = _echo_at(buf, pos)
+            elif opt is Opt.EPOCH:
+                epoch = _U32.unpack_from(buf, pos)[0]
+                if not epoch:
+                    raise _Bad("EPOCH 0 (epoch 0 is written as no option)")
+                values[key] = epoch
+                pos += 4
             else:
                 n = buf[pos]
                 pos += 1
@@ -565,7 +571,11 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
             raise DecodeError(Status.INVALID_DATA_FORMAT, "an IND header is 6 bytes", "header", tid)
         seq = _U16.unpack_from(buf, 4)[0]
         pos = 6
-    status = _STATUS_BY_CODE[type_byte & 0x7F]
+    status = _STATUS_BY_CODE[type_byte & _STATUS_BITS]
+    epoch = None
+    if type_byte & RES_EPOCH:
+        epoch = _res_epoch(buf, transport, indication, status, tid)
+        pos += 4
     form = None if answers is None else _RESULT_FORM[answers]
     if status == Status.ECHO_REQUIRED and not indication:
         try:
@@ -574,14 +584,20 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
                 raise _Bad(f"{len(buf) - pos} bytes after the echo value")
         except _FAILURES as exc:
             raise _failure(exc, Status.INVALID_DATA_FORMAT, "data", pos, tid) from None
-        return Response(tid, status, value, indication, seq, version)
+        return Response(tid, status, value, indication, seq, version, epoch)
+    if status == Status.NUMBER_BEHIND and not indication:
+        if len(buf) - pos != _U32x2.size:
+            raise DecodeError(Status.INVALID_DATA_FORMAT, f"NUMBER BEHIND with {len(buf) - pos} "
+                              "bytes of Data, not 8", "data", tid)
+        return Response(tid, status, Behind(*_U32x2.unpack_from(buf, pos)), indication, seq,
+                        version)
     if status or form is None:
         if pos != len(buf):
             reason = ("a RES/IND with an error status has no Data field" if status else
                       "a Data field, but the request answered has no result "
                       f"({'unknown' if form is None else form.name})")
             raise DecodeError(Status.INVALID_DATA_FORMAT, reason, "data", tid)
-        return Response(tid, status, None, indication, seq, version)
+        return Response(tid, status, None, indication, seq, version, epoch)
     path = "data"
     try:
         result, pos = _result_at(buf, pos, form)
@@ -589,7 +605,27 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
             raise _Bad(f"{len(buf) - pos} bytes after the result")
     except _FAILURES as exc:
         raise _failure(exc, Status.INVALID_DATA_FORMAT, path, pos, tid) from None
-    return Response(tid, status, result, indication, seq, version)
+    return Response(tid, status, result, indication, seq, version, epoch)
+
+
+def _res_epoch(buf: bytes, transport: Transport, indication: bool, status, tid: int) -> int:
+    """The epoch a RES over UDP names after its 4-byte header (§15.6); the code's bit 6 means
+    nothing else, so anywhere else it is a malformed message."""
+    if indication or transport is TCP:
+        where = "an IND" if indication else "a RES over TCP"
+        raise DecodeError(Status.INVALID_DATA_FORMAT, f"type byte bit 6 on {where}",
+                          "header.type", tid)
+    if status == Status.NUMBER_BEHIND:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, "NUMBER BEHIND with bit 6: its Data field "
+                          "names the epoch", "header.type", tid)
+    if len(buf) < 8:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, f"{len(buf) - 4} bytes after the header, "
+                          "the RES epoch is 4", "header.epoch", tid)
+    epoch = _U32.unpack_from(buf, 4)[0]
+    if not epoch:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, "RES epoch 0 (epoch 0 is written as no "
+                          "field)", "header.epoch", tid)
+    return epoch
 
 
 def _result_at(buf: bytes, pos: int, form: Tx):
@@ -634,4 +670,5 @@ def _result_at(buf: bytes, pos: int, form: Tx):
 
 
 _U16x2 = struct.Struct("<HH")
+_U32x2 = struct.Struct("<II")
 _RESULT_FORM = [tx.base if tx and tx.is_query else None for tx in _TX_BY_CODE]

@@ -7,20 +7,20 @@ from __future__ import annotations
 from typing import Iterable
 
 from .codes import (
-    ECHO_MAX, OPTION_APPLIES, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE, LiteralType,
-    Op, Opt, Status, Tx,
+    ECHO_MAX, OPTION_APPLIES, RES_EPOCH, RESERVED_CODE, TOKEN_LITERAL, TOKEN_URI, TOKEN_VARIABLE,
+    LiteralType, Op, Opt, Status, Tx,
 )
 from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError
 from .literals import compact_type, is_lang_tag
 from .model import (
-    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, ConstructResult, Message, Options, Order, Request,
-    Response, SelectResult, SolutionModifier,
+    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, Behind, ConstructResult, Message, Options, Order,
+    Request, Response, SelectResult, SolutionModifier,
 )
 from .terms import BNode, IRI, Literal, Triple, Var
 from .wire import (
     LAYOUT, OT_ALLOWED, PT_ALLOWED, ST_ALLOWED, TCP, Transport, UDP, _DATA_FIELDS, _F32, _F64,
-    _GRAPH_FIELDS, _HDR_IND, _HDR_TCP, _HDR_UDP, _I32, _U16, _U32, header_size,
+    _GRAPH_FIELDS, _HDR_IND, _HDR_TCP, _HDR_UDP, _I32, _STATUS_BITS, _U16, _U32, header_size,
 )
 
 
@@ -287,7 +287,8 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
                            (Opt.OPTIONAL_PATTERN, opts.optional), (Opt.FILTER, opts.filters),
                            (Opt.SOLUTION_MODIFIER, opts.modifier), (Opt.BIND, opts.binds),
                            (Opt.MAX_RESPONSE_SIZE, opts.max_response_size),
-                           (Opt.CREDENTIALS, opts.credentials), (Opt.ECHO, opts.echo)):
+                           (Opt.CREDENTIALS, opts.credentials), (Opt.ECHO, opts.echo),
+                           (Opt.EPOCH, opts.epoch)):
             if value is not None:
                 present.append((opt, value))
     out.append(len(present))
@@ -323,6 +324,10 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
             out += _U32.pack(value)
         elif opt is Opt.ECHO:
             out += echo_body(value)
+        elif opt is Opt.EPOCH:
+            if not _is_u32(value) or not value:
+                raise EncodeError(f"epoch {value!r} outside 1…2^32 − 1 (epoch 0 is no option)")
+            out += _U32.pack(value)
         else:  # CREDENTIALS
             kp_id = bytes(value.kp_id)
             if len(kp_id) != 16:
@@ -338,6 +343,17 @@ def echo_body(value) -> bytes:
     if not isinstance(value, (bytes, bytearray)) or not 1 <= len(value) <= ECHO_MAX:
         raise EncodeError(f"an echo value is 1…{ECHO_MAX} bytes, not {value!r}")
     return bytes((len(value),)) + bytes(value)
+
+
+def _is_u32(value) -> bool:
+    return type(value) is int and 0 <= value <= 0xFFFFFFFF
+
+
+def behind_body(value) -> bytes:
+    """The NUMBER BEHIND Data field (§15): u32 the request's epoch, u32 the next epoch."""
+    if not isinstance(value, Behind) or not (_is_u32(value.epoch) and _is_u32(value.next_epoch)):
+        raise EncodeError(f"a NUMBER_BEHIND RES carries a Behind of two u32, not {value!r}")
+    return _U32.pack(value.epoch) + _U32.pack(value.next_epoch)
 
 
 def _put_modifier(out: bytearray, mod: SolutionModifier) -> None:
@@ -444,28 +460,46 @@ def _encode(msg: Message, transport: Transport, max_size: int | None) -> bytes:
 
 def _encode_response(msg: Response, transport: Transport, max_size: int | None) -> bytes:
     status = int(msg.status)
-    if not 0 <= status <= 0x7F:
-        raise EncodeError(f"status {status} outside 0..127")
+    if not 0 <= status < RES_EPOCH:
+        raise EncodeError(f"status {status} outside 0..63")
     type_byte = status | (0x80 if msg.indication else 0)
     seq = None
     if msg.indication and transport is UDP:
         if msg.seq is None:
             raise EncodeError("an IND over UDP needs a sequence number (§2.3)")
         seq = msg.seq
-    hsize = header_size(transport, msg.indication)
+    epoch = b""
+    if msg.epoch is not None:
+        epoch = _res_epoch(msg, transport, status)
+        type_byte |= RES_EPOCH
+    hsize = header_size(transport, msg.indication, bool(epoch))
     result = msg.result
     if status == Status.ECHO_REQUIRED and not msg.indication:
-        return _frame(transport, msg.version, type_byte, msg.tid, echo_body(result), seq)
+        return _frame(transport, msg.version, type_byte, msg.tid, epoch + echo_body(result), seq)
+    if status == Status.NUMBER_BEHIND and not msg.indication:
+        return _frame(transport, msg.version, type_byte, msg.tid, behind_body(result), seq)
     if status != Status.OK or result is None:
         if result is not None:
             raise EncodeError("a RES/IND with an error status carries no result")
-        return _frame(transport, msg.version, type_byte, msg.tid, b"", seq)
+        return _frame(transport, msg.version, type_byte, msg.tid, epoch, seq)
     limit = None if max_size is None else max_size - hsize
     body = _encode_result(result, limit)
     if body is None:
-        type_byte = Status.RESPONSE_TOO_LARGE | (type_byte & 0x80)
+        type_byte = Status.RESPONSE_TOO_LARGE | (type_byte & ~_STATUS_BITS)
         body = b""
-    return _frame(transport, msg.version, type_byte, msg.tid, body, seq)
+    return _frame(transport, msg.version, type_byte, msg.tid, epoch + body, seq)
+
+
+def _res_epoch(msg: Response, transport: Transport, status: int) -> bytes:
+    """The u32 after a UDP RES header naming the answered request's epoch (§15.6)."""
+    if msg.indication or transport is TCP:
+        raise EncodeError("only a RES over UDP names an epoch (§15.6)")
+    if status == Status.NUMBER_BEHIND:
+        raise EncodeError("a NUMBER_BEHIND RES names the epoch in its Data field, not `epoch`")
+    if not _is_u32(msg.epoch) or not msg.epoch:
+        raise EncodeError(f"RES epoch {msg.epoch!r} outside 1…2^32 − 1 (epoch 0 is None)")
+    return _U32.pack(msg.epoch)
+
 
 
 def _encode_result(result, limit: int | None) -> bytes | None:

@@ -77,6 +77,7 @@ OPTION_FIELDS: dict[Opt, tuple[str, Body]] = {
     Opt.MAX_RESPONSE_SIZE: ("max_response_size", Body.U32),
     Opt.CREDENTIALS: ("credentials", Body.CREDENTIALS),
     Opt.ECHO: ("echo", Body.ECHO),
+    Opt.EPOCH: ("epoch", Body.U32),  # ≥ 1: epoch 0 is written as no option (§15)
 }
 
 #: Member types each triple position admits (table 3.3): no Literal subject, no Literal or blank

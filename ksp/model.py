@@ -60,6 +60,7 @@ class Options(NamedTuple):
     max_response_size: int | None = None
     credentials: Credentials | None = None
     echo: bytes | None = None  # ECHO (§7.7): the value of the SIB's ECHO REQUIRED, 1…32 bytes
+    epoch: int | None = None  # EPOCH (§15): 1 … 2^32 − 1; None is epoch 0, written as no option
 
 
 NO_OPTIONS = Options()
@@ -109,17 +110,31 @@ class ConstructResult(NamedTuple):
 Result = Union[SelectResult, AskResult, ConstructResult]
 
 
+class Behind(NamedTuple):
+    """The Data field of a NUMBER_BEHIND RES (§15): the epoch of the request refused, and
+    the first epoch whose every number the SIB takes as new (the KP's count moves there)."""
+
+    epoch: int
+    next_epoch: int
+
+
 class Response(NamedTuple):
     """A RES, or an IND when `indication` is set (`seq` travels over UDP only).
 
-    `result` is a query result, or for an ECHO_REQUIRED RES the echo value (bytes, §7.7)."""
+    `result` is a query result; for an ECHO_REQUIRED RES the echo value (bytes, §7.7); for a
+    NUMBER_BEHIND RES a `Behind` (§15).
+
+    `epoch` names the epoch (1 … 2^32 − 1) of the request a RES over UDP answers (§15.6), so
+    that a KP does not take a late copy's answer for a newer request's under the same TID;
+    None for a request of epoch 0, and always on an IND, over TCP and on NUMBER_BEHIND."""
 
     tid: int
     status: Status | int = Status.OK
-    result: Result | bytes | None = None
+    result: Result | bytes | Behind | None = None
     indication: bool = False
     seq: int | None = None
     version: int = VERSION
+    epoch: int | None = None
 
 
 class Ack(NamedTuple):

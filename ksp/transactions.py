@@ -38,7 +38,7 @@ from .model import Request, Response
 from .seqnum import is_newer
 
 __all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "TidsBusy",
-           "PERSISTENT", "STATEFUL", "request_digest"]
+           "PERSISTENT", "STATEFUL", "NUMBERS", "request_digest", "epoch_of", "random_start"]
 
 # `tx in PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a Python
 # call, on every request and RES. STATEFUL: transactions whose RES starts or ends persistent
@@ -48,8 +48,11 @@ PERSISTENT = frozenset(tx for tx in Tx if tx.persistent)
 STATEFUL = PERSISTENT | {Tx.TERMINATE, Tx.RESET}
 _OK = Status.OK
 _ENDS = (Status.OK, Status.UNKNOWN_TRANSACTION)
+_BEHIND = Status.NUMBER_BEHIND
 
 OpKey = tuple[Hashable, int]
+#: Request numbers are 48 bits: a u32 epoch (the EPOCH option) above the 16-bit TID.
+NUMBERS = 1 << 48
 
 
 class SessionError(KspError):
@@ -57,15 +60,26 @@ class SessionError(KspError):
 
 
 class TidsBusy(SessionError):
-    """No TID may carry this request now: under each one tried, the SIB may still hold a request
-    with the same bytes (R12). Nothing was sent; send it again at `retry_at` (the clock of
-    `now`). Only a KP sending the same request over 65 536 times per EXCHANGE_LIFETIME meets
-    this."""
+    """No TID may carry a request now: every one is held (`KpTransactions.hold`: its request was
+    retransmitted or timed out within EXCHANGE_LIFETIME). Nothing was sent; send it again at
+    `retry_at` (the clock of `now`). Only a KP with 65 536 such requests in EXCHANGE_LIFETIME
+    meets this."""
 
     def __init__(self, retry_at: float) -> None:
-        super().__init__("every transaction ID tried carries this very request within "
-                         "EXCHANGE_LIFETIME")
+        super().__init__("every transaction ID is held by a request retransmitted or timed "
+                         "out within EXCHANGE_LIFETIME")
         self.retry_at = retry_at
+
+
+def random_start(rng: random.Random) -> int:
+    """Where a KP whose identity outlives its memory (a KP ID) starts counting: a random epoch
+    of 1 … 2^31 − 1 and TID (wire format 15)."""
+    return (rng.randrange(1, 1 << 31) << 16) | rng.randrange(0x10000)
+
+
+def epoch_of(number: int) -> int | None:
+    """The EPOCH option's value for request `number` (wire format 15): None for epoch 0."""
+    return (number >> 16) or None
 
 
 def request_digest(data: bytes) -> int:
@@ -75,18 +89,20 @@ def request_digest(data: bytes) -> int:
 
 class Exchange:
     """One request of one KP identity: executing until answered. `key`: the message layer's
-    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it)."""
+    for it (its duplicate cache's), `addr`: where its RES goes (a copy's moves it), `epoch`:
+    its number's (wire format 15; None: 0), which its RES names."""
 
-    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial")
+    __slots__ = ("key", "tx", "addr", "confirmable", "max_size", "serial", "epoch")
 
     def __init__(self, key: tuple, tx: Tx, addr: Hashable, confirmable: bool,
-                 max_size: int | None, serial: int = 0) -> None:
+                 max_size: int | None, serial: int = 0, epoch: int | None = None) -> None:
         self.key = key
         self.tx = tx
         self.addr = addr
         self.confirmable = confirmable
         self.max_size = max_size
         self.serial = serial
+        self.epoch = epoch
 
 
 class SibTransactions:
@@ -124,10 +140,11 @@ class SibTransactions:
         """A new request to execute; a persistent one gets (or keeps) its delivery, whose
         fallback endpoint is where the request came from. `cache_key`: the message layer's
         key for the exchange (its duplicate cache's), else (kp, tid, tx)."""
-        tid, tx, max_size = request.tid, request.tx, request.options.max_response_size
+        options = request.options
+        tid, tx, max_size = request.tid, request.tx, options.max_response_size
         key = (kp, tid)
         ex = Exchange(cache_key or (kp, tid, tx), tx, addr, request.confirmable, max_size,
-                      serial)
+                      serial, options.epoch if self.transport is UDP else None)
         executing = self.executing
         executing[key] = ex
         executing.move_to_end(key)
@@ -154,7 +171,10 @@ class SibTransactions:
         status, tx = response.status, ex.tx
         data = None
         if ex.confirmable or status != _OK or response.result is not None:
-            data = encode(response, self.transport, max_size=self.cap(ex.max_size))
+            # The RES names the request it answers (wire format 15.6); not NUMBER BEHIND.
+            named = response if ex.epoch is None or status == _BEHIND else response._replace(
+                epoch=ex.epoch)
+            data = encode(named, self.transport, max_size=self.cap(ex.max_size))
         if tx in STATEFUL:
             self._settle(kp, tid, tx, response)
         return ex, data
@@ -289,86 +309,110 @@ class _Persistent:
 
 class KpTransactions:
     """The KP's transaction layer (see the module docstring). `pending` maps each TID waiting
-    for its RES to whatever the message layer keeps for it (it must have a `tx`)."""
+    for its RES to whatever the message layer keeps for it (it must have a `tx`).
+
+    Request numbers (wire format 15): each new request gets a number above every one given
+    before, N = epoch × 65 536 + TID, counting up from `start` (by default epoch 0 and a random
+    TID, like CoAP's message IDs) and skipping numbers whose TID is taken (`next_tid`). The
+    SIB tells by numbers a copy from a new request, whatever the delays."""
 
     def __init__(self, rng: random.Random | None = None, *, lifetime: float = 247.0,
-                 max_ended: int = 256) -> None:
+                 max_ended: int = 256, start: int | None = None) -> None:
         self._rng = rng if rng is not None else random.Random()
-        self._next = self._rng.randrange(0x10000)  # like CoAP's message IDs: start anywhere
+        start = self._rng.randrange(0x10000) if start is None else start
+        if not 0 <= start < NUMBERS:
+            raise ValueError(f"a request number is 0 to 2^48 - 1, not {start}")
+        self.last_number = start - 1  # the highest number `next_tid` gave out
+        # Below every number a request went under: a TID the caller chose takes the next one
+        # above it (the start's epoch, at first).
+        self.used = ((start >> 16) << 16) - 1
         self.lifetime = lifetime
         self.max_ended = max_ended
         self.pending: dict[int, object] = {}
         self.persistent: dict[int, _Persistent] = {}
         # Recently ended persistent transactions: tid -> (expiry, ACK its late INDs?).
         self.ended: OrderedDict[int, tuple[float, bool]] = OrderedDict()
-        # Per TID, the last request sent under it while the SIB may keep it in its duplicate
-        # cache: until when, the `request_digest` of its bytes, and whether no request at all
-        # may follow under it meanwhile (`hold`). Fixed arrays of 65 536: bounded, one lookup
+        # Per TID: the number `next_tid` gave out with it and not yet sent (-1: none), and until
+        # when no request may go under it (`hold`). Fixed arrays of 65 536: bounded, one lookup
         # per request.
-        self._kept_until = array("d", bytes(8 * 0x10000))
-        self._kept_digest = array("q", bytes(8 * 0x10000))
-        self._held = bytearray(0x10000)
+        self._issued = array("q", b"\xff" * (8 * 0x10000))
+        self._held_until = array("d", bytes(8 * 0x10000))
 
     @property
     def cursor(self) -> int:
-        """The TID `next_tid` tries first. A KP that kept its place across a sleep or a restart
-        (firmware keeps it in RTC RAM) sets it to go on from there."""
-        return self._next
+        """The TID `next_tid` tries first (the next number's). A KP that kept its place across a
+        sleep or a restart (firmware keeps it in RTC RAM) goes on from there (`restart_at`)."""
+        return (max(self.last_number, self.used) + 1) & 0xFFFF
 
     @cursor.setter
     def cursor(self, tid: int) -> None:
         if not 0 <= tid <= 0xFFFF:
             raise ValueError(f"a TID is 0 to 65535, not {tid}")
-        self._next = tid
+        base = max(self.last_number, self.used) + 1
+        self.last_number = base + ((tid - base) & 0xFFFF) - 1
+
+    def restart_at(self, start: int) -> None:
+        """Count from number `start` on, as if nothing had been sent (a KP ID's random start,
+        or a number kept across a restart)."""
+        self.last_number = start - 1
+        self.used = ((start >> 16) << 16) - 1
 
     def next_tid(self) -> int:
-        """A TID no pending request, active or recently ended persistent transaction uses (R12).
-
-        TIDs are handed out in sequence from a random start, so one comes back only after
-        65 536 others; over UDP and CoAP `fit` then says whether it may carry the request.
-        """
+        """The TID of the next number whose TID no pending request, active or recently ended
+        persistent transaction uses (R12); the number is the request's when it is sent under
+        that TID (`number`)."""
+        n = max(self.last_number, self.used) + 1
         for _ in range(0x10000):
-            tid = self._next
-            self._next = (tid + 1) & 0xFFFF
+            tid = n & 0xFFFF
             if tid not in self.pending and tid not in self.persistent and tid not in self.ended:
+                self.last_number = n
+                self._issued[tid] = n
                 return tid
+            n += 1
         raise SessionError("every transaction ID is in use")
 
-    def fit(self, tid: int, digest: int, now: float, tries: int = 64) -> int:
-        """A TID for a request whose bytes less the TID have `digest`: `tid` itself, or else the
-        next TID (`next_tid`) that may carry it. A TID may not while the SIB may still hold a
-        request of the same bytes under it (its duplicate cache would answer that one's RES
-        for this one, which would never be executed: R12), nor while it is held (`hold`). Raises `TidsBusy` after `tries` TIDs, `next_tid`
-        left where it was (the TID whose hold ends first is then tried first)."""
-        if self._usable(tid, digest, now):
+    def number(self, tid: int) -> int:
+        """The number a new request sent under `tid` gets: the one `next_tid` gave out with
+        it, else (a TID the caller chose) the first number with that TID above every number
+        used."""
+        n = self._issued[tid]
+        if n > self.last_number - 0x10000 and n >= 0:
+            self._issued[tid] = -1
+        else:
+            base = self.used + 1
+            n = base + ((tid - base) & 0xFFFF)
+            self.last_number = max(self.last_number, n)
+        self.used = max(self.used, n)
+        return n
+
+    def behind(self, next_epoch: int) -> None:
+        """The SIB takes numbers as new only from epoch `next_epoch` (RES 0x10, wire format
+        15): count on from there."""
+        self.last_number = max(self.last_number, (next_epoch << 16) - 1)
+        self.used = max(self.used, (next_epoch << 16) - 1)
+
+    def unheld(self, tid: int, now: float, tries: int = 64) -> int:
+        """`tid`, or else the next TID (`next_tid`) that is not held now (`hold`). Raises
+        `TidsBusy` after `tries` TIDs, the count left where it was, with the soonest end of
+        their holds (`tid`'s is tried first again then)."""
+        held = self._held_until
+        if held[tid] <= now:
             return tid
-        start = self._next
+        mark, soonest = self.last_number, held[tid]
         for _ in range(tries):
             candidate = self.next_tid()
-            if self._usable(candidate, digest, now):
+            if held[candidate] <= now:
                 return candidate
-        self._next = start
-        raise TidsBusy(self._kept_until[start])
-
-    def kept(self, tid: int, digest: int, now: float) -> None:
-        """Request `tid` (bytes less the TID: `digest`) left: the SIB may keep it for
-        EXCHANGE_LIFETIME."""
-        self._kept_until[tid] = now + self.lifetime
-        self._kept_digest[tid] = digest
-        self._held[tid] = 0
+            soonest = min(soonest, held[candidate])
+        self.last_number = mark
+        raise TidsBusy(soonest)
 
     def hold(self, tid: int, now: float) -> None:
         """No request goes under `tid` for EXCHANGE_LIFETIME: its request timed out (the SIB may
         still be executing it, and would answer it for the next), or was sent more than once
         (the SIB answers each copy: a RES of it may still be on its way, which would be taken
         for the next request's)."""
-        self._kept_until[tid] = now + self.lifetime
-        self._held[tid] = 1
-
-    def _usable(self, tid: int, digest: int, now: float) -> bool:
-        if self._kept_until[tid] <= now:
-            return True
-        return not self._held[tid] and self._kept_digest[tid] != digest
+        self._held_until[tid] = now + self.lifetime
 
     def check(self, tid: int, tx: Tx) -> None:
         """Refuse what R12 forbids before a request is sent."""
@@ -407,8 +451,7 @@ class KpTransactions:
         out of use meanwhile."""
         if tx in PERSISTENT and self.persistent.pop(tid, None) is not None:
             self.tombstone(tid, now, ack=False)
-        if self._kept_until[tid] > now:
-            self.hold(tid, now)
+        self.hold(tid, now)
 
     def active(self, tid: int) -> Tx | None:
         """The type of active persistent transaction `tid` (its INDs are decoded by it), None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from enum import Enum
 
-from .codes import RESERVED_WORDS, Op, Status, Tx
+from .codes import RES_EPOCH, RESERVED_WORDS, Op, Status, Tx
 from .layout import MEMBER_TYPES, REQUEST_FIELDS, Body
 from .errors import DecodeError
 from .terms import IRI
@@ -39,6 +39,7 @@ _HDR_UDP = struct.Struct("<BBH")
 _HDR_IND = struct.Struct("<BBHH")
 _HDR_TCP = struct.Struct("<BBHI")
 
+_STATUS_BITS = RES_EPOCH - 1  # of a RES/IND type byte: bit 7 is IND, bit 6 the RES epoch
 _TX_BY_CODE: list[Tx | None] = [None] * 128
 for _tx in Tx:
     _TX_BY_CODE[_tx] = _tx
@@ -53,10 +54,11 @@ PT_ALLOWED = frozenset(int(m) for m in MEMBER_TYPES["p"])
 OT_ALLOWED = frozenset(int(m) for m in MEMBER_TYPES["o"])
 
 
-def header_size(transport: Transport, indication: bool = False) -> int:
+def header_size(transport: Transport, indication: bool = False, epoch: bool = False) -> int:
+    """Bytes before the Data field; `epoch`: a UDP RES naming its request's epoch (§15.6)."""
     if transport is TCP:
         return 8
-    return 6 if indication else 4
+    return 6 if indication else 8 if epoch else 4
 
 
 def tcp_frame_length(buf: bytes | bytearray | memoryview) -> int | None:

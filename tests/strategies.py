@@ -7,7 +7,10 @@ Public strategies:
 - `responses(small=False, query_ok=False, transport=None)`: pairs `(Response, answers)`, RES
   and IND, where `answers` is the transaction type of the request answered (the decoder needs
   it). `query_ok=True` gives only OK answers to queries, i.e. responses carrying a result.
-  INDs carry a sequence number unless `transport` is TCP.
+  INDs carry a sequence number unless `transport` is TCP; a RES may name its request's epoch
+  unless `transport` is TCP.
+- `over(msg, transport)`: `msg` as sent over `transport`, for tests that send one generated
+  message both ways: a RES's epoch travels over UDP only (15.6).
 - `acks()`: ACKs, with or without the sequence number (UDP only: there are no TCP ACKs).
 - `messages(small=False)`: any of the three, as `(msg, answers)` (`answers` None unless a
   Response).
@@ -25,8 +28,10 @@ triples per Graph field (5.0); CREATE never names the default graph IRI("") (5.3
 options only where OPTION_APPLIES allows, list options non-empty (7.1); RPN expressions built
 from an expression tree so the stack discipline holds, bound() only right after a variable
 (8.1, 8.2); expressions 1..255 tokens; RES/IND with an error status carry no result (3.2)
-but a RES ECHO REQUIRED, whose result is its 1..32-byte echo value (7.7);
-INDs answer persistent transactions only; TERMINATED only in INDs; seq only on INDs.
+but a RES ECHO REQUIRED, whose result is its 1..32-byte echo value (7.7), and a RES NUMBER
+BEHIND, whose result is a `Behind` of two u32 (15); EPOCH 1..2^32-1 on every REQ but TERMINATE;
+INDs answer persistent transactions only; TERMINATED only in INDs; seq only on INDs; a RES
+epoch 1..2^32-1 only on a RES other than NUMBER BEHIND, and not over TCP (15.6).
 """
 from __future__ import annotations
 
@@ -36,12 +41,12 @@ import functools
 from hypothesis import strategies as st
 
 from ksp import (
-    DEFAULT_GRAPH, IRI, Ack, AskResult, Bind, BNode, ConstructResult, Credentials, Literal, Op,
-    Options, Order, Request, Response, SelectResult, SolutionModifier, Status, Triple, Tx, Var,
-    UDP, encode,
+    DEFAULT_GRAPH, IRI, Ack, AskResult, Behind, Bind, BNode, ConstructResult, Credentials,
+    Literal, Op, Options, Order, Request, Response, SelectResult, SolutionModifier, Status,
+    Triple, Tx, Var, UDP, encode,
 )
 from ksp.codec import LAYOUT
-from ksp.codes import OPTION_APPLIES, OWL, RDF, RDFS, RESERVED_WORDS, XSD, Opt
+from ksp.codes import OPTION_APPLIES, OWL, RDF, RDFS, RES_EPOCH, RESERVED_WORDS, XSD, Opt
 from ksp.literals import I32_MAX, I32_MIN, float_lexical
 from ksp.terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DECIMAL, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER,
@@ -322,6 +327,8 @@ def _options_for(draw, tx: Tx, small: bool):
                                         draw(password))
     if maybe(Opt.ECHO):
         kw["echo"] = draw(echo_values)
+    if maybe(Opt.EPOCH):
+        kw["epoch"] = draw(epochs)
     return Options(**kw)
 
 
@@ -395,15 +402,27 @@ def results_for(form: Tx, small: bool = False):
 
 #: An echo value (ECHO option, RES ECHO REQUIRED: 7.7).
 echo_values = st.binary(min_size=1, max_size=32)
+_U32 = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 0xFFFF, 2**31 - 1, 2**32 - 1]))
+#: An epoch of the EPOCH option (15): 0 is written as no option.
+epochs = _U32.filter(bool)
 
 
 def responses(small: bool = False, query_ok: bool = False, transport=None):
-    """Pairs (Response, answers). An IND has a sequence number unless `transport` is TCP (R11);
-    with `transport=None` every IND has one, for tests that send the same message both ways."""
+    """Pairs (Response, answers). An IND has a sequence number unless `transport` is TCP (R11),
+    a RES may have an epoch unless `transport` is TCP (15.6); with `transport=None` every IND
+    has one and RESs have epochs, for tests that send the same message both ways (`over`)."""
     return _responses(small, query_ok, transport == "tcp")
 
 
+def over(msg, transport):
+    """`msg` as sent over `transport`: a RES names its request's epoch over UDP only (15.6)."""
+    if transport == "tcp" and isinstance(msg, Response) and msg.epoch is not None:
+        return msg._replace(epoch=None)
+    return msg
+
+
 _ERROR_STATUSES = [s for s in Status if s not in (Status.OK, Status.TERMINATED)]
+_STATUSES_WITH_DATA = [Status.ECHO_REQUIRED, Status.NUMBER_BEHIND]  # in a RES (3.2)
 
 
 @st.composite
@@ -418,11 +437,19 @@ def _responses(draw, small: bool, query_ok: bool, tcp: bool):
         result = draw(results_for(answers.base, small)) if answers.is_query else None
     else:
         errors = _ERROR_STATUSES + ([Status.TERMINATED] if indication else [])
-        # 0x10-0x7f: reserved codes a KP must still decode (and treat as errors).
-        status = draw(st.one_of(st.sampled_from(errors), st.integers(0x10, 0x7F)))
-        result = draw(echo_values) if status == Status.ECHO_REQUIRED and not indication else None
+        # 0x11-0x3f: reserved codes a KP must still decode (and treat as errors).
+        status = draw(st.one_of(st.sampled_from(errors), st.sampled_from(_STATUSES_WITH_DATA),
+                                st.integers(max(Status) + 1, RES_EPOCH - 1)))
+        result = None
+        if status == Status.ECHO_REQUIRED and not indication:
+            result = draw(echo_values)
+        elif status == Status.NUMBER_BEHIND and not indication:
+            result = Behind(draw(_U32), draw(_U32))
     seq = draw(_U16) if indication and not tcp else None
-    return Response(draw(_U16), status, result, indication, seq), answers
+    epoch = None
+    if not (indication or tcp or status == Status.NUMBER_BEHIND) and draw(st.booleans()):
+        epoch = draw(epochs)
+    return Response(draw(_U16), status, result, indication, seq, epoch=epoch), answers
 
 
 def acks():
@@ -504,12 +531,15 @@ def test_every_response_shape_is_generated():
     def labels(pair):
         m, _ = pair
         yield "IND" if m.indication else "RES"
-        yield "OK" if m.status == Status.OK else "reserved" if m.status >= 0x10 else "error"
+        yield "OK" if m.status == Status.OK else "reserved" if m.status > max(Status) else "error"
         yield type(m.result).__name__
         if getattr(m.result, "prefixes", None):
             yield "explicit prefixes"
+        if m.epoch is not None:
+            yield "epoch " + type(m.result).__name__
 
     seen = _seen(responses(small=True), labels)
     want = {"IND", "RES", "OK", "reserved", "error", "SelectResult", "AskResult",
-            "ConstructResult", "NoneType", "explicit prefixes"}
+            "ConstructResult", "bytes", "Behind", "NoneType", "explicit prefixes",
+            "epoch NoneType", "epoch bytes", "epoch SelectResult"}
     assert want <= seen, want - seen

@@ -13,7 +13,9 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ksp import UDP, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode
+from ksp import (
+    UDP, Behind, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
+)
 from ksp.secure import Sealer, SealerTable
 from ksp.session import RequestReceived, SessionOptions, SIBSession
 from ksp.session.validation import (
@@ -36,6 +38,83 @@ def select_all() -> Request:
 
 
 # -- sans-I/O: echo values and budgets ---------------------------------------------------------
+
+def test_one_host_on_many_ports_forgets_its_own_ports_not_other_hosts_addresses():
+    budgets = AddressBudgets(3, max_addresses=64, host_share=8)
+    others = [("192.0.2.%d" % k, 5000) for k in range(1, 20)]
+    for addr in others:
+        budgets.validate(addr)
+        budgets.received(addr, 10)
+    for port in range(5000):  # one host validates (and probes) from 5,000 source ports
+        budgets.validate(("198.51.100.7", port))
+        budgets.received(("198.51.100.8", port), 10)
+    assert all(budgets.is_validated(addr) for addr in others)
+    assert budgets.validated_count == len(others) + 8 and budgets.budget_count == 8
+    assert budgets.is_validated(("198.51.100.7", 4999))
+    assert not budgets.is_validated(("198.51.100.7", 0))
+
+
+def test_a_pinned_address_outlives_any_flood_and_goes_once_unpinned():
+    budgets = AddressBudgets(3, max_addresses=4, host_share=4)
+    subscriber = ("127.0.0.1", 40000)
+    budgets.validate(subscriber)
+    budgets.pin(subscriber)
+    budgets.pin(subscriber)  # two operations' INDs go there
+    for port in range(1000):  # the same host, as on one machine
+        budgets.validate(("127.0.0.1", port))
+    assert budgets.is_validated(subscriber) and budgets.validated_count == 4
+    budgets.unpin(subscriber)
+    budgets.validate(("127.0.0.1", 2000))
+    assert budgets.is_validated(subscriber)  # one operation still runs
+    budgets.unpin(subscriber)
+    for port in range(3000, 3004):
+        budgets.validate(("127.0.0.1", port))
+    assert not budgets.is_validated(subscriber)  # none: forgotten as any other
+
+
+def test_a_flood_of_validations_leaves_a_subscribers_indications_flowing():
+    """One host validates thousands of source ports (a verified echo value each) while a
+    validated subscriber on the same host is idle: its next IND still goes out in full, and
+    a late copy of a request answered ECHO REQUIRED before the flood is never executed."""
+    from ksp import Response, SelectResult
+    from ksp.session import RequestReceived
+
+    sib = SIBSession(options=SessionOptions(max_addresses=64))
+    subscriber = ("127.0.0.1", 40000)
+    subscribe = Request(Tx.SELECT_PERSISTENT, 7, projection=2, where=(Triple(X, P, Y),),
+                        options=Options(prefixes=()))
+    echo = decode_sib_message(sib.echo_required(7, subscriber, 0.0)).result
+    sib.receive_datagram(encode(subscribe._replace(
+        options=subscribe.options._replace(echo=echo))), subscriber, 0.0)
+    [event] = [e for e in iter(sib.next_event, None) if isinstance(e, RequestReceived)]
+    sib.respond(event.kp, 7, Response(7, result=SelectResult(2, ())), 0.0)
+    sib.datagrams_to_send(0.0)
+    kp = ("127.0.0.1", 39999)  # its subscription answered ECHO REQUIRED, then sent again
+    late = encode(subscribe._replace(tid=9))
+    sib.receive_datagram(late, kp, 0.0)
+    [(answer, _)] = sib.datagrams_to_send(0.0)
+    echoed = decode_sib_message(answer)
+    assert echoed.status == Status.ECHO_REQUIRED
+    sib.receive_datagram(encode(subscribe._replace(tid=10, options=subscribe.options._replace(
+        echo=echoed.result))), kp, 0.1)
+    [retry] = [e for e in iter(sib.next_event, None) if isinstance(e, RequestReceived)]
+    sib.respond(retry.kp, 10, Response(10, result=SelectResult(2, ())), 0.1)
+    for port in range(5000):  # the flood, from the same host: validations and subscriptions
+        addr = ("127.0.0.1", port)
+        value = decode_sib_message(sib.echo_required(1, addr, 1.0)).result
+        sib.receive_datagram(encode(Request(Tx.TERMINATE, 1, options=Options(echo=value))),
+                             addr, 1.0)
+        sib.receive_datagram(encode(subscribe), ("127.0.0.2", port), 1.0)
+    sib.datagrams_to_send(1.0)
+    list(iter(sib.next_event, None))
+    rows = tuple((ex("s%d" % k), ex("o%d" % k)) for k in range(ROWS))
+    held = sib.stats.held_for_validation
+    sib.indicate(event.kp, 7, Response(7, result=SelectResult(2, rows)), 2.0)
+    [(ind, to)] = sib.datagrams_to_send(2.0)
+    assert to == subscriber and len(ind) > 3 * len(encode(subscribe))  # in full
+    assert sib.stats.held_for_validation == held
+    sib.receive_datagram(late, kp, 3.0)  # the first's copy, all it had evicted: not executed
+    assert [e for e in iter(sib.next_event, None) if isinstance(e, RequestReceived)] == []
 
 def test_an_echo_value_verifies_only_for_its_binding_within_its_lifetime():
     echoes = EchoValues(b"s" * 32)
@@ -70,7 +149,7 @@ def test_budgets_allow_three_times_what_was_received_until_validated():
 
 
 def test_validated_addresses_and_budgets_are_bounded():
-    budgets = AddressBudgets(3, max_addresses=4)
+    budgets = AddressBudgets(3, max_addresses=4, host_share=4)
     for port in range(10):
         budgets.validate(("192.0.2.1", port))
         budgets.received(("192.0.2.2", port), 10)
@@ -129,8 +208,14 @@ def test_a_late_copy_of_a_request_answered_echo_required_gets_it_again_and_never
         (late,), events = exchange(sib, first, now)
         assert late.status == Status.ECHO_REQUIRED and late.tid == 7 and not events
     assert sib.sizes()["echoed requests"] == 1 and sib.stats.held_for_validation == 4
-    # past EXCHANGE_LIFETIME the TID is free again: those bytes are a new request
-    out, events = exchange(sib, first, 100.0 + sib.timing.exchange_lifetime + 1)
+    # past EXCHANGE_LIFETIME, its entry gone, a copy still never executes: its number is spent
+    # (wire format 15), and a new request under TID 7 comes with the next epoch
+    later = 100.0 + sib.timing.exchange_lifetime + 1
+    (late,), events = exchange(sib, first, later)
+    assert late.status == Status.NUMBER_BEHIND and late.result == Behind(0, 1) and not events
+    renewed = subscription(7)
+    out, events = exchange(sib, encode(renewed._replace(options=renewed.options._replace(
+        epoch=1)), UDP), later)
     assert not out and [e.request.tid for e in events] == [7]
     assert sib.sizes()["echoed requests"] == 1  # expired entries go as new ones come
 

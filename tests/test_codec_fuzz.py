@@ -24,7 +24,7 @@ from ksp import (
     decode_kp_message, decode_sib_message, encode,
 )
 from ksp.terms import RDF_LANGSTRING
-from strategies import messages
+from strategies import messages, over
 from test_codec_roundtrip import prefix_option_bytes, normalise
 
 TRANSPORTS = (UDP, TCP)
@@ -131,7 +131,7 @@ _MUTATIONS = ("flip", "truncate", "insert", "delete", "duplicate")
 def mutated_encodings(draw):
     msg, _ = draw(messages(small=True))
     transport = UDP if isinstance(msg, Ack) else draw(st.sampled_from(TRANSPORTS))
-    buf = bytearray(encode(msg, transport))
+    buf = bytearray(encode(over(msg, transport), transport))
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(_MUTATIONS))
         n = len(buf)
@@ -174,6 +174,7 @@ def test_every_truncation_is_rejected(pair, transport):
     msg, answers = pair
     if isinstance(msg, Ack):
         transport = UDP  # there are no ACKs over TCP (R11)
+    msg = over(msg, transport)
     if isinstance(msg, Response):
         def decode(b):
             return decode_sib_message(b, transport, answers)

@@ -29,7 +29,7 @@ from ksp.literals import float_lexical
 from ksp.terms import (
     XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
 )
-from strategies import acks, literals, requests, responses
+from strategies import acks, literals, over, requests, responses
 
 TRANSPORTS = (UDP, TCP)
 transports = st.sampled_from(TRANSPORTS)
@@ -128,6 +128,7 @@ def test_request_roundtrip_every_transaction_type(tx, data, transport):
 @given(pair=responses(), transport=transports)
 def test_response_roundtrip(pair, transport):
     m, answers = pair
+    m = over(m, transport)
     _, d = roundtrip(m, transport, answers)
     assert d == normalise(m, transport)
 
@@ -356,9 +357,10 @@ def _prefix_bytes(prefixes) -> int:
 @given(pair=responses(query_ok=True), transport=transports, data=st.data())
 def test_max_response_size(pair, transport, data):
     resp, answers = pair
+    resp = over(resp, transport)
     form = answers.base
     full = encode(resp, transport)
-    hsize = header_size(transport, resp.indication)
+    hsize = header_size(transport, resp.indication, resp.epoch is not None)
     n = data.draw(st.one_of(st.integers(0, len(full) + 4),
                             st.integers(hsize, hsize + _EMPTY_RESULT[form] + 4)), label="max_size")
     b = encode(resp, transport, max_size=n)

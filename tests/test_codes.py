@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ksp.codes import (
-    OPTION_APPLIES, RESERVED_WORDS, LiteralType, Member, Op, Opt, Status, Tx,
+    OPTION_APPLIES, RES_EPOCH, RESERVED_WORDS, LiteralType, Member, Op, Opt, Status, Tx,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -48,6 +48,11 @@ def test_transaction_types_match_spec():
     spec.pop(0x00)  # the ACK row
     assert {code: norm(n) for code, n in spec.items()} == {t.value: t.name for t in Tx}
 
+
+def test_the_res_epoch_bit_matches_spec():
+    """Table 3.2's ranges: reserved statuses up to the bit a UDP RES names its epoch with."""
+    ranges = [row[0] for row in spec_table("### 3.2 Status codes") if "–" in row[0]]
+    assert ranges == [f"{max(Status) + 1:#04x}–{RES_EPOCH - 1:#04x}", f"{RES_EPOCH:#04x}–0x7f"]
 
 def test_status_codes_match_spec():
     spec = codes_named(spec_table("### 3.2 Status codes"), 1)
@@ -92,6 +97,8 @@ def test_option_types_and_applicability_match_spec():
             assert allowed == frozenset(Tx)
         elif text == "every REQ with a Data field":
             assert allowed == frozenset(Tx) - {Tx.TERMINATE, Tx.RESET}
+        elif text.startswith("every REQ but "):
+            assert allowed == frozenset(Tx) - {Tx[text.removeprefix("every REQ but ")]}
         else:
             named = set()
             for word, group in (("queries", lambda t: t.is_query), ("pattern updates", lambda t: t.is_pattern_update)):

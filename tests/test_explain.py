@@ -129,7 +129,7 @@ def test_decode_ask_and_ack_from_stdin(capsys, monkeypatch):
      "data.insert", ["data.insert[0].type", "data.insert[0].p.local"]),
     ("01820100 01 89 0003753a61 0003753a62 00 4000 00", [], "INVALID_DATA_FORMAT",
      "data.insert", ["data.insert[0].o.littype"]),
-    ("01910100 01 0b", [], "INVALID_OPTION_TYPE", "options", ["options.count"]),
+    ("01910100 01 0c", [], "INVALID_OPTION_TYPE", "options", ["options.count"]),
     ("01880100 00 00 01 05 01 02 0500 0501", [], "INVALID_OPTION_FORMAT", "options.FILTER",
      ["options[0].body[0][1].operand"]),
     ("0100010009000000", ["--tcp", "--from-sib"], "INVALID_DATA_FORMAT", "header.length",

@@ -248,3 +248,40 @@ def test_tcp_link_reassembles_frames_and_drops_oversized_ones():
     finally:
         link.close()
         server.close()
+
+
+def test_a_silent_subscription_gets_keepalives_and_ends_when_the_sib_has_it_no_more(sib, link):
+    """Wire format §2.4 on the board: after `keepalive` ms without an IND a bare ACK; RES OK
+    keeps the subscription, RES 0x0b ends it ("end": the agents subscribe again)."""
+    events = Events()
+    client, tid = _subscribe(sib, link, events)
+    client.poll(client.keepalive - 1)
+    assert sib.recv_nowait() is None  # not silent long enough yet
+    client.poll(client.keepalive)
+    assert sib.recv()[0] == Ack(tid)  # the keepalive: a bare ACK
+    sib.send(Response(tid))
+    assert link.wait(10000)
+    client.feed(link.recv(), client.keepalive + 10)
+    assert tid in client.persistent and [k for k, *_ in events] == ["res"]
+    now = 2 * client.keepalive + 10
+    client.poll(now)
+    assert sib.recv()[0] == Ack(tid)
+    sib.send(Response(tid, Status.UNKNOWN_TRANSACTION))
+    assert link.wait(10000)
+    client.feed(link.recv(), now)
+    assert tid not in client.persistent and events[-1] == ("end", tid, None)
+
+
+def test_a_subscription_whose_keepalives_go_unanswered_ends(sib, link):
+    events = Events()
+    client, tid = _subscribe(sib, link, events)
+    sent = []
+    for now in range(0, 60000, 250):  # the SIB gone: nothing answers
+        client.poll(now)
+        while (got := sib.recv_nowait()) is not None:
+            sent.append((now, got))
+        if events[-1][0] == "end":
+            break
+    assert [m for _, m in sent] == [Ack(tid)] * 3  # once, then twice again with the back-off
+    assert events[-1] == ("end", tid, None) and tid not in client.persistent
+    assert now <= client.keepalive + client.ack_timeout * 7  # within the bound

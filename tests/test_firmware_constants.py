@@ -1,6 +1,7 @@
 """The firmware's copies of the protocol's constants (device_firmware/kspfw/*.py, which cannot
 import ksp) against ksp/codes.py and ksp/terms.py: every module-level constant named after a
-transaction type, a status, a namespace, a datatype or the reserved words must say what ksp says.
+transaction type, a status, a namespace, a datatype, the reserved words or the RES epoch bit must
+say what ksp says.
 Read with ast, so a board module that only MicroPython can import is checked too."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pathlib
 import pytest
 
 from ksp import terms
-from ksp.codes import OWL, RDF, RDFS, RESERVED_WORDS, VERSION, XSD, Status, Tx
+from ksp.codes import OWL, RDF, RDFS, RES_EPOCH, RESERVED_WORDS, VERSION, XSD, Status, Tx
 
 FIRMWARE = pathlib.Path(__file__).resolve().parent.parent / "device_firmware" / "kspfw"
 #: Firmware names that abbreviate a ksp name.
@@ -48,6 +49,8 @@ def expected(name: str):
         return STRINGS[bare]
     if bare == "VERSION":
         return VERSION
+    if bare == "RES_EPOCH":
+        return RES_EPOCH
     if bare in Tx.__members__:
         return Tx[bare]
     if bare in Status.__members__:
@@ -75,4 +78,4 @@ def test_the_check_covers_the_firmware_codes():
              if expected(name) is not None}
     assert {"VERSION", "SELECT", "ASK", "TERMINATE", "RESET", "_CONSTRUCT", "_BAD_DATA",
             "RESERVED", "XSD", "RDF", "RDFS", "XSD_FLOAT", "RDF_LANGSTRING", "UPDATE_DATA",
-            "SELECT_PERSISTENT", "ASK_PERSISTENT"} <= found
+            "SELECT_PERSISTENT", "ASK_PERSISTENT", "_RES_EPOCH"} <= found

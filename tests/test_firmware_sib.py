@@ -329,7 +329,8 @@ def test_sleeping_sensor_waits_for_its_subscription_and_keeps_it_on_a_resync():
 
     def answer(tx: Tx, result=None) -> None:
         req = next(m for m in reversed(link.sent) if getattr(m, "tx", None) == tx)
-        agent.client.feed(encode(Response(req.tid, Status.OK, result)), board.now)
+        agent.client.feed(encode(Response(req.tid, Status.OK, result,
+                                          epoch=req.options.epoch)), board.now)
 
     agent.start()
     answer(Tx.RESET)
@@ -344,6 +345,9 @@ def test_sleeping_sensor_waits_for_its_subscription_and_keeps_it_on_a_resync():
 
     agent = SensorAgent(agent.cfg, board)  # the wake-up
     link = agent.client.link = WireLink()
+    # Its keepalives (tests/test_keepalive.py, the firmware's in test_firmware_client.py)
+    # would end the subscription over ten minutes of a dead link: the resync is the point here.
+    agent.client.keepalive = 0
     agent.start()
     (sub,) = agent.client.persistent
     agent.tick(board.now)

@@ -50,7 +50,7 @@ def test_shapes():
     assert d["tx"] == "SELECT" and d["confirmable"] is False and d["options"] == {"prefixes": []}
     assert d["where"][0]["s"] == {"type": "var", "index": 0}
     assert "delete" not in d and "graphs" not in d
-    res = to_json(Response(3, 0x10))
-    assert res["status"] == 16 and "result" not in res and "seq" not in res
+    res = to_json(Response(3, 0x11))
+    assert res["status"] == 17 and "result" not in res and "seq" not in res
     assert to_json(Response(3, Status.GRAPH_EXISTS))["status"] == "GRAPH_EXISTS"
-    assert from_json(res) == Response(3, 0x10)
+    assert from_json(res) == Response(3, 0x11)

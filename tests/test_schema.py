@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 
 from ksp.reference import schema
 from ksp.codec import TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode
-from ksp.codes import OWL, RDF, RDFS, Op, Status, Tx
+from ksp.codes import OWL, RDF, RDFS, Op, Opt, Status, Tx
 from ksp.errors import DecodeError
 from ksp.model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from ksp.terms import (
     DEFAULT_GRAPH, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DECIMAL, XSD_DOUBLE, XSD_FLOAT,
@@ -169,6 +169,9 @@ def _requests() -> list[tuple[str, Request]]:
         ("terminate_credentials", R(Tx.TERMINATE, 14, options=Options(
             credentials=Credentials(b"\xff" * 16, ""), max_response_size=0xFFFFFFFF))),
         ("reset", R(Tx.RESET, 15, False)),
+        ("reset_echo_epoch", R(Tx.RESET, 15, options=Options(echo=b"\x2a", epoch=0xFFFFFFFF))),
+        ("insert_data_credentials_epoch", R(Tx.INSERT_DATA, 15, insert=DATA[:1], options=Options(
+            credentials=Credentials(bytes(16), "pw"), epoch=1))),
         ("create", R(Tx.CREATE, 16, graphs=(G1, G2, LONG_IRI))),
         ("drop", R(Tx.DROP, 17, graphs=(DEFAULT_GRAPH, G1))),
         ("copy", R(Tx.COPY, 18, source=DEFAULT_GRAPH, target=G1)),
@@ -201,9 +204,12 @@ def _responses() -> list[tuple[str, Response, Tx | None]]:
         ("res_ok", Response(1), Tx.INSERT_DATA),
         ("res_ok_unknown", Response(1), None),
         ("res_error", Response(2, Status.INVALID_DATA_FORMAT), Tx.SELECT),
-        ("res_reserved_status", Response(2, 0x55), Tx.ASK),
+        ("res_reserved_status", Response(2, 0x25), Tx.ASK),
         ("ind_terminated", Response(3, Status.TERMINATED, indication=True, seq=9),
          Tx.SELECT_PERSISTENT),
+        ("res_number_behind", Response(3, Status.NUMBER_BEHIND, Behind(0, 0xFFFFFFFF)), Tx.ASK),
+        ("ind_number_behind", Response(3, Status.NUMBER_BEHIND, indication=True, seq=1),
+         Tx.ASK_PERSISTENT),
         ("res_select", Response(4, result=SelectResult(3, ROWS, total=10)), Tx.SELECT),
         ("res_select_empty", Response(4, result=SelectResult(0, (), total=65535)), Tx.SELECT),
         ("res_select_prefixes", Response(4, result=SelectResult(3, ROWS, prefixes=(EX,))),
@@ -219,8 +225,20 @@ def _responses() -> list[tuple[str, Response, Tx | None]]:
     ]
 
 
+def _udp_responses() -> list[tuple[str, Response, Tx | None]]:
+    """RESs naming their request's epoch: over UDP only (§15.6)."""
+    return [
+        ("res_ok_epoch", Response(1, epoch=1), Tx.INSERT_DATA),
+        ("res_reserved_status_epoch", Response(2, 0x3F, epoch=0xFFFFFFFF), Tx.ASK),
+        ("res_echo_required_epoch", Response(2, Status.ECHO_REQUIRED, b"\x2a", epoch=7), Tx.ASK),
+        ("res_select_epoch", Response(4, result=SelectResult(3, ROWS, prefixes=(EX,)),
+                                      epoch=0x10000), Tx.SELECT),
+    ]
+
+
 REQUESTS = _requests()
 RESPONSES = _responses()
+UDP_RESPONSES = _udp_responses()
 ACKS = [("ack", Ack(5, 7)), ("ack_bare", Ack(5)), ("ack_max", Ack(0xFFFF, 0xFFFF))]
 
 
@@ -229,7 +247,7 @@ def _cases():
     for transport in (UDP, TCP):
         for name, msg in REQUESTS:
             yield f"{name}-{transport.value}", encode(msg, transport), transport, "kp_to_sib", None
-        for name, msg, answers in RESPONSES:
+        for name, msg, answers in RESPONSES + (UDP_RESPONSES if transport is UDP else []):
             yield (f"{name}-{transport.value}", encode(msg, transport), transport, "sib_to_kp",
                    answers)
     for name, msg in ACKS:
@@ -300,7 +318,7 @@ def test_catalogue_covers_the_spec():
         walk(c)
         if direction == "sib_to_kp" and c.data is not None:
             forms.add(Tx(answers).base)
-    assert opts == set(range(10))
+    assert opts == set(Opt)
     assert lits == set(range(8))
     assert uri_widths == {1, 2}
     assert str_widths == {1, 2, 3}  # the 4-byte width: test_string_length_four_bytes
@@ -471,7 +489,12 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
     ("typed_langstring_via_prefix_in_filter",
      _hex("01880100 00 00 02 05 01 01 18 06", _uri("langString", 1), "0178", "00 01", _uri(RDF)),
      "udp", "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
-    ("option_type_0x0b", "0191010001 0b", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
+    ("option_type_0x0c", "0191010001 0c", "udp", "kp_to_sib", None, Status.INVALID_OPTION_TYPE),
+    ("epoch_0", "0191010001 0b 00000000", "udp", "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
+    ("epoch_truncated", "0191010001 0b 0100", "udp", "kp_to_sib", None,
+     Status.INVALID_OPTION_FORMAT),
+    ("epoch_on_terminate", "0190010001 0b 01000000", "udp", "kp_to_sib", None,
+     Status.INVALID_OPTION_TYPE),
     ("option_not_applicable", "0191010001 00 01" + _uri("u:"), "udp", "kp_to_sib", None,
      Status.INVALID_OPTION_TYPE),
     ("modifier_on_ask", _hex("01880100 00 00", "01 06 00"), "udp", "kp_to_sib", None,
@@ -528,6 +551,26 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
     ("ind_short_header", "01800100 01", "udp", "sib_to_kp", None, Status.INVALID_DATA_FORMAT),
     ("res_version_0", "00000100", "udp", "sib_to_kp", None, Status.VERSION_NOT_SUPPORTED),
     ("res_tcp_length", "0100010009000000", "tcp", "sib_to_kp", None, Status.INVALID_DATA_FORMAT),
+    ("number_behind_no_data", "01100100", "udp", "sib_to_kp", Tx.SELECT,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_7_bytes", "01100100 00000000 010000", "udp", "sib_to_kp", None,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_9_bytes", "01100100 00000000 01000000 00", "udp", "sib_to_kp", None,
+     Status.INVALID_DATA_FORMAT),
+    ("ind_number_behind_with_data", "01900100 0100 00000000 01000000", "udp", "sib_to_kp",
+     Tx.SELECT_PERSISTENT, Status.INVALID_DATA_FORMAT),
+    ("res_epoch_0", "01400100 00000000", "udp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_truncated", "01400100 010000", "udp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_tcp", "0140010008000000", "tcp", "sib_to_kp", Tx.INSERT_DATA,
+     Status.INVALID_DATA_FORMAT),
+    ("res_epoch_tcp_with_field", "014001000c000000 01000000", "tcp", "sib_to_kp",
+     Tx.INSERT_DATA, Status.INVALID_DATA_FORMAT),
+    ("ind_epoch", "01c00100 0100 01000000 01", "udp", "sib_to_kp", Tx.ASK_PERSISTENT,
+     Status.INVALID_DATA_FORMAT),
+    ("number_behind_epoch", "01500100 01000000 01000000 02000000", "udp", "sib_to_kp",
+     Tx.INSERT_DATA, Status.INVALID_DATA_FORMAT),
     ("res_trailing_truncated", SEL_RES.hex()[:-2], "udp", "sib_to_kp", Tx.SELECT,
      Status.INVALID_DATA_FORMAT),
 ]
@@ -608,7 +651,7 @@ def test_mutations_agree(name, buf, transport, direction, answers):
 def test_generated_messages(msg_answers):
     msg, answers = msg_answers
     for transport in (UDP, TCP) if not isinstance(msg, Ack) else (UDP,):
-        buf = encode(msg, transport)
+        buf = encode(strategies.over(msg, transport), transport)
         direction = "sib_to_kp" if isinstance(msg, Response) else "kp_to_sib"
         check_valid(buf, transport, direction, answers)
         step = max(1, len(buf) // 16)  # truncations: every one of short messages, 16 of long

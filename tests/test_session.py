@@ -119,6 +119,11 @@ class Net:
                 delay += self.rng.random() * 20 * self.latency
             heapq.heappush(self._flight, (self.now + delay, next(self._n), way, data, addr))
 
+    def deliver_late(self, data: bytes, delay: float) -> None:
+        """A copy of the KP's datagram `data` reaches the SIB `delay` seconds from now (the
+        network's duplicate, however late)."""
+        heapq.heappush(self._flight, (self.now + delay, next(self._n), "up", data, self.addr))
+
     def flush(self) -> None:
         while True:
             for e in events(self.client):
@@ -158,9 +163,34 @@ class Net:
         self.flush()
         return True
 
-    def run(self, until=lambda: False, limit: float = 100_000.0) -> None:
-        while not until() and self.now <= limit and self.step():
-            pass
+    def run(self, until=None, limit: float = 100_000.0) -> None:
+        """Step until `until()` holds — without it, until nothing is left to do but the KP's
+        keepalives (no datagram in flight, no request pending, nothing due at the SIB)."""
+        while self.now <= limit:
+            if until() if until is not None else self.quiet():
+                return
+            if not self.step():
+                return
+
+    def quiet(self) -> bool:
+        self.flush()
+        return (not self._flight and not self.client.pending
+                and self.server.get_timer() is None)
+
+    def advance(self, seconds: float) -> None:
+        """Run every event due within `seconds` from now, and no later one; the clock then
+        reads now + `seconds`."""
+        end = self.now + seconds
+        while True:
+            self.flush()
+            times = [t for t in (self._flight[0][0] if self._flight else None,
+                                 self.client.get_timer(), self.server.get_timer())
+                     if t is not None]
+            if not times or min(times) > end:
+                break
+            self.step()
+        self.now = end
+        self.flush()
 
     def run_for(self, seconds: float) -> None:
         end = self.now + seconds
@@ -415,15 +445,24 @@ def test_duplicate_request_executed_once_cached_res_resent():
     assert addr == KP_ADDR and decode_sib_message(res) == Response(7)
     sib.receive_datagram(data, KP_ADDR, 20.0)
     assert events(sib) == [] and sib.datagrams_to_send(20.0) == [(res, KP_ADDR)]
-    # Same TID, another transaction type: a new request (the key is (KP, TID, type)).
-    sib.receive_datagram(encode(Request(Tx.DROP, 7, graphs=(IRI(EX + "g"),))), KP_ADDR, 21.0)
+    # Same TID and number, another request: the KP's number reused (wire format 15), not
+    # executed; the next epoch's request under the TID is new.
+    drop = Request(Tx.DROP, 7, graphs=(IRI(EX + "g"),))
+    sib.receive_datagram(encode(drop), KP_ADDR, 21.0)
+    assert events(sib) == []
+    assert decode_sib_message(sib.datagrams_to_send(21.0)[0][0]).status == Status.NUMBER_BEHIND
+    sib.receive_datagram(encode(drop._replace(options=Options(epoch=1))), KP_ADDR, 21.0)
     assert [type(e) for e in events(sib)] == [RequestReceived]
     # Another KP, same TID: a new request.
     sib.receive_datagram(data, ("192.0.2.11", 40000), 22.0)
     assert [type(e) for e in events(sib)] == [RequestReceived]
-    # After EXCHANGE_LIFETIME the TID is new again.
+    # After EXCHANGE_LIFETIME its entry is gone, and a copy still never executes: its number
+    # is under the KP's floor (wire format 15).
+    sib.datagrams_to_send(22.0)
     sib.receive_datagram(data, KP_ADDR, 0.0 + 247.0)
-    assert [type(e) for e in events(sib)] == [RequestReceived]
+    assert events(sib) == []
+    assert decode_sib_message(sib.datagrams_to_send(247.0)[0][0]).status == \
+        Status.NUMBER_BEHIND
 
 
 def test_duplicate_non_request_executed_once_and_never_answered():
@@ -1283,10 +1322,16 @@ def test_unacknowledged_inds_are_bounded_in_bytes():
 # A final IND given up on reaches a KP that comes back
 
 
+QUIET = Timing(keepalive=0)
+
+
 def away_net(**kw) -> tuple[Net, int, KPIdentity, list]:
     """A KP subscribed over a link that `away[0]` cuts both ways; then the SIB ends the
     operation (TERMINATED) while the KP is away, past every retry of the final IND."""
     away = [False]
+    # The KP only listens and sends no keepalives (Timing.keepalive 0): the SIB's own way of
+    # telling it, the final IND kept, is what these tests are about.
+    kw.setdefault("client", KPSession(timing=QUIET, rng=random.Random(0)))
     net = Net(fate=lambda way, data: 0 if away[0] else 1, **kw)
     tid = net.client.next_tid()
     net.send(subscribe(tid))
@@ -1302,7 +1347,7 @@ def away_net(**kw) -> tuple[Net, int, KPIdentity, list]:
 
 @pytest.mark.parametrize("kp_id", [None, KP_ID])
 def test_a_final_ind_given_up_on_is_sent_when_the_kp_is_heard_from_again(kp_id):
-    client = KPSession(rng=random.Random(0),
+    client = KPSession(timing=QUIET, rng=random.Random(0),
                        credentials=Credentials(kp_id, "pw") if kp_id else None)
     net, tid, kp, away = away_net(client=client)
     net.run_for(600.0)  # away for ten minutes
@@ -1371,7 +1416,9 @@ def test_a_kp_that_never_comes_back_gets_nothing_and_tombstones_are_bounded():
 def test_a_kp_that_moved_on_from_the_tid_drops_its_tombstone():
     """RESET (the KP forgot its IDs), a TERMINATE of it or a new request under its TID: the KP
     is done with that operation, its final IND is not sent again."""
-    for request in (Request(Tx.RESET, 9), Request(Tx.TERMINATE, 5), subscribe(5)):
+    again = subscribe(5)
+    again = again._replace(options=again.options._replace(epoch=1))  # its next number
+    for request in (Request(Tx.RESET, 9), Request(Tx.TERMINATE, 5), again):
         sib, kp = subscribed_sib(5)
         sib.indicate(kp, 5, Response(5, Status.TERMINATED, indication=True), 0)
         while (t := sib.get_timer()) is not None:
@@ -1393,7 +1440,9 @@ def test_a_new_operation_under_the_tid_of_a_final_ind_awaiting_its_ack_starts_af
     sib, kp = subscribed_sib(5)
     sib.indicate(kp, 5, Response(5, Status.TERMINATED, indication=True), 0)
     sib.datagrams_to_send(0)
-    sib.receive_datagram(encode(subscribe(5)._replace(projection=2)), KP_ADDR, 1.0)
+    renewed = subscribe(5)._replace(projection=2)
+    renewed = renewed._replace(options=renewed.options._replace(epoch=1))  # its next number
+    sib.receive_datagram(encode(renewed), KP_ADDR, 1.0)
     [e] = events(sib)
     sib.respond(kp, 5, answer(e.request), 1.0)
     sib.indicate(kp, 5, state(5, 1), 2.0)  # the new operation's, numbered afresh

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ksp import TCP, UDP, Ack, DecodeError, Response, Transport, Tx, codec, encode
-from strategies import messages, responses
+from ksp import TCP, UDP, Ack, DecodeError, Response, Status, Transport, Tx, codec, encode
+from strategies import messages, over, responses
 from test_codec_fuzz import _header_like, mutated_encodings, with_tcp_length
 from test_vectors import VALID, VECTORS, INVALID
 
@@ -167,7 +167,7 @@ def test_generated_messages(generated):
     """Every message the encoder writes, C decodes itself, to what Python decodes."""
     msg, answers = generated
     for transport in ((UDP,) if isinstance(msg, Ack) else (UDP, TCP)):
-        buf = encode(msg, transport)
+        buf = encode(over(msg, transport), transport)
         sib_side = not hasattr(msg, "result")
         assert agree(buf, transport, sib_side, answers) is not None
 
@@ -335,6 +335,13 @@ def _refused_messages():
     yield Response(1, 0, ConstructResult((Triple(s, p, Var(0)),)))
     yield Response(1, 4, SelectResult(1, ((s,),)))  # an error status with a result
     yield Response(1, 0, SelectResult(1, ((s,),)), indication=True)  # an IND with no seq
+    from ksp.model import Behind
+    yield Response(1, epoch=0)  # epoch 0 is None
+    yield Response(1, epoch=1 << 32)
+    yield Response(1, epoch=True)
+    yield Response(1, indication=True, seq=1, epoch=1)  # an IND names no epoch
+    yield Response(1, Status.NUMBER_BEHIND, Behind(1, 2), epoch=1)  # its Data names it
+    yield Response(1, 0x40)  # bit 6 is not a status
 
 
 @needs_c
@@ -351,7 +358,7 @@ def test_encoder_leaves_refusals_to_python(msg):
 def test_a_response_within_max_size_is_the_same_bytes_from_c_and_python(pair, transport, data):
     """`encode(..., max_size=n)` keeps the C module's bytes when they fit in n (every RES over
     UDP has a limit): the same bytes the Python encoder gives with the limit, cut or not."""
-    resp, _ = pair
+    resp = over(pair[0], transport)
     full = c.encode(resp, transport is TCP)
     if full is None:
         return  # left to Python

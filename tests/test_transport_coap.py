@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 
 from ksp import (
-    UDP, IRI, Literal, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
+    UDP, IRI, Literal, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
 )
 from ksp.secure import MAGIC
 from ksp.session import SessionOptions
@@ -238,9 +238,14 @@ def test_same_ksp_transaction_in_new_coap_messages_is_executed_once():
             assert not service.subs
             stats = server.session.stats
             assert stats.res_retransmissions_answered + stats.duplicates_ignored == 4
-            # the lifetime is over (it counts from the first copy): executed again
+            # the lifetime is over, the entry gone: a copy still never executes (its number is
+            # under the KP's floor, wire format 15); the KP's next request under TID 7 does
             await asyncio.sleep(lifetime * 1.5)
-            await post(ctx, base, data)
+            late = await post(ctx, base, data)
+            assert decode_sib_message(late.payload, UDP).status == Status.NUMBER_BEHIND
+            renewed = insert(7, "a")
+            await post(ctx, base, encode(renewed._replace(options=renewed.options._replace(
+                epoch=1)), UDP))
             assert [r.tid for _, r in service.requests].count(7) == 2
         finally:
             await ctx.shutdown()
@@ -306,12 +311,14 @@ def test_a_persistent_request_for_an_active_tid_replaces_it_on_the_same_resource
         await post(ctx, base, encode(insert(1, "a"), UDP))
         assert decode_sib_message((await anext(notifications)).payload, UDP,
                                   answers=SUB.tx).seq == 1
-        ask = Request(Tx.ASK_PERSISTENT, SUB.tid, where=SUB.where)
+        ask = Request(Tx.ASK_PERSISTENT, SUB.tid, where=SUB.where,
+                      options=Options(epoch=1))  # the TID's next number
         again = await post(ctx, base, encode(ask, UDP))
         assert again.code == Code.CREATED and again.opt.location_path == path
         assert decode_sib_message(again.payload, UDP, answers=ask.tx).result.value is True
         assert len(service.subs) == 1 and next(iter(service.subs.values()))[0].tx is ask.tx
-        await post(ctx, base, encode(insert(2, "b"), UDP))
+        # numbered after the ASK's (wire format 15): the SUB's number 40 is under the floor
+        await post(ctx, base, encode(insert(41, "b"), UDP))
         ind = decode_sib_message((await anext(notifications)).payload, UDP, answers=ask.tx)
         assert ind.seq == 2 and ind.result.value is True
 
@@ -333,8 +340,8 @@ def test_an_evicted_delivery_keeps_its_resource_until_its_operation_ends():
             obs = ctx.request(aiocoap.Message(code=Code.GET, uri=uris[0], observe=0))
             await asyncio.wait_for(obs.response, 30)
             notifications = aiter(obs.observation)
-            for n, value in enumerate("ab", 1):
-                await post(ctx, base, encode(insert(n, value), UDP))
+            for n, value in enumerate("ab", 1):  # numbered after the subscriptions (15)
+                await post(ctx, base, encode(insert(41 + n, value), UDP))
                 ind = decode_sib_message((await anext(notifications)).payload, UDP,
                                          answers=SUB.tx)
                 assert ind.tid == 40 and ind.seq == n

@@ -53,11 +53,12 @@ class RawUdp(asyncio.DatagramProtocol):
     async def validate(self, transport) -> None:
         """Validate this socket's address as a board does before it subscribes (wire format
         14): a persistent request draws ECHO REQUIRED, whose echo value an ASK carries back."""
-        probe = Request(Tx.ASK_PERSISTENT, 0xFFF0, where=(Triple(Var(0), Var(1), Var(2)),))
+        # TIDs 1 and 2: under the numbers a test's requests use after it (wire format 15)
+        probe = Request(Tx.ASK_PERSISTENT, 1, where=(Triple(Var(0), Var(1), Var(2)),))
         transport.sendto(encode(probe, UDP))
         echo = decode_sib_message(await self.recv(), UDP, answers=probe.tx)
         assert echo.status == Status.ECHO_REQUIRED
-        ask = Request(Tx.ASK, 0xFFF1, where=(Triple(Var(0), Var(1), Var(2)),),
+        ask = Request(Tx.ASK, 2, where=(Triple(Var(0), Var(1), Var(2)),),
                       options=Options(echo=echo.result))
         transport.sendto(encode(ask, UDP))
         assert decode_sib_message(await self.recv(), UDP, answers=Tx.ASK).status == Status.OK

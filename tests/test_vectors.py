@@ -178,7 +178,8 @@ def test_coverage_from_bytes():
     assert seen["modifier_order"] >= {0, 1, 2}
     assert seen["ind_seq"] >= {65534, 65535, 0, 1}
     assert seen["ack"] >= {"seq", "bare"}
-    assert seen["header"] >= {"udp4", "udp6", "tcp8"}
+    assert seen["header"] >= {"udp4", "udp6", "udp8", "tcp8"}
+    assert seen["res_epoch"] >= {Status.OK.value, Status.ECHO_REQUIRED.value, 0x3F}
     assert seen["default_graph"] >= {"COPY", "MOVE", "ADD"}
 
 
@@ -222,7 +223,7 @@ def test_coverage_from_messages():
                                         opts.insert_graphs, opts.query_graphs, opts.optional,
                                         opts.filters, opts.modifier, opts.binds,
                                         opts.max_response_size, opts.credentials,
-                                        opts.echo)):
+                                        opts.echo, opts.epoch)):
                 if value is not None:
                     options.add(opt)
             exprs = list(opts.filters or ()) + [b.expr for b in opts.binds or ()]
@@ -303,7 +304,8 @@ _OP_NAMES = {op.value: op.name for op in Op}
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _LANGSTRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
 _OPTION_KEYS = ("prefixes", "delete_graphs", "insert_graphs", "query_graphs", "optional",
-                "filters", "modifier", "binds", "max_response_size", "credentials", "echo")
+                "filters", "modifier", "binds", "max_response_size", "credentials", "echo",
+                "epoch")
 
 
 def _f32_lexical(x: float) -> str:
@@ -491,6 +493,7 @@ class Wire:
         else:
             out = self.response(version, type_byte, tid, tcp)
         self.seen["header"].add("tcp8" if tcp else "udp6" if out.get("seq") is not None and
+                                out["type"] == "response" else "udp8" if "epoch" in out and
                                 out["type"] == "response" else "udp4")
         assert self.pos == len(self.buf), "trailing bytes"
         return _resolve(out, ())
@@ -523,6 +526,9 @@ class Wire:
                 options[key] = self.modifier()
             elif opt == 0x08:
                 options[key] = self.u32()
+            elif opt == 0x0B:
+                options[key] = self.u32()
+                assert options[key] >= 1, "EPOCH 0"
             elif opt == 0x09:
                 kp_id = self.take(16).hex()
                 options[key] = {"kp_id": kp_id, "password": self.text(self.u8())}
@@ -571,16 +577,24 @@ class Wire:
 
     def response(self, version: int, type_byte: int, tid: int, tcp: bool) -> dict:
         indication = bool(type_byte & 0x80)
-        status = type_byte & 0x7F
+        status = type_byte & 0x3F
         self.seen["ind_status" if indication else "res_status"].add(status)
         out: dict = {"type": "response", "tid": tid, "status": _STATUS_NAMES.get(status, status),
                      "indication": indication, "version": version}
         if indication and not tcp:
             out["seq"] = self.u16()
             self.seen["ind_seq"].add(out["seq"])
+        if type_byte & 0x40:  # a UDP RES names its request's epoch, 1 or more (15.6)
+            assert not (indication or tcp) and status != 0x10
+            out["epoch"] = self.u32()
+            assert out["epoch"]
+            self.seen["res_epoch"].add(status)
         form = self.v["answers"].removesuffix("_PERSISTENT")
         if status == 0x0F and not indication:  # ECHO REQUIRED: the echo value (7.7)
             out["result"] = {"type": "echo", "value": self.echo()}
+            return out
+        if status == 0x10 and not indication:  # NUMBER BEHIND: two epochs (15)
+            out["result"] = {"type": "behind", "epoch": self.u32(), "next_epoch": self.u32()}
             return out
         if status != 0 or form not in ("SELECT", "ASK", "CONSTRUCT"):
             return out

@@ -38,7 +38,8 @@ NUMERIC = {"ksp.tx", "ksp.status", "ksp.option", "ksp.answers"}  # tshark shows 
 FIELDS = ["ksp.msg", "ksp.tx", "ksp.status", "ksp.tid", "ksp.seq", "ksp.con", "ksp.term",
           "ksp.graph_name", "ksp.prefix", "ksp.token", "ksp.option", "ksp.order",
           "ksp.order_var", "ksp.limit", "ksp.offset", "ksp.distinct", "ksp.max_response_size",
-          "ksp.kp_id", "ksp.password", "ksp.echo", "ksp.trc", "ksp.rc", "ksp.vc", "ksp.ask", "ksp.ack_seq",
+          "ksp.kp_id", "ksp.password", "ksp.echo", "ksp.epoch", "ksp.next_epoch", "ksp.trc",
+          "ksp.rc", "ksp.vc", "ksp.ask", "ksp.ack_seq",
           "ksp.bind_var", "_ws.expert.message", "ksp.answers", "udp.port", "tcp.port"]
 
 
@@ -100,7 +101,7 @@ def expected(vector: dict) -> dict:
         codes = []
         for code, key in enumerate(["prefixes", "delete_graphs", "insert_graphs", "query_graphs",
                                     "optional", "filters", "modifier", "binds",
-                                    "max_response_size", "credentials", "echo"]):
+                                    "max_response_size", "credentials", "echo", "epoch"]):
             if o.get(key) is None:
                 continue
             codes.append(str(code))
@@ -134,6 +135,8 @@ def expected(vector: dict) -> dict:
                     out["ksp.password"] = [o[key]["password"]]
             elif key == "echo":
                 out["ksp.echo"] = [o[key]]
+            elif key == "epoch":
+                out["ksp.epoch"] = [str(o[key])]
         codes = codes if o.get("prefixes") != [] else codes[1:]
         if codes:
             out["ksp.option"] = codes
@@ -146,10 +149,15 @@ def expected(vector: dict) -> dict:
     out["ksp.status"] = [str(_status(m))]
     if m.get("seq") is not None:
         out["ksp.seq"] = [str(m["seq"])]
+    if m.get("epoch") is not None:  # the epoch of the request a UDP RES answers
+        out["ksp.epoch"] = [str(m["epoch"])]
     r = m.get("result")
     if r is not None:
         if r.get("type") == "echo":
             out["ksp.echo"] = [r["value"]]
+        elif r.get("type") == "behind":
+            out["ksp.epoch"] = [str(r["epoch"])]
+            out["ksp.next_epoch"] = [str(r["next_epoch"])]
         elif "value" in r and "rows" not in r and "triples" not in r:
             out["ksp.ask"] = ["1" if r["value"] else "0"]
         else:

@@ -34,6 +34,7 @@ BENCH_SUITES = {
     "fanout": ".bench.fanout",
     "indicate": ".bench.indicate",
     "isolation": ".bench.isolation",
+    "keepalive": ".bench.keepalive",
     "rate": ".bench.rate",
     "request": ".bench.request",
     "ingest": ".bench.ingest",

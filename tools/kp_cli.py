@@ -127,6 +127,13 @@ async def connected(args: argparse.Namespace):
         if not url.startswith("tcps:"):
             raise UsageError("--cafile needs a tcps:// SIB")
         kw["ssl"] = ssl.create_default_context(cafile=args.cafile)
+    keepalive = getattr(args, "keepalive", None)
+    if keepalive is not None:
+        if not 0 < keepalive < float("inf"):
+            raise UsageError(f"--keepalive {keepalive:g}: must be a number of seconds above 0")
+        from ksp import Timing
+
+        kw["timing"] = Timing(keepalive=keepalive)
     kp = await connect(url, **kw)
     kp.every_graph = getattr(args, "every_graph", False)
     return kp
@@ -343,6 +350,12 @@ async def cmd_sub(args, kp) -> int:
                         break
         finally:
             stopping.cancel()
+        if sub.status is not None:  # the SIB ended it (TERMINATED); the user's end is ours
+            from ksp import Status
+
+            print(f"ksp sub: the SIB ended the subscription (tid {sub.tid}): "
+                  f"{Status(sub.status).name}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -576,6 +589,10 @@ def add_parsers(sub) -> None:
     p = add("sub", "subscribe: print each state of a persistent query as it arrives; Ctrl-C "
                    "terminates it at the SIB", [common, text, out])
     p.add_argument("-C", "--count", type=int, metavar="N", help="exit after N changes")
+    p.add_argument("--keepalive", type=float, default=None, metavar="S",
+                   help="over UDP, ask the SIB after S seconds without a change whether the "
+                        "subscription still runs (default 25; the end of the subscription or of "
+                        "the SIB is known within S + 21 s)")
     rule = sub.add_parser("rule", help="install, list or remove persistent updates (rules)",
                           description=cmd_rule.__doc__).add_subparsers(
         dest="action", metavar="ACTION", required=True)

@@ -20,8 +20,8 @@ from ksp.codec import LAYOUT, TCP, UDP, decode_sib_message, encode
 from ksp.codes import OWL, RDF, RDFS, RESERVED_WORDS, XSD, Op, Status, Tx
 from ksp.reference.jsonmodel import to_json
 from ksp.model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request, Response,
-    SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Response, SelectResult, SolutionModifier,
 )
 from ksp.terms import (
     XSD_BOOLEAN, XSD_DATETIME, XSD_DECIMAL, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, IRI, BNode,
@@ -299,6 +299,19 @@ kp("req_opt_echo_32_after_credentials",
    "(ascending type order).",
    R(Tx.INSERT_DATA, 0x2021, True, EXP, insert=SENSOR_DATA[:1],
      options={"credentials": Credentials(KP_ID, "pw"), "echo": bytes(range(32))}))
+kp("req_opt_epoch",
+   "EPOCH (0x0b): u32 1 on INSERT DATA over UDP, the KP's 65 537th request or later: its number "
+   "is 1 × 65536 + TID (15).",
+   R(Tx.INSERT_DATA, 0x2022, True, EXP, insert=SENSOR_DATA[:1], options={"epoch": 1}))
+kp("req_opt_epoch_after_credentials",
+   "EPOCH (0x0b) after CREDENTIALS (ascending type order) on SELECT: a KP ID's first request, "
+   "at a random epoch (15), here 2147483647.",
+   R(Tx.SELECT, 0x2023, True, EXP, projection=2, where=PATTERN, optional=(),
+     options={"credentials": Credentials(KP_ID, "pw"), "epoch": 0x7FFFFFFF}))
+kp("req_opt_epoch_u32_max_tcp",
+   "EPOCH (0x0b) with the largest u32, 4294967295, on RESET over TCP, which accepts and ignores "
+   "it (15).",
+   R(Tx.RESET, 0x2024, False, options={"epoch": 0xFFFFFFFF}), TCP)
 kp("req_opt_all_select",
    "SELECT with every option that applies to it, in ascending type order: PREFIX, QUERY GRAPH, "
    "FILTER, SOLUTION MODIFIER, BIND, MAX RESPONSE SIZE, CREDENTIALS (OC = 7).",
@@ -631,8 +644,8 @@ _STATUS_ANSWERS = {
     Tx.ASK_PERSISTENT,
 }
 for _status in Status:
-    if _status is Status.ECHO_REQUIRED:
-        continue  # it has a Data field: the res_echo_required_* vectors below
+    if _status in (Status.ECHO_REQUIRED, Status.NUMBER_BEHIND):
+        continue  # a Data field: the res_echo_required_* and res_number_behind_* vectors below
     _answers = _STATUS_ANSWERS.get(_status, Tx.UPDATE)
     _transport = TCP if _status % 3 == 2 else UDP
     sib(f"res_status_{_status.value:#04x}_{_status.name.lower()}",
@@ -646,11 +659,39 @@ sib("res_echo_required_udp",
 sib("res_echo_required_one_byte",
     "RES ECHO REQUIRED (0x0f) answering INSERT DATA with a 1-byte echo value (the shortest).",
     Response(0x3410, Status.ECHO_REQUIRED, b"\x2a"), Tx.INSERT_DATA)
-for _code in (0x10, 0x7F):
+sib("res_number_behind_udp",
+    "RES NUMBER BEHIND (0x10) over UDP answering INSERT DATA: its Data field is u32 the "
+    "request's epoch (0: the request had no EPOCH option) and u32 the first epoch the SIB takes "
+    "as new, 3 (15); the KP sends the request again under a number of epoch 3.",
+    Response(0x3411, Status.NUMBER_BEHIND, Behind(0, 3)), Tx.INSERT_DATA)
+sib("res_number_behind_tcp",
+    "RES NUMBER BEHIND (0x10) over TCP: the same Data field, two u32 (a SIB deduplicates "
+    "nothing over TCP, so never sends it there; a KP reads it as over UDP).",
+    Response(0x3412, Status.NUMBER_BEHIND, Behind(0x7FFFFFFF, 0xFFFFFFFF)), Tx.SELECT, TCP)
+for _code in (0x11, 0x3F):
     sib(f"res_status_{_code:#04x}_unknown",
         f"RES with the reserved status code {_code:#04x}: decoded as the integer {_code} (a KP "
         "treats an unknown non-zero status as an error).",
         Response(0x3500 + _code, _code), Tx.DELETE_DATA)
+
+# The RES epoch (15.6): bit 6 of the type byte, a u32 after the 4-byte UDP header.
+sib("res_ok_epoch_udp",
+    "RES OK (type byte 0x40) over UDP to an INSERT DATA of epoch 1: the u32 epoch follows the "
+    "4-byte header (15.6); the KP takes it as the answer to its pending request only if that "
+    "request's epoch is 1.",
+    Response(0x3600, Status.OK, epoch=1), Tx.INSERT_DATA)
+sib("res_select_epoch_udp",
+    "RES OK (type byte 0x40) to a SELECT of epoch 65536: the epoch, then the Data field.",
+    Response(0x3601, Status.OK, select_result(SELECT_ROWS[:1], 3, (SN,)), epoch=0x10000),
+    Tx.SELECT)
+sib("res_echo_required_epoch_udp",
+    "RES ECHO REQUIRED (type byte 0x4f) to a SELECT of epoch 4294967295 (the largest): the "
+    "epoch, then the echo value.",
+    Response(0x3602, Status.ECHO_REQUIRED, ECHO_VALUE, epoch=0xFFFFFFFF), Tx.SELECT)
+sib("res_status_0x3f_unknown_epoch",
+    "Type byte 0x7f in a RES over UDP: the reserved status 0x3f (decoded as the integer 63, an "
+    "error to a KP) of a request of epoch 2.",
+    Response(0x3603, 0x3F, epoch=2), Tx.DELETE_DATA)
 
 # MAX RESPONSE SIZE (§6.4): the message is the full result; hex and decoded are the cut answer.
 MANY_ROWS = tuple((sn(f"t{k}"), f(f"{20 + k}.5")) for k in range(6))
@@ -830,6 +871,34 @@ bad("invalid_0x04_res_echo_required_without_data", "RES ECHO REQUIRED (0x0f) wit
     answers=Tx.SELECT)
 bad("invalid_0x04_res_echo_required_length_0", "RES ECHO REQUIRED (0x0f) with echo length 0.",
     "01 0f 0100 | 00", ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.SELECT)
+bad("invalid_0x04_res_number_behind_without_data", "RES NUMBER BEHIND (0x10) with no Data "
+    "field: its two u32 are mandatory.", "01 10 0100", ST.INVALID_DATA_FORMAT, "sib_to_kp",
+    answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_number_behind_7_bytes", "RES NUMBER BEHIND (0x10) with 7 bytes of Data "
+    "(the second u32 is cut short).", "01 10 0100 | 01000000 030000", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_number_behind_9_bytes", "RES NUMBER BEHIND (0x10) with 9 bytes of Data "
+    "(one byte after the two u32).", "01 10 0100 | 01000000 03000000 00",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_0", "RES OK with bit 6 (type byte 0x40) and the epoch field 0: "
+    "a RES to a request of epoch 0 has no field.", "01 40 0100 | 00000000",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_3_bytes", "RES OK with bit 6 (type byte 0x40) and 3 bytes after "
+    "the header: the epoch is a u32.", "01 40 0100 | 010000", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_epoch_0x7f_without_field", "Type byte 0x7f (status 0x3f with bit 6) "
+    "in a 4-byte RES: the epoch field is missing.", "01 7f 0100", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.DELETE_DATA)
+bad("invalid_0x04_ind_epoch", "IND (type byte 0xc0, OK with bit 6) with an epoch field: an "
+    "IND never names an epoch.", "01 c0 0100 0100 | 01000000 | 01", ST.INVALID_DATA_FORMAT,
+    "sib_to_kp", answers=Tx.ASK_PERSISTENT)
+bad("invalid_0x04_res_epoch_tcp", "RES OK with bit 6 (type byte 0x40) over TCP with an epoch "
+    "field: nothing is numbered over TCP.", "01 40 0100 0c000000 | 01000000",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", TCP, answers=Tx.INSERT_DATA)
+bad("invalid_0x04_res_number_behind_epoch", "Type byte 0x50: NUMBER BEHIND with bit 6 and an "
+    "epoch field before its Data field; its Data field names the epoch, it never sets the bit.",
+    "01 50 0100 | 01000000 | 01000000 03000000", ST.INVALID_DATA_FORMAT, "sib_to_kp",
+    answers=Tx.INSERT_DATA)
 bad("invalid_0x04_ask_byte_2", "ASK result byte 0x02.", "01 00 0100 | 02",
     ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.ASK)
 bad("invalid_0x04_ind_header_short", "UDP IND (type byte 0x80) of 5 bytes: the IND header is 6.",
@@ -839,8 +908,10 @@ bad("invalid_0x04_construct_variable", "CONSTRUCT result triple with a Variable 
     answers=Tx.CONSTRUCT)
 
 # 0x05: option type
-bad("invalid_0x05_option_type_0x0b", "Option type 0x0b (the table ends at 0x0a).",
-    "01 82 0100 | 00 | 01 0b 00", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_option_type_0x0c", "Option type 0x0c (the table ends at 0x0b).",
+    "01 82 0100 | 00 | 01 0c 00", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_epoch_on_terminate", "EPOCH (0x0b) 1 on TERMINATE, which has no number (15).",
+    "01 90 0100 | 01 0b 01000000", ST.INVALID_OPTION_TYPE)
 bad("invalid_0x05_optional_pattern_on_select", "OPTIONAL PATTERN (0x04) on SELECT: queries "
     "carry optional graphs in OGC (R8).",
     f"01 87 0100 | {SELECT_DATA} | 01 04 01 01 33 00 00 {URN_C}", ST.INVALID_OPTION_TYPE)
@@ -860,6 +931,12 @@ bad("invalid_0x06_echo_length_33", "ECHO (0x0a) with length 33 and 33 bytes.",
     f"01 91 0100 | 01 0a 21 {'00' * 33}", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_echo_truncated", "ECHO (0x0a) with length 4 and 2 bytes.",
     "01 90 0100 | 01 0a 04 0102", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_epoch_0", "EPOCH (0x0b) with value 0: epoch 0 is written as no option (15).",
+    f"01 82 0100 | 01 {TRIPLE} | 01 0b 00000000", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_epoch_repeated", "EPOCH (0x0b) twice, 1 then 2.",
+    f"01 82 0100 | 01 {TRIPLE} | 02 0b 01000000 0b 02000000", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_epoch_truncated", "EPOCH (0x0b) with 3 of its 4 bytes.",
+    "01 91 0100 | 01 0b 010000", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_count_0", "QUERY GRAPH with count 0.",
     f"01 87 0100 | {SELECT_DATA} | 01 03 00", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_prefix_count_0", "PREFIX with count 0.",
@@ -912,9 +989,9 @@ bad("invalid_0x06_optional_pattern_empty_first_triple", "INSERT with an OPTIONAL
     ST.INVALID_OPTION_FORMAT)
 # Several faults (3.2)
 bad("invalid_0x05_option_fault_before_data_prefix_index",
-    "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0b: a "
+    "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0c: a "
     "prefix index is checked once the options are read (3.2), so the option's 0x05 wins.",
-    f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0b 00", ST.INVALID_OPTION_TYPE)
+    f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0c 00", ST.INVALID_OPTION_TYPE)
 bad("invalid_0x05_option_repeated_and_not_applicable",
     "SOLUTION MODIFIER twice on INSERT DATA: its first occurrence is already not applicable "
     "(0x05), found before the repetition (0x06).",

@@ -13,7 +13,7 @@ from ksp import (
     Response, ResponseReceived, Status, TidsBusy, Tx,
 )
 
-from ksp.session import RequestRetried
+from ksp.session import PersistentLost, RequestRetried
 
 from ._timer import SessionTimer
 from .errors import KspConnectionError, KspProtocolError, KspTimeout
@@ -119,6 +119,12 @@ class SessionLink(Link):
                 sink = self._sinks.pop(event.tid, None)
                 if sink is not None:
                     sink.end(event.status)
+            elif kind is PersistentLost:
+                sink = self._sinks.pop(event.tid, None)
+                if sink is not None:
+                    sink.fail(KspConnectionError(
+                        f"{self.peer}: persistent transaction {event.tid} was silent and the "
+                        "SIB answered none of its keepalives: it is gone or cannot be reached"))
             elif kind is RequestTimedOut:
                 self._sinks.pop(event.tid, None)
                 if self._lost is not None:

@@ -35,7 +35,7 @@ from ksp import (
 from ksp.kpid import kp_id_bytes
 
 from ._kplink import Link
-from .errors import KspConnectionError, KspStatusError, KspTimeout
+from .errors import KspConnectionError, KspStatusError, KspTimeout, SubscriptionLost
 from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
 from ksp.ratelog import RateLimitedLog
@@ -486,6 +486,9 @@ class Subscription:
             if self.status is not None:
                 if self.status in (Status.TERMINATED, Status.OK):
                     raise StopAsyncIteration
+                if self.status == Status.UNKNOWN_TRANSACTION:  # a keepalive's answer (UDP)
+                    raise SubscriptionLost(f"the SIB no longer has persistent transaction "
+                                           f"{self.tid}")
                 raise KspStatusError(self.status, f"persistent transaction {self.tid} ended")
             self._wakeup.clear()
             await self._wakeup.wait()

@@ -168,8 +168,14 @@ class _CoapLayer(SibMessageLayer):
             self.server.answer_empty((addr, key[1]))
         return True
 
-    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
-        self.cache.add(key, ex, now)
+    def behind(self, key: tuple, number: int) -> int | None:
+        return self.cache.behind(key, number)
+
+    def spent(self, kp: KPIdentity, number: int) -> None:
+        self.cache.spent(kp, number)
+
+    def remember(self, key: tuple, ex: Exchange, now: float, number: int = -1) -> None:
+        self.cache.add(key, ex, now, number)
         if ex.tx in PERSISTENT:  # before the service sees it: its RES may come at once
             self.server.add_resource(key[0], key[1], ex.addr)
 

@@ -18,7 +18,9 @@ from aiocoap.numbers.codes import Code
 from ksp import UDP, DecodeError, Request, Response, Status, Timing, Tx, decode_sib_message, encode
 from ksp.delivery import MAX_UDP_PAYLOAD
 from ksp.secure import SealError, Sealer
-from ksp.transactions import PERSISTENT, STATEFUL, KpTransactions, SessionError
+from ksp.transactions import (
+    PERSISTENT, STATEFUL, KpTransactions, SessionError, epoch_of, random_start,
+)
 
 from ._kplink import Link, Sink
 from .coap import CONTENT_FORMAT, transport_tuning
@@ -58,7 +60,12 @@ class CoapLink(Link):
         self._tuning = transport_tuning(timing)
         #: The transaction layer UDP and TCP clients share (`ksp.transactions`): TIDs (R12),
         #: the persistent lifecycle, the stale-IND rule. aiocoap is the message layer.
-        self.transactions = KpTransactions(rng, lifetime=(timing or Timing()).exchange_lifetime)
+        # A KP ID (CREDENTIALS, or the envelope's) outlives this client's count: a random
+        # epoch keeps its numbers off those of an earlier run the SIB remembers (15).
+        rng = rng if rng is not None else random.Random()
+        start = random_start(rng) if credentials is not None or sealer is not None else None
+        self.transactions = KpTransactions(rng, lifetime=(timing or Timing()).exchange_lifetime,
+                                           start=start)
         self._observers: dict[int, asyncio.Task] = {}
         self._background: set[asyncio.Task] = set()
         self._closed = False
@@ -77,16 +84,25 @@ class CoapLink(Link):
             kwargs["transport_tuning"] = self._tuning
         return aiocoap.Message(code=code, uri=uri, **kwargs)
 
-    async def request(self, request: Request, sink: Sink | None = None) -> Response | None:
+    async def request(self, request: Request, sink: Sink | None = None, *,
+                      renumbered: bool = False) -> Response | None:
+        """`renumbered`: sent again after NUMBER BEHIND (wire format 15): another is final."""
         if self._closed:
             raise KspConnectionError("the client was closed")
         await self._turn()
         if self._closed:
             raise KspConnectionError("the client was closed")
         tx, transactions = request.tx, self.transactions
+        if not request.confirmable and tx in PERSISTENT:
+            raise ClientError(f"{tx.name} is persistent: it goes CON over CoAP, where a NON one "
+                              "from an address not yet validated would silently never start "
+                              "(wire format 14.4)")
         try:
-            if tx is not Tx.TERMINATE:
-                request = request._replace(tid=transactions.next_tid())
+            if tx is not Tx.TERMINATE:  # numbered (wire format 15); TERMINATE names its target
+                tid = transactions.next_tid()
+                epoch = epoch_of(transactions.number(tid))
+                request = request._replace(tid=tid, options=request.options._replace(
+                    epoch=epoch)) if epoch != request.options.epoch else request._replace(tid=tid)
             transactions.check(request.tid, tx)
         except SessionError as exc:
             raise ClientError(str(exc)) from exc
@@ -154,6 +170,11 @@ class CoapLink(Link):
             # the same request once more, with the echo value, under a new TID
             echo = request.options._replace(echo=response.result)
             return await self.request(request._replace(options=echo), sink)
+        if response.status == Status.NUMBER_BEHIND and not renumbered:
+            # the SIB has had this number of this KP's, or numbers above it (wire format 15):
+            # the same request once more under a number it takes as new
+            transactions.behind(response.result.next_epoch)
+            return await self.request(request, sink, renumbered=True)
         if (sink is not None and tx in PERSISTENT and response.status == Status.OK):
             path = answer.opt.location_path
             if not path:

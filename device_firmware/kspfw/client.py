@@ -18,10 +18,17 @@ watched (the last `_RETIRED`), and a RES OK or an IND under it is answered with 
 so the SIB is left no subscription whose INDs nobody ACKs (it would give up on the KP, and end
 its other ones with it).
 
-Over UDP the SIB keeps the last REQ under each TID for EXCHANGE_LIFETIME (`lifetime`) and this
-client keeps no record of what it sent, so it sends fewer than 65 536 REQs per lifetime (wire
-format R12): the TIDs are taken in turn in 16 blocks of 4 096, each with the ticks of its last
-use, and a block last used less than a lifetime ago is not entered again (`NoTid`).
+Over UDP each request has a number (wire format 15): an epoch (the EPOCH option) above its TID,
+counting up; a board's identity is its KP ID, which outlives a cold boot, so the count starts at
+a random epoch then, and goes on from the saved one across deep sleep (`state`). A NUMBER BEHIND
+RES naming the pending request's epoch moves the count to the epoch the SIB names and sends the
+request again once ("retry"); one naming another epoch answers an earlier request's late copy
+and is ignored.
+
+A persistent transaction silent for `keepalive` ms gets a keepalive (a bare ACK, §2.4), sent
+again twice with the back-off: a RES OK or any IND means it runs; a RES 0x0b, or no answer at
+all, ends it ("end", the agents subscribe again), so a board that only listens learns within a
+minute that the SIB ended its subscription or is gone.
 """
 import random
 
@@ -37,13 +44,15 @@ _LEFT = const(4)
 _REQ = const(5)  # the codec.request arguments, for the ECHO retry
 _PERIOD = const(0x40000000)  # MicroPython's time.ticks_ms() wraps at 2^30 ms on the boards
 _HALF = const(0x20000000)
-_BLOCK = const(12)  # a TID's block: tid >> _BLOCK, 16 blocks of 4 096
 _RETIRED = const(2)  # first TIDs of persistent requests sent again with the ECHO, watched
+_EPOCH = const(6)  # the epoch of the request's number (-1: none, TERMINATE)
+_AGAIN = const(7)  # sent again after NUMBER BEHIND: another is its outcome
+_UNKNOWN = const(0x0B)
 
 
 class NoTid(OSError):
-    """No transaction ID may be used now (all held, or the next ones still kept by the SIB):
-    nothing was sent; try again later."""
+    """No transaction ID may be used now (every one pending or persistent): nothing was sent;
+    try again later."""
 
 
 def ticks_add(a, b):
@@ -62,7 +71,7 @@ def is_newer(seq, last):
 
 class Client:
     def __init__(self, link, handler, tcp=False, ack_timeout=2000, max_retransmit=4,
-                 rand=random.getrandbits, lifetime=247000, sealer=None):
+                 rand=random.getrandbits, lifetime=247000, sealer=None, keepalive=25000):
         self.link = link
         self.sealer = sealer  # secure.Sealer: every datagram out sealed, only sealed ones in
         self.handler = handler
@@ -76,41 +85,44 @@ class Client:
         self.persistent = {}  # tid -> [tx, last seq delivered or None]
         self.retired = []  # [first TID, credentials] of requests sent again, newest last
         self.tid = rand(16)
-        # block -> ticks of its last TID taken (UDP), None: not within a lifetime
-        self.used = [None] * 16  # type: list[int | None]
+        self.epoch = 0 if tcp else rand(31) or 1  # TCP numbers nothing
+        self.keepalive = keepalive
+        self.heard = {}  # persistent tid -> ticks of its last RES OK or IND
+        self.probes = {}  # persistent tid -> [due, wait, retransmissions left]
 
     def next_tid(self, now=0):
-        t, used = self.tid, self.used
+        """The TID of the next request number whose TID is free (the epoch counts the
+        wraps)."""
+        t = self.tid
         for _ in range(0x10000):
             t = (t + 1) & 0xFFFF
-            b = t >> _BLOCK
-            last = used[b]
-            if not self.tcp and last is not None and b != self.tid >> _BLOCK:
-                age = ticks_diff(now, last)
-                if 0 <= age < self.lifetime:  # negative: older than half the ticks period
-                    raise NoTid("TIDs still kept by the SIB (65536 requests in under %d ms): "
-                                "try again in %d ms" % (self.lifetime, self.lifetime - age))
+            if not t:
+                self.epoch += 1
             if t not in self.pending and t not in self.persistent:
                 self.tid = t
-                used[b] = now
                 return t
         raise NoTid("no free transaction ID")
 
     def send(self, now, tx, con=True, tid=None, **req):
         """Send a REQ (codec.request arguments); returns its TID. TERMINATE takes the target's
         `tid`."""
+        if not con and not self.tcp and 0x0A <= tx <= 0x0F:
+            raise ValueError("persistent requests go CON over UDP (wire format 14.4)")
         if tid is None:
             tid = self.next_tid(now)
         elif tid in self.pending or tid in self.persistent and tx != codec.TERMINATE:
             raise ValueError("TID in use")
         req["con"] = con
-        msg = bytes(codec.request(tx, tid, tcp=self.tcp, **req))
+        epoch = -1 if tx == codec.TERMINATE or self.tcp else self.epoch
+        msg = bytes(codec.request(tx, tid, tcp=self.tcp, epoch=max(epoch, 0), **req))
         self._out(msg)
         if con and not self.tcp:
             wait = self.ack_timeout + (self.ack_timeout * self.rand(8) >> 9)
-            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit, req]
+            self.pending[tid] = [tx, msg, ticks_add(now, wait), wait, self.max_retransmit, req,
+                                 epoch, False]
         else:  # NON or TCP: no retransmission; wait a lifetime for a RES that may not come
-            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0, req]
+            self.pending[tid] = [tx, None, ticks_add(now, self.lifetime), 0, 0, req, epoch,
+                                 False]
         if 0x0A <= tx <= 0x0F:
             self.persistent[tid] = [tx, None]
         return tid
@@ -137,6 +149,7 @@ class Client:
                 r = codec.decode(buf, p[0], self.tcp)
             except codec.KspError:
                 return
+            self._heard(tid, now)
             if r.seq is not None:
                 self._out(codec.ack(tid, r.seq))
                 if not is_newer(r.seq, p[1]):
@@ -149,8 +162,10 @@ class Client:
                 self.handler("ind", tid, r)
             return
         entry = self.pending.pop(tid, None)
-        if entry is None:  # late or duplicate RES
-            if not buf[1]:  # OK: it started something
+        if entry is None:  # late or duplicate RES, or a keepalive's answer
+            if tid in self.probes:  # the status: bits 0-5 when bit 6 names an epoch (15.6)
+                self._answered(tid, buf[1] & (0x3F if buf[1] & 0x40 else 0x7F), now)
+            elif not buf[1]:  # OK: it started something
                 self._stray(tid, now)
             return
         tx = entry[_TX]
@@ -159,6 +174,27 @@ class Client:
         except codec.KspError as e:
             r = codec.Response(tid, e.status, False, None, None)
         req = entry[_REQ]
+        ep = entry[_EPOCH]
+        if ep >= 0 and r.status != codec.NUMBER_BEHIND and (r.epoch or 0) != ep and not (
+                r.epoch is None and 1 <= r.status <= 6):
+            self.pending[tid] = entry  # an earlier request's late copy answered (15.6)
+            return
+        if r.status == codec.NUMBER_BEHIND and ep >= 0:
+            if r.result[0] != ep:  # an earlier request's late copy: still waiting
+                self.pending[tid] = entry
+                return
+            if not entry[_AGAIN]:
+                self.persistent.pop(tid, None)
+                if r.result[1] > self.epoch:  # the next number: the first of that epoch
+                    self.epoch, self.tid = r.result[1] - 1, 0xFFFF
+                try:
+                    new = self.send(now, tx, **req)
+                except NoTid:
+                    pass
+                else:
+                    self.pending[new][_AGAIN] = True
+                    self.handler("retry", tid, new)
+                    return
         if r.status == codec.ECHO_REQUIRED and "echo" not in req:
             term = tx == codec.TERMINATE
             try:
@@ -173,6 +209,8 @@ class Client:
                         retired.pop(0)
                 self.handler("retry", tid, new)
                 return
+        if not r.status and tid in self.persistent:
+            self._heard(tid, now)
         if r.status and tid in self.persistent and tx != codec.TERMINATE:
             del self.persistent[tid]  # it never started
         elif tx == codec.TERMINATE and r.status in (0, 0x0B):  # ended, or was already gone
@@ -195,12 +233,48 @@ class Client:
         if self.persistent.pop(tid, None) is not None:
             self.handler("end", tid, None)
 
+    def _heard(self, tid, now):
+        """Persistent `tid` runs (its RES OK, an IND): the keepalive waits again."""
+        self.heard[tid] = now
+        self.probes.pop(tid, None)
+
+    def _answered(self, tid, status, now):
+        """A keepalive's answer: OK, it runs; 0x0b, the SIB has it no more."""
+        if not status:
+            self._heard(tid, now)
+        elif status == _UNKNOWN:
+            self.probes.pop(tid, None)
+            self._end(tid)
+
+    def _keepalives(self, now):
+        """A bare ACK for each persistent transaction silent for `keepalive` ms, sent again with
+        the back-off; unanswered, it ends ("end")."""
+        if self.tcp or not self.keepalive:
+            return
+        for tid in list(self.persistent):
+            probe = self.probes.get(tid)
+            if probe is None:
+                if ticks_diff(now, self.heard.setdefault(tid, now)) < self.keepalive:
+                    continue
+                wait = self.ack_timeout
+                probe = self.probes[tid] = [now, wait, 2]
+            elif ticks_diff(now, probe[0]) < 0:
+                continue
+            elif not probe[2]:
+                del self.probes[tid]
+                self._end(tid)
+                continue
+            else:
+                probe[2] -= 1
+                probe[1] *= 2
+            probe[0] = ticks_add(now, probe[1])
+            self._out(codec.ack(tid, None))
+        for tid in [t for t in self.heard if t not in self.persistent]:
+            del self.heard[tid]
+
     def poll(self, now):
-        """Retransmit what is due; give up on what has run out."""
-        used = self.used
-        for b in range(16):  # a block not used for a lifetime is free (before its ticks wrap)
-            if used[b] is not None and ticks_diff(now, used[b]) >= self.lifetime:
-                used[b] = None
+        """Retransmit what is due; give up on what has run out; keepalives."""
+        self._keepalives(now)
         for tid in [t for t, e in self.pending.items() if ticks_diff(now, e[_DUE]) >= 0]:
             e = self.pending[tid]
             if e[_MSG] is not None and e[_LEFT]:
@@ -217,18 +291,21 @@ class Client:
     def next_due(self, now):
         """Milliseconds until `poll` has work (None: nothing pending)."""
         waits = [ticks_diff(e[_DUE], now) for e in self.pending.values()]
+        waits += [ticks_diff(p[0], now) for p in self.probes.values()]
+        if self.keepalive and not self.tcp:
+            waits += [ticks_diff(ticks_add(t, self.keepalive), now) for t in self.heard.values()]
         return max(0, min(waits)) if waits else None
 
     def state(self):
         """What survives deep sleep: the next TID and the persistent transactions (R12/R13)."""
-        st = [self.tid, [[t, p[0], p[1]] for t, p in self.persistent.items()]]
+        st = [[self.tid, self.epoch], [[t, p[0], p[1]] for t, p in self.persistent.items()]]
         s = self.sealer
         if s:  # its counters and replay window, kept in RTC memory across deep sleep (13.5)
             st.append([s.ctr, s.limit, s.hi, s.bits])
         return st
 
     def restore(self, state):
-        self.tid = state[0]
+        self.tid, self.epoch = state[0] if isinstance(state[0], list) else (state[0], self.epoch)
         self.persistent = {t: [tx, seq] for t, tx, seq in state[1]}
         s = self.sealer
         if s and state[2:]:

@@ -2,8 +2,9 @@
 
 Encodes what a board sends — REQs (DATA and pattern updates, SELECT/ASK and their persistent
 forms, TERMINATE, RESET; options PREFIX, DELETE/INSERT/QUERY GRAPH, FILTER, SOLUTION MODIFIER,
-MAX RESPONSE SIZE, CREDENTIALS, ECHO) and ACKs — and decodes what it receives: the status of any
-RES/IND, the SELECT or ASK result, and the value an ECHO REQUIRED RES asks to be echoed. `decode` reads straight from the receive buffer (a
+MAX RESPONSE SIZE, CREDENTIALS, ECHO, EPOCH) and ACKs — and decodes what it receives: the status
+of any RES/IND, the SELECT or ASK result, the value an ECHO REQUIRED RES asks to be echoed and
+the epochs of a NUMBER BEHIND RES, and the epoch of the request a UDP RES answers. `decode` reads straight from the receive buffer (a
 memoryview is fine), so a board needs one preallocated buffer of its MAX RESPONSE SIZE.
 Terms: an IRI is a str, a variable an int (its index), a literal a `Lit`, a blank node a
 `BNode` (plain values keep a board's heap small). Canonical encoding (§10) with the prefix list
@@ -61,6 +62,10 @@ _BAD_DATA = const(4)
 ECHO_REQUIRED = const(0x0F)
 _ECHO = const(0x0A)  # the ECHO option's type
 _ECHO_MAX = const(32)
+#: RES status: the request's number is behind the SIB's (§15); result (epoch, next epoch).
+NUMBER_BEHIND = const(0x10)
+_EPOCH = const(0x0B)  # the EPOCH option's type
+_RES_EPOCH = const(0x40)  # type byte bit of a UDP RES naming its request's epoch (§15.6)
 # What reading past the end or bad bytes raise (MicroPython's struct raises ValueError).
 _FAILURES = (IndexError, ValueError, getattr(struct, "error", ValueError))
 
@@ -74,16 +79,18 @@ class KspError(Exception):
 
 
 class Response:
-    """A RES or IND. `result`: None (no Data field), a bool (ASK), a `results.Select`, or the
-    value to echo (bytes) of an ECHO REQUIRED RES."""
+    """A RES or IND. `result`: None (no Data field), a bool (ASK), a `results.Select`, the
+    value to echo (bytes) of an ECHO REQUIRED RES, or (epoch, next epoch) of a NUMBER BEHIND
+    RES. `epoch`: the epoch of the request a UDP RES answers (§15.6), None for epoch 0."""
 
 
-    def __init__(self, tid, status, ind, seq, result):
+    def __init__(self, tid, status, ind, seq, result, epoch=None):
         self.tid = tid
         self.status = status
         self.ind = ind
         self.seq = seq
         self.result = result
+        self.epoch = epoch
 
 
 # ------------------------------------------------------------------------------------------
@@ -258,13 +265,13 @@ def _count(out, items, minimum=1):
 
 def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=False,
             delete_graphs=(), insert_graphs=(), query_graphs=(), filters=(), modifier=(),
-            max_size=None, credentials=(), echo=b"", out=None):
+            max_size=None, credentials=(), echo=b"", epoch=0, out=None):
     """A REQ's bytes. `graphs`: the Graph fields in wire order (table 3.1: e.g. (delete,
     insert) for UPDATE DATA, (template, where) for INSERT, (where,) for SELECT/ASK); `vc`:
     SELECT's projection count; `optional`: the OGC graphs of a query; `modifier`: (order,
     order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password); `echo`: the
-    value of an ECHO REQUIRED RES (1-32 bytes). An empty option value means the option is
-    absent."""
+    value of an ECHO REQUIRED RES (1-32 bytes); `epoch`: the request number's epoch (§15,
+    0 … 2^32 - 1; 0 is no option). An empty option value means the option is absent."""
     base = tx - 6 if 0x0A <= tx <= 0x0F else tx
     if not (1 <= base <= 8 or tx == TERMINATE or tx == RESET):
         raise ValueError("transaction type not in the firmware's scope")
@@ -290,7 +297,8 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
     if prefixes:
         opts.append(0)
     for code, value in ((1, delete_graphs), (2, insert_graphs), (3, query_graphs), (5, filters),
-                        (6, modifier), (8, max_size), (9, credentials), (_ECHO, echo)):
+                        (6, modifier), (8, max_size), (9, credentials), (_ECHO, echo),
+                        (_EPOCH, epoch)):
         if value or code == 8 and value is not None:
             opts.append(code)
     out.append(len(opts))
@@ -309,6 +317,10 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
                             modifier)[code], prefixes)
         elif code == 8:
             out.extend(struct.pack("<I", max_size))
+        elif code == _EPOCH:
+            if tx == TERMINATE or not 0 < epoch <= 0xFFFFFFFF:
+                raise ValueError("EPOCH 1..2^32-1, not on TERMINATE")
+            out.extend(struct.pack("<I", epoch))
         elif code == _ECHO:
             if len(echo) > _ECHO_MAX:
                 raise ValueError("ECHO value over 32 bytes")
@@ -329,7 +341,10 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
 
 
 def ack(tid, seq):
-    """An ACK of IND `seq` (and every older one) of transaction `tid` (UDP only, R10)."""
+    """An ACK of IND `seq` (and every older one) of transaction `tid` (UDP only, R10); with
+    `seq` None a bare ACK: of a transaction owed nothing, a keepalive (§2.4)."""
+    if seq is None:
+        return struct.pack("<BBH", VERSION, 0, tid)
     return struct.pack("<BBHH", VERSION, 0, tid, seq)
 
 
@@ -353,23 +368,34 @@ def decode(buf, answers, tcp=False):
     if buf[0] != VERSION:
         raise KspError(1, "version")
     ind = buf[1] >> 7
-    status = buf[1] & 0x7F
-    seq = None
+    status = buf[1] & 0x3F
+    seq = epoch = None
     pos = 8 if tcp else 4
     if ind and not tcp:
         if n < 6:
             raise KspError(_BAD_DATA, "an IND header is 6 bytes")
         seq = buf[4] | buf[5] << 8
         pos = 6
+    if buf[1] & _RES_EPOCH:  # only a UDP RES, not NUMBER BEHIND, names an epoch: u32 >= 1
+        if ind or tcp or status == NUMBER_BEHIND or n < 8:
+            raise KspError(_BAD_DATA, "type byte bit 6")
+        epoch = struct.unpack_from("<I", buf, 4)[0]
+        if not epoch:
+            raise KspError(_BAD_DATA, "RES epoch 0")
+        pos = 8
     base = answers - 6 if 0x0A <= answers <= 0x0F else answers
     if status == ECHO_REQUIRED and not ind:  # its Data field: u8 length (1-32) | the value
         if n < pos + 2 or buf[pos] > _ECHO_MAX or pos + 1 + buf[pos] != n:
             raise KspError(_BAD_DATA, "ECHO REQUIRED value")
-        return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]))
+        return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]), epoch)
+    if status == NUMBER_BEHIND and not ind:  # its Data field: u32 epoch | u32 next epoch
+        if n != pos + 8:
+            raise KspError(_BAD_DATA, "NUMBER BEHIND is 8 bytes of Data")
+        return Response(tid, status, ind, seq, struct.unpack_from("<II", buf, pos))
     if status or not SELECT <= base <= _CONSTRUCT:
         if pos != n:
             raise KspError(_BAD_DATA, "a Data field where none belongs")
-        return Response(tid, status, ind, seq, None)
+        return Response(tid, status, ind, seq, None, epoch)
     if base == _CONSTRUCT:
         raise NotImplementedError("CONSTRUCT results")
     try:
@@ -386,4 +412,4 @@ def decode(buf, answers, tcp=False):
             raise ValueError("trailing bytes")
     except _FAILURES as e:
         raise KspError(_BAD_DATA, "bad data field: %s" % e)
-    return Response(tid, status, ind, seq, result)
+    return Response(tid, status, ind, seq, result, epoch)

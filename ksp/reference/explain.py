@@ -256,8 +256,9 @@ def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
             text = f"{'CON' if v.con else 'NON'}, {_name(Tx, v.tx)} ({v.tx:#04x})"
         return f"{_bits(raw, (1, 7))}  {text}"
     if leaf is schema.ResponseType:
-        return (f"{_bits(raw, (1, 7))}  {'IND' if v.ind else 'RES'}, "
-                f"{_name(Status, v.status)} ({v.status:#04x})")
+        epoch = ", the request's epoch follows" if v.epoch else ""
+        return (f"{_bits(raw, (1, 1, 6))}  {'IND' if v.ind else 'RES'}, "
+                f"{_name(Status, v.status)} ({v.status:#04x}){epoch}")
     if leaf is schema.TripleType:
         members = " ".join(f"{k.upper()}={_MEMBER_NAMES.get(v[c], '?')}"
                            for k, c in (("s", "st"), ("p", "pt"), ("o", "ot")))
@@ -326,6 +327,12 @@ def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
         return f"option {v:#04x}: {_name(Opt, v)}"
     if label == "body" and ctx.get("option") == Opt.MAX_RESPONSE_SIZE:
         return f"MAX RESPONSE SIZE {v} bytes"
+    if label == "body" and ctx.get("option") == Opt.EPOCH:
+        return f"EPOCH {v}: request number {v} × 65536 + TID"
+    if label == "epoch":
+        return f"the request's epoch {v}"
+    if label == "next_epoch":
+        return f"next epoch {v}: the first whose every number the SIB takes as new"
     if label == "order_var":
         return f"ORDER BY ?v{v}"
     if label in ("limit", "offset"):

@@ -23,8 +23,10 @@ Mapping (field names are the model's; fields that are None are omitted):
 - KP ID: 32 lowercase hex digits
 - result: `{"type": "select", "variables", "rows", "total", "prefixes"}`,
   `{"type": "ask", "value"}`, `{"type": "construct", "triples", "total", "prefixes"}`;
-  the echo value of an ECHO_REQUIRED RES: `{"type": "echo", "value": hex}`
-- ECHO option: `"echo": hex`
+  the echo value of an ECHO_REQUIRED RES: `{"type": "echo", "value": hex}`;
+  the epochs of a NUMBER_BEHIND RES: `{"type": "behind", "epoch", "next_epoch"}`
+- ECHO option: `"echo": hex`; EPOCH option: `"epoch": integer`; a RES's epoch (§15.6):
+  `"epoch": integer`
 
 `from_json` also reads a long repetitive string given as `{"repeat": s, "count": n}` (s
 repeated n times) wherever a literal's `"value"` goes; the vectors use it to keep the one
@@ -36,8 +38,8 @@ from typing import Any
 
 from ..codes import Op, Status, Tx
 from ..model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Message, Options, Order, Request,
-    Response, SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Message, Options, Order,
+    Request, Response, SelectResult, SolutionModifier,
 )
 from ..terms import IRI, BNode, Literal, Triple, Var
 
@@ -119,12 +121,16 @@ def _options_to_json(opts: Options) -> dict:
                             "password": opts.credentials.password}
     if opts.echo is not None:
         d["echo"] = bytes(opts.echo).hex()
+    if opts.epoch is not None:
+        d["epoch"] = opts.epoch
     return d
 
 
 def _result_to_json(result) -> dict:
     if isinstance(result, (bytes, bytearray)):
         return {"type": "echo", "value": bytes(result).hex()}
+    if isinstance(result, Behind):
+        return {"type": "behind", "epoch": result.epoch, "next_epoch": result.next_epoch}
     if isinstance(result, AskResult):
         return {"type": "ask", "value": bool(result.value)}
     if isinstance(result, SelectResult):
@@ -176,6 +182,8 @@ def to_json(msg: Message) -> dict:
             d["result"] = _result_to_json(msg.result)
         if msg.seq is not None:
             d["seq"] = msg.seq
+        if msg.epoch is not None:
+            d["epoch"] = msg.epoch
         return d
     if isinstance(msg, Ack):
         d = {"type": "ack", "tid": msg.tid, "version": msg.version}
@@ -263,6 +271,8 @@ def _options_from_json(d: dict) -> Options:
         values["credentials"] = Credentials(kp_id, c.get("password", ""))
     if "echo" in d:
         values["echo"] = bytes.fromhex(d["echo"])
+    if "epoch" in d:
+        values["epoch"] = d["epoch"]
     return Options(**values)
 
 
@@ -270,6 +280,8 @@ def _result_from_json(d: dict):
     kind = d["type"]
     if kind == "echo":
         return bytes.fromhex(d["value"])
+    if kind == "behind":
+        return Behind(d["epoch"], d["next_epoch"])
     if kind == "ask":
         return AskResult(bool(d["value"]))
     prefixes = tuple(d["prefixes"]) if "prefixes" in d else None
@@ -313,7 +325,8 @@ def from_json(d: dict) -> Message:
     if kind == "response":
         result = _result_from_json(d["result"]) if "result" in d else None
         return Response(d["tid"], _status_from_json(d.get("status", "OK")), result,
-                        bool(d.get("indication", False)), d.get("seq"), d.get("version", 1))
+                        bool(d.get("indication", False)), d.get("seq"), d.get("version", 1),
+                        d.get("epoch"))
     if kind == "ack":
         return Ack(d["tid"], d.get("seq"), d.get("version", 1))
     raise ValueError(f"unknown message type {kind!r}")

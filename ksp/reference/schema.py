@@ -44,7 +44,7 @@ from ..codes import (
 from ..layout import LITERAL_FORMS, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
 from ..literals import is_datetime19, is_lang_tag
 from ..model import (
-    Ack, AskResult, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
 from ..terms import (
@@ -59,9 +59,9 @@ __all__ = [
     "UriField", "PrefixEntry", "KString", "DateTime19", "Boolean", "LiteralField", "BNodeLabel",
     "TripleField", "DataTripleField", "ResultTriple", "Graph", "DataGraph", "REQUEST_DATA",
     "Token", "Expression", "SolutionModifierBody", "CredentialsBody", "Option", "OptionList",
-    "SelectData", "AskData", "ConstructData", "ResultTerm",
-    "UdpRequestHeader", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader", "AckHeader",
-    "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
+    "SelectData", "AskData", "ConstructData", "BehindData", "ResultTerm",
+    "UdpRequestHeader", "ResEpoch", "UdpResHeader", "UdpIndHeader", "UdpResponseHeader",
+    "AckHeader", "TcpRequestHeader", "TcpResponseHeader", "AckData", "AckMessage",
     "RequestUdp", "RequestTcp", "ResponseUdp", "ResponseTcp",
     "grammar", "parse_request", "parse_response", "build_request", "build_response", "to_model",
 ]
@@ -270,8 +270,9 @@ def Counted(subcon, minimum: int = 0):
 # ACK is the byte 0x00.
 RequestType = BitFields(("tx", 7), ("con", 1))
 
-# Type/status byte of a SIB→KP message: 7-bit status code, response type (1 = IND).
-ResponseType = BitFields(("status", 7), ("ind", 1))
+# Type/status byte of a SIB→KP message: 6-bit status code, the RES epoch flag (a u32 epoch
+# follows a UDP RES header, §15.6), response type (1 = IND).
+ResponseType = BitFields(("status", 6), ("epoch", 1), ("ind", 1))
 
 # Triple type byte: ST, PT, OT member types (table 3.3).
 TripleType = BitFields(("st", 3), ("pt", 2), ("ot", 3))
@@ -519,6 +520,8 @@ OPTION_FORM_BODIES = {
     Body.ECHO: EchoBody,
 }
 OPTION_BODIES = {opt: OPTION_FORM_BODIES[body] for opt, (_, body) in OPTION_FIELDS.items()}
+# EPOCH (§15): a u32 of at least 1; epoch 0 is written as no option.
+OPTION_BODIES[Opt.EPOCH] = ExprValidator(Int32ul, lambda obj, ctx: obj >= 1)
 
 
 def _option_applies(this) -> bool:
@@ -571,17 +574,23 @@ ConstructData = Struct(
     "triples" / Array(this.rc, ResultTriple),
 )
 
+# NUMBER BEHIND Data field (§15): the request's epoch, the first epoch the SIB takes as new.
+BehindData = Struct("epoch" / Int32ul, "next_epoch" / Int32ul)
+
 RESULT_DATA = {Tx.SELECT: SelectData, Tx.ASK: AskData, Tx.CONSTRUCT: ConstructData,
-               "echo": EchoBody}
+               "echo": EchoBody, "behind": BehindData}
 
 
 def _result_form(this):
     """Which layout a RES/IND's Data field has: the echo value of an ECHO REQUIRED RES (§7.7),
-    a result when OK and answering a query (§6), else none."""
+    the epochs of a NUMBER BEHIND RES (§15), a result when OK and answering a query (§6), else
+    none."""
     answers = this._params.get("answers")
     kind = this["header"]["type"]
     if kind["status"] == Status.ECHO_REQUIRED and not kind["ind"]:
         return "echo"
+    if kind["status"] == Status.NUMBER_BEHIND and not kind["ind"]:
+        return "behind"
     if kind["status"] != Status.OK or answers is None:
         return None
     tx = Tx(answers)
@@ -615,29 +624,41 @@ UdpRequestHeader = Struct(
     _NOT_0x80,
 )
 
-# UDP header of a RES (4 bytes).
+# The epoch a UDP RES names (§15.6): a u32 of at least 1 (epoch 0 is written as no field),
+# never on NUMBER BEHIND, whose Data field names it.
+ResEpoch = ExprValidator(Int32ul, lambda obj, ctx: obj >= 1)
+_EPOCH_NOT_ON_BEHIND = Check(lambda this: not (this["type"]["epoch"]
+                                               and this["type"]["status"] == Status.NUMBER_BEHIND))
+
+# UDP header of a RES (4 bytes, 8 with the epoch).
 UdpResHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
     Check(lambda this: not this["type"]["ind"]),
+    _EPOCH_NOT_ON_BEHIND,
     "tid" / Int16ul,
+    "epoch" / If(this.type.epoch, ResEpoch),
 )
 
-# UDP header of an IND (6 bytes): with the sequence number.
+# UDP header of an IND (6 bytes): with the sequence number; an IND names no epoch.
 UdpIndHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
-    Check(lambda this: this["type"]["ind"]),
+    Check(lambda this: this["type"]["ind"] and not this["type"]["epoch"]),
     "tid" / Int16ul,
     "seq" / Int16ul,
 )
 
-# UDP header of what a KP receives: the IND header when the response type says IND.
+# UDP header of what a KP receives: the IND header when the response type says IND, the RES
+# header with its epoch when the epoch flag says so.
 UdpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
+    Check(lambda this: not (this["type"]["ind"] and this["type"]["epoch"])),
+    _EPOCH_NOT_ON_BEHIND,
     "tid" / Int16ul,
     "seq" / If(this.type.ind, Int16ul),
+    "epoch" / If(this.type.epoch, ResEpoch),
 )
 
 # ACK (§2.4): the 4-byte UDP header with type byte 0x00, then the sequence number.
@@ -657,10 +678,11 @@ TcpRequestHeader = Struct(
     _NOT_0x80,
 )
 
-# TCP header of a RES or IND (8 bytes, no sequence number: R11).
+# TCP header of a RES or IND (8 bytes, no sequence number: R11, nor epoch: §15.6).
 TcpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
+    Check(lambda this: not this["type"]["epoch"]),
     "tid" / Int16ul,
     "length" / Rebuild(Int32ul, _tcp_length),
 )
@@ -933,7 +955,7 @@ def _request(c) -> Request:
                                            body.offset, bool(f.distinct))
         elif opt is Opt.BIND:
             values[key] = tuple(Bind(b.var, res.expression(b.expr)) for b in body)
-        elif opt is Opt.MAX_RESPONSE_SIZE:
+        elif opt in (Opt.MAX_RESPONSE_SIZE, Opt.EPOCH):
             values[key] = body
         elif opt is Opt.CREDENTIALS:
             values[key] = Credentials(body.kp_id, body.password)
@@ -951,6 +973,8 @@ def _response(c) -> Response:
     if data is not None:
         if "length" in data:
             result = bytes(data.value)
+        elif "next_epoch" in data:
+            result = Behind(data.epoch, data.next_epoch)
         elif "answer" in data:
             result = AskResult(bool(data.answer))
         else:
@@ -965,4 +989,4 @@ def _response(c) -> Response:
                     for row in data.rows)
                 result = SelectResult(data.vc, rows, data.trc, prefixes)
     return Response(header.tid, _status(header.type.status), result, bool(header.type.ind),
-                    header.get("seq"), header.version)
+                    header.get("seq"), header.version, header.get("epoch"))

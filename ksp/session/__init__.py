@@ -56,7 +56,7 @@ from .dedup import DuplicateCache
 from .events import (
     AckReceived, Authenticate, CredentialsPending, Event, IndicationReceived, KPIdentity,
     KPUnreachable, PersistentEnded, ProtocolError, RequestReceived, RequestRefused,
-    RequestRetried, RequestTimedOut, ResponseReceived,
+    PersistentLost, RequestRetried, RequestTimedOut, ResponseReceived,
 )
 from .kp import KPSession, TcpKPSession, UdpKPSession
 from .layer import SibMessageLayer
@@ -71,7 +71,7 @@ __all__ = [
     "DEFAULT_MAX_TCP_MESSAGE", "Event", "ResponseReceived", "IndicationReceived",
     "RequestTimedOut", "PersistentEnded", "ProtocolError", "RequestReceived", "AckReceived",
     "KPUnreachable", "SessionStats", "DuplicateCache", "Authenticate", "CredentialsPending",
-    "RequestRefused", "RequestRetried", "UdpKPSession", "TcpKPSession", "UdpSIBSession",
+    "RequestRefused", "RequestRetried", "PersistentLost", "UdpKPSession", "TcpKPSession", "UdpSIBSession",
     "TcpSIBSession",
     "TidsBusy", "SibMessageLayer", "UdpMessageLayer", "TcpMessageLayer", "SessionOptions",
 ]

@@ -1,5 +1,6 @@
 """The SIB's duplicate cache: requests seen within EXCHANGE_LIFETIME, each copy answered from
-its entry (UDP's message layer, and the CoAP server's)."""
+its entry, and per KP what it no longer keeps, by request number (UDP's message layer, and the
+CoAP server's; wire format 15)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -12,21 +13,37 @@ from ..transactions import Exchange
 if TYPE_CHECKING:
     from .sib import SessionStats
 
-__all__ = ["DuplicateCache", "Seen"]
+__all__ = ["DuplicateCache", "Seen", "Record"]
 
 _TERMINATE = Tx.TERMINATE
 
 
 class Seen:
-    """A request in the cache: its exchange, when the entry expires and the RES it got (bytes,
-    or None until it is answered)."""
+    """A request in the cache: its exchange, its number (-1: none, a TERMINATE), when the
+    entry expires and the RES it got (bytes, or None until it is answered)."""
 
-    __slots__ = ("exchange", "expires", "response")
+    __slots__ = ("exchange", "number", "expires", "response")
 
-    def __init__(self, exchange: Exchange, expires: float) -> None:
+    def __init__(self, exchange: Exchange, number: int, expires: float) -> None:
         self.exchange = exchange
+        self.number = number
         self.expires = expires
         self.response: bytes | None = None
+
+
+class Record:
+    """What a KP identity's requests left behind (wire format 15): the highest number taken as
+    new, and the floor, the highest number of a request no longer kept (-1: none)."""
+
+    __slots__ = ("highest", "floor")
+
+    def __init__(self) -> None:
+        self.highest = -1
+        self.floor = -1
+
+    def next_epoch(self) -> int:
+        """The first epoch whose every number is new to the SIB."""
+        return (max(self.highest, self.floor) >> 16) + 1
 
 
 class DuplicateCache:
@@ -39,9 +56,15 @@ class DuplicateCache:
     TID): a request with other bytes under a TID is a new request and takes the place of the
     one before, as the KP has moved on from it (R12). Oldest first, which is soonest to expire;
     over `max_entries` or `max_bytes` the oldest go. UDP's message layer keeps one, and so does
-    CoAP's server, under which aiocoap is the message layer."""
+    CoAP's server, under which aiocoap is the message layer.
 
-    __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries")
+    Which of two requests is the newer, and whether one nothing is kept for was had before,
+    their numbers say (wire format 15): `records` keeps per KP identity (at most
+    `max_entries`, least recently heard first out) the highest number taken as new and the
+    floor, the highest of a request whose entry went — expired, evicted or replaced — or that
+    was answered without being executed (`spent`)."""
+
+    __slots__ = ("lifetime", "max_entries", "max_bytes", "bytes", "_entries", "records")
 
     def __init__(self, lifetime: float, max_entries: int, max_bytes: int) -> None:
         self.lifetime = lifetime
@@ -49,6 +72,7 @@ class DuplicateCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[Hashable, Seen] = OrderedDict()
+        self.records: OrderedDict[Hashable, Record] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -62,17 +86,58 @@ class DuplicateCache:
         entry = self._entries.get(self._slot(key))
         return entry if entry is not None and entry.exchange.key == key else None
 
-    def add(self, key: tuple, exchange: Exchange, now: float) -> None:
-        """Remember `exchange` until `now` + lifetime, in the place of any request before it
-        under the same TID."""
+    def behind(self, key: tuple, number: int) -> int | None:
+        """For request `key` numbered `number` (-1: none), not a copy: None when it is new,
+        else the first epoch the KP's numbers are new from (NUMBER BEHIND): it is at or below
+        the floor, or the request kept under its TID has a higher number, or the same one with
+        other bytes."""
+        if number < 0:
+            return None
+        record = self.records.get(key[0])
+        entry = self._entries.get(self._slot(key))
+        if entry is not None and entry.number >= number:
+            pass
+        elif record is None or number > record.floor:
+            return None
+        if record is None:  # an entry kept with no record: the record went first
+            record = self._record(key[0])
+        record.highest = max(record.highest, entry.number if entry is not None else -1)
+        return record.next_epoch()
+
+    def add(self, key: tuple, exchange: Exchange, now: float, number: int = -1) -> None:
+        """Remember `exchange` (request `number`) until `now` + lifetime, in the place of any
+        request before it under the same TID."""
         entries = self._entries
         slot = self._slot(key)
         before = entries.pop(slot, None)
         if before is not None:
             self._drop(before)
-        entries[slot] = Seen(exchange, now + self.lifetime)
+        entries[slot] = Seen(exchange, number, now + self.lifetime)
+        if number >= 0:
+            record = self._record(key[0])
+            if number > record.highest:
+                record.highest = number
         if len(entries) > self.max_entries or self.bytes > self.max_bytes:
             self._evict()
+
+    def spent(self, kp: Hashable, number: int) -> None:
+        """Request `number` of `kp` was answered without being executed and is not kept (ECHO
+        REQUIRED): a copy of it must never execute."""
+        if number >= 0:
+            record = self._record(kp)
+            if number > record.floor:
+                record.floor = number
+
+    def _record(self, kp: Hashable) -> Record:
+        records = self.records
+        record = records.get(kp)
+        if record is None:
+            record = records[kp] = Record()
+            if len(records) > self.max_entries:
+                records.popitem(last=False)
+        else:
+            records.move_to_end(kp)
+        return record
 
     def answered(self, exchange: Exchange, response: bytes) -> None:
         """`exchange`'s answer is `response` (if its entry is still there)."""
@@ -112,3 +177,9 @@ class DuplicateCache:
     def _drop(self, entry: Seen) -> None:
         if entry.response is not None:
             self.bytes -= len(entry.response)
+        if entry.number >= 0:  # not kept any more: its copies are behind the floor
+            record = self.records.get(entry.exchange.key[0])
+            if record is None:
+                record = self._record(entry.exchange.key[0])
+            if entry.number > record.floor:
+                record.floor = entry.number

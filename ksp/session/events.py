@@ -14,7 +14,7 @@ from ..model import Request, Response
 __all__ = [
     "Event", "ResponseReceived", "IndicationReceived", "PersistentEnded", "RequestTimedOut",
     "ProtocolError", "KPIdentity", "RequestReceived", "AckReceived", "KPUnreachable",
-    "CredentialsPending", "RequestRefused", "Authenticate",
+    "CredentialsPending", "RequestRefused", "Authenticate", "PersistentLost",
 ]
 
 
@@ -45,6 +45,15 @@ class PersistentEnded(Event):
 
     tid: int
     status: Status | int
+
+
+@dataclass(frozen=True, slots=True)
+class PersistentLost(Event):
+    """Persistent transaction `tid` was silent and the SIB answered none of the KP's
+    keepalives (`Timing.keepalive`): the SIB is gone or cannot be reached. The KP no longer
+    counts it active."""
+
+    tid: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,8 +99,20 @@ class SibMessageLayer(ABC):
         it. Never true for a layer that cannot receive copies."""
         return False
 
-    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
-        """Request `key` is new and executes as `ex`: remember it for its copies."""
+    def behind(self, key: tuple, number: int) -> int | None:
+        """For request `key` numbered `number` (wire format 15; -1: none), not a copy: None
+        when it is new, else the first epoch the KP's numbers are new from (the session
+        answers NUMBER BEHIND and executes nothing). Never anything but None for a layer that
+        cannot receive copies."""
+        return None
+
+    def remember(self, key: tuple, ex: Exchange, now: float, number: int = -1) -> None:
+        """Request `key` (numbered `number`) is new and executes as `ex`: remember it for its
+        copies."""
+
+    def spent(self, kp: "KPIdentity", number: int) -> None:
+        """Request `number` of `kp` was answered ECHO REQUIRED, unexecuted: none of its copies
+        may execute (wire format 15)."""
 
     def on_ack(self, ack: Ack, addr: Hashable, now: float) -> None:
         """A KSP ACK from `addr` (a layer whose INDs are ACKed settles them here; the session

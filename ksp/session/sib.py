@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..codec import UDP, Transport, decode_kp_message, encode, peek_tid
-from ..codes import Status
+from ..codes import Status, Tx
 from ..delivery import MAX_UDP_PAYLOAD, Delivery, DeliveryState
 from ..errors import DecodeError
-from ..model import Ack, Request, Response
+from ..model import Ack, Behind, Request, Response
 from ..secure import MAGIC, NoWindow, SealedAddr, SealError, SealerTable
 from ..transactions import SessionError, SibTransactions
 from .events import (
@@ -31,6 +31,8 @@ __all__ = ["SIBSession", "SessionStats"]
 
 _OK = Status.OK  # a global: `Status.OK` goes through the enum metaclass on every message
 _ECHO_REQUIRED = Status.ECHO_REQUIRED
+_NUMBER_BEHIND = Status.NUMBER_BEHIND
+_TERMINATE = Tx.TERMINATE
 
 
 @dataclass(slots=True)
@@ -60,6 +62,9 @@ class SessionStats:
     held_for_validation: int = 0
     #: Sealed requests of a KP with no replay window answered ECHO REQUIRED (13.5).
     sealed_echo_required: int = 0
+    #: Requests answered NUMBER BEHIND, unexecuted: late copies, or a KP's numbering behind
+    #: the SIB's record of it (wire format 15).
+    behind: int = 0
 
 
 class SIBSession:
@@ -304,12 +309,17 @@ class SIBSession:
             self.layer.proven(addr.addr)
         self._on_message(bytes(data), addr, now)
 
-    def echo_required(self, tid: int, addr: Hashable, now: float) -> bytes:
-        """RES ECHO REQUIRED to request `tid` from `addr`, its echo value binding that
-        address (or, for a sealed one, the KP ID)."""
+    def echo_required(self, tid: int, addr: Hashable, now: float,
+                      epoch: int | None = None) -> bytes:
+        """RES ECHO REQUIRED to request `tid` (of `epoch`, wire format 15.6) from `addr`, its
+        echo value binding that address (or, for a sealed one, the KP ID)."""
         binding = kp_binding(addr.kp_id) if type(addr) is SealedAddr else address_binding(addr)
-        return encode(Response(tid, _ECHO_REQUIRED, self.echoes.make(binding, now)),
-                      self.transport)
+        return encode(Response(tid, _ECHO_REQUIRED, self.echoes.make(binding, now),
+                               epoch=self._epoch(epoch)), self.transport)
+
+    def _epoch(self, epoch: int | None) -> int | None:
+        """The epoch a RES names: its request's, over UDP (wire format 15.6)."""
+        return epoch if self.transport is UDP else None
 
     def reject(self, event: ProtocolError) -> None:
         """Report input that is no KSP message (`event`: undecodable, or a frame over the size
@@ -363,7 +373,7 @@ class SIBSession:
             return
         self.stats.sealed_echo_required += 1
         self.layer.receiving(unproved.inner, to)  # (CoAP: its POST waits for the answer)
-        self.layer.send(self.echo_required(msg.tid, to, now), to)
+        self.layer.send(self.echo_required(msg.tid, to, now, msg.options.epoch), to)
 
     def _endpoint(self, kp: KPIdentity) -> Hashable | None:
         if kp.kp_id is None:
@@ -409,16 +419,21 @@ class SIBSession:
             if self.echoes.verify(options.echo, address_binding(addr), now):
                 self.layer.proven(addr)
         echoed = self._echoed
+        tid, tx = request.tid, request.tx
+        # Its number (wire format 15): TERMINATE has none, it names its target.
+        number = -1 if tx is _TERMINATE else ((options.epoch or 0) << 16) | tid
         if echoed.entries and echoed.answered(addr, request.tid, data, now):
             # A copy of a request answered 0x0f: that TID is finished (7.7), even once the
             # retry validated the address; it gets 0x0f again and executes nothing.
             self.stats.held_for_validation += 1
-            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            self.layer.send(self.echo_required(request.tid, addr, now, options.epoch), addr)
             return
         if not self.layer.admits(request, addr):  # wire format 14
             self.stats.held_for_validation += 1
             echoed.add(addr, request.tid, data, now)
-            self.layer.send(self.echo_required(request.tid, addr, now), addr)
+            if creds is None and not sealed:  # its number is spent, whatever `echoed` forgets
+                self.layer.spent(KPIdentity.of(request, addr), number)
+            self.layer.send(self.echo_required(request.tid, addr, now, options.epoch), addr)
             return
         if sealed and creds is not None:  # the envelope names the KP (wire format 13.6)
             self._refuse(request, addr, Status.ACCESS_DENIED)
@@ -434,15 +449,20 @@ class SIBSession:
                 self._refuse(request, addr, Status(verdict))
                 return
         kp = KPIdentity(addr.kp_id, None) if sealed else KPIdentity.of(request, addr)
-        tid, tx = request.tid, request.tx
         self.layer.heard_from(addr, now, request, kp)
-        # A copy is byte for byte the same request: another request under a TID (a KP past
-        # 65 536 requests per EXCHANGE_LIFETIME) is a new exchange, executed (R12).
+        # A copy is byte for byte the same request; whether another request is new or one the
+        # SIB has had, its number says (wire format 15, R12).
         key = (kp, tid, tx, hash(data))
         if self.layer.duplicate(key, addr):
             return
+        next_epoch = self.layer.behind(key, number)
+        if next_epoch is not None:
+            self.stats.behind += 1
+            self.layer.send(encode(Response(tid, _NUMBER_BEHIND, Behind(
+                number >> 16, next_epoch)), self.transport), addr)
+            return
         ex = self.transactions.begin(kp, request, addr, next(self._serial), key)
-        self.layer.remember(key, ex, now)
+        self.layer.remember(key, ex, now, number)
         self._events.append(RequestReceived(kp, addr, request))
 
     def _hold(self, request: Request, addr: Hashable, data: bytes) -> None:
@@ -462,7 +482,8 @@ class SIBSession:
         creds = request.options.credentials
         self._events.append(RequestRefused(bytes(creds.kp_id) if creds else b"", addr,
                                            request.tid, status))
-        self.layer.send(encode(Response(request.tid, status), self.transport), addr)
+        self.layer.send(encode(Response(request.tid, status, epoch=self._epoch(
+            request.options.epoch)), self.transport), addr)
 
     # -- the transport's input and output (`UdpSIBSession`, `TcpSIBSession`) -----------------
 

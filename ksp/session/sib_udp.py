@@ -7,10 +7,10 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..codec import UDP, peek_tid
-from ..codes import Tx
+from ..codec import UDP, encode, peek_tid
+from ..codes import Status, Tx
 from ..delivery import Delivery, DeliveryPolicy
-from ..model import Ack, Request
+from ..model import Ack, Request, Response
 from ..secure import SealedAddr
 from ..seqnum import is_newer
 from ..transactions import PERSISTENT, Exchange
@@ -22,6 +22,9 @@ from .timing import _Timers
 from .validation import AddressBudgets
 
 __all__ = ["UdpMessageLayer", "UdpSIBSession"]
+
+_OK = Status.OK
+_UNKNOWN = Status.UNKNOWN_TRANSACTION
 
 OpKey = tuple[KPIdentity, int]
 
@@ -98,6 +101,8 @@ class UdpMessageLayer(SibMessageLayer):
         #: limit, `amplification_factor` 0).
         self.budgets = (AddressBudgets(options.amplification_factor, options.max_addresses)
                         if options.amplification_factor else None)
+        #: Each running operation's endpoint, pinned in `budgets` (at most one per delivery).
+        self.pinned: dict[OpKey, Hashable] = {}
 
     def sizes(self) -> dict[str, int]:
         sizes = {"recent requests": len(self.cache), "ack routes": len(self.ack_routes),
@@ -129,8 +134,11 @@ class UdpMessageLayer(SibMessageLayer):
         ECHO REQUIRED, which fits unless the address sent less than one whole request; anything
         else waits (an IND is retransmitted as usual)."""
         self.session.stats.held_for_validation += 1
-        if len(data) >= 4 and not data[1] & 0x80 and (data[1] & 0x7F) != 0x0F:
-            echo = self.session.echo_required(peek_tid(data), addr, self.session.now)
+        code = data[1] if len(data) >= 4 else 0x80
+        named = code & 0x40 and len(data) >= 8  # the RES names its request's epoch (15.6)
+        if not code & 0x80 and (code & (0x3F if named else 0x7F)) != 0x0F:
+            epoch = int.from_bytes(data[4:8], "little") if named else None
+            echo = self.session.echo_required(peek_tid(data), addr, self.session.now, epoch)
             if self.budgets.spend(addr, len(echo)):
                 self.datagrams.append((echo, addr))
 
@@ -163,14 +171,24 @@ class UdpMessageLayer(SibMessageLayer):
     def answered(self, ex: Exchange, data: bytes | None) -> None:
         if data is not None:
             self.cache.answered(ex, data)
+            if ex.tx in PERSISTENT and data[1] == 0:  # started: its keepalives find it
+                self._route(ex.addr, ex.key[1], ex.key[0])
+                self._pin((ex.key[0], ex.key[1]), ex.addr)
 
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
         return self.cache.answer_copy(key, addr, self.send, self.session.stats)
 
-    def remember(self, key: tuple, ex: Exchange, now: float) -> None:
-        self.cache.add(key, ex, now)
+    def behind(self, key: tuple, number: int) -> int | None:
+        return self.cache.behind(key, number)
+
+    def remember(self, key: tuple, ex: Exchange, now: float, number: int = -1) -> None:
+        self.cache.add(key, ex, now, number)
+
+    def spent(self, kp: KPIdentity, number: int) -> None:
+        self.cache.spent(kp, number)
 
     def forget(self, key: OpKey, d: Delivery, evicted: bool) -> None:
+        self._pin(key, None)
         self._keep_ind(key, None)
         self.timers.cancel(key)
         t = self._tombstones.get(key)
@@ -178,6 +196,7 @@ class UdpMessageLayer(SibMessageLayer):
             self._unbury(key)
 
     def ended(self, key: OpKey) -> None:
+        self._pin(key, None)
         self.timers.cancel(key)
 
     def awaiting_ack(self, key: OpKey) -> bool:
@@ -196,10 +215,15 @@ class UdpMessageLayer(SibMessageLayer):
         session.emit(AckReceived(kp, addr, ack.tid, ack.seq))
         if kp is None:
             session.stats.acks_unmatched += 1
+            if ack.seq is None:  # a keepalive of no operation of the KP's there
+                self.send(encode(Response(ack.tid, _UNKNOWN), UDP), addr)
             return
         key = (kp, ack.tid)
         unacked = self.unacked.get(key)
         if unacked is None:
+            if ack.seq is None:  # a keepalive: nothing owed; say whether the operation runs
+                active = key in session.transactions.deliveries
+                self.send(encode(Response(ack.tid, _OK if active else _UNKNOWN), UDP), addr)
             return
         d = session.transactions.deliveries.get(key)
         if d is None:
@@ -302,9 +326,32 @@ class UdpMessageLayer(SibMessageLayer):
             self.datagrams.append((data, addr))
         else:
             self.session.stats.held_for_validation += 1
+        self._route(addr, key[1], key[0])
+        self._pin(key, addr)
+
+    def _pin(self, key: OpKey, addr: Hashable | None) -> None:
+        """Operation `key`'s INDs go to `addr` (None: no more): its validation is kept while
+        they do (wire format 14.5), whatever other addresses validate meanwhile."""
+        budgets = self.budgets
+        if budgets is None:
+            return
+        pinned = self.pinned
+        old = pinned.get(key)
+        if old == addr:
+            return
+        if old is not None:
+            budgets.unpin(old)
+        if addr is None or type(addr) is SealedAddr:
+            pinned.pop(key, None)
+            return
+        pinned[key] = addr
+        budgets.pin(addr)
+
+    def _route(self, addr: Hashable, tid: int, kp: KPIdentity) -> None:
+        """ACKs (and keepalives) of `tid` from `addr` are `kp`'s."""
         routes = self.ack_routes
-        route = (addr, key[1])
-        routes[route] = key[0]
+        route = (addr, tid)
+        routes[route] = kp
         routes.move_to_end(route)
         while len(routes) > self._options.max_entries:
             routes.popitem(last=False)

@@ -29,6 +29,11 @@ class Timing:
     max_retransmit: int = 4
     max_latency: float = 100.0
     exchange_lifetime: float | None = None
+    #: Seconds a persistent transaction may be silent (no IND) before the KP asks the SIB
+    #: whether it still runs (a keepalive, UDP; 0: never). With `keepalive_retransmit`, how
+    #: soon a KP that only listens learns that the SIB ended it or is gone: `liveness_bound`.
+    keepalive: float = 25.0
+    keepalive_retransmit: int = 2
 
     def __post_init__(self) -> None:
         if not self.ack_timeout > 0:
@@ -37,6 +42,9 @@ class Timing:
             raise ValueError(f"ack_random_factor {self.ack_random_factor} must be >= 1")
         if self.max_retransmit < 0:
             raise ValueError(f"max_retransmit {self.max_retransmit} must be >= 0")
+        if self.keepalive < 0 or self.keepalive_retransmit < 0:
+            raise ValueError(f"keepalive {self.keepalive} and keepalive_retransmit "
+                             f"{self.keepalive_retransmit} must be >= 0")
         if self.exchange_lifetime is None:
             object.__setattr__(self, "exchange_lifetime", self.max_transmit_span
                                + 2 * self.max_latency + self.ack_timeout)
@@ -50,6 +58,15 @@ class Timing:
     def max_transmit_wait(self) -> float:
         """Longest time from the first transmission until the sender gives up."""
         return self.ack_timeout * (2 ** (self.max_retransmit + 1) - 1) * self.ack_random_factor
+
+    @property
+    def liveness_bound(self) -> float | None:
+        """The longest a silent persistent transaction goes before the KP knows whether it
+        runs: the keepalive's wait, then its retransmissions (None: no keepalive)."""
+        if not self.keepalive:
+            return None
+        return self.keepalive + self.ack_timeout * self.ack_random_factor * (
+            2 ** (self.keepalive_retransmit + 1) - 1)
 
     def initial_timeout(self, rng: random.Random) -> float:
         return self.ack_timeout * rng.uniform(1.0, self.ack_random_factor)

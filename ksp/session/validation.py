@@ -65,18 +65,27 @@ class EchoValues:
 class AddressBudgets:
     """Per source address, until it is validated: bytes received and bytes sent, and sends
     allowed while sent ≤ `factor` × received (14). Validated addresses are sent anything.
-    At most `max_addresses` validated and as many unvalidated ones; the least recently heard is
-    forgotten first (a forgotten budget allows nothing more, a forgotten validation is asked
-    again)."""
 
-    def __init__(self, factor: int = 3, max_addresses: int = 4096) -> None:
+    At most `max_addresses` validated and as many unvalidated ones, the least recently heard
+    forgotten first (a forgotten budget allows nothing more, a forgotten validation is asked
+    again) — and of them at most `host_share` per host, so that one host validating or probing
+    from many ports forgets its own ports, not other hosts' addresses. An address `pin`ned (the
+    endpoint of a running operation, whose INDs must reach it) is never forgotten while it is:
+    pins are counted per address and bounded by the operations that hold them."""
+
+    def __init__(self, factor: int = 3, max_addresses: int = 4096,
+                 host_share: int | None = None) -> None:
         if factor < 1 or max_addresses < 1:
             raise ValueError("factor and max_addresses must be >= 1")
         self.factor = factor
         self.max_addresses = max_addresses
+        self.host_share = host_share or min(max_addresses, max(16, max_addresses // 4))
         self._validated: OrderedDict[Hashable, None] = OrderedDict()
         # address -> [bytes received, bytes sent]
         self._budgets: OrderedDict[Hashable, list[int]] = OrderedDict()
+        # host -> its addresses in each table, least recently heard first
+        self._hosts: dict[tuple[int, Hashable], OrderedDict[Hashable, None]] = {}
+        self._pins: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
         return len(self._validated) + len(self._budgets)
@@ -93,23 +102,27 @@ class AddressBudgets:
         """A datagram of `size` bytes came from `addr`."""
         if addr in self._validated:
             self._validated.move_to_end(addr)
+            self._heard(1, addr)
             return
         budget = self._budgets.get(addr)
         if budget is None:
             budget = self._budgets[addr] = [0, 0]
-            if len(self._budgets) > self.max_addresses:
-                self._budgets.popitem(last=False)
+            self._admit(0, self._budgets, addr)
         else:
             self._budgets.move_to_end(addr)
+            self._heard(0, addr)
         budget[0] += size
 
     def validate(self, addr: Hashable) -> None:
         """`addr` proved it receives (a verified echo value or sealed message)."""
-        self._budgets.pop(addr, None)
+        if self._budgets.pop(addr, None) is not None:
+            self._leave(0, addr)
+        if addr in self._validated:
+            self._validated.move_to_end(addr)
+            self._heard(1, addr)
+            return
         self._validated[addr] = None
-        self._validated.move_to_end(addr)
-        if len(self._validated) > self.max_addresses:
-            self._validated.popitem(last=False)
+        self._admit(1, self._validated, addr)
 
     def is_validated(self, addr: Hashable) -> bool:
         return addr in self._validated
@@ -123,6 +136,58 @@ class AddressBudgets:
             return False
         budget[1] += size
         return True
+
+    def pin(self, addr: Hashable) -> None:
+        """An operation's INDs go to `addr`: keep its validation while they do."""
+        self._pins[addr] = self._pins.get(addr, 0) + 1
+
+    def unpin(self, addr: Hashable) -> None:
+        count = self._pins.get(addr, 0) - 1
+        if count > 0:
+            self._pins[addr] = count
+        else:
+            self._pins.pop(addr, None)
+
+    # -- the bounds ------------------------------------------------------------------------
+
+    @staticmethod
+    def _host(addr: Hashable) -> Hashable:
+        return addr[0] if isinstance(addr, tuple) and addr else addr
+
+    def _heard(self, table: int, addr: Hashable) -> None:
+        ports = self._hosts.get((table, self._host(addr)))
+        if ports is not None and addr in ports:
+            ports.move_to_end(addr)
+
+    def _leave(self, table: int, addr: Hashable) -> None:
+        key = (table, self._host(addr))
+        ports = self._hosts.get(key)
+        if ports is not None:
+            ports.pop(addr, None)
+            if not ports:
+                del self._hosts[key]
+
+    def _admit(self, table: int, entries: OrderedDict, addr: Hashable) -> None:
+        """`addr` is new in `entries`: over its host's share, that host's least recently heard
+        unpinned address goes; over the table's bound, the table's."""
+        key = (table, self._host(addr))
+        ports = self._hosts.setdefault(key, OrderedDict())
+        ports[addr] = None
+        if len(ports) > self.host_share:
+            self._forget_one(table, entries, ports)
+        if len(entries) > self.max_addresses:
+            self._forget_one(table, entries, entries)
+
+    def _forget_one(self, table: int, entries: OrderedDict, order: OrderedDict) -> None:
+        """Forget the first unpinned address of `order` (oldest first) from `entries`."""
+        pins = self._pins
+        for old in order:
+            if old not in pins:
+                break
+        else:
+            return  # every one runs an operation: kept (bounded by the operations)
+        entries.pop(old, None)
+        self._leave(table, old)
 
 
 class EchoedRequests:

@@ -70,6 +70,18 @@ def vector_inputs(target: Path) -> None:
         (target / path.name).write_text(json.dumps(v, ensure_ascii=False), encoding="utf-8")
 
 
+def run_runner(inputs: Path, out: Path, micropython: bool) -> dict[str, tuple[dict, str | None]]:
+    """The vectors' runner (runner.py) over the vector files in `inputs`, in MicroPython or
+    CPython, writing `out`: its results, as `read_results` gives them."""
+    if micropython:
+        proc = run_mpy(HERE / "runner.py", "/fw", "/in", "/results.txt", copies={"/in": inputs},
+                       fetch={"/results.txt": out})
+    else:
+        proc = run_cpython(HERE / "runner.py", str(FIRMWARE), str(inputs), str(out))
+    assert proc.returncode == 0, proc.stderr
+    return read_results(out)
+
+
 def read_results(path: Path) -> dict[str, tuple[dict, str | None]]:
     """name -> (record, hex or None) from a runner output file."""
     out = {}

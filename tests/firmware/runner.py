@@ -35,7 +35,7 @@ STATUS = ("OK", "VERSION_NOT_SUPPORTED", "INVALID_TRANSACTION_TYPE", "INVALID_ME
           "INVALID_DATA_FORMAT", "INVALID_OPTION_TYPE", "INVALID_OPTION_FORMAT",
           "INTERNAL_ERROR", "ACCESS_DENIED", "TERMINATED", "LIMIT_EXCEEDED",
           "UNKNOWN_TRANSACTION", "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS",
-          "ECHO_REQUIRED")
+          "ECHO_REQUIRED", "NUMBER_BEHIND")
 OPS = {"EQ": 7, "NE": 8, "LT": 9, "GT": 10, "LE": 11, "GE": 12, "ADD": 13, "SUB": 14,
        "MUL": 15, "DIV": 16, "OR": 17, "AND": 18, "REGEX": 19, "NOT": 20, "NEG": 21,
        "REGEX_FLAGS": 22, "BOUND": 23}
@@ -99,6 +99,8 @@ def encode_request(m, tcp):
         kw["credentials"] = (bytes.fromhex(c["kp_id"]), c["password"])
     if "echo" in o:
         kw["echo"] = bytes.fromhex(o["echo"])
+    if "epoch" in o:
+        kw["epoch"] = o["epoch"]
     return codec.request(tx, m["tid"], m["confirmable"], [graph(m[k]) for k in LAYOUT[base]],
                          m.get("projection"), [graph(g) for g in m.get("optional", ())],
                          o["prefixes"], tcp, **kw)
@@ -123,11 +125,15 @@ def response_json(r):
          "indication": bool(r.ind), "version": 1}
     if r.seq is not None:
         d["seq"] = r.seq
+    if r.epoch is not None:
+        d["epoch"] = r.epoch
     res = r.result
     if isinstance(res, bool):
         d["result"] = {"type": "ask", "value": res}
     elif isinstance(res, bytes):  # the value an ECHO REQUIRED RES asks to be echoed
         d["result"] = {"type": "echo", "value": res.hex()}
+    elif isinstance(res, tuple):  # the epochs of a NUMBER BEHIND RES
+        d["result"] = {"type": "behind", "epoch": res[0], "next_epoch": res[1]}
     elif res is not None:
         d["result"] = {"type": "select", "variables": res.variables, "total": res.total,
                        "prefixes": res.prefixes,

@@ -65,7 +65,7 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x04_tcp_length_mismatch", "invalid_0x04_truncated_graph",
     "invalid_0x04_truncated_tc", "invalid_0x04_uri_length_not_minimal",
     "invalid_0x04_variable_in_insert_data", "invalid_0x05_insert_graph_on_delete_data",
-    "invalid_0x05_modifier_on_ask", "invalid_0x05_option_type_0x0b",
+    "invalid_0x05_modifier_on_ask", "invalid_0x05_option_type_0x0c",
     "invalid_0x05_optional_pattern_on_select", "invalid_0x05_prefix_on_terminate",
     "invalid_0x06_bound_not_after_variable", "invalid_0x06_count_0",
     "invalid_0x06_expression_tc_0", "invalid_0x06_filter_bad_boolean",
@@ -79,4 +79,6 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x06_filter_invalid_utf8", "invalid_0x06_filter_langstring_datatype",
     "invalid_0x06_optional_pattern_empty_first_triple",
     "invalid_0x06_unknown_token_0x19", "invalid_0x06_echo_length_0",
-    "invalid_0x06_echo_length_33", "invalid_0x06_echo_truncated")})
+    "invalid_0x06_echo_length_33", "invalid_0x06_echo_truncated",
+    "invalid_0x05_epoch_on_terminate", "invalid_0x06_epoch_0", "invalid_0x06_epoch_repeated",
+    "invalid_0x06_epoch_truncated")})

@@ -7,9 +7,9 @@ and the SIB each have a core) and one KP (`transports.connect`) keeping `--windo
 DATA requests in flight, each a new triple ``<urn:rate:i> <urn:rate:p> i``. At the end a SPARQL
 ``COUNT`` through the SIB's SEPA gate (plain HTTP) must equal the OKs received.
 
-Past 65 536 requests per EXCHANGE_LIFETIME (247 s; ~265 requests/s) the KP's TIDs come back
-while the SIB's duplicate cache still holds the requests sent under them, which it tells apart
-by their bytes (docs/sessions.md, R12). The table gives how many times the TID space went round
+Past 65 536 requests the KP's TIDs come back, in the next epoch of its request numbers, while
+the SIB's duplicate cache may still hold the requests sent under them: it tells them apart by
+their numbers (docs/wire-format.md section 15, docs/sessions.md). The table gives how many times the TID space went round
 (``TID cycles``), the rate over the whole run and in its first and last minute (tenth, in a run
 shorter than ten minutes): their ratio shows whether the cost per request stays flat.
 """

@@ -25,10 +25,10 @@ local TX = {[0x01]="DELETE_DATA", [0x02]="INSERT_DATA", [0x03]="UPDATE_DATA", [0
 local STATUS = {[0]="OK", "VERSION_NOT_SUPPORTED", "INVALID_TRANSACTION_TYPE",
   "INVALID_MESSAGE_TYPE", "INVALID_DATA_FORMAT", "INVALID_OPTION_TYPE", "INVALID_OPTION_FORMAT",
   "INTERNAL_ERROR", "ACCESS_DENIED", "TERMINATED", "LIMIT_EXCEEDED", "UNKNOWN_TRANSACTION",
-  "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS", "ECHO_REQUIRED"}
+  "RESPONSE_TOO_LARGE", "NO_SUCH_GRAPH", "GRAPH_EXISTS", "ECHO_REQUIRED", "NUMBER_BEHIND"}
 local OPT = {[0]="PREFIX", "DELETE_GRAPH", "INSERT_GRAPH", "QUERY_GRAPH", "OPTIONAL_PATTERN",
   "FILTER", "SOLUTION_MODIFIER", "BIND", "MAX_RESPONSE_SIZE", "CREDENTIALS",
-  "ECHO"}
+  "ECHO", "EPOCH"}
 local OP = {[7]="EQ", [8]="NE", [9]="LT", [10]="GT", [11]="LE", [12]="GE", [13]="ADD",
   [14]="SUB", [15]="MUL", [16]="DIV", [17]="OR", [18]="AND", [19]="REGEX", [20]="NOT",
   [21]="NEG", [22]="REGEX_FLAGS", [23]="BOUND"}
@@ -63,6 +63,7 @@ local function applies(opt, tx)
   if opt == 3 or opt == 5 or opt == 7 then return QUERIES[b] or PATTERN_UPDATES[b] or false end
   if opt == 4 then return PATTERN_UPDATES[b] or false end
   if opt == 6 then return b == 7 or b == 9 end
+  if opt == 11 then return tx ~= 16 end  -- EPOCH: TERMINATE has no number (15)
   return opt >= 8 and opt <= 10
 end
 
@@ -103,6 +104,8 @@ local f = {
   kp_id = ProtoField.bytes("ksp.kp_id", "KP ID"),
   password = ProtoField.string("ksp.password", "Password"),
   echo = ProtoField.bytes("ksp.echo", "Echo value"),
+  epoch = ProtoField.uint32("ksp.epoch", "Epoch"),
+  next_epoch = ProtoField.uint32("ksp.next_epoch", "Next epoch"),
   trc = ProtoField.uint16("ksp.trc", "Total result count"),
   rc = ProtoField.uint16("ksp.rc", "Result count"),
   row = ProtoField.string("ksp.row", "Row"),
@@ -496,6 +499,10 @@ local function option_body(r, tree, code, tx)
     tree:add(f.password, r.tvb(start, n), pw)
   elseif code == 10 then
     echo_value(r, tree)
+  elseif code == 11 then
+    local epoch = r:u32("epoch")
+    if epoch == 0 then fail(r.status, "EPOCH 0 (epoch 0 is no option)") end
+    tree:add_le(f.epoch, r.tvb(r.pos - 4, 4), epoch)
   end
 end
 
@@ -543,7 +550,7 @@ local function request(tvb, pos, stop, tree, tx)
     for _ = 1, oc do
       local start = r.pos
       local code = r:u8("option type")
-      if code > 10 then fail(5, string.format("option type 0x%02x", code)) end
+      if code > 11 then fail(5, string.format("option type 0x%02x", code)) end
       if not applies(code, tx) then fail(5, OPT[code] .. " does not apply to " .. TX[tx]) end
       if seen[code] then fail(6, "repeated option " .. OPT[code]) end
       seen[code] = true
@@ -724,6 +731,8 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
       end
     else
       local ind = flag
+      local named = code >= 64  -- bit 6: the RES names its request's epoch (15.6)
+      code = code % 64
       local pos = offset + hsize
       if ind and transport ~= "tcp" then
         r:need(6, "IND header")
@@ -736,11 +745,30 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
       if answers then root:add(f.answers, tvb(offset + 2, 2), answers) end
       info = string.format("%s %s tid=%d", ind and "IND" or "RES", status_name(code), tid)
       if ind and transport ~= "tcp" then info = info .. " seq=" .. tvb(offset + 4, 2):le_uint() end
+      if named then
+        -- a u32 of at least 1 after a UDP RES header; never on an IND, over TCP, on NUMBER BEHIND
+        if ind or transport == "tcp" then
+          fail(4, "type byte bit 6 on " .. (ind and "an IND" or "a RES over TCP"))
+        end
+        if code == 16 then fail(4, "NUMBER BEHIND with bit 6: its Data field names the epoch") end
+        r:need(8, "RES epoch")
+        local epoch = tvb(offset + 4, 4):le_uint()
+        root:add_le(f.epoch, tvb(offset + 4, 4))
+        if epoch == 0 then fail(4, "RES epoch 0 (epoch 0 is written as no field)") end
+        pos = offset + 8
+        info = info .. " epoch=" .. epoch
+      end
       if answers then info = info .. " (" .. TX[answers] .. ")" end
       if code == 15 and not ind then
         local r = reader(tvb, pos, stop, 4)
         echo_value(r, root)
         if r.pos ~= stop then fail(4, "data after the echo value") end
+      elseif code == 16 and not ind then
+        -- NUMBER BEHIND (15): u32 the request's epoch, u32 the first epoch taken as new
+        if stop - pos ~= 8 then fail(4, "NUMBER BEHIND with " .. (stop - pos) .. " bytes of Data, not 8") end
+        root:add_le(f.epoch, tvb(pos, 4))
+        root:add_le(f.next_epoch, tvb(pos + 4, 4))
+        info = info .. string.format(" epoch=%d next=%d", tvb(pos, 4):le_uint(), tvb(pos + 4, 4):le_uint())
       elseif code ~= 0 then
         if pos ~= stop then fail(4, "data after a non-OK status") end
       elseif answers and (base_tx(answers) == 7 or base_tx(answers) == 8 or base_tx(answers) == 9) then
@@ -810,6 +838,7 @@ local function plausible(tvb, tcp)
   if first == 0xA1 and not tcp then return tvb:len() >= 29 end
   if first ~= 0x01 then return false end
   local code = tvb(1, 1):uint() % 128
+  if code >= 64 and not tcp and tvb:len() >= 8 then code = code - 64 end  -- RES epoch (15.6)
   if code > 0x16 then return false end
   if tcp then
     if tvb:len() < 8 then return false end
