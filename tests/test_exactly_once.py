@@ -19,6 +19,7 @@ from ksp.session import (
 )
 
 from test_session import KP_ADDR, Net, SIBSession, events, insert
+from tools.relay import UdpRelay
 
 KP_ID = bytes(range(16))
 
@@ -198,60 +199,6 @@ def test_any_delay_any_reuse_each_request_answered_ok_was_executed_once(steps, s
     assert ok <= Counter(int(r.insert[0].o.lexical) for r in done)  # no OK unexecuted
 
 
-class DelayProxy(asyncio.DatagramProtocol):
-    """A real UDP relay for one KP: its datagrams to the SIB are delayed by `delay` while it
-    is set, and each is kept (`sent`) so that a test can deliver a copy again (`replay`); the
-    SIB's answers pass at once."""
-
-    def __init__(self, server: tuple[str, int]) -> None:
-        self.server = server
-        self.delay = 0.0
-        self.sent: list[bytes] = []
-        self.front: asyncio.DatagramTransport | None = None
-        self.up: asyncio.DatagramTransport | None = None
-        self.client = None
-        self.port = 0
-        self._late: list[asyncio.TimerHandle] = []
-
-    @classmethod
-    async def start(cls, server: tuple[str, int]) -> "DelayProxy":
-        self = cls(server)
-        loop = asyncio.get_running_loop()
-        await loop.create_datagram_endpoint(lambda: self, local_addr=("127.0.0.1", 0))
-        proxy = self
-
-        class Upstream(asyncio.DatagramProtocol):
-            def datagram_received(self, data: bytes, addr) -> None:
-                if proxy.client is not None:
-                    proxy.front.sendto(data, proxy.client)
-
-        self.up, _ = await loop.create_datagram_endpoint(Upstream, remote_addr=server)
-        return self
-
-    def connection_made(self, transport) -> None:
-        self.front = transport
-        self.port = transport.get_extra_info("sockname")[1]
-
-    def datagram_received(self, data: bytes, addr) -> None:
-        self.client = addr
-        self.sent.append(data)
-        if self.delay:
-            self._late.append(asyncio.get_running_loop().call_later(
-                self.delay, self.up.sendto, data))
-        else:
-            self.up.sendto(data)
-
-    def replay(self, data: bytes) -> None:
-        """A copy of `data` reaches the SIB now, from the KP's address (as the network's)."""
-        self.up.sendto(data)
-
-    def close(self) -> None:
-        for handle in self._late:
-            handle.cancel()
-        self.up.close()
-        self.front.close()
-
-
 COUNTER = "http://example.org/counter"
 INCREMENT = (f"DELETE {{ <{COUNTER}> <{COUNTER}#n> ?n }} INSERT {{ <{COUNTER}> <{COUNTER}#n> ?m }} "
              f"WHERE {{ <{COUNTER}> <{COUNTER}#n> ?n BIND(?n + 1 AS ?m) }}")
@@ -284,7 +231,7 @@ def test_identical_increments_delayed_in_the_network_are_each_executed_over_real
 
     async def scenario() -> tuple[int, int]:
         sib, server = await counter_sib(timing)
-        proxy = await DelayProxy.start(("127.0.0.1", server.udp.port))
+        proxy = await UdpRelay.start(("127.0.0.1", server.udp.port))
         oks = 0
         try:
             async with await connect(f"udp://127.0.0.1:{proxy.port}", timing=timing) as kp:
@@ -322,7 +269,7 @@ def test_a_late_copy_after_the_tid_was_reused_is_not_executed_over_real_sockets(
 
     async def scenario() -> int:
         sib, server = await counter_sib(timing)
-        proxy = await DelayProxy.start(("127.0.0.1", server.udp.port))
+        proxy = await UdpRelay.start(("127.0.0.1", server.udp.port))
         try:
             async with await connect(f"udp://127.0.0.1:{proxy.port}", timing=timing) as kp:
                 await kp.update(f"INSERT DATA {{ <{COUNTER}> <{COUNTER}#n> 0 }}")

@@ -17,6 +17,7 @@ from ksp.session import (
 )
 
 from test_session import Net, SIBSession, subscribe
+from tools.relay import UdpRelay
 
 
 def subscribed(keepalive: float = 5.0) -> tuple[Net, int]:
@@ -78,44 +79,6 @@ def test_indications_postpone_the_keepalive():
     assert all(len(d) == 6 for d in net.up[sent:])  # ACKs of INDs only, no bare keepalive
 
 
-class Outage(asyncio.DatagramProtocol):
-    """A real UDP relay for one KP that can be cut (`down`): while it is, nothing passes either
-    way."""
-
-    def __init__(self) -> None:
-        self.down = False
-        self.front = self.up = self.client = None
-        self.port = 0
-
-    @classmethod
-    async def start(cls, server: tuple[str, int]) -> "Outage":
-        self = cls()
-        loop = asyncio.get_running_loop()
-        await loop.create_datagram_endpoint(lambda: self, local_addr=("127.0.0.1", 0))
-        relay = self
-
-        class Upstream(asyncio.DatagramProtocol):
-            def datagram_received(self, data: bytes, addr) -> None:
-                if not relay.down and relay.client is not None:
-                    relay.front.sendto(data, relay.client)
-
-        self.up, _ = await loop.create_datagram_endpoint(Upstream, remote_addr=server)
-        return self
-
-    def connection_made(self, transport) -> None:
-        self.front = transport
-        self.port = transport.get_extra_info("sockname")[1]
-
-    def datagram_received(self, data: bytes, addr) -> None:
-        self.client = addr
-        if not self.down:
-            self.up.sendto(data)
-
-    def close(self) -> None:
-        self.up.close()
-        self.front.close()
-
-
 @pytest.mark.slow
 def test_a_listening_kp_learns_of_the_end_the_sib_decided_during_an_outage():
     """Over real sockets: the link goes down, the SIB's INDs go unacknowledged until it gives
@@ -132,7 +95,7 @@ def test_a_listening_kp_learns_of_the_end_the_sib_decided_during_an_outage():
 
     async def scenario() -> tuple[list, object]:
         server = await Server.start(Sib(), udp=0, timing=timing)
-        relay = await Outage.start(("127.0.0.1", server.udp.port))
+        relay = await UdpRelay.start(("127.0.0.1", server.udp.port))
         states = []
         try:
             async with await connect(f"udp://127.0.0.1:{relay.port}", timing=timing) as kp, \

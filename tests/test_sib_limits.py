@@ -22,12 +22,13 @@ async def validate(sock: socket.socket, port: int) -> None:
     """Validate the raw socket's address as a board does before it subscribes (wire format
     14): a persistent request draws ECHO REQUIRED, whose echo value an ASK carries back."""
     loop = asyncio.get_running_loop()
-    probe = Request(Tx.ASK_PERSISTENT, 0xFFF0, where=(Triple(S, P, Var(0)),))
+    # TIDs 1 and 2: under the numbers a test's requests use after it (wire format 15)
+    probe = Request(Tx.ASK_PERSISTENT, 1, where=(Triple(S, P, Var(0)),))
     await loop.sock_sendto(sock, encode(probe, UDP), ("127.0.0.1", port))
     echo = decode_sib_message(await asyncio.wait_for(loop.sock_recv(sock, 65536), 30), UDP,
                               Tx.ASK_PERSISTENT)
     assert echo.status == Status.ECHO_REQUIRED
-    ask = Request(Tx.ASK, 0xFFF1, where=(Triple(S, P, Var(0)),), options=Options(echo=echo.result))
+    ask = Request(Tx.ASK, 2, where=(Triple(S, P, Var(0)),), options=Options(echo=echo.result))
     await loop.sock_sendto(sock, encode(ask, UDP), ("127.0.0.1", port))
     answer = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
     assert decode_sib_message(answer, UDP, Tx.ASK).status == Status.OK

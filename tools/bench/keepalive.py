@@ -17,52 +17,10 @@ import asyncio
 
 from ksp import Timing
 
+from ..relay import UdpRelay
+
 UDP_IP_HEADERS = 28
 QUERY = "SELECT ?o WHERE { <http://example.org/s> <http://example.org/p> ?o }"
-
-
-class CountingRelay(asyncio.DatagramProtocol):
-    """A UDP relay for one KP that counts datagrams and bytes each way."""
-
-    def __init__(self) -> None:
-        self.counts = {"up": [0, 0], "down": [0, 0]}
-        self.front = self.up = self.client = None
-        self.port = 0
-
-    @classmethod
-    async def start(cls, server: tuple[str, int]) -> "CountingRelay":
-        self = cls()
-        loop = asyncio.get_running_loop()
-        await loop.create_datagram_endpoint(lambda: self, local_addr=("127.0.0.1", 0))
-        relay = self
-
-        class Upstream(asyncio.DatagramProtocol):
-            def datagram_received(self, data: bytes, addr) -> None:
-                relay.count("down", data)
-                relay.front.sendto(data, relay.client)
-
-        self.up, _ = await loop.create_datagram_endpoint(Upstream, remote_addr=server)
-        return self
-
-    def connection_made(self, transport) -> None:
-        self.front = transport
-        self.port = transport.get_extra_info("sockname")[1]
-
-    def datagram_received(self, data: bytes, addr) -> None:
-        self.client = addr
-        self.count("up", data)
-        self.up.sendto(data)
-
-    def count(self, way: str, data: bytes) -> None:
-        self.counts[way][0] += 1
-        self.counts[way][1] += len(data)
-
-    def reset(self) -> None:
-        self.counts = {"up": [0, 0], "down": [0, 0]}
-
-    def close(self) -> None:
-        self.up.close()
-        self.front.close()
 
 
 async def silent(seconds: float, keepalive: float) -> dict[str, list[int]]:
@@ -72,7 +30,7 @@ async def silent(seconds: float, keepalive: float) -> dict[str, list[int]]:
 
     timing = Timing(keepalive=keepalive)
     server = await Server.start(Sib(), udp=0, timing=timing)
-    relay = await CountingRelay.start(("127.0.0.1", server.udp.port))
+    relay = await UdpRelay.start(("127.0.0.1", server.udp.port))
     try:
         async with await connect(f"udp://127.0.0.1:{relay.port}", timing=timing) as kp:
             async with kp.subscribe(QUERY) as sub:
