@@ -38,7 +38,7 @@ from .model import Request, Response
 from .seqnum import is_newer
 
 __all__ = ["SibTransactions", "KpTransactions", "Exchange", "SessionError", "TidsBusy",
-           "PERSISTENT", "STATEFUL", "NUMBERS", "request_digest", "epoch_of", "random_start"]
+           "PERSISTENT", "STATEFUL", "NUMBERS", "epoch_of", "random_start"]
 
 # `tx in PERSISTENT` rather than the `Tx.persistent` property: a set lookup instead of a Python
 # call, on every request and RES. STATEFUL: transactions whose RES starts or ends persistent
@@ -80,11 +80,6 @@ def random_start(rng: random.Random) -> int:
 def epoch_of(number: int) -> int | None:
     """The EPOCH option's value for request `number` (wire format 15): None for epoch 0."""
     return (number >> 16) or None
-
-
-def request_digest(data: bytes) -> int:
-    """What tells two requests under one TID apart: a hash of their bytes less the TID."""
-    return hash(data[:2] + data[4:])
 
 
 class Exchange:
