@@ -13,7 +13,10 @@ from ..transactions import Exchange
 if TYPE_CHECKING:
     from .sib import SessionStats
 
-__all__ = ["DuplicateCache", "Seen", "Record"]
+__all__ = ["DuplicateCache", "Seen", "Record", "LAST_EPOCH"]
+
+#: The highest epoch a request number has (the EPOCH option is a u32).
+LAST_EPOCH = 0xFFFFFFFF
 
 _TERMINATE = Tx.TERMINATE
 
@@ -42,8 +45,9 @@ class Record:
         self.floor = -1
 
     def next_epoch(self) -> int:
-        """The first epoch whose every number is new to the SIB."""
-        return (max(self.highest, self.floor) >> 16) + 1
+        """The first epoch whose every number is new to the SIB; at most the last (a KP whose
+        numbers reached it has what is left of it, wire format 15.3)."""
+        return min((max(self.highest, self.floor) >> 16) + 1, LAST_EPOCH)
 
 
 class DuplicateCache:
