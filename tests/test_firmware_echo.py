@@ -239,11 +239,12 @@ def test_sensor_subscribes_again_when_its_retry_is_refused_too():
     def answer(status=Status.OK, result=None):
         """Answer the last SELECT_PERSISTENT sent."""
         m = next(m for m in reversed(sent) if getattr(m, "tx", None) == Tx.SELECT_PERSISTENT)
-        agent.client.feed(encode(Response(m.tid, status, result)), board.now)
+        agent.client.feed(encode(Response(m.tid, status, result, epoch=m.options.epoch)),
+                          board.now)  # naming its epoch, as a SIB does (wire format 15.6)
         return m
 
     agent.start()
-    agent.client.feed(encode(Response(sent[0].tid)), board.now)  # the RESET's RES
+    agent.client.feed(encode(Response(sent[0].tid, epoch=sent[0].options.epoch)), board.now)
     first = answer(Status.ECHO_REQUIRED, V)
     retry = answer(Status.ECHO_REQUIRED, W)
     again = answer(Status.ECHO_REQUIRED, V)
@@ -292,10 +293,10 @@ def test_a_late_copy_at_a_real_sib_starts_nothing_and_the_subscription_goes_on()
                          == Tx.ASK_PERSISTENT and m.options.echo is None)
             old, (sub,) = msgs[first].tid, agent.client.persistent
             assert agent.client.retired[0][0] == old != sub
-            head = struct.pack("<BBH", 1, 0x0F, old)
-
-            def asked() -> int:
-                return sum(m[:4] == head for m in list(link.received))
+            def asked() -> int:  # RES 0x0f to `old`, naming its epoch or not (15.6)
+                return sum(len(m) >= 4 and not m[1] & 0x80 and m[1] & 0x3F == 0x0F
+                           and struct.unpack_from("<H", m, 2)[0] == old
+                           for m in list(link.received))
 
             before = asked()
             link.sock.sendto(link.sent[first], link.addr)

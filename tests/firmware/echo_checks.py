@@ -71,6 +71,7 @@ def exchange(answers, sealer=None, tx=codec.RESET, tcp=False):
     """One request (TID 1) answered by `answers` in turn, each fed once the client sent again."""
     link, log = FakeLink(), []
     client = Client(link, log_events(log), rand=lambda bits: 0, sealer=sealer, tcp=tcp)
+    client.epoch = 0  # numbers of epoch 0 (no EPOCH option): the hand-laid bytes' (§15)
     client.send(0, tx)
     for hexed in answers:
         client.feed(bytes.fromhex(hexed), 10)
@@ -83,6 +84,7 @@ def late(answers):
     client watches, and what it sent for a copy that started a first TID."""
     link, log = FakeLink(), []
     client = Client(link, log_events(log), rand=lambda bits: 0)
+    client.epoch = 0
     for first in answers["firsts"]:
         client.send(0, ASK_PERSISTENT, graphs=([("http://e/s", "http://e/p", 0)],),
                     credentials=(bytes(range(16)), "pw"))
@@ -107,6 +109,7 @@ def actuator(answers):
     agent = ActuatorAgent(cfg, board)
     link = agent.client.link = FakeLink()
     agent.client.tid = 0
+    agent.client.epoch = 0
     agent.start()
     fed = 0
     while fed < len(link.sent):

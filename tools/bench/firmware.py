@@ -59,16 +59,19 @@ XSD_FLOAT = "http://www.w3.org/2001/XMLSchema#float"
 
 def inputs() -> dict[str, str]:
     """Messages a board receives, encoded by the reference codec. The SELECT answers carry
-    TID 1: the probe's client (random start 0) gives its subscription that TID."""
+    TID 1: the probe's client (random start 0) gives its subscription that TID, in epoch 1 (a
+    board's count starts at a random epoch, 1 here), which a SIB's RES names (wire format
+    15.6)."""
     rows = tuple((IRI(GH + f"sensor{i}"), Literal(v, XSD_FLOAT))
                  for i, v in ((1, "21.5"), (2, "19.25"), (3, "23.0")))
     select = SelectResult(2, rows, 3, (GH,))
     return {"ind_select": encode(Response(1, Status.OK, select, True, 17)).hex(),
-            "res_select": encode(Response(1, Status.OK, select)).hex(),
-            # the same subscription through the ECHO retry (issue 42): it runs under TID 2
-            "res_echo_required": encode(Response(1, Status.ECHO_REQUIRED, bytes(10))).hex(),
+            "res_select": encode(Response(1, Status.OK, select, epoch=1)).hex(),
+            # the same subscription through the ECHO retry: it runs under TID 2
+            "res_echo_required": encode(Response(1, Status.ECHO_REQUIRED, bytes(10),
+                                                 epoch=1)).hex(),
             "ind_select_2": encode(Response(2, Status.OK, select, True, 17)).hex(),
-            "res_select_2": encode(Response(2, Status.OK, select)).hex(),
+            "res_select_2": encode(Response(2, Status.OK, select, epoch=1)).hex(),
             "res_ask": encode(Response(9, Status.OK, AskResult(True))).hex(),
             "res_ok": encode(Response(7)).hex()}
 
