@@ -315,7 +315,8 @@ _WRITABLE_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20<>\"{}|^`\\]
 
 
 def normalise(r: Request) -> Request:
-    """What SPARQL cannot tell apart: tid, CON/NON; MAX RESPONSE SIZE, CREDENTIALS and ECHO; prefix
+    """What SPARQL cannot tell apart: tid, CON/NON; MAX RESPONSE SIZE, CREDENTIALS, ECHO and
+    EPOCH (the transport's); prefix
     entries SPARQL cannot declare; absent vs empty graphs; a graph option that only names the
     default graph or names a graph twice; graph options of an empty graph; an empty modifier;
     QUERY GRAPH when rendered without dataset clauses (`dropped_from`)."""
@@ -334,7 +335,8 @@ def normalise(r: Request) -> Request:
         fields["optional"] = r.optional or None
     modifier = None if o.modifier == SolutionModifier() else o.modifier
     return r._replace(tid=0, confirmable=True, **fields, options=o._replace(
-        prefixes=prefixes, max_response_size=None, credentials=None, echo=None, modifier=modifier,
+        prefixes=prefixes, max_response_size=None, credentials=None, echo=None, epoch=None,
+        modifier=modifier,
         delete_graphs=targets(o.delete_graphs, r.delete),
         insert_graphs=targets(o.insert_graphs, r.insert)))
 
