@@ -314,13 +314,7 @@ class KpTransactions:
     def __init__(self, rng: random.Random | None = None, *, lifetime: float = 247.0,
                  max_ended: int = 256, start: int | None = None) -> None:
         self._rng = rng if rng is not None else random.Random()
-        start = self._rng.randrange(0x10000) if start is None else start
-        if not 0 <= start < NUMBERS:
-            raise ValueError(f"a request number is 0 to 2^48 - 1, not {start}")
-        self.last_number = start - 1  # the highest number `next_tid` gave out
-        # Below every number a request went under: a TID the caller chose takes the next one
-        # above it (the start's epoch, at first).
-        self.used = ((start >> 16) << 16) - 1
+        self.restart_at(self._rng.randrange(0x10000) if start is None else start)
         self.lifetime = lifetime
         self.max_ended = max_ended
         self.pending: dict[int, object] = {}
@@ -349,7 +343,11 @@ class KpTransactions:
     def restart_at(self, start: int) -> None:
         """Count from number `start` on, as if nothing had been sent (a KP ID's random start,
         or a number kept across a restart)."""
-        self.last_number = start - 1
+        if not 0 <= start < NUMBERS:
+            raise ValueError(f"a request number is 0 to 2^48 - 1, not {start}")
+        self.last_number = start - 1  # the highest number `next_tid` gave out
+        # Below every number a request went under: a TID the caller chose takes the next one
+        # above it (the start's epoch, at first).
         self.used = ((start >> 16) << 16) - 1
 
     def next_tid(self) -> int:

@@ -99,13 +99,12 @@ class DuplicateCache:
             return None
         record = self.records.get(key[0])
         entry = self._entries.get(self._slot(key))
-        if entry is not None and entry.number >= number:
-            pass
-        elif record is None or number > record.floor:
+        kept = -1 if entry is None else entry.number
+        if kept < number and (record is None or number > record.floor):
             return None
         if record is None:  # an entry kept with no record: the record went first
             record = self._record(key[0])
-        record.highest = max(record.highest, entry.number if entry is not None else -1)
+        record.highest = max(record.highest, kept)
         return record.next_epoch()
 
     def add(self, key: tuple, exchange: Exchange, now: float, number: int = -1) -> None:
@@ -128,9 +127,12 @@ class DuplicateCache:
         """Request `number` of `kp` was answered without being executed and is not kept (ECHO
         REQUIRED): a copy of it must never execute."""
         if number >= 0:
-            record = self._record(kp)
-            if number > record.floor:
-                record.floor = number
+            self._raise_floor(self._record(kp), number)
+
+    @staticmethod
+    def _raise_floor(record: Record, number: int) -> None:
+        if number > record.floor:
+            record.floor = number
 
     def _record(self, kp: Hashable) -> Record:
         records = self.records
@@ -182,8 +184,5 @@ class DuplicateCache:
         if entry.response is not None:
             self.bytes -= len(entry.response)
         if entry.number >= 0:  # not kept any more: its copies are behind the floor
-            record = self.records.get(entry.exchange.key[0])
-            if record is None:
-                record = self._record(entry.exchange.key[0])
-            if entry.number > record.floor:
-                record.floor = entry.number
+            kp = entry.exchange.key[0]
+            self._raise_floor(self.records.get(kp) or self._record(kp), entry.number)

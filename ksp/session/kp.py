@@ -9,7 +9,7 @@ from collections import deque
 from ..codec import (
     TCP, UDP, Transport, decode_kp_message, decode_sib_message, encode, peek_tid,
 )
-from ..codes import Status, Tx
+from ..codes import RES_EPOCH, Status, Tx
 from ..delivery import MAX_UDP_PAYLOAD
 from ..errors import DecodeError, EncodeError
 from ..framing import DEFAULT_MAX_TCP_MESSAGE, FRAME as _FRAME, OVERSIZE as _OVERSIZE, FrameReader
@@ -228,7 +228,7 @@ class KPSession:
         if p is None:  # a late or duplicated RES, or a keepalive's answer
             self._unsolicited(tid, data, now)
             return
-        if p.number > 0xFFFF or data[1] & 0x40 or data[1] == _NUMBER_BEHIND:
+        if p.number > 0xFFFF or data[1] & RES_EPOCH or data[1] == _NUMBER_BEHIND:
             if not self._answers(p, data):
                 return  # the answer to a late copy of an earlier request under this TID
         del self._pending[tid]
@@ -274,7 +274,7 @@ class KPSession:
             except DecodeError:
                 return True  # malformed: `p`'s answer, reported as such
             return response.result.epoch == epoch
-        if code & 0x40:
+        if code & RES_EPOCH:
             return len(data) >= 8 and int.from_bytes(data[4:8], "little") == epoch
         return epoch == 0 or 1 <= code <= 6
 

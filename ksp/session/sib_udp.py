@@ -8,7 +8,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from ..codec import UDP, encode, peek_tid
-from ..codes import Status, Tx
+from ..codes import RES_EPOCH, Status, Tx
 from ..delivery import Delivery, DeliveryPolicy
 from ..model import Ack, Request, Response
 from ..secure import SealedAddr
@@ -135,8 +135,8 @@ class UdpMessageLayer(SibMessageLayer):
         else waits (an IND is retransmitted as usual)."""
         self.session.stats.held_for_validation += 1
         code = data[1] if len(data) >= 4 else 0x80
-        named = code & 0x40 and len(data) >= 8  # the RES names its request's epoch (15.6)
-        if not code & 0x80 and (code & (0x3F if named else 0x7F)) != 0x0F:
+        named = code & RES_EPOCH and len(data) >= 8  # the RES names its request's epoch (15.6)
+        if not code & 0x80 and (code & (RES_EPOCH - 1 if named else 0x7F)) != 0x0F:
             epoch = int.from_bytes(data[4:8], "little") if named else None
             echo = self.session.echo_required(peek_tid(data), addr, self.session.now, epoch)
             if self.budgets.spend(addr, len(echo)):
@@ -216,14 +216,13 @@ class UdpMessageLayer(SibMessageLayer):
         if kp is None:
             session.stats.acks_unmatched += 1
             if ack.seq is None:  # a keepalive of no operation of the KP's there
-                self.send(encode(Response(ack.tid, _UNKNOWN), UDP), addr)
+                self._keepalive_answer(ack.tid, False, addr)
             return
         key = (kp, ack.tid)
         unacked = self.unacked.get(key)
         if unacked is None:
             if ack.seq is None:  # a keepalive: nothing owed; say whether the operation runs
-                active = key in session.transactions.deliveries
-                self.send(encode(Response(ack.tid, _OK if active else _UNKNOWN), UDP), addr)
+                self._keepalive_answer(ack.tid, key in session.transactions.deliveries, addr)
             return
         d = session.transactions.deliveries.get(key)
         if d is None:
@@ -241,6 +240,10 @@ class UdpMessageLayer(SibMessageLayer):
             # (an ACK must not postpone a retransmission) but restart the retry budget.
             unacked.retries = 0
             unacked.timeout = session.timing.initial_timeout(session.rng)
+
+    def _keepalive_answer(self, tid: int, active: bool, addr: Hashable) -> None:
+        """RES OK to a keepalive of a running operation, 0x0b when there is none (§2.4)."""
+        self.send(encode(Response(tid, _OK if active else _UNKNOWN), UDP), addr)
 
     def moved(self, kp: KPIdentity, addr: Hashable, now: float) -> None:
         """A KP ID heard from a new address (a device back from sleep, a new lease): its
