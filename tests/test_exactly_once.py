@@ -289,3 +289,17 @@ def test_a_late_copy_after_the_tid_was_reused_is_not_executed_over_real_sockets(
             await server.close()
 
     assert asyncio.run(scenario()) == 11
+
+
+def test_the_records_of_kps_are_bounded():
+    """One record per KP identity, at most `max_entries` (the session's): the newest KP's is
+    kept, and so are the floors of the entries the full cache evicted last (a record comes back
+    for them: their copies must stay behind)."""
+    sib = SIBSession(rng=random.Random(0), options=SessionOptions(max_entries=4))
+    for port in range(10):
+        sib.receive_datagram(encode(numbered(1, port, None)), ("192.0.2.50", port), 0.0)
+        executed(sib)
+        answers(sib)
+    records = sib.layer.cache.records
+    assert len(records) == 4 and 9 in {kp.addr[1] for kp in records}
+    assert all(record.floor == 1 for kp, record in records.items() if kp.addr[1] < 6)
