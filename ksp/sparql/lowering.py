@@ -230,7 +230,6 @@ def compile_named(text: str, *, persistent: bool = False, prefixes: dict[str, st
     parser = _Parser(text, prefixes)
     try:
         parser.parse()
-        return _build(parser, persistent, every_graph)
     except RecursionError:
         raise SparqlSyntaxError("the text nests too deeply") from None
     except UnsupportedSparql as exc:
@@ -238,6 +237,13 @@ def compile_named(text: str, *, persistent: bool = False, prefixes: dict[str, st
         if refusal is not None:  # not SPARQL at all: say so, not that KSP lacks a feature
             raise refusal from exc
         raise
+    # Parsed whole, the text is SPARQL: a limit `_build` meets (more than 256 variables...) is
+    # KSP's alone, with no full parser to ask (pyoxigraph plans a query it parses, which for
+    # hundreds of patterns takes a minute).
+    try:
+        return _build(parser, persistent, every_graph)
+    except RecursionError:
+        raise SparqlSyntaxError("the text nests too deeply") from None
 
 
 #: Text pyoxigraph may not be shown, as it parses only to execute: LOAD fetches, SERVICE asks
