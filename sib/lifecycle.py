@@ -50,7 +50,13 @@ async def run_until_stopped(service, stop: asyncio.Event | None,
     (`reload_access`). `interrupt` runs inside the SIGINT/SIGTERM handler itself, besides the
     loop's (whose wake-up stays): work keeping the loop busy can stop before the loop runs."""
     stop = stop or asyncio.Event()
+    earlier = signal.getsignal(signal.SIGINT)
     on_signals(stop, reload and (lambda: reload_access(service, reload)))
+    if getattr(earlier, "received", None) is not None:
+        # A Ctrl-C during the start whose KeyboardInterrupt Python dropped (raised inside a
+        # weakref callback of an import): the console script's handler kept it
+        # (`ksp_tools.commands.SigintLatch`).
+        stop.set()
     if interrupt is not None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError):  # not the main thread

@@ -132,8 +132,13 @@ class Signals:
         self._raise = True
 
     def install(self) -> "Signals":
+        earlier = signal.getsignal(signal.SIGINT)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        if self.received is None and getattr(earlier, "received", None) is not None:
+            # A Ctrl-C whose KeyboardInterrupt Python dropped while the command started (the
+            # console script's handler kept it: `ksp_tools.commands.SigintLatch`).
+            self._on_signal(signal.SIGINT, None)
         return self
 
     def polled(self) -> None:

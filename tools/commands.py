@@ -7,6 +7,7 @@ telemetry`: paho).
 """
 from __future__ import annotations
 
+import signal
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -46,11 +47,33 @@ def missing_extra(exc: ModuleNotFoundError, prog: str,
 INTERRUPTED = 130
 
 
+class SigintLatch:
+    """SIGINT until the command takes it over: a KeyboardInterrupt, so that an import or a
+    start ends where it is, and `received` set. Python drops an exception raised where none
+    can propagate (a weakref callback or `__del__` running inside an import: "Exception
+    ignored in"), so a command taking SIGINT over reads `received` of the handler it replaces
+    (`sib.lifecycle.run_until_stopped`, `ksp sub`): a Ctrl-C at any moment of the start is
+    never lost."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def __call__(self, signum, frame) -> None:
+        self.received = signum
+        raise KeyboardInterrupt
+
+
+def interrupted_before(handler) -> bool:
+    """Whether `handler`, the SIGINT handler a command replaces, took a signal already."""
+    return getattr(handler, "received", None) is not None
+
+
 def run(target: str, prog: str, extras: dict[str, str] | None = None) -> int:
     """Import `module:function` and call it; exit code 2 with one line for a missing extra,
     130 and no traceback for a Ctrl-C that comes while it imports or starts (a command
     that handles SIGINT itself says what it stopped)."""
     module, _, function = target.partition(":")
+    signal.signal(signal.SIGINT, SigintLatch())
     try:
         return getattr(import_module(module), function)()
     except KeyboardInterrupt:

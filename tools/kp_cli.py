@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .commands import interrupted_before
+
 DEFAULT_SIB = "udp://127.0.0.1:7000"
 FORMATS = ("table", "json", "csv", "nt")
 
@@ -324,8 +326,11 @@ async def cmd_sub(args, kp) -> int:
     at the SIB before exiting."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    earlier = signal.getsignal(signal.SIGINT)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if interrupted_before(earlier):  # a Ctrl-C Python dropped while the command started
+        stop.set()
     changes, first = 0, True
     args.waiting = "the subscription's first state"
     async with kp.subscribe(sparql_of(args)) as sub:
