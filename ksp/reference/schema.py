@@ -500,7 +500,7 @@ CredentialsBody = Struct(
 
 BindItem = Struct("var" / Int8ul, "expr" / Expression)
 
-# ECHO option body and ECHO REQUIRED Data field (§7.7): u8 length 1…32, opaque bytes.
+# ECHO option body and ECHO REQUIRED Data field (§7.7): u8 length 1…10, opaque bytes.
 EchoBody = Struct(
     "length" / ExprValidator(Rebuild(Int8ul, len_(this.value)),
                              lambda obj, ctx: 1 <= obj <= ECHO_MAX),
