@@ -684,7 +684,7 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
   local head_status = 4
   local ok, err = pcall(function()
     local r = reader(tvb, offset, stop, 4)
-    local first = tvb(offset, 1):uint()
+    local first = length > 0 and tvb(offset, 1):uint()  -- an empty datagram: the header's fault
     if first == 0xA1 and transport ~= "tcp" then  -- a sealed envelope (wire format 13)
       if length < 29 then fail(4, "a sealed envelope shorter than 29 bytes") end
       root:add(f.sealed_kp, tvb(offset + 1, 16))
