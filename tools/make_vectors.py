@@ -524,6 +524,16 @@ kp("req_uri_length_128_after_prefix",
    "130 bytes (two-byte length inside PREFIX).",
    R(Tx.INSERT_DATA, 0x2610, True, ("http://example.org/" + "n" * 110 + "/",),
      insert=(T(IRI("http://example.org/" + "n" * 110 + "/" + "L" * 128), RDF_TYPE, ex("C")),)))
+kp("req_uri_whole_prefix_datatype",
+   "A 0x06 literal whose datatype IRI is a whole prefix entry (prefix index 1, local part "
+   "empty): xsd:decimal, never the empty datatype, which a decoder must not conclude before it "
+   "has the prefix list (3.2, pass 4).",
+   R(Tx.INSERT_DATA, 0x2611, True, (XSD_DECIMAL,),
+     insert=(T(ex("s"), ex("p"), typed("1.5", XSD_DECIMAL)),)))
+kp("req_uri_whole_prefix_create",
+   "CREATE of a graph whose name is a whole prefix entry (prefix index 1, local part empty): "
+   "urn:g, not the default graph CREATE refuses.",
+   R(Tx.CREATE, 0x2612, True, ("urn:g",), graphs=(IRI("urn:g"),)))
 
 _PATTERN16 = "0123456789abcdef"
 for _k, _n in enumerate((63, 64, 16383, 16384, 4194304)):

@@ -44,6 +44,7 @@ OUT_OF_SCOPE: dict[str, str] = {
     "req_uri_length_127": _MANAGEMENT,
     "req_uri_length_128": _MANAGEMENT,
     "req_uri_length_32767": _MANAGEMENT,
+    "req_uri_whole_prefix_create": _MANAGEMENT,
     "req_opt_bind": _BIND,
     "req_opt_all_select": _BIND,
     "req_opt_all_update": _BIND,
