@@ -226,8 +226,8 @@ def test_the_dissector_reports_the_codec_status(case, flips, tmp_path_factory):
 # What a KP receives: the header before everything
 
 
-_ANSWERS = [Tx.SELECT, Tx.ASK, Tx.INSERT_DATA, Tx.SELECT_PERSISTENT, Tx.ASK_PERSISTENT,
-            Tx.INSERT_PERSISTENT]
+_PERSISTENT = [Tx.SELECT_PERSISTENT, Tx.ASK_PERSISTENT, Tx.INSERT_PERSISTENT]
+_ANSWERS = [Tx.SELECT, Tx.ASK, Tx.INSERT_DATA, *_PERSISTENT]
 
 
 @st.composite
@@ -245,7 +245,8 @@ def sib_datagrams(draw):
         buf = buf[:4] + struct.pack("<I", len(buf) + 4) + buf[4:]
     elif draw(st.booleans()):
         buf = buf[:draw(st.integers(0, len(buf)))]
-    return buf, tcp, draw(st.sampled_from(_ANSWERS))
+    # an IND answers a persistent request (what the dissector matches it with)
+    return buf, tcp, draw(st.sampled_from(_PERSISTENT if type_byte & 0x80 else _ANSWERS))
 
 
 def firmware_status(buf: bytes, answers: Tx, tcp: bool) -> int | None:
