@@ -209,7 +209,7 @@ static void reader(R *r, const uchar *buf, Py_ssize_t len, Py_ssize_t pos, int b
 
 /* The ECHO REQUIRED status and the longest echo value (ksp.codes, wire format 7.7). */
 #define STATUS_ECHO_REQUIRED 0x0f
-#define ECHO_MAX 32
+#define ECHO_MAX 10
 /* The NUMBER BEHIND status, whose RES has two u32 as its Data field (ksp.codes, wire format 15). */
 #define STATUS_NUMBER_BEHIND 0x10
 /* Bit 6 of a RES's type byte over UDP: a u32 epoch after the header (ksp.codes, wire format
@@ -1109,6 +1109,10 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
         seq = Py_NewRef(Py_None);
     }
     int status = type_byte & (RES_EPOCH - 1);
+    if (indication && (status == STATUS_ECHO_REQUIRED || status == STATUS_NUMBER_BEHIND)) {
+        Py_DECREF(seq); /* a RES's statuses only (3.2) */
+        Py_RETURN_NONE;
+    }
     uint32_t epoch = 0; /* 0: no epoch field */
     if (type_byte & RES_EPOCH) {
         /* only a UDP RES other than NUMBER BEHIND, with a u32 epoch of at least 1 */
@@ -1121,7 +1125,7 @@ static PyObject *decode_response(const uchar *buf, Py_ssize_t len, int tcp, int 
     }
     PyObject *result;
     if (status == STATUS_ECHO_REQUIRED && !indication) {
-        /* the one non-OK RES with a Data field: the echo value, u8 length 1..32 (7.7) */
+        /* a non-OK RES with a Data field: the echo value, u8 length 1..ECHO_MAX (7.7) */
         int size = pos < len ? buf[pos] : 0;
         if (size < 1 || size > ECHO_MAX || pos + 1 + size != len) {
             Py_DECREF(seq);
@@ -1764,7 +1768,8 @@ static int encode_plain(Out *o, PyObject *msg, int tcp) {
     int echo = status == STATUS_ECHO_REQUIRED && indication == 0;
     int behind = status == STATUS_NUMBER_BEHIND && indication == 0;
     if (status < 0 || status >= RES_EPOCH || indication < 0 ||
-        (result != Py_None && status != 0 && !echo && !behind))
+        (result != Py_None && status != 0 && !echo && !behind) ||
+        (indication == 1 && (status == STATUS_ECHO_REQUIRED || status == STATUS_NUMBER_BEHIND)))
         return -1;
     /* the RES epoch (15.6): 1 ... 2^32 - 1 on a UDP RES other than NUMBER BEHIND */
     PyObject *epoch_obj = PyTuple_GET_ITEM(msg, RS_EPOCH);

@@ -7,8 +7,9 @@ from __future__ import annotations
 from enum import IntEnum
 
 VERSION = 1
-#: The longest echo value (ECHO option and ECHO REQUIRED Data field, §7.7).
-ECHO_MAX = 32
+#: The longest echo value (ECHO option and ECHO REQUIRED Data field, §7.7): the RES 0x0f then
+#: stays within 3 × the smallest REQ (4 + 1 + 10 = 15 = 3 × 5 bytes, §14).
+ECHO_MAX = 10
 #: Bit 6 of a RES's type byte over UDP: the status is the low 6 bits and the u32 epoch of the
 #: request answered follows the header (§2.1, §15.6).
 RES_EPOCH = 0x40

@@ -391,6 +391,9 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
     """(options, whether option values hold URIs waiting for the prefix list)."""
     values: list = [None] * len(Options._fields)  # by option code, in Options field order
     path = "options"
+    # Every URI of an option body waits for the prefix list, wherever PREFIX is among the
+    # options: a prefix index beyond it is found in the late pass (§3.2, rule 1), after every
+    # option is read, whatever the options' order.
     pfx = pending = _Pending()
     try:
         count = buf[pos]
@@ -453,8 +456,6 @@ def _read_options(buf: bytes, pos: int, code_tx: int, tid: int) -> tuple[Options
                         item, pos = _uri_at(buf, pos, pfx)
                     items.append(item)
                 values[key] = tuple(items)
-                if opt is Opt.PREFIX and not pending.used:
-                    pfx = values[key]  # options after PREFIX resolve directly
         if pos != len(buf):
             raise _Bad(f"{len(buf) - pos} bytes after the last option")
     except _FAILURES as exc:
@@ -468,7 +469,7 @@ _LAST_OPTION = max(Opt)
 
 
 def _echo_at(buf: bytes, pos: int) -> tuple[bytes, int]:
-    """An echo value (§7.7): u8 length 1…32, then that many bytes."""
+    """An echo value (§7.7): u8 length 1…ECHO_MAX, then that many bytes."""
     size = buf[pos]
     if not 1 <= size <= ECHO_MAX:
         raise _Bad(f"echo length {size} outside 1…{ECHO_MAX}")
@@ -577,6 +578,9 @@ def _decode_sib_message(buf: bytes, transport: Transport = UDP,
         epoch = _res_epoch(buf, transport, indication, status, tid)
         pos += 4
     form = None if answers is None else _RESULT_FORM[answers]
+    if indication and status in _RES_ONLY:
+        raise DecodeError(Status.INVALID_DATA_FORMAT, f"{status.name} is a RES's status, never "
+                          "an IND's", "header.type", tid)
     if status == Status.ECHO_REQUIRED and not indication:
         try:
             value, pos = _echo_at(buf, pos)
@@ -669,6 +673,8 @@ def _result_at(buf: bytes, pos: int, form: Tx):
     return SelectResult(variables, tuple(rows), total, pfx), pos
 
 
+#: Statuses only a RES carries (§3.2): an IND with one is malformed (0x04).
+_RES_ONLY = frozenset((Status.ECHO_REQUIRED, Status.NUMBER_BEHIND))
 _U16x2 = struct.Struct("<HH")
 _U32x2 = struct.Struct("<II")
 _RESULT_FORM = [tx.base if tx and tx.is_query else None for tx in _TX_BY_CODE]

@@ -339,7 +339,8 @@ def _encode_options(out: bytearray, tx: Tx, opts: Options, prefixes: tuple[str, 
 
 
 def echo_body(value) -> bytes:
-    """The ECHO option body and the ECHO REQUIRED Data field (§7.7): u8 length 1…32, bytes."""
+    """The ECHO option body and the ECHO REQUIRED Data field (§7.7): u8 length 1…ECHO_MAX,
+    bytes."""
     if not isinstance(value, (bytes, bytearray)) or not 1 <= len(value) <= ECHO_MAX:
         raise EncodeError(f"an echo value is 1…{ECHO_MAX} bytes, not {value!r}")
     return bytes((len(value),)) + bytes(value)
@@ -474,6 +475,8 @@ def _encode_response(msg: Response, transport: Transport, max_size: int | None) 
         type_byte |= RES_EPOCH
     hsize = header_size(transport, msg.indication, bool(epoch))
     result = msg.result
+    if msg.indication and status in (Status.ECHO_REQUIRED, Status.NUMBER_BEHIND):
+        raise EncodeError(f"{Status(status).name} is a RES's status, never an IND's (§3.2)")
     if status == Status.ECHO_REQUIRED and not msg.indication:
         return _frame(transport, msg.version, type_byte, msg.tid, epoch + echo_body(result), seq)
     if status == Status.NUMBER_BEHIND and not msg.indication:

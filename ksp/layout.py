@@ -36,7 +36,7 @@ class Body(IntEnum):
     BINDS = 9           # u8 count ≥ 1 × (variable, RPN expression) (§8)
     U32 = 10            # u32 (§7.1)
     CREDENTIALS = 11    # 16-byte KP ID, u8 password length, password (§7.5)
-    ECHO = 12           # u8 length 1…32, that many opaque bytes (§7.7)
+    ECHO = 12           # u8 length 1…10, that many opaque bytes (§7.7)
 
 
 _G, _NAMES, _IRI = Body.GRAPH, Body.GRAPH_NAMES, Body.IRI

@@ -59,7 +59,7 @@ class Options(NamedTuple):
     binds: tuple[Bind, ...] | None = None
     max_response_size: int | None = None
     credentials: Credentials | None = None
-    echo: bytes | None = None  # ECHO (§7.7): the value of the SIB's ECHO REQUIRED, 1…32 bytes
+    echo: bytes | None = None  # ECHO (§7.7): the value of the SIB's ECHO REQUIRED, 1…10 bytes
     epoch: int | None = None  # EPOCH (§15): 1 … 2^32 − 1; None is epoch 0, written as no option
 
 

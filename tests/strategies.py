@@ -28,9 +28,10 @@ triples per Graph field (5.0); CREATE never names the default graph IRI("") (5.3
 options only where OPTION_APPLIES allows, list options non-empty (7.1); RPN expressions built
 from an expression tree so the stack discipline holds, bound() only right after a variable
 (8.1, 8.2); expressions 1..255 tokens; RES/IND with an error status carry no result (3.2)
-but a RES ECHO REQUIRED, whose result is its 1..32-byte echo value (7.7), and a RES NUMBER
+but a RES ECHO REQUIRED, whose result is its 1..10-byte echo value (7.7), and a RES NUMBER
 BEHIND, whose result is a `Behind` of two u32 (15); EPOCH 1..2^32-1 on every REQ but TERMINATE;
-INDs answer persistent transactions only; TERMINATED only in INDs; seq only on INDs; a RES
+INDs answer persistent transactions only; TERMINATED only in INDs, ECHO REQUIRED and NUMBER
+BEHIND only in RESs (3.2); seq only on INDs; a RES
 epoch 1..2^32-1 only on a RES other than NUMBER BEHIND, and not over TCP (15.6).
 """
 from __future__ import annotations
@@ -46,7 +47,9 @@ from ksp import (
     Triple, Tx, Var, UDP, encode,
 )
 from ksp.codec import LAYOUT
-from ksp.codes import OPTION_APPLIES, OWL, RDF, RDFS, RES_EPOCH, RESERVED_WORDS, XSD, Opt
+from ksp.codes import (
+    ECHO_MAX, OPTION_APPLIES, OWL, RDF, RDFS, RES_EPOCH, RESERVED_WORDS, XSD, Opt,
+)
 from ksp.literals import I32_MAX, I32_MIN, float_lexical
 from ksp.terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DECIMAL, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER,
@@ -401,7 +404,7 @@ def results_for(form: Tx, small: bool = False):
 
 
 #: An echo value (ECHO option, RES ECHO REQUIRED: 7.7).
-echo_values = st.binary(min_size=1, max_size=32)
+echo_values = st.binary(min_size=1, max_size=ECHO_MAX)
 _U32 = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 0xFFFF, 2**31 - 1, 2**32 - 1]))
 #: An epoch of the EPOCH option (15): 0 is written as no option.
 epochs = _U32.filter(bool)
@@ -421,8 +424,9 @@ def over(msg, transport):
     return msg
 
 
-_ERROR_STATUSES = [s for s in Status if s not in (Status.OK, Status.TERMINATED)]
-_STATUSES_WITH_DATA = [Status.ECHO_REQUIRED, Status.NUMBER_BEHIND]  # in a RES (3.2)
+_STATUSES_WITH_DATA = [Status.ECHO_REQUIRED, Status.NUMBER_BEHIND]  # a RES's only (3.2)
+_ERROR_STATUSES = [s for s in Status
+                   if s not in (Status.OK, Status.TERMINATED, *_STATUSES_WITH_DATA)]
 
 
 @st.composite
@@ -438,7 +442,8 @@ def _responses(draw, small: bool, query_ok: bool, tcp: bool):
     else:
         errors = _ERROR_STATUSES + ([Status.TERMINATED] if indication else [])
         # 0x11-0x3f: reserved codes a KP must still decode (and treat as errors).
-        status = draw(st.one_of(st.sampled_from(errors), st.sampled_from(_STATUSES_WITH_DATA),
+        with_data = [] if indication else _STATUSES_WITH_DATA
+        status = draw(st.one_of(st.sampled_from(errors + with_data),
                                 st.integers(max(Status) + 1, RES_EPOCH - 1)))
         result = None
         if status == Status.ECHO_REQUIRED and not indication:

@@ -9,15 +9,20 @@ too."""
 from __future__ import annotations
 
 import asyncio
+import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ksp import (
-    UDP, Behind, Options, Request, Status, Triple, Tx, Var, decode_sib_message, encode,
+    UDP, Behind, Options, Request, Response, Status, Triple, Tx, Var, decode_kp_message,
+    decode_sib_message, encode,
 )
 from ksp.secure import Sealer, SealerTable
-from ksp.session import RequestReceived, SessionOptions, SIBSession
+from ksp.session import (
+    KPSession, RequestReceived, RequestRetried, SessionOptions, SIBSession,
+)
 from ksp.session.validation import (
     AddressBudgets, EchoedRequests, EchoValues, address_binding, kp_binding,
 )
@@ -76,7 +81,7 @@ def test_a_flood_of_validations_leaves_a_subscribers_indications_flowing():
     """One host validates thousands of source ports (a verified echo value each) while a
     validated subscriber on the same host is idle: its next IND still goes out in full, and
     a late copy of a request answered ECHO REQUIRED before the flood is never executed."""
-    from ksp import Response, SelectResult
+    from ksp import SelectResult
     from ksp.session import RequestReceived
 
     sib = SIBSession(options=SessionOptions(max_addresses=64))
@@ -218,6 +223,38 @@ def test_a_late_copy_of_a_request_answered_echo_required_gets_it_again_and_never
         epoch=1)), UDP), later)
     assert not out and [e.request.tid for e in events] == [7]
     assert sib.sizes()["echoed requests"] == 1  # expired entries go as new ones come
+
+
+def test_echo_required_is_sent_whatever_max_response_size_and_the_retry_goes_on():
+    """Wire format 7.7: MAX RESPONSE SIZE bounds results; a RES 0x0f carries none and is sent
+    even to a request whose limit it exceeds, so a KP with a small limit still validates."""
+    sib = SIBSession(UDP)
+    small = subscription(9)
+    small = small._replace(options=small.options._replace(max_response_size=5))
+    sib.receive_datagram(encode(small, UDP), A, 100.0)
+    (data, _), = sib.datagrams_to_send(100.0)
+    asked = decode_sib_message(data, UDP, Tx.SELECT_PERSISTENT)
+    assert asked.status == Status.ECHO_REQUIRED and len(data) == 15 > 5
+    retry = small._replace(tid=10, options=small.options._replace(echo=asked.result))
+    out, events = exchange(sib, encode(retry, UDP), 101.0)
+    assert not out and [e.request.tid for e in events] == [10]
+
+
+@pytest.mark.parametrize("confirmable", [False, True])
+def test_the_echo_retry_keeps_the_request_type(confirmable):
+    """Wire format 7.7: the retry is the first request under a new TID with the ECHO option;
+    a NON request is retried NON, a CON one CON."""
+    kp = KPSession(rng=random.Random(0))
+    tid = kp.send(select_all()._replace(tid=kp.next_tid(), confirmable=confirmable), 0.0)
+    [first] = kp.datagrams_to_send(0.0)
+    kp.receive_datagram(encode(Response(tid, Status.ECHO_REQUIRED, b"0123456789")), 0.1)
+    [retried] = iter(kp.next_event, None)
+    [data] = kp.datagrams_to_send(0.1)
+    retry = decode_kp_message(data)
+    assert isinstance(retried, RequestRetried) and retry.tid == retried.new_tid != tid
+    assert retry.confirmable is confirmable and retry.options.echo == b"0123456789"
+    assert retry._replace(tid=tid, options=retry.options._replace(echo=None)) == \
+        decode_kp_message(first)
 
 
 def test_copies_from_an_unvalidated_address_stay_within_three_times_and_one_entry():

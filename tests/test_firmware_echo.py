@@ -1,8 +1,8 @@
 """Issue 42: the firmware validates its address transparently (device_firmware/kspfw), inside
 real MicroPython (WebAssembly build under Node) and on CPython (tests/firmware/echo_checks.py).
 
-The ECHO option (0x0a: u8 length 1-32 | value, after every other option) and the ECHO REQUIRED
-RES (status 0x0f, Data field u8 length 1-32 | value) are checked against bytes laid out here by
+The ECHO option (0x0a: u8 length 1-10 | value, after every other option) and the ECHO REQUIRED
+RES (status 0x0f, Data field u8 length 1-10 | value) are checked against bytes laid out here by
 hand from docs/wire-format.md; the client sends a request answered ECHO REQUIRED again once,
 under a new TID (TERMINATE: its target's) with the value as ECHO, and a second ECHO REQUIRED is
 the request's outcome; the actuator agent's subscription goes through the retry and follows
@@ -26,7 +26,7 @@ from ksp.secure import derive_keys, open_sealed, seal
 pytestmark = pytest.mark.slow
 
 RESET, TERMINATE, SELECT, ASK_PERSISTENT = 0x11, 0x10, 0x07, 0x0E
-V, W = b"echo", bytes(range(32))
+V, W = b"echo", bytes(range(10))  # W: the longest echo value (7.7)
 KEY, KP_ID = bytes(range(32)), bytes.fromhex("00112233445566778899aabbccddeeff")
 KEYS = derive_keys(KEY)
 CREDS = bytes(range(16)) + b"\x02pw"
@@ -73,10 +73,13 @@ DECODE = [
     ([required(9, W).hex(), ASK_PERSISTENT, False], [0x0F, 0, W.hex()]),
     ([tcp(required(9, V)).hex(), SELECT, True], [0x0F, 0, V.hex()]),
     ([res(9, 0x0F, b"\x00").hex(), RESET, False], ["reject", 4]),  # length 0
-    ([res(9, 0x0F, bytes((33,)) + W + b"!").hex(), RESET, False], ["reject", 4]),  # over 32
+    ([res(9, 0x0F, bytes((11,)) + W + b"!").hex(), RESET, False], ["reject", 4]),  # over 10
     ([res(9, 0x0F, b"\x02\xaa").hex(), RESET, False], ["reject", 4]),  # truncated
     ([res(9, 0x0F, b"\x01\xaa\xbb").hex(), RESET, False], ["reject", 4]),  # trailing byte
     ([res(9, 0x0F).hex(), RESET, False], ["reject", 4]),  # no Data field
+    # ECHO REQUIRED and NUMBER BEHIND are a RES's statuses, never an IND's (3.2)
+    ([struct.pack("<BBHH", 1, 0x8F, 9, 1).hex(), ASK_PERSISTENT, False], ["reject", 4]),
+    ([struct.pack("<BBHH", 1, 0x90, 9, 1).hex(), ASK_PERSISTENT, False], ["reject", 4]),
 ]
 
 

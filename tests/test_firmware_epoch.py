@@ -32,13 +32,13 @@ REQUESTS = {
     "terminate_epoch": (Request(Tx.TERMINATE, 7, options=Options(prefixes=(), epoch=1)), UDP),
 }
 _BEHIND = encode(Response(9, Status.NUMBER_BEHIND, Behind(3, 0xFFFFFFFF)))
-_IND = encode(Response(9, Status.NUMBER_BEHIND, indication=True, seq=2))
+_IND = bytes.fromhex("01900900 0200")  # an IND with status 0x10: a RES's status only (3.2)
 #: name -> (bytes, answers, transport)
 ANSWERS = {
     "behind_insert_data": (_BEHIND, Tx.INSERT_DATA, UDP),
     "behind_select": (_BEHIND, Tx.SELECT, UDP),  # whatever the request: no SELECT result
     "behind_tcp": (encode(Response(9, Status.NUMBER_BEHIND, Behind(0, 1)), TCP), Tx.RESET, TCP),
-    "ind_behind": (_IND, Tx.SELECT_PERSISTENT, UDP),  # an IND 0x10 has no Data field
+    "ind_behind": (_IND, Tx.SELECT_PERSISTENT, UDP),  # refused, with or without a Data field
     "behind_7_bytes": (_BEHIND[:-1], Tx.RESET, UDP),
     "behind_9_bytes": (_BEHIND + b"\x00", Tx.RESET, UDP),
     "behind_no_data": (_BEHIND[:4], Tx.RESET, UDP),

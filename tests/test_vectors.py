@@ -558,7 +558,7 @@ class Wire:
 
     def echo(self) -> str:
         size = self.u8()
-        assert 1 <= size <= 32
+        assert 1 <= size <= 10
         return self.take(size).hex()
 
     def modifier(self) -> dict:

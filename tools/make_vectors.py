@@ -289,16 +289,24 @@ kp("req_opt_credentials_empty_password",
    "CREDENTIALS (0x09) with an empty password (length 0) on TERMINATE over TCP.",
    R(Tx.TERMINATE, 0x200B, False, options={"credentials": Credentials(bytes(16), "")}), TCP)
 ECHO_VALUE = bytes.fromhex("6553f100a1b2c3d4e5f6")  # 4-byte time | 6-byte MAC, as ksp-sib makes
+_ECHO_SELECT = R(Tx.SELECT, 0x2020, True, EXP, projection=2, where=PATTERN, optional=(),
+                 options={"echo": ECHO_VALUE})
 kp("req_opt_echo",
    "ECHO (0x0a): length 10 and the echo value of an ECHO REQUIRED RES (7.7), on the SELECT "
-   "retried under a new Transaction ID.",
-   R(Tx.SELECT, 0x2020, True, EXP, projection=2, where=PATTERN, optional=(),
-     options={"echo": ECHO_VALUE}))
-kp("req_opt_echo_32_after_credentials",
-   "ECHO (0x0a) of the longest length, 32, on INSERT DATA with CREDENTIALS before it "
+   "retried under a new Transaction ID.", _ECHO_SELECT)
+kp("req_opt_echo_10_after_credentials",
+   "ECHO (0x0a) of the longest length, 10, on INSERT DATA with CREDENTIALS before it "
    "(ascending type order).",
    R(Tx.INSERT_DATA, 0x2021, True, EXP, insert=SENSOR_DATA[:1],
-     options={"credentials": Credentials(KP_ID, "pw"), "echo": bytes(range(32))}))
+     options={"credentials": Credentials(KP_ID, "pw"), "echo": bytes(range(10))}))
+kp("req_opt_echo_non_retry",
+   "ECHO (0x0a) on a NON SELECT: the retry after ECHO REQUIRED keeps the first request's "
+   "request type (7.7), so a NON request is retried NON.",
+   _ECHO_SELECT._replace(tid=0x2025, confirmable=False))
+kp("req_opt_echo_tcp",
+   "ECHO (0x0a) on RESET over TCP: well formed, accepted and without effect (a SIB validates "
+   "no address over TCP, 7.7).",
+   R(Tx.RESET, 0x2026, True, options={"echo": ECHO_VALUE}), TCP)
 kp("req_opt_epoch",
    "EPOCH (0x0b): u32 1 on INSERT DATA over UDP, the KP's 65 537th request or later: its number "
    "is 1 × 65536 + TID (15).",
@@ -516,6 +524,16 @@ kp("req_uri_length_128_after_prefix",
    "130 bytes (two-byte length inside PREFIX).",
    R(Tx.INSERT_DATA, 0x2610, True, ("http://example.org/" + "n" * 110 + "/",),
      insert=(T(IRI("http://example.org/" + "n" * 110 + "/" + "L" * 128), RDF_TYPE, ex("C")),)))
+kp("req_uri_whole_prefix_datatype",
+   "A 0x06 literal whose datatype IRI is a whole prefix entry (prefix index 1, local part "
+   "empty): xsd:decimal, never the empty datatype, which a decoder must not conclude before it "
+   "has the prefix list (3.2, pass 4).",
+   R(Tx.INSERT_DATA, 0x2611, True, (XSD_DECIMAL,),
+     insert=(T(ex("s"), ex("p"), typed("1.5", XSD_DECIMAL)),)))
+kp("req_uri_whole_prefix_create",
+   "CREATE of a graph whose name is a whole prefix entry (prefix index 1, local part empty): "
+   "urn:g, not the default graph CREATE refuses.",
+   R(Tx.CREATE, 0x2612, True, ("urn:g",), graphs=(IRI("urn:g"),)))
 
 _PATTERN16 = "0123456789abcdef"
 for _k, _n in enumerate((63, 64, 16383, 16384, 4194304)):
@@ -686,7 +704,8 @@ sib("res_select_epoch_udp",
     Tx.SELECT)
 sib("res_echo_required_epoch_udp",
     "RES ECHO REQUIRED (type byte 0x4f) to a SELECT of epoch 4294967295 (the largest): the "
-    "epoch, then the echo value.",
+    "epoch, then the echo value. With the longest echo value, 10 bytes, it is the largest RES "
+    "0x0f there is, 19 bytes, sent whatever the request's MAX RESPONSE SIZE (7.7).",
     Response(0x3602, Status.ECHO_REQUIRED, ECHO_VALUE, epoch=0xFFFFFFFF), Tx.SELECT)
 sib("res_status_0x3f_unknown_epoch",
     "Type byte 0x7f in a RES over UDP: the reserved status 0x3f (decoded as the integer 63, an "
@@ -767,6 +786,11 @@ bad("invalid_0x01_version_2", "Version byte 0x02 (only 0x01 exists).",
     f"02 82 0100 | 01 {TRIPLE} | 00", ST.VERSION_NOT_SUPPORTED)
 bad("invalid_0x01_version_0_tcp", "Version byte 0x00 over TCP (Length correct: 10).",
     "00 91 0100 0a000000 | 00 00", ST.VERSION_NOT_SUPPORTED, transport=TCP)
+bad("invalid_0x01_ind_version_before_ind_header", "4 bytes whose type byte 0xc6 marks an IND "
+    "(6-byte header, and bit 6 set) with version byte 0xe5: the header checked before Version "
+    "is the transport's 4 common bytes, and a type byte means something only in version 1, so "
+    "the version's 0x01 wins over the short IND header's 0x04 (3.2).", "e5 c6 2197",
+    ST.VERSION_NOT_SUPPORTED, "sib_to_kp", answers=Tx.SELECT_PERSISTENT)
 bad("invalid_0x01_res_version_2", "A RES with version byte 0x02.",
     "02 00 0100", ST.VERSION_NOT_SUPPORTED, "sib_to_kp", answers=Tx.INSERT_DATA)
 bad("invalid_0x02_tx_0x17", "Transaction type 0x17 (CON, type byte 0x97): one past ADD.",
@@ -901,6 +925,19 @@ bad("invalid_0x04_res_number_behind_epoch", "Type byte 0x50: NUMBER BEHIND with 
     answers=Tx.INSERT_DATA)
 bad("invalid_0x04_ask_byte_2", "ASK result byte 0x02.", "01 00 0100 | 02",
     ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.ASK)
+bad("invalid_0x04_res_echo_required_length_11", "RES ECHO REQUIRED (0x0f) with echo length "
+    "11 and 11 bytes: one over the longest echo value (7.7).",
+    f"01 0f 0100 | 0b {'00' * 11}", ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.SELECT)
+bad("invalid_0x04_ind_echo_required", "IND (type byte 0x8f) with status ECHO REQUIRED, "
+    "sequence number 1, no Data field: a RES's status only (3.2).", "01 8f 0100 0100",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.SELECT_PERSISTENT)
+bad("invalid_0x04_ind_echo_required_with_value", "IND (type byte 0x8f) with status ECHO "
+    "REQUIRED and an echo value as its Data field: a RES's status only (3.2).",
+    "01 8f 0100 0100 | 01 2a", ST.INVALID_DATA_FORMAT, "sib_to_kp",
+    answers=Tx.SELECT_PERSISTENT)
+bad("invalid_0x04_ind_number_behind", "IND (type byte 0x90) with status NUMBER BEHIND and two "
+    "u32 as its Data field: a RES's status only (3.2).", "01 90 0100 0100 | 00000000 01000000",
+    ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.SELECT_PERSISTENT)
 bad("invalid_0x04_ind_header_short", "UDP IND (type byte 0x80) of 5 bytes: the IND header is 6.",
     "01 80 0100 01", ST.INVALID_DATA_FORMAT, "sib_to_kp", answers=Tx.ASK_PERSISTENT)
 bad("invalid_0x04_construct_variable", "CONSTRUCT result triple with a Variable object.",
@@ -925,10 +962,16 @@ bad("invalid_0x05_insert_graph_on_delete_data", "INSERT GRAPH (0x02) on DELETE D
 # 0x06: option format
 bad("invalid_0x06_repeated_option", "MAX RESPONSE SIZE twice.",
     "01 91 0100 | 02 08 00010000 08 00020000", ST.INVALID_OPTION_FORMAT)
-bad("invalid_0x06_echo_length_0", "ECHO (0x0a) with length 0 (an echo value is 1…32 bytes).",
+bad("invalid_0x06_echo_length_0", "ECHO (0x0a) with length 0 (an echo value is 1…10 bytes).",
     f"01 82 0100 | 01 {TRIPLE} | 01 0a 00", ST.INVALID_OPTION_FORMAT)
-bad("invalid_0x06_echo_length_33", "ECHO (0x0a) with length 33 and 33 bytes.",
-    f"01 91 0100 | 01 0a 21 {'00' * 33}", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_echo_length_11", "ECHO (0x0a) with length 11 and 11 bytes: one over the "
+    "longest echo value (7.7).", f"01 91 0100 | 01 0a 0b {'00' * 11}", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_echo_length_0_tcp", "ECHO (0x0a) with length 0 on RESET over TCP: a SIB "
+    "ignores ECHO over TCP, but its form is checked on every transport (7.7).",
+    "01 91 0100 0b000000 | 01 0a 00", ST.INVALID_OPTION_FORMAT, transport=TCP)
+bad("invalid_0x06_epoch_0_tcp", "EPOCH (0x0b) 0 on RESET over TCP: a SIB ignores EPOCH over "
+    "TCP, but its form is checked on every transport (15).",
+    "01 91 0100 0e000000 | 01 0b 00000000", ST.INVALID_OPTION_FORMAT, transport=TCP)
 bad("invalid_0x06_echo_truncated", "ECHO (0x0a) with length 4 and 2 bytes.",
     "01 90 0100 | 01 0a 04 0102", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_epoch_0", "EPOCH (0x0b) with value 0: epoch 0 is written as no option (15).",
@@ -992,6 +1035,39 @@ bad("invalid_0x05_option_fault_before_data_prefix_index",
     "Subject URI with prefix index 1 and no PREFIX option, and an option of type 0x0c: a "
     "prefix index is checked once the options are read (3.2), so the option's 0x05 wins.",
     f"01 82 0100 | 01 31 01 01 73 00 {URN_C} | 01 0c 00", ST.INVALID_OPTION_TYPE)
+# The late pass (3.2, rule 1) whatever the options' order
+_PREFIX_URN = "00 01 00 04 75726e3a"  # PREFIX ("urn:")
+_QUERY_GRAPH_2 = "03 01 02 01 67"  # QUERY GRAPH, one name: prefix index 2, "g"
+bad("invalid_0x05_option_type_after_prefix_and_option_prefix_index",
+    "PREFIX (one entry), QUERY GRAPH with prefix index 2, then an option of type 0x0c: the "
+    "prefix index waits for the late pass although PREFIX came first, so the option type's "
+    "0x05 wins (3.2, rule 1).",
+    f"01 87 0100 | 00 00 00 | 03 {_PREFIX_URN} {_QUERY_GRAPH_2} 0c", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_option_type_before_prefix_and_option_prefix_index",
+    "QUERY GRAPH with prefix index 2, PREFIX (one entry), then an option of type 0x0c: the "
+    "same options as invalid_0x05_option_type_after_prefix_and_option_prefix_index in another "
+    "order, the same status (3.2, rule 1).",
+    f"01 87 0100 | 00 00 00 | 03 {_QUERY_GRAPH_2} {_PREFIX_URN} 0c", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x05_not_applicable_after_option_prefix_index",
+    "PREFIX, QUERY GRAPH with prefix index 2, then OPTIONAL PATTERN on SELECT (not "
+    "applicable, R8, its body not read): 0x05 (3.2, rule 1).",
+    f"01 87 0100 | 00 00 00 | 03 {_PREFIX_URN} {_QUERY_GRAPH_2} 04", ST.INVALID_OPTION_TYPE)
+bad("invalid_0x06_epoch_truncated_after_option_prefix_index",
+    "PREFIX, QUERY GRAPH with prefix index 2, then EPOCH (0x0b) with no body: the truncated "
+    "EPOCH is an option fault of the options pass (0x06), found before the late pass's prefix "
+    "index (0x06 too).",
+    f"01 87 0100 | 00 00 00 | 03 {_PREFIX_URN} {_QUERY_GRAPH_2} 0b", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x04_data_prefix_index_before_option_prefix_index",
+    "Subject URI with prefix index 2 in the Where graph and QUERY GRAPH with prefix index 2, "
+    "PREFIX listing one prefix before QUERY GRAPH: the late pass checks the Data field first "
+    "(0x04), then the options (3.2, rule 1).",
+    f"01 87 0100 | 00 01 31 02 01 73 00 00 01 6f 00 | 02 {_PREFIX_URN} {_QUERY_GRAPH_2}",
+    ST.INVALID_DATA_FORMAT)
+bad("invalid_0x04_data_prefix_index_before_option_prefix_index_reordered",
+    "The message of invalid_0x04_data_prefix_index_before_option_prefix_index with QUERY GRAPH "
+    "before PREFIX: the same status, 0x04 (3.2, rule 1).",
+    f"01 87 0100 | 00 01 31 02 01 73 00 00 01 6f 00 | 02 {_QUERY_GRAPH_2} {_PREFIX_URN}",
+    ST.INVALID_DATA_FORMAT)
 bad("invalid_0x05_option_repeated_and_not_applicable",
     "SOLUTION MODIFIER twice on INSERT DATA: its first occurrence is already not applicable "
     "(0x05), found before the repetition (0x06).",

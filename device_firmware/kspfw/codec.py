@@ -61,7 +61,7 @@ _BAD_DATA = const(4)
 #: RES status: send the request again, once, under a new TID with this RES's value as ECHO.
 ECHO_REQUIRED = const(0x0F)
 _ECHO = const(0x0A)  # the ECHO option's type
-_ECHO_MAX = const(32)
+_ECHO_MAX = const(10)
 #: RES status: the request's number is behind the SIB's (§15); result (epoch, next epoch).
 NUMBER_BEHIND = const(0x10)
 _EPOCH = const(0x0B)  # the EPOCH option's type
@@ -270,7 +270,7 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
     insert) for UPDATE DATA, (template, where) for INSERT, (where,) for SELECT/ASK); `vc`:
     SELECT's projection count; `optional`: the OGC graphs of a query; `modifier`: (order,
     order_var, limit, offset, distinct); `credentials`: (16-byte KP ID, password); `echo`: the
-    value of an ECHO REQUIRED RES (1-32 bytes); `epoch`: the request number's epoch (§15,
+    value of an ECHO REQUIRED RES (1-10 bytes); `epoch`: the request number's epoch (§15,
     0 … 2^32 - 1; 0 is no option). An empty option value means the option is absent."""
     base = tx - 6 if 0x0A <= tx <= 0x0F else tx
     if not (1 <= base <= 8 or tx == TERMINATE or tx == RESET):
@@ -323,7 +323,7 @@ def request(tx, tid, con=True, graphs=(), vc=0, optional=(), prefixes=(), tcp=Fa
             out.extend(struct.pack("<I", epoch))
         elif code == _ECHO:
             if len(echo) > _ECHO_MAX:
-                raise ValueError("ECHO value over 32 bytes")
+                raise ValueError("ECHO value over 10 bytes")
             out.append(len(echo))
             out.extend(echo)
         else:
@@ -383,8 +383,10 @@ def decode(buf, answers, tcp=False):
         if not epoch:
             raise KspError(_BAD_DATA, "RES epoch 0")
         pos = 8
+    if ind and (status == ECHO_REQUIRED or status == NUMBER_BEHIND):
+        raise KspError(_BAD_DATA, "a RES-only status in an IND")
     base = answers - 6 if 0x0A <= answers <= 0x0F else answers
-    if status == ECHO_REQUIRED and not ind:  # its Data field: u8 length (1-32) | the value
+    if status == ECHO_REQUIRED and not ind:  # its Data field: u8 length (1-10) | the value
         if n < pos + 2 or buf[pos] > _ECHO_MAX or pos + 1 + buf[pos] != n:
             raise KspError(_BAD_DATA, "ECHO REQUIRED value")
         return Response(tid, status, ind, seq, bytes(buf[pos + 1:n]), epoch)

@@ -500,7 +500,7 @@ CredentialsBody = Struct(
 
 BindItem = Struct("var" / Int8ul, "expr" / Expression)
 
-# ECHO option body and ECHO REQUIRED Data field (§7.7): u8 length 1…32, opaque bytes.
+# ECHO option body and ECHO REQUIRED Data field (§7.7): u8 length 1…10, opaque bytes.
 EchoBody = Struct(
     "length" / ExprValidator(Rebuild(Int8ul, len_(this.value)),
                              lambda obj, ctx: 1 <= obj <= ECHO_MAX),
@@ -629,6 +629,9 @@ UdpRequestHeader = Struct(
 ResEpoch = ExprValidator(Int32ul, lambda obj, ctx: obj >= 1)
 _EPOCH_NOT_ON_BEHIND = Check(lambda this: not (this["type"]["epoch"]
                                                and this["type"]["status"] == Status.NUMBER_BEHIND))
+# ECHO REQUIRED and NUMBER BEHIND are a RES's statuses, never an IND's (§3.2).
+_RES_ONLY_NOT_ON_IND = Check(lambda this: not (this["type"]["ind"] and this["type"]["status"] in (
+    Status.ECHO_REQUIRED, Status.NUMBER_BEHIND)))
 
 # UDP header of a RES (4 bytes, 8 with the epoch).
 UdpResHeader = Struct(
@@ -645,6 +648,7 @@ UdpIndHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
     Check(lambda this: this["type"]["ind"] and not this["type"]["epoch"]),
+    _RES_ONLY_NOT_ON_IND,
     "tid" / Int16ul,
     "seq" / Int16ul,
 )
@@ -656,6 +660,7 @@ UdpResponseHeader = Struct(
     "type" / ResponseType,
     Check(lambda this: not (this["type"]["ind"] and this["type"]["epoch"])),
     _EPOCH_NOT_ON_BEHIND,
+    _RES_ONLY_NOT_ON_IND,
     "tid" / Int16ul,
     "seq" / If(this.type.ind, Int16ul),
     "epoch" / If(this.type.epoch, ResEpoch),
@@ -683,6 +688,7 @@ TcpResponseHeader = Struct(
     "version" / Const(VERSION, Int8ul),
     "type" / ResponseType,
     Check(lambda this: not this["type"]["epoch"]),
+    _RES_ONLY_NOT_ON_IND,
     "tid" / Int16ul,
     "length" / Rebuild(Int32ul, _tcp_length),
 )

@@ -44,6 +44,7 @@ OUT_OF_SCOPE: dict[str, str] = {
     "req_uri_length_127": _MANAGEMENT,
     "req_uri_length_128": _MANAGEMENT,
     "req_uri_length_32767": _MANAGEMENT,
+    "req_uri_whole_prefix_create": _MANAGEMENT,
     "req_opt_bind": _BIND,
     "req_opt_all_select": _BIND,
     "req_opt_all_update": _BIND,
@@ -79,6 +80,12 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x06_filter_invalid_utf8", "invalid_0x06_filter_langstring_datatype",
     "invalid_0x06_optional_pattern_empty_first_triple",
     "invalid_0x06_unknown_token_0x19", "invalid_0x06_echo_length_0",
-    "invalid_0x06_echo_length_33", "invalid_0x06_echo_truncated",
+    "invalid_0x06_echo_length_11", "invalid_0x06_echo_truncated",
     "invalid_0x05_epoch_on_terminate", "invalid_0x06_epoch_0", "invalid_0x06_epoch_repeated",
-    "invalid_0x06_epoch_truncated")})
+    "invalid_0x06_epoch_truncated", "invalid_0x06_echo_length_0_tcp", "invalid_0x06_epoch_0_tcp",
+    "invalid_0x05_option_type_after_prefix_and_option_prefix_index",
+    "invalid_0x05_option_type_before_prefix_and_option_prefix_index",
+    "invalid_0x05_not_applicable_after_option_prefix_index",
+    "invalid_0x06_epoch_truncated_after_option_prefix_index",
+    "invalid_0x04_data_prefix_index_before_option_prefix_index",
+    "invalid_0x04_data_prefix_index_before_option_prefix_index_reordered")})

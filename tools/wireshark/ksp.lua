@@ -436,11 +436,12 @@ local function expression(r, tree, label)
   sub:set_text(label .. ": " .. table.concat(texts, " "))
 end
 
--- An echo value (7.7): u8 length 1 … 32, then the bytes, opaque. The ECHO option's form and a
+-- An echo value (7.7): u8 length 1 … 10, then the bytes, opaque. The ECHO option's form and a
 -- RES ECHO REQUIRED's Data field; a fault is the reader's status (0x06 / 0x04).
+local ECHO_MAX = 10
 local function echo_value(r, tree)
   local n = r:u8("echo length")
-  if n == 0 or n > 32 then fail(r.status, "echo length " .. n .. " (1 … 32)") end
+  if n == 0 or n > ECHO_MAX then fail(r.status, "echo length " .. n .. " (1 … " .. ECHO_MAX .. ")") end
   tree:add(f.echo, r:range(n))
   r.pos = r.pos + n
 end
@@ -515,8 +516,9 @@ end
 -- A REQ: data fields, then options. The prefix list is the PREFIX option, which follows the
 -- data that uses it, so a first pass reads everything with any prefix index accepted (faults
 -- that need no prefix list, in wire order: data 0x04, then options 0x05/0x06), and a second
--- pass reads it again with the list, reporting a prefix index beyond it (0x04 in the data,
--- 0x06 in an option): the order ksp.codec reports them in.
+-- pass reads it again with the list, reporting a prefix index beyond it or a datatype that
+-- reaches rdf:langString through a prefix (0x04 in the data, then 0x06 in an option): the
+-- order of wire format 3.2, whatever the options' order.
 local function request(tvb, pos, stop, tree, tx)
   local fields = FIELDS[tx]
   local function data_fields(r, t)
@@ -560,7 +562,10 @@ local function request(tvb, pos, stop, tree, tx)
     end
     if r.pos ~= r.stop then fail(6, "bytes after the last option") end
   end
-  local any = setmetatable({}, {__index=function() return "" end})
+  -- first pass: any prefix index stands for a prefix no IRI check can mistake for a real one
+  -- (never empty, never making rdf:langString), so the checks that need the list all wait
+  -- for the second pass (3.2, rule 1), wherever PREFIX is among the options
+  local any = setmetatable({}, {__index=function() return "\0" end})
   local first = reader(tvb, pos, stop, 4)
   first.prefixes = any
   data_fields(first, stub_tree())
@@ -679,7 +684,7 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
   local head_status = 4
   local ok, err = pcall(function()
     local r = reader(tvb, offset, stop, 4)
-    local first = tvb(offset, 1):uint()
+    local first = length > 0 and tvb(offset, 1):uint()  -- an empty datagram: the header's fault
     if first == 0xA1 and transport ~= "tcp" then  -- a sealed envelope (wire format 13)
       if length < 29 then fail(4, "a sealed envelope shorter than 29 bytes") end
       root:add(f.sealed_kp, tvb(offset + 1, 16))
@@ -759,11 +764,13 @@ local function message(tvb, pinfo, tree, transport, kp_to_sib, offset, length)
         info = info .. " epoch=" .. epoch
       end
       if answers then info = info .. " (" .. TX[answers] .. ")" end
-      if code == 15 and not ind then
+      if ind and (code == 15 or code == 16) then
+        fail(4, "status " .. code .. " is a RES's only (3.2), not an IND's")
+      elseif code == 15 then
         local r = reader(tvb, pos, stop, 4)
         echo_value(r, root)
         if r.pos ~= stop then fail(4, "data after the echo value") end
-      elseif code == 16 and not ind then
+      elseif code == 16 then
         -- NUMBER BEHIND (15): u32 the request's epoch, u32 the first epoch taken as new
         if stop - pos ~= 8 then fail(4, "NUMBER BEHIND with " .. (stop - pos) .. " bytes of Data, not 8") end
         root:add_le(f.epoch, tvb(pos, 4))
