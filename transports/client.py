@@ -60,6 +60,8 @@ _OK = Status.OK  # a global read: `Status.X` goes through EnumType.__getattr__'s
 # What `KP.update` accepts, as one set lookup instead of four Tx properties per call.
 _TRANSIENT_UPDATES = frozenset(tx for tx in Tx if (
     tx.is_data_update or tx.is_pattern_update or tx.is_management) and not tx.persistent)
+# What `KP.query` accepts.
+_ONE_SHOT_QUERIES = frozenset(tx for tx in Tx if tx.is_query and not tx.persistent)
 
 
 class Row(tuple):
@@ -307,10 +309,12 @@ class KP:
         """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples. `query` may
         name a query of the KP's JSAP, with `bindings` for its forced bindings."""
         req, names = self._prepare(query, bindings=bindings)
-        if not req.tx.is_query or req.tx.persistent:
+        if req.tx not in _ONE_SHOT_QUERIES:
             raise KspUsageError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
-        response = await self._send(req, confirmable=True)
-        return convert_result(response.result, names)
+        if req.confirmable != True:  # noqa: E712 - as `_send` compares
+            req = req._replace(confirmable=True)
+        # `_send` inlined: one coroutine fewer to create and resume per query.
+        return convert_result(_checked(await self._link.request(req)).result, names)
 
     async def query_all(self, query: Request | str | Statement, *,
                         bindings: Mapping[str, Any] | None = None) -> SelectRows:
