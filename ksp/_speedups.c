@@ -1491,6 +1491,18 @@ static int choose_prefixes(PyObject *req, Prefixes *pfx) {
     for (int i = RQ_SOURCE; i <= RQ_TARGET; i++)
         if (PyTuple_GET_ITEM(req, i) != Py_None && add_iri(&ns, PyTuple_GET_ITEM(req, i)))
             return -1;
+    /* the graph options' names (compress.request_iris: after the fields, in option order) */
+    PyObject *opts = PyTuple_GET_ITEM(req, RQ_OPTIONS);
+    for (int i = OP_DELETE_GRAPH; i <= OP_QUERY_GRAPH; i++) {
+        PyObject *names = PyTuple_GET_ITEM(opts, i);
+        if (names == Py_None)
+            continue;
+        if (!PyTuple_Check(names))
+            return -1;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++)
+            if (add_iri(&ns, PyTuple_GET_ITEM(names, j)))
+                return -1;
+    }
     chosen(&ns, pfx);
     return 0;
 }
@@ -1590,9 +1602,29 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
     PyObject *opts = PyTuple_GET_ITEM(req, RQ_OPTIONS);
     if (!PyObject_TypeCheck(opts, K.Options) || PyTuple_GET_SIZE(opts) != OP_N)
         return -1;
-    for (int i = 1; i < OP_N; i++)
-        if (i != OP_EPOCH && PyTuple_GET_ITEM(opts, i) != Py_None)
-            return -1; /* options other than PREFIX and EPOCH: Python */
+    /* PREFIX, the graph options, MAX RESPONSE SIZE and EPOCH here; any other: Python */
+    int n_opts = 0;
+    for (int i = 1; i < OP_N; i++) {
+        PyObject *value = PyTuple_GET_ITEM(opts, i);
+        if (value == Py_None)
+            continue;
+        if (i == OP_DELETE_GRAPH || i == OP_INSERT_GRAPH || i == OP_QUERY_GRAPH) {
+            if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) < 1 ||
+                PyTuple_GET_SIZE(value) > 255)
+                return -1;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(value); j++)
+                if (!PyUnicode_Check(PyTuple_GET_ITEM(value, j)))
+                    return -1;
+        } else if (i == OP_MAX_RESPONSE_SIZE) {
+            if (u32_of(value) < 0)
+                return -1;
+        } else if (i != OP_EPOCH) {
+            return -1;
+        }
+        if (!(K.opts_allowed[tx] & (1u << i)))
+            return -1; /* Python's EncodeError */
+        n_opts++;
+    }
     PyObject *epoch_obj = PyTuple_GET_ITEM(opts, OP_EPOCH);
     long long epoch = epoch_obj == Py_None ? 0 : u32_of(epoch_obj);
     if (epoch < 0 || (epoch == 0 && epoch_obj != Py_None) ||
@@ -1663,7 +1695,7 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
                 return -1;
         }
     }
-    if (put_byte(o, (pfx.n ? 1 : 0) + (epoch ? 1 : 0)))
+    if (put_byte(o, (pfx.n ? 1 : 0) + n_opts))
         return -1;
     if (pfx.n) {
         if (put_byte(o, OP_PREFIX) || put_byte(o, pfx.n))
@@ -1671,6 +1703,19 @@ static int encode_request(Out *o, PyObject *req, int tcp) {
         if (put_prefix_entries(o, &pfx))
             return -1;
     }
+    for (int i = OP_DELETE_GRAPH; i <= OP_QUERY_GRAPH; i++) { /* in option order, as Python */
+        PyObject *names = PyTuple_GET_ITEM(opts, i);
+        if (names == Py_None)
+            continue;
+        if (put_byte(o, i) || put_byte(o, (int)PyTuple_GET_SIZE(names)))
+            return -1;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++)
+            if (put_uri(o, &pfx, PyTuple_GET_ITEM(names, j)))
+                return -1;
+    }
+    PyObject *most = PyTuple_GET_ITEM(opts, OP_MAX_RESPONSE_SIZE);
+    if (most != Py_None && (put_byte(o, OP_MAX_RESPONSE_SIZE) || put_u32(o, u32_of(most))))
+        return -1;
     if (epoch && (put_byte(o, OP_EPOCH) || put_u32(o, epoch)))
         return -1;
     return 0;

@@ -16,9 +16,11 @@ def test_the_table_has_every_row(monkeypatch):
     results, settings = request.run(quick=True)
     names = [c.name for c in results]
     assert names == ["bare UDP echo", "minimal KP → ksp-sib", "transports.connect → ksp-sib",
-                     "Sib.submit, no sockets"]
+                     "transports.connect, SPARQL text → ksp-sib",
+                     "…, SPARQL text never sent before", "Sib.submit, no sockets"]
     assert all(len(c.samples) == settings["rounds"] * settings["per_round"] for c in results)
     rows = request.table_rows(results)
     assert [r[0] for r in rows] == names
-    assert "Target: the minimal KP's p50" in request.target_line(results)
+    line = request.target_line(results)
+    assert line.startswith("Target: the p50") and line.count("×") == 3
     assert BENCH_SUITES["request"] == ".bench.request"

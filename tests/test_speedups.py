@@ -281,8 +281,8 @@ def test_encoder_agrees_on_vectors(name):
 
 def _left_to_python(msg) -> bool:
     """What C encodes through Python on purpose: ASK results, results with a given prefix list,
-    requests with options other than PREFIX, and literals that travel with their datatype IRI
-    (TYPED)."""
+    requests with options other than PREFIX, the graph options, MAX RESPONSE SIZE and EPOCH,
+    and literals that travel with their datatype IRI (TYPED)."""
     from ksp.codes import LiteralType
     from ksp.literals import compact_type
     from ksp.model import AskResult, SelectResult
@@ -297,7 +297,8 @@ def _left_to_python(msg) -> bool:
             return True
         groups = result.rows if isinstance(result, SelectResult) else result.triples
     else:
-        if msg.options[1:] != (None,) * 9:
+        o = msg.options
+        if (o.optional, o.filters, o.modifier, o.binds, o.credentials, o.echo) != (None,) * 6:
             return True
         groups = [t for g in (msg.delete, msg.insert, msg.where, msg.template) if g for t in g]
         groups += [t for g in msg.optional or () for t in g]
@@ -326,6 +327,13 @@ def _refused_messages():
     yield Request(Tx.COPY, 1, source=s)
     yield Request(Tx.TERMINATE, 1, options=Options(prefixes=("http://x/",)))
     yield Request(Tx.INSERT_DATA, 1, version=256, insert=(Triple(s, p, s),))
+    select = Request(Tx.SELECT, 1, projection=1, where=(Triple(s, p, Var(0)),))
+    yield select._replace(options=Options(query_graphs=()))  # a graph option names one at least
+    yield select._replace(options=Options(query_graphs=(s,) * 256))
+    yield select._replace(options=Options(query_graphs=(Literal("x"),)))  # not a graph name
+    yield select._replace(options=Options(insert_graphs=(s,)))  # does not apply to SELECT
+    yield select._replace(options=Options(max_response_size=1 << 32))
+    yield select._replace(options=Options(max_response_size=-1))
     yield Request(99, 1)
     from ksp.model import ConstructResult, SelectResult
     yield Response(1, 0, SelectResult(2, ((s,),)))  # a row shorter than VC

@@ -6,13 +6,15 @@ from ksp.service import Channel, Service
 from .client import KP, Indication, Row, SelectRows, Subscription, Triples, connect
 from .errors import (
     ClientError, KspConnectionError, KspProtocolError, KspStatusError, KspTimeout,
-    SubscriptionLost,
+    KspUsageError, SubscriptionLost,
 )
 from .server import Server, TcpServer, UdpServer
+from .statements import CompileCache, Statement
 
 __all__ = [
-    "connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples", "ClientError",
-    "KspStatusError", "KspTimeout", "KspConnectionError", "KspProtocolError", "SubscriptionLost",
+    "connect", "KP", "Statement", "CompileCache", "Subscription", "Indication", "SelectRows", "Row",
+    "Triples", "ClientError", "KspStatusError", "KspTimeout", "KspConnectionError",
+    "KspProtocolError", "KspUsageError", "SubscriptionLost",
     "Server",
     "UdpServer", "TcpServer", "CoapServer", "Channel", "Service",
 ]

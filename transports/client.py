@@ -8,7 +8,9 @@
                 ...                                       # leaving the block TERMINATEs
 
 Requests are `ksp.Request` objects (their TID is assigned here; rdflib terms allowed in the
-data fields) or SPARQL text, compiled by `ksp.sparql`. Results come back as rdflib terms.
+data fields), SPARQL text, compiled by `ksp.sparql` (through each KP's bounded compile cache,
+`KP.compiled`), or a `Statement`: text compiled once by `KP.prepare`. Results come back as
+rdflib terms.
 A non-OK status raises `KspStatusError` carrying the `ksp.Status`; no answer raises
 `KspTimeout`; SPARQL outside the compiled subset raises `ksp.errors.UnsupportedSparql` naming
 the feature. Reliability (retransmission, ACKs, stale-IND suppression) is the session's.
@@ -35,13 +37,16 @@ from ksp import (
 from ksp.kpid import kp_id_bytes
 
 from ._kplink import Link
-from .errors import KspConnectionError, KspStatusError, KspTimeout, SubscriptionLost
+from .errors import (
+    KspConnectionError, KspStatusError, KspTimeout, KspUsageError, SubscriptionLost,
+)
 from .jsap import Jsap
 from .rdfterms import from_ksp, graph_name, request_to_ksp, triple_from_ksp, triple_to_ksp
+from .statements import CompileCache, Statement
 from ksp.ratelog import RateLimitedLog
 
 __all__ = ["connect", "KP", "Subscription", "Indication", "SelectRows", "Row", "Triples",
-           "kp_id_bytes"]
+           "Statement", "kp_id_bytes"]
 
 log = logging.getLogger("transports.client")
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
@@ -55,6 +60,8 @@ _OK = Status.OK  # a global read: `Status.X` goes through EnumType.__getattr__'s
 # What `KP.update` accepts, as one set lookup instead of four Tx properties per call.
 _TRANSIENT_UPDATES = frozenset(tx for tx in Tx if (
     tx.is_data_update or tx.is_pattern_update or tx.is_management) and not tx.persistent)
+# What `KP.query` accepts.
+_ONE_SHOT_QUERIES = frozenset(tx for tx in Tx if tx.is_query and not tx.persistent)
 
 
 class Row(tuple):
@@ -98,6 +105,25 @@ def _row_class(names: tuple[str, ...]) -> type[Row]:
         if len(_row_classes) > 256:
             _row_classes.popitem(last=False)
     return cls
+
+
+_shapes: collections.OrderedDict[tuple, tuple[tuple[rdflib.Variable, ...], type[Row]]] = (
+    collections.OrderedDict())
+
+
+def _shape(names: tuple[str, ...] | None, count: int
+           ) -> tuple[tuple[rdflib.Variable, ...], type[Row]]:
+    """(the rdflib variables, the `Row` class) of a SELECT result of `count` variables named
+    `names` (else `?v{k}`, §4.5): made once per shape (the last 256 kept), not per result."""
+    key = (names, count)
+    shape = _shapes.get(key)
+    if shape is None:
+        variables = tuple(rdflib.Variable(names[k] if names and k < len(names) else f"v{k}")
+                          for k in range(count))
+        shape = _shapes[key] = (variables, _row_class(tuple(map(str, variables))))
+        if len(_shapes) > 256:
+            _shapes.popitem(last=False)
+    return shape
 
 
 class SelectRows(NamedTuple):
@@ -146,26 +172,14 @@ def convert_result(result, names: tuple[str, ...] | None = None) -> Any:
     if result is None:
         return None
     if isinstance(result, SelectResult):
-        variables = tuple(rdflib.Variable(names[k] if names and k < len(names) else f"v{k}")
-                          for k in range(result.variables))
-        row = _row_class(tuple(map(str, variables)))
-        return SelectRows(variables, tuple(row(from_ksp(t) for t in r) for r in result.rows),
+        variables, row = _shape(names, result.variables)
+        return SelectRows(variables, tuple([row(map(from_ksp, r)) for r in result.rows]),
                           result.total)
     if isinstance(result, AskResult):
         return result.value
     if isinstance(result, ConstructResult):
         return Triples((triple_from_ksp(t) for t in result.triples), result.total)
     raise TypeError(f"unknown result {result!r}")
-
-
-def _compile(text: str, persistent: bool, prefixes: dict[str, str] | None, every_graph: bool
-             ) -> tuple[Request, tuple[str, ...]]:
-    """SPARQL text → (request, variable names); raises `ksp.errors.UnsupportedSparql` naming
-    the feature outside the subset (docs/sparql.md), `SparqlSyntaxError` for non-SPARQL."""
-    from ksp.sparql import compile_named
-
-    return compile_named(text, persistent=persistent, prefixes=prefixes,
-                         every_graph=every_graph)
 
 
 class KP:
@@ -189,6 +203,11 @@ class KP:
         self.keep_persistent = keep_persistent
         """Whether `close()` leaves this KP's persistent operations at the SIB (a sleeping
         device with a KP ID picks them up again); by default it TERMINATEs them."""
+        self.compiled = CompileCache()
+        """The compiles of the SPARQL text this KP was given last (`transports.statements`:
+        at most 256 texts of at most 16 KiB each; reused only with the same prefix names,
+        `every_graph` and form). Replace it with a `CompileCache` of other bounds, or of
+        `max_entries=0` to compile every time."""
         self._subscriptions: set[Subscription] = set()
         self._persistent: set[int] = set()  # TIDs of persistent operations started here
 
@@ -226,11 +245,34 @@ class KP:
 
     # -- any request ------------------------------------------------------------------------
 
-    async def request(self, request: Request | str, *, persistent: bool = False,
+    def prepare(self, text: str, *, persistent: bool = False,
+                bindings: Mapping[str, Any] | None = None) -> Statement:
+        """SPARQL text compiled now, once, into a `Statement` to give to `query`, `query_all`,
+        `update`, `subscribe` or `request` as often as wanted (with this KP's prefix names and
+        `every_graph`; `persistent`: the persistent form, for `subscribe`). `text` may name a
+        query or update of the KP's JSAP, with `bindings` for its forced bindings. Raises
+        `ksp.errors.UnsupportedSparql` (naming the feature) or `SparqlSyntaxError` here, not
+        when the statement is used; `KspUsageError` for `bindings` without a JSAP name."""
+        if not isinstance(text, str):
+            raise TypeError(f"prepare takes SPARQL text, not {type(text).__name__}")
+        return self._statement(text, persistent, bindings)
+
+    def _statement(self, text: str, persistent: bool,
+                   bindings: Mapping[str, Any] | None) -> Statement:
+        jsap = self.jsap
+        if jsap is not None and (text in jsap.queries or text in jsap.updates):
+            text = jsap.text(text, bindings)
+        elif bindings:
+            raise KspUsageError(f"bindings need a JSAP query or update name, not {text!r}")
+        return self.compiled.compile(text, persistent=persistent, prefixes=self.prefixes,
+                                     every_graph=self.every_graph)
+
+    async def request(self, request: Request | str | Statement, *, persistent: bool = False,
                       confirmable: bool | None = None,
                       bindings: Mapping[str, Any] | None = None) -> Response | None:
         """Send one request and return its RES (None for NON: no RES waited for). Raises
-        `KspStatusError` for a non-OK status. The TID is the client's: any given is replaced."""
+        `KspStatusError` for a non-OK status. The TID is the client's: any given is replaced.
+        `persistent` compiles text in the persistent form (a `Statement` has its form)."""
         req = self._prepare(request, persistent, bindings)[0]
         response = await self._send(req, confirmable)
         if req.tx.persistent and response is not None:
@@ -242,35 +284,39 @@ class KP:
             req = req._replace(confirmable=confirmable)
         return _checked(await self._link.request(req))
 
-    def _prepare(self, request: Request | str, persistent: bool = False,
+    def _prepare(self, request: Request | str | Statement, persistent: bool = False,
                  bindings: Mapping[str, Any] | None = None
                  ) -> tuple[Request, tuple[str, ...] | None]:
         """(KSP request, SPARQL variable names or None). A string naming a query or update of
         the KP's JSAP is that text with `bindings` filled in; any other string is SPARQL."""
-        if isinstance(request, str):
-            jsap = self.jsap
-            if jsap is not None and (request in jsap.queries or request in jsap.updates):
-                request = jsap.text(request, bindings)
-            elif bindings:
-                raise ValueError(f"bindings need a JSAP query or update name, not {request!r}")
-            return _compile(request, persistent, self.prefixes, self.every_graph)
+        kind = type(request)
+        if kind is Statement:
+            if bindings:
+                raise KspUsageError("a prepared statement takes no bindings (prepare the "
+                                    "JSAP name with them)")
+            return request.request, request.names
+        if kind is str or isinstance(request, str):
+            statement = self._statement(request, persistent, bindings)
+            return statement.request, statement.names
         if not isinstance(request, Request):
-            raise TypeError(f"a ksp.Request or SPARQL text, not {type(request).__name__}")
+            raise TypeError(f"a ksp.Request, SPARQL text or a Statement, not {kind.__name__}")
         return request_to_ksp(request), None
 
     # -- queries and updates ----------------------------------------------------------------
 
-    async def query(self, query: Request | str, *,
+    async def query(self, query: Request | str | Statement, *,
                     bindings: Mapping[str, Any] | None = None) -> Any:
         """SELECT → `SelectRows`, ASK → bool, CONSTRUCT → list of rdflib triples. `query` may
         name a query of the KP's JSAP, with `bindings` for its forced bindings."""
         req, names = self._prepare(query, bindings=bindings)
-        if not req.tx.is_query or req.tx.persistent:
-            raise ValueError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
-        response = await self._send(req, confirmable=True)
-        return convert_result(response.result, names)
+        if req.tx not in _ONE_SHOT_QUERIES:
+            raise KspUsageError(f"{req.tx.name} is not a query (persistent ones: subscribe)")
+        if req.confirmable != True:  # noqa: E712 - as `_send` compares
+            req = req._replace(confirmable=True)
+        # `_send` inlined: one coroutine fewer to create and resume per query.
+        return convert_result(_checked(await self._link.request(req)).result, names)
 
-    async def query_all(self, query: Request | str, *,
+    async def query_all(self, query: Request | str | Statement, *,
                         bindings: Mapping[str, Any] | None = None) -> SelectRows:
         """A SELECT's whole result, however often the SIB had to cut it (to the request's MAX
         RESPONSE SIZE, or to one datagram over UDP): the rest is fetched page by page with
@@ -280,7 +326,7 @@ class KP:
         pages, can still move rows across a page boundary, as with any paging."""
         req, names = self._prepare(query, bindings=bindings)
         if req.tx is not Tx.SELECT:
-            raise ValueError(f"query_all pages SELECT results, not {req.tx.name}")
+            raise KspUsageError(f"query_all pages SELECT results, not {req.tx.name}")
         modifier = req.options.modifier or SolutionModifier()
         if modifier.order is Order.NONE and req.projection:
             modifier = dataclasses.replace(modifier, order=Order.ASC, order_var=0)
@@ -296,14 +342,14 @@ class KP:
                     limit is not None and len(rows) >= limit):
                 return SelectRows(result.variables, tuple(rows), len(rows))
 
-    async def update(self, update: Request | str, *, confirmable: bool = True,
+    async def update(self, update: Request | str | Statement, *, confirmable: bool = True,
                      bindings: Mapping[str, Any] | None = None) -> None:
         """Any transient update (DATA or pattern form, or graph management: SPARQL Update's
         CREATE/DROP/COPY/MOVE/ADD). NON (`confirmable=False`) returns at once: the SIB answers
         a NON update only when it fails, and nothing waits for that."""
         req = self._prepare(update, bindings=bindings)[0]
         if req.tx not in _TRANSIENT_UPDATES:
-            raise ValueError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
+            raise KspUsageError(f"{req.tx.name} is not an update (persistent ones: subscribe)")
         if req.confirmable != confirmable:
             req = req._replace(confirmable=confirmable)
         # `_send` inlined: one coroutine fewer to create and resume (a sensor's hot path).
@@ -349,7 +395,7 @@ class KP:
 
     # -- persistent operations --------------------------------------------------------------
 
-    def subscribe(self, request: Request | str, *,
+    def subscribe(self, request: Request | str | Statement, *,
                   bindings: Mapping[str, Any] | None = None,
                   max_queued: int = MAX_QUEUED) -> "Subscription":
         """A persistent SELECT/ASK/CONSTRUCT or update, as an async context manager that is an
@@ -357,7 +403,7 @@ class KP:
         states kept for an iteration that falls behind (see `Subscription`)."""
         req, names = self._prepare(request, persistent=True, bindings=bindings)
         if not req.tx.persistent:
-            raise ValueError(f"{req.tx.name} is not a persistent transaction")
+            raise KspUsageError(f"{req.tx.name} is not a persistent transaction")
         return Subscription(self, req._replace(confirmable=True), names, max_queued)
 
     async def terminate(self, tid: int) -> None:

@@ -4,11 +4,18 @@ from __future__ import annotations
 from ksp import KspError, Status
 
 __all__ = ["ClientError", "KspStatusError", "KspTimeout", "KspConnectionError",
-           "KspProtocolError", "SubscriptionLost"]
+           "KspProtocolError", "SubscriptionLost", "KspUsageError"]
 
 
 class ClientError(KspError):
     """Root of the errors `transports.client` raises."""
+
+
+class KspUsageError(ClientError, ValueError):
+    """A request the called method does not send, found before anything is sent: a query given
+    to `KP.update`, an update to `KP.query`, a one-shot transaction to `KP.subscribe`,
+    `bindings` with text that names no query or update of the JSAP, or with a prepared
+    `Statement` (its text is compiled already)."""
 
 
 class KspStatusError(ClientError):

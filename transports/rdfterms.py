@@ -5,6 +5,7 @@ An `xsd:string` literal becomes a plain rdflib `Literal` (RDF 1.1: the same lite
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from operator import attrgetter
 from typing import Any
 
@@ -42,8 +43,34 @@ def to_ksp(term: Any):
     raise TypeError(f"not an RDF term: {term!r}")
 
 
+CACHED = 4096
+"""IRIs and literals `from_ksp` keeps converted, each (the oldest out first); only those of
+at most `CACHED_CHARS` characters (an rdflib `Literal` costs microseconds to make: it parses
+its value)."""
+CACHED_CHARS = 256
+_converted: dict[type, OrderedDict] = {IRI: OrderedDict(), Literal: OrderedDict()}
+
+
 def from_ksp(term: Any):
-    """A `ksp.terms` term as an rdflib term (None stays None: an unbound variable)."""
+    """A `ksp.terms` term as an rdflib term (None stays None: an unbound variable). rdflib
+    terms are immutable: a term met again may be given the same object (`CACHED`)."""
+    converted = _converted.get(type(term))
+    if converted is not None:
+        got = converted.get(term)
+        if got is None:
+            got = _converted_once(term)
+            if (len(term) if type(term) is IRI else len(term.lexical)) <= CACHED_CHARS:
+                converted[term] = got
+                if len(converted) > CACHED:
+                    try:
+                        converted.popitem(last=False)
+                    except KeyError:  # emptied meanwhile (another thread's loop)
+                        pass
+        return got
+    return _converted_once(term)
+
+
+def _converted_once(term: Any):
     if term is None:
         return None
     if isinstance(term, IRI):
