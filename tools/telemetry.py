@@ -41,7 +41,7 @@ BAD = (lambda d: (d, b"{not json"),
 
 
 def poison(device: str, when: str = "2026-11-25T16:00:00.125Z") -> list[tuple[str, bytes, str]]:
-    """Messages for `topic_of(device)` that each once made every batch fail (issue 44), as
+    """Messages for `topic_of(device)` that each once made every batch fail, as
     (what, payload, the reason they are dead letters for)."""
     def body(**fields) -> bytes:
         return json.dumps({"device": device, "property": "t", "value": 1.5, "time": when,
