@@ -102,7 +102,7 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
 
     paho's loop runs in this thread, between publishes: with its network thread
     (`loop_start`) every publish also woke that thread through a socket pair, and the
-    publisher took more CPU than the ingest's Python side (docs/benchmarks.md, "Ingest")."""
+    publisher took more CPU than the ingest's Python side (a profile of `ksp bench ingest`)."""
     import paho.mqtt.client as mqtt
 
     from spark_ingest import mqtt as receiving
