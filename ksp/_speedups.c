@@ -1,7 +1,7 @@
 /* ksp._speedups: the decoder of ksp.codec in C, for valid messages only.
  *
  * Why: the pure-Python decoder spends its time creating one Python object per term, triple and
- * row (0.3-0.5 us each), which keeps it from the codec issue's targets. This module builds the
+ * row (0.3-0.5 us each), which keeps it from the codec benchmark's targets. This module builds the
  * very same objects (ksp.terms and ksp.model types, handed over by codec.py at import) without
  * the interpreter in between, and interns terms by their bytes: a device sends the same IRIs and
  * readings over and over.

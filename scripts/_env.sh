@@ -10,8 +10,8 @@ _as_root() {
 }
 
 # System packages: install what scripts/apt-packages.txt lists (one name per
-# line, '#' comments allowed), but only if something is missing. Later issues
-# add e.g. mosquitto to that file. No-op when everything is already present.
+# line, '#' comments allowed), but only if something is missing (mosquitto, tshark, …).
+# No-op when everything is already present.
 install_system_packages() {
     local list="$REPO_ROOT/scripts/apt-packages.txt" pkg missing=()
     [ -f "$list" ] || return 0

@@ -5,8 +5,8 @@ aggregates, the dead letters and their reasons — here with pyarrow's kernels.
 Why: on a local master the executors share the driver's process and the two cores with the
 MQTT receiver. There, the batch taken to the driver once (`DataFrame.toArrow`) and worked on
 in C++ cost the JVM a third less than the same work as Spark jobs did (a cached batch, an
-aggregation, a count, two writes: 4.8 s of CPU against 7.3 s for a 200,000-reading burst,
-docs/benchmarks.md), and the batches then keep pace with the receiver. Each function gives
+aggregation, a count, two writes: 4.8 s of CPU against 7.3 s for a 200,000-reading burst
+on the 2-core host), and the batches then keep pace with the receiver. Each function gives
 what its Spark counterpart in `spark_ingest.job` gives for the same rows;
 `tests/test_ingest_arrow_batch.py` runs both on the same batches and compares.
 """

@@ -183,7 +183,7 @@ def spark_session(master: str, app: str = "ksp-ingest", *, apart: bool = False):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # The JVM is driver and executor, and shares the cores with the receiver: C2, the
         # optimising JIT, took half its CPU here and was still compiling after 90 s
-        # (docs/benchmarks.md, "Ingest"); C1 alone leaves the cores to the rows. A cluster's
+        # (on the 2-core host); C1 alone leaves the cores to the rows. A cluster's
         # long-lived executors keep the default.
         settings["spark.driver.defaultJavaOptions"] = LOCAL_JAVA_OPTIONS
     settings.update({
@@ -194,7 +194,7 @@ def spark_session(master: str, app: str = "ksp-ingest", *, apart: bool = False):
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         # A batch's commit writes the changes it made, not a checkpoint of the whole store
         # (which it then does in the background): the de-duplication's commit took 300-480 ms
-        # a batch, 140-150 ms so (docs/benchmarks.md). Existing checkpoints carry on under it.
+        # a batch, 140-150 ms so (on the 2-core host). Existing checkpoints carry on under it.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Its count of the keys kept (a metric nothing here reads) costs a look-up before
         # each put, beside the de-duplication's own.

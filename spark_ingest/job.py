@@ -37,7 +37,8 @@ Where the batch is worked on: on a cluster, by Spark's jobs on the executors (a 
 an aggregation, Spark's partitioned writer); on a local master, whose executors share the
 driver's process and cores with the MQTT receiver, the batch comes to the driver once as Arrow
 and the same outputs are computed and written there with pyarrow (`spark_ingest.arrow_batch`,
-`spark_ingest.partitioned`), which costs a fraction of the JVM's time (docs/benchmarks.md).
+`spark_ingest.partitioned`), which costs a fraction of the JVM's time (docs/benchmarks.md, "Ingest": the job keeps pace
+with a plain subscriber).
 
 **Aggregates** (`OUT/aggregates/date=…/device=…`): per minute, device and property, the min,
 max, mean and count of the readings, each minute written once the watermark has passed its end,
@@ -201,7 +202,7 @@ class Ingest:
         source tags them as dead letters, so any here is a reading lost. Called as each batch
         starts (the batch before it has reported by then) and once the query has stopped; a
         Python `StreamingQueryListener` had every report converted over py4j instead, 0.4-0.6 s
-        of the JVM's CPU in a 200,000-reading burst (docs/benchmarks.md)."""
+        of the JVM's CPU in a 200,000-reading burst on the 2-core host."""
         with self._counting:
             progress = self.queries[0].lastProgress if self.queries else None
             if progress is None or progress.batchId <= self._counted:

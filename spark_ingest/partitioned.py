@@ -5,7 +5,7 @@ makes of the same rows, without its fixed cost.
 Why: on a local master (driver and executors one process, on one host) Spark's writer took
 about 1.2 s a batch whatever its size — a file per partition through Hadoop's committer, its
 checksum files and renames, after a shuffle — which at a steady 10,000 readings/s was half of
-each batch; this takes about 0.1 s for the same 100 files (docs/benchmarks.md). On a cluster
+each batch; this takes about 0.1 s for the same 100 files (on the 2-core host). On a cluster
 the executors keep writing (Spark's writer): there, collecting every row into the driver would
 be the bottleneck.
 
@@ -33,8 +33,7 @@ def write_partitioned(table, directory: str | Path, partition_by: list[str], *,
     `flat`: the files side by side in `directory` (numbered), each to be moved into its
     partition later — a batch's staging. On this project's machine a directory made cost about
     as much as a file (0.3-0.8 ms), and a file made in a new directory two to three times one
-    made beside others: a hundred devices' staging directories took 80 ms of every batch
-    (docs/benchmarks.md)."""
+    made beside others: a hundred devices' staging directories took 80 ms of every batch."""
     import pyarrow.parquet as pq
 
     if table.num_rows == 0:

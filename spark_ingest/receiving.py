@@ -13,7 +13,7 @@ the CPU than the JVM: a process cannot raise its priority without privileges, on
 and Spark's processes start from the job's. So the receivers start first, from the job's
 process at its priority, and the job then lowers its own (`lower_priority`), which the JVM
 and its workers inherit. On two cores a 200,000-reading burst then reached Parquet in
-docs/benchmarks.md's time, where the batches had taken the receiver's CPU and run in more,
+0.93-1.00 of a plain subscriber's time (docs/benchmarks.md, "Ingest"), where the batches had taken the receiver's CPU and run in more,
 smaller batches.
 
 The source's options go to the process on its standard input (the broker's password among

@@ -1,4 +1,4 @@
-"""The bridge (issue 12) between KSP devices and a SEPA broker — a `ksp-sib` with its gate, in
+"""The bridge between KSP devices and a SEPA broker — a `ksp-sib` with its gate, in
 another process — against the SIB itself: the requests of tests/test_sib_sockets.py's script
 that the bridge forwards (every non-persistent transaction type, every option) give the same
 RESs over real UDP as the same script in a SIB."""

@@ -1,4 +1,4 @@
-"""The bridge (issue 12, item 6) when the broker fails: a slow broker answer for one device does
+"""The bridge when the broker fails: a slow broker answer for one device does
 not hold up another; a dropped WebSocket is made again with back-off and what changed while it
 was away reaches the devices as an IND; a broker killed with SIGKILL mid-stream and started
 again on its data loses nothing that a device had acknowledged; a broker down when the bridge

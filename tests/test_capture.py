@@ -1,4 +1,4 @@
-"""Issue 14: capture (transports/pcap.py, `ksp-sib --pcap`, `ksp capture`), reading captures
+"""Capture (transports/pcap.py, `ksp-sib --pcap`, `ksp capture`), reading captures
 (`ksp decode --pcap`, tools/capture_read.py) and replay (`ksp replay`, the pytest plugin).
 
 Real parts: captures are checked by Debian's tshark (its own checksum checks and TCP
@@ -297,7 +297,7 @@ def test_capture_command_tcp_proxy(tmp_path):
 
 
 def test_capture_checks_its_target_and_carries_only_what_it_takes(tmp_path):
-    """Issue 46: a bad port is a usage error (no traceback at the first datagram); TCP is
+    """A bad port is a usage error (no traceback at the first datagram); TCP is
     carried only where the target accepts it, and `--tcp-only` to a UDP port is refused."""
     out = ksp("capture", "--listen", "127.0.0.1:7100", "--to", "127.0.0.1:99999", "-w",
               str(tmp_path / "x.pcapng"))

@@ -400,7 +400,7 @@ def test_query_all_fetches_a_result_cut_to_a_datagram(env):
     assert len(whole) == 1 + n and len(set(whole)) == 1 + n
 
 
-# -- one wording per fault, in the user's terms (issue 46) ------------------------------------
+# -- one wording per fault, in the user's terms --------------------------------------------------
 
 ASK = "ASK { ?s ?p ?o }"
 

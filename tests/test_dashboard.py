@@ -1,4 +1,4 @@
-"""The live Smart Greenhouse dashboard (issue 11, item 6), in Debian's headless Chromium: the
+"""The live Smart Greenhouse dashboard, in Debian's headless Chromium: the
 page the SIB serves subscribes over SEPA's WebSocket, and what it shows follows the readings
 that the greenhouse's KPs write over KSP (UDP) and the states the SIB's rules derive."""
 from __future__ import annotations

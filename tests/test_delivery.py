@@ -216,7 +216,7 @@ def test_a_new_kind_of_subscriber_is_served_journaled_and_restored(tmp_path):
     asyncio.run(second())
 
 
-# -- the rules of item 2 read from the code ------------------------------------------------------
+# -- the layering rules read from the code ---------------------------------------------------------
 
 
 def test_sib_has_no_transport_branches_and_no_callbacks_wired_after_construction():

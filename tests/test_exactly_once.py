@@ -45,7 +45,7 @@ def answers(sib, now: float = 0.0) -> list[Response]:
 
 def test_identical_bytes_under_a_tid_come_back_under_another_epoch_and_execute():
     """Past 65 536 requests the TID comes back with the next epoch: the same request is new to
-    the SIB, however recently it had the first (the issue's identical increments)."""
+    the SIB, however recently it had the first (identical increments)."""
     sib = SIBSession(rng=random.Random(0))
     first, again = encode(numbered(7, 1, None)), encode(numbered(7, 1, 1))
     sib.receive_datagram(first, KP_ADDR, 0.0)
@@ -221,7 +221,7 @@ async def count(kp) -> int:
 
 @pytest.mark.slow
 def test_identical_increments_delayed_in_the_network_are_each_executed_over_real_sockets():
-    """The issue's run, shortened: identical counter increments from one UDP KP, the first
+    """Identical counter increments from one UDP KP, the first
     through a proxy that delays them longer than the KP's EXCHANGE_LIFETIME, the TID then
     coming back for the same increment (as past 65 536 requests) while the SIB still holds the
     first: every OK is an increment of the counter."""

@@ -26,8 +26,8 @@ def test_benchmark_runs_and_renders(tmp_path):
     built = flash.build(tmp_path / "b", "esp32")
     assert report["sizes"]["esp32"] == sum(f.stat().st_size for f in built)
     assert mpy["heap"] == "live" and mpy["heap_subscribed"] < mpy["allocated_subscribed"]
-    assert mpy["heap_subscribed"] < firmware.SUBSCRIBED_TARGET  # issue 41: < 20 KiB, live
-    # issue 42: the same subscription through the ECHO retry (its IND delivered: held_rows)
+    assert mpy["heap_subscribed"] < firmware.SUBSCRIBED_TARGET  # < 20 KiB, live
+    # the same subscription through the ECHO retry (its IND delivered: held_rows)
     assert mpy["heap_subscribed"] <= mpy["heap_subscribed_echo"] < firmware.SUBSCRIBED_TARGET
     # each role ran its agent from only the modules `ksp flash --config` builds for it
     assert set(report["roles"]) == set(firmware.role_configs())

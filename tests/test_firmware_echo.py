@@ -1,4 +1,4 @@
-"""Issue 42: the firmware validates its address transparently (device_firmware/kspfw), inside
+"""The firmware validates its address transparently (device_firmware/kspfw), inside
 real MicroPython (WebAssembly build under Node) and on CPython (tests/firmware/echo_checks.py).
 
 The ECHO option (0x0a: u8 length 1-10 | value, after every other option) and the ECHO REQUIRED

@@ -1,4 +1,4 @@
-"""Issue 17, item 4: the firmware speaks the authenticated mode (docs/wire-format.md section 13)
+"""The firmware speaks the authenticated mode (docs/wire-format.md section 13)
 against a real `ksp-sib` that requires it for both boards' KP IDs (`require_auth`).
 
 The firmware's sensor and actuator agents (device_firmware/kspfw, with `kp.key` in their config

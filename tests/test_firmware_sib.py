@@ -1,4 +1,4 @@
-"""Issue 5, item 6: the device firmware's agents against a real `ksp-sib` over a lossy link.
+"""The device firmware's agents against a real `ksp-sib` over a lossy link.
 
 The sensor and actuator agents of device_firmware/kspfw run on CPython with the simulated
 board (tests/firmware/simboard.py) behind the hal seam, on their own loop (`kspfw.agent.run`)

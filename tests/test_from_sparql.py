@@ -265,7 +265,7 @@ UNSUPPORTED = {
     "persistent INSERT_DATA": ["INSERT DATA { ex:a ex:b 1 }"],
     "relative IRIs": ["SELECT ?s { ?s <p> ?o }", "PREFIX e: <> SELECT ?s { ?s e:p ?o }"],
     # Valid SPARQL (an update of a prologue and no operation, W3C syntax-update-38/40), which
-    # no KSP request says; issue 15 had compile take it for a syntax error.
+    # no KSP request says: compile must not take it for a syntax error.
     "updates with no operation": ["", "# nothing else"],
     "more than 255 projected variables": [
         "SELECT " + " ".join(f"?x{i}" for i in range(256)) + " { }"],

@@ -1,4 +1,4 @@
-"""`ksp-ingest` (issue 13) with real parts: Debian's mosquitto on a free loopback port, a real
+"""`ksp-ingest` with real parts: Debian's mosquitto on a free loopback port, a real
 local Spark (the ingest as a process, `local[2]`), a real `ksp-sib`; the telemetry published
 by `ksp telemetry`'s code with known duplicates and broken messages. Marked `spark`: the
 default test command runs them."""
@@ -426,7 +426,7 @@ def test_neither_a_clock_ahead_nor_a_broken_message_costs_the_readings_after_it(
     the readings (the reading's time, or the broken message's arrival), and the
     de-duplication dropped every later reading as late, silently. The broken messages include
     those that once failed every batch, the SIB push and --ntriples included, and the job for
-    good (issue 44: `tools.telemetry.poison`); each dead letter keeps its message's bytes. The
+    good (`tools.telemetry.poison`); each dead letter keeps its message's bytes. The
     first readings go out right after "ingest ready", on a new session: the broker had the
     subscription by then, and delivers them."""
     from datetime import datetime, timedelta, timezone

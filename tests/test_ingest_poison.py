@@ -1,4 +1,4 @@
-"""One message never stops the ingest (issue 44): the messages that once failed every batch
+"""One message never stops the ingest: the messages that once failed every batch
 (and every restart) are dead letters with their reason; whatever bytes or JSON come, parsing,
 the source's rows and the SIB push do not raise; dead letters keep the payload's exact bytes.
 The end-to-end case (the real job, a real mosquitto) is in tests/test_ingest.py."""

@@ -1,5 +1,5 @@
 """Every command block of the README files runs as written, so the docs cannot drift from the
-code (issue 46).
+code.
 
 Each fenced ```sh / ```bash / ```console block (and an unlabeled one that starts with a
 command) of README.md and the folders' READMEs is one test, found anew on every run. A block

@@ -1,4 +1,4 @@
-"""Reads give way to the devices (issue 40's benchmark target): a reader thread waits while the
+"""Reads give way to the devices (`ksp bench stall`'s target): a reader thread waits while the
 write path runs (`sib.budget.Gate`), runs at a lower CPU priority (`sib.readers`), keys its rows
 without making terms for the rows it drops (`sib.query.store_term_key`), and one SEPA client
 cannot take the event loop (`sib.fairness.Pace`, `[sepa] requests_per_second_per_identity`).

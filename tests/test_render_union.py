@@ -1,6 +1,6 @@
 """`render(request, union=True)`: KSP's reading of a request without graph options (§7.6: match
 the union of all graphs, DELETE from every graph) written into SPARQL for a store whose default
-graph is only its default graph, as a SEPA broker's is (the bridge, issue 12).
+graph is only its default graph, as a SEPA broker's is (the bridge).
 
 The oracles: queries against pyoxigraph in union mode (`use_default_graph_as_union`, which the
 rest of the suite ties to the SIB), updates against the SIB's own core; random data in the

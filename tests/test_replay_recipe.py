@@ -1,4 +1,4 @@
-"""README's "Capture, decode, replay" recipe as a user runs it (issue 46): the README's own
+"""README's "Capture, decode, replay" recipe as a user runs it: the README's own
 command lines through bash, ports chosen free, the capture stopped by `kill` (SIGTERM), the
 replay against a fresh `ksp-sib` started in the background just before it (the replay waits
 for it to listen); and a capture that ends with the recorded SIB's shutdown

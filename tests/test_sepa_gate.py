@@ -428,7 +428,8 @@ def test_a_socket_whose_queue_overflows_is_closed_and_its_subscriptions_end():
 
 
 def test_ask_optional_and_default_graph_subscriptions_are_exact():
-    """vaimee/SEPA #94 (ASK), #32 (OPTIONAL deltas), #68 (changes in the default graph)."""
+    """vaimee/SEPA#94 (ASK), vaimee/SEPA#32 (OPTIONAL deltas), vaimee/SEPA#68 (changes in
+    the default graph)."""
     async def main():
         async with Lab() as lab, lab.http.ws_connect(lab.ws_url) as ws:
             ask = (await lab.subscribe(ws, PRE + "ASK { ex:door ex:open true }", "ask"))

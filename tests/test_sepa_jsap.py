@@ -1,4 +1,4 @@
-"""`ksp-sib jsap` (issue 11, item 5): the running SIB's JSAP, used unchanged by sepa-js's JSAP
+"""`ksp-sib jsap`: the running SIB's JSAP, used unchanged by sepa-js's JSAP
 API and by the Python client, which finds the SIB's KSP listener in it."""
 from __future__ import annotations
 

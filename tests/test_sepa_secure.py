@@ -356,8 +356,7 @@ def test_expired_tokens_are_refused(certificate):
 
 
 def test_secure_subscribe_needs_a_token_in_or_beside_the_subscribe(certificate):
-    """The reference broker once accepted secure subscribes without a token (vaimee/SEPA
-    #45): here each needs a valid one, inside `subscribe` or at the top level."""
+    """The reference broker once accepted secure subscribes without a token (vaimee/SEPA#45): here each needs a valid one, inside `subscribe` or at the top level."""
     async def main():
         async with SecureLab(certificate) as lab:
             writer, guest = await lab.token("writer"), await lab.token("guest")

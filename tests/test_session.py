@@ -1170,7 +1170,7 @@ def test_indications_of_one_result_are_each_the_canonical_encoding(result, tids,
         sib.respond(event.kp, tid, Response(tid, result=SelectResult(1, ())), 0.0)
         subscribers.append((event.kp, tid, max_size))
     sent = sib.data_to_send() if tcp else sib.datagrams_to_send(0.0)
-    for round_ in range(2):  # the second round: sequence number 2 (UDP)
+    for round_ in range(2):  # the second pass: sequence number 2 (UDP)
         for kp, tid, _ in subscribers:
             sib.indicate(kp, tid, Response(tid, result=result, indication=True), 1.0)
         sent = sib.data_to_send() if tcp else sib.datagrams_to_send(1.0)

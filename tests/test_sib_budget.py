@@ -1,4 +1,4 @@
-"""No request stalls the SIB (issue 40): one-shot queries run beside the writes on reader
+"""No request stalls the SIB: one-shot queries run beside the writes on reader
 threads, and every evaluation has a time budget (`sib.budget`, `sib.readers`).
 
 Through real sockets: a cross product of four patterns over 40 triples (2.56 million rows,

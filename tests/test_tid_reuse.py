@@ -94,7 +94,7 @@ def test_a_tid_whose_request_timed_out_is_not_reused_meanwhile():
 
 @pytest.mark.slow
 def test_wrapping_at_a_high_rate_through_a_lossy_link_executes_every_request_once():
-    """The issue's run, on a virtual clock: 70 000 inserts from one KP, 512 in flight, 5 % of
+    """On a virtual clock: 70 000 inserts from one KP, 512 in flight, 5 % of
     datagrams lost and 5 % duplicated each way, half of them repeating an earlier request's
     bytes: every one answered OK, and executed once."""
     timing = Timing(max_retransmit=8)
@@ -191,7 +191,7 @@ def test_a_kp_with_every_tid_held_waits_for_one_rather_than_fail():
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
 def test_ninety_thousand_inserts_from_one_kp_are_all_stored(transport):
-    """The issue's reproduction against a real `ksp-sib`: one KP, 32 in flight, 90 000
+    """Against a real `ksp-sib`: one KP, 32 in flight, 90 000
     distinct inserts; a SPARQL COUNT afterwards finds every one answered OK."""
     from tools.bench.rate import measure
 

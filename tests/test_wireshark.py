@@ -1,4 +1,4 @@
-"""Issue 14, item 4: the Lua dissector (tools/wireshark/ksp.lua) in Debian's tshark — a third
+"""The Lua dissector (tools/wireshark/ksp.lua) in Debian's tshark — a third
 reader of docs/wire-format.md, after the Python and the firmware codecs.
 
 Every golden vector is put in one capture (UDP datagrams to port 7000, TCP streams to port 7001,

@@ -41,7 +41,7 @@ BAD = (lambda d: (d, b"{not json"),
 
 
 def poison(device: str, when: str = "2026-11-25T16:00:00.125Z") -> list[tuple[str, bytes, str]]:
-    """Messages for `topic_of(device)` that each once made every batch fail (issue 44), as
+    """Messages for `topic_of(device)` that each once made every batch fail, as
     (what, payload, the reason they are dead letters for)."""
     def body(**fields) -> bytes:
         return json.dumps({"device": device, "property": "t", "value": 1.5, "time": when,
@@ -102,7 +102,7 @@ def publish(url: str, items, *, rate: float | None = None, qos: int = 1,
 
     paho's loop runs in this thread, between publishes: with its network thread
     (`loop_start`) every publish also woke that thread through a socket pair, and the
-    publisher took more CPU than the ingest's Python side (docs/benchmarks.md, "Ingest")."""
+    publisher took more CPU than the ingest's Python side (a profile of `ksp bench ingest`)."""
     import paho.mqtt.client as mqtt
 
     from spark_ingest import mqtt as receiving

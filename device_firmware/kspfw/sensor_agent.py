@@ -70,7 +70,7 @@ class SensorAgent(Agent):
         for prop, read in self.readers:
             try:
                 values[prop] = float32(read())
-            except (OSError, ValueError) as e:  # skip this sensor for this round
+            except (OSError, ValueError) as e:  # skip this sensor for this reading
                 print("sensor: reading %s failed: %s" % (prop, e))
         return values
 

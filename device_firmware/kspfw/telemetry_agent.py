@@ -76,7 +76,7 @@ class TelemetryAgent:
         for prop, unit, read in self.readers:
             try:
                 msg = message(self.device, prop, read(), unit, when)
-            except (OSError, ValueError) as e:  # skip this sensor for this round
+            except (OSError, ValueError) as e:  # skip this sensor for this reading
                 print("telemetry: reading %s failed: %s" % (prop, e))
                 continue
             if msg is not None:

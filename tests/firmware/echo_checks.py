@@ -1,4 +1,4 @@
-"""The firmware's ECHO (address validation, issue 42) inside MicroPython (and on CPython): the
+"""The firmware's ECHO (address validation) inside MicroPython (and on CPython): the
 codec encodes the ECHO option and decodes ECHO REQUIRED RESs; the client sends a request again,
 once, under a new TID with the echoed value; the actuator agent's subscription comes through it,
 and is made again when the retry is refused too; a late copy that started a first TID is

@@ -88,7 +88,7 @@ class Devices:
         self.sel.register(conn.fileno(), selectors.EVENT_READ, None)
         self.ksp = []       # the KSP subscribers' sockets
         self.writer = None  # the KSP publisher's socket
-        self.receipts: dict[int, int] = {}  # subscriber index -> receipt time this round
+        self.receipts: dict[int, int] = {}  # subscriber index -> receipt time in this update
         self.res: dict[int, int] = {}       # TID -> status of the writer's RES
         self.answered: set[int] = set()     # the subscribers that got a RES
         self.mqtt = []      # paho clients: the subscribers, then the publisher

@@ -10,7 +10,7 @@ Measured in one run (the ratios never mix runs):
   does (32-bit object model, like ESP32 and RP2040). Two figures: the live heap (collected
   between calls from JavaScript, as a board's gc.collect() leaves it: the target's figure)
   and what was allocated since the import began, garbage included (this build's gc.collect()
-  inside one call collects nothing; tables before issue 41 give this one);
+  inside one call collects nothing);
 - per board role (the example sensor, the same in the MQTT mode, the example actuator): the
   ``.mpy`` bundle ``ksp flash --config`` builds for it, and its live heap after import and
   while running (tools/bench/firmware_roles.py);

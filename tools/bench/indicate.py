@@ -1,7 +1,7 @@
 """IND fan-out in the SIB's UDP session: µs per IND when every subscriber of one result gets
 it (`SIBSession.indicate`: the transaction layer's numbering and shared encoding, the UDP
-message layer's retransmission state), sockets left out. It compares the session code
-of two trees (docs/benchmarks.md, the layers section); the bare cost is its own baseline.
+message layer's retransmission state), sockets left out. Run from each of two checkouts, it
+compares their session code; the bare cost is its own baseline.
 
 Run as ``python -m tools.bench.indicate [--quick] [--markdown]`` from the tree to measure.
 """

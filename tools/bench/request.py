@@ -1,5 +1,5 @@
 """Request benchmark: a 1-row SELECT through a real `ksp-sib` over UDP, against a bare asyncio
-UDP echo of the same sizes in a process of its own (issue 41, item 1).
+UDP echo of the same sizes in a process of its own.
 
 Run as ``python -m tools.bench.request [--quick] [--markdown] [--profile] [--tree DIR]`` or
 ``ksp bench request``. One ``ksp-sib --memory`` (its own process, UDP on a free loopback port)

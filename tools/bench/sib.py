@@ -417,7 +417,7 @@ def table(rows: list[dict], fixed: bool = False) -> str:
 
 
 def targets(rows: list[dict], fixed: bool) -> str:
-    """The issue's targets, checked against this run's numbers."""
+    """The targets, checked against this run's numbers."""
     by_n = {r["n"]: r for r in rows}
     out = []
     if 1000 in by_n:

@@ -1,4 +1,4 @@
-"""Address validation benchmark (issue 42, wire format 14): what the echo round trip costs a new
+"""Address validation benchmark (wire format 14): what the echo round trip costs a new
 address, and what the budget accounting costs every request.
 
 Run as ``python -m tools.bench.validation [--quick] [--markdown]`` or ``ksp bench validation``.
