@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lengths import LONG
 from spark_ingest.cli import LOCAL_JAVA_OPTIONS
 from spark_ingest.receiving import NICENESS
 from spark_ingest.job import observation_iri
@@ -294,7 +295,9 @@ def publisher_held_at(mosquitto: str, sent: list, rate: float, held_at: int):
     return threading.Thread(target=run, daemon=True), go_on
 
 
-@pytest.mark.parametrize("receivers", [1, 2])
+# Two receivers by default (the harder case: two buffers to read again); one as well in the
+# whole form (KSP_LONG_TESTS=1): each case starts Spark twice, about a minute here.
+@pytest.mark.parametrize("receivers", [1, 2] if LONG else [2])
 def test_killed_and_restarted_mid_stream_nothing_lost_nothing_twice(mosquitto, tmp_path,
                                                                      receivers):
     """kill -9 while readings arrive, then the same command again: every reading is in the

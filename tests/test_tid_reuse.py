@@ -18,6 +18,7 @@ from ksp import Response, Status, TidsBusy, Timing, decode_kp_message, encode
 from ksp.service import Service
 from ksp.session import KPSession, RequestReceived, RequestTimedOut, ResponseReceived, SIBSession
 from ksp.transactions import KpTransactions
+from lengths import LONG
 
 from test_session import KP_ADDR, Net, events, insert
 
@@ -189,7 +190,8 @@ def test_a_kp_with_every_tid_held_waits_for_one_rather_than_fail():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", ["udp", "tcp"])
+# UDP by default (its duplicate cache is what a reused TID meets); TCP as well in the whole form.
+@pytest.mark.parametrize("transport", ["udp", "tcp"] if LONG else ["udp"])
 def test_ninety_thousand_inserts_from_one_kp_are_all_stored(transport):
     """Against a real `ksp-sib`: one KP, 32 in flight, 90 000
     distinct inserts; a SPARQL COUNT afterwards finds every one answered OK."""
