@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ksp import Response, SelectResult, Status, Timing
+from ksp import Credentials, Response, SelectResult, Status, Timing
 from ksp.session import (
     KPSession, PersistentEnded, PersistentLost, RequestReceived, ResponseReceived,
 )
@@ -20,9 +20,10 @@ from test_session import Net, SIBSession, subscribe
 from tools.relay import UdpRelay
 
 
-def subscribed(keepalive: float = 5.0) -> tuple[Net, int]:
+def subscribed(keepalive: float = 5.0, credentials: Credentials | None = None
+               ) -> tuple[Net, int]:
     timing = Timing(keepalive=keepalive)
-    net = Net(KPSession(timing=timing, rng=random.Random(1)),
+    net = Net(KPSession(timing=timing, rng=random.Random(1), credentials=credentials),
               SIBSession(timing=timing, rng=random.Random(2)))
     tid = net.client.send(subscribe(net.client.next_tid()), net.now)
     net.run(until=lambda: bool(net.of_type(ResponseReceived)))
@@ -35,8 +36,12 @@ def test_the_default_keepalive_tells_a_listening_kp_within_a_minute():
     assert Timing(keepalive=0).liveness_bound is None
 
 
-def test_a_silent_subscription_that_runs_is_kept_with_one_keepalive_per_period():
-    net, tid = subscribed()
+@pytest.mark.parametrize("credentials", [None, Credentials(b"greenhouse-actua", "")],
+                         ids=["anonymous", "kp-id"])
+def test_a_silent_subscription_that_runs_is_kept_with_one_keepalive_per_period(credentials):
+    # A KP ID counts from a random epoch: its RES carries the epoch (status bit 6), and the
+    # subscription it started is the SIB's all the same.
+    net, tid = subscribed(credentials=credentials)
     sent = len(net.up)
     net.run_for(5.0 * 4 + 1)
     keepalives = net.up[sent:]

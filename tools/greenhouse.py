@@ -168,12 +168,28 @@ class Greenhouse:
                     self.observed = now
                     self._changed.set()
 
-    async def until_observed(self, want: dict[URIRef, bool], timeout: float = 60.0) -> None:
+    async def until_observed(self, want: dict[URIRef, bool], actuator: asyncio.Task,
+                             timeout: float = 60.0) -> None:
+        """Until the Actuator KP (the task `actuator`) has seen the states `want`; a
+        `TimeoutError` that says what it saw, or why its subscription ended."""
         async def wait():
             while self.observed != want:
                 self._changed.clear()
-                await self._changed.wait()
-        await asyncio.wait_for(wait(), timeout)
+                changed = asyncio.ensure_future(self._changed.wait())
+                await asyncio.wait((changed, actuator), return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+                if actuator.done():
+                    error = None if actuator.cancelled() else actuator.exception()
+                    raise TimeoutError(
+                        f"the Actuator KP's subscription ended before it saw {_states(want)}: "
+                        f"{error!r}" if error else "the Actuator KP's subscription ended")
+        try:
+            await asyncio.wait_for(wait(), timeout)
+        except TimeoutError as exc:
+            if str(exc):
+                raise
+            raise TimeoutError(f"the Actuator KP did not see {_states(want)} within "
+                               f"{timeout:g} s (its last IND: {_states(self.observed)})") from None
 
     async def run(self, readings=READINGS, interval: float = 0.0) -> list[tuple[dict, dict]]:
         """Set up, then publish `readings` one by one; after each, wait until the Actuator KP
@@ -191,7 +207,7 @@ class Greenhouse:
             for quantity, value in readings:
                 await self.publish(quantity, value)
                 stored = states_of(await checker.query(STATES))
-                await self.until_observed(stored)
+                await self.until_observed(stored, actuator)
                 history.append((dict(self.observed), stored))
                 await asyncio.sleep(interval)
         finally:
@@ -203,6 +219,10 @@ class Greenhouse:
             except (asyncio.CancelledError, Exception):  # its connection ends with the task
                 pass
         return history
+
+
+def _states(states: dict[URIRef, bool]) -> str:
+    return ", ".join(f"{a.fragment} {'ON' if on else 'off'}" for a, on in sorted(states.items()))
 
 
 def main(argv: list[str] | None = None, prog: str = "ksp demo greenhouse") -> int:

@@ -171,7 +171,8 @@ class UdpMessageLayer(SibMessageLayer):
     def answered(self, ex: Exchange, data: bytes | None) -> None:
         if data is not None:
             self.cache.answered(ex, data)
-            if ex.tx in PERSISTENT and data[1] == 0:  # started: its keepalives find it
+            # Started (status OK, the request's epoch named or not): its keepalives find it.
+            if ex.tx in PERSISTENT and data[1] & ~RES_EPOCH == 0:
                 self._route(ex.addr, ex.key[1], ex.key[0])
                 self._pin((ex.key[0], ex.key[1]), ex.addr)
 
