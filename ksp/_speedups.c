@@ -351,16 +351,17 @@ static PyObject *double_lexical(double v) {
     return s;
 }
 
-/* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7). */
+/* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7); `p` holds
+ * FIXED_SIZE[kind] bytes, no more (a boolean's one byte may end the message). */
 static PyObject *fixed_literal(int kind, const uchar *p) {
     PyObject *lex = NULL, *datatype = NULL;
-    uint32_t u32 = le32(p);
     switch (kind) {
     case 1:
-        lex = PyUnicode_FromFormat("%d", (int)(int32_t)u32);
+        lex = PyUnicode_FromFormat("%d", (int)(int32_t)le32(p));
         datatype = K.xsd_integer;
         break;
     case 2: {
+        uint32_t u32 = le32(p);
         float f;
         memcpy(&f, &u32, 4);
         PyObject *value = PyFloat_FromDouble((double)f);
@@ -382,7 +383,7 @@ static PyObject *fixed_literal(int kind, const uchar *p) {
         datatype = K.xsd_boolean;
         break;
     default: {
-        uint64_t u64 = u32 | ((uint64_t)le32(p + 4) << 32);
+        uint64_t u64 = le32(p) | ((uint64_t)le32(p + 4) << 32);
         double d;
         memcpy(&d, &u64, 8);
         lex = double_lexical(d);
