@@ -193,8 +193,10 @@ def _differences(a, b, path: str = "message") -> str | None:
 
 #: Python's reasons whose status depends on which of two errors a decoder reports first, the
 #: order being settled in docs/wire-format.md elsewhere: a prefix index beyond the list is known
-#: only once the list is read, after other options' errors.
-PRECEDENCE_REASONS = ("beyond the",)
+#: to the reference only once the list is read, and a repeated option once the whole option list
+#: is, so it reports a later option's error (an unknown or inapplicable code) where Python
+#: reports the first in wire order.
+PRECEDENCE_REASONS = ("beyond the", "appears twice")
 
 
 def _status_kind(py: DecodeError) -> str:
