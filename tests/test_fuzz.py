@@ -155,6 +155,7 @@ def test_vectors_and_a_short_fuzz_are_clean_under_the_sanitizers(sanitized_build
 # The benchmark, under atheris
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_atheris_over_both_targets(tmp_path):
     pytest.importorskip("atheris", reason="atheris (the bench extra) is not installed")
     findings = tmp_path / "findings.jsonl"
