@@ -297,8 +297,12 @@ def check_sparql(data: bytes) -> list[Finding]:
 
 
 def _comparable(req: Request) -> Request:
-    """What a rendering keeps: not the prefix entries (the encoder's business)."""
-    return req._replace(options=req.options._replace(prefixes=None))
+    """What a rendering keeps: not the prefix entries (the encoder's business), nor a graph
+    option of an empty DELETE or INSERT (`GRAPH <g> {}` writes nothing anywhere)."""
+    o = req.options
+    return req._replace(options=o._replace(
+        prefixes=None, delete_graphs=o.delete_graphs if req.delete else None,
+        insert_graphs=o.insert_graphs if req.insert else None))
 
 
 TARGETS: dict[str, Callable[..., list[Finding]]] = {"decode": check_decode,
