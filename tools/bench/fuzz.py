@@ -53,6 +53,7 @@ def _parser(prog: str | None):
     parser.add_argument("--findings", metavar="FILE", help="write the findings here (JSON lines)")
     parser.add_argument("--seed", type=int, default=0, help="the mutate engine's seed")
     parser.add_argument("--worker", choices=TARGETS, help=argparse.SUPPRESS)  # one target
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)  # the worker's, the parent's to remove
     return parser
 
 
@@ -79,10 +80,9 @@ def _atheris_worker(args) -> int:
             out.write(json.dumps(finding.to_json()) + "\n")
             out.flush()
 
-    corpus = tempfile.mkdtemp(prefix="ksp-fuzz-corpus-")
     for n, seed in enumerate(fuzz.seeds(args.worker)):
-        pathlib.Path(corpus, f"seed-{n:04d}").write_bytes(seed)
-    libfuzzer = [sys.argv[0], corpus, f"-runs={args.inputs}", f"-max_total_time={args.seconds}",
+        pathlib.Path(args.corpus, f"seed-{n:04d}").write_bytes(seed)
+    libfuzzer = [sys.argv[0], args.corpus, f"-runs={args.inputs}", f"-max_total_time={args.seconds}",
                  "-print_final_stats=1", "-max_len=4096", "-timeout=60", "-rss_limit_mb=8192"]
     atheris.Setup(libfuzzer, one_input)
     atheris.Fuzz()
@@ -132,7 +132,7 @@ def _coverage(text: str) -> str:
     return f"{found[-1][0]} / {found[-1][1]}" if found else "–"
 
 
-def run_target(target: str, args, findings: pathlib.Path) -> dict:
+def run_target(target: str, args, findings: pathlib.Path, scratch: str) -> dict:
     from .. import fuzz, sanitized
 
     cmd = [sys.executable, "-m", MODULE, "--worker", target, "--inputs", str(args.inputs),
@@ -147,13 +147,14 @@ def run_target(target: str, args, findings: pathlib.Path) -> dict:
         runtime = sanitized.sanitizer_runtime()
         if runtime is None:
             raise SystemExit("--sanitized: no gcc with AddressSanitizer's runtime (libasan)")
-        build = sanitized.build_sanitized(pathlib.Path(tempfile.mkdtemp(prefix="ksp-sanitized-")))
+        build = sanitized.build_sanitized(pathlib.Path(scratch, "sanitized"))
         cmd[1:3] = ["-m", f"{TOOLS}.sanitized", str(build), MODULE]
         cmd.append("--sanitized")
         env = sanitized.sanitized_env(runtime)
     before = findings.stat().st_size if findings.exists() else 0
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="ksp-fuzz-corpus-") as corpus:
+        proc = subprocess.run([*cmd, "--corpus", corpus], env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     records = []
     if findings.exists():
@@ -166,7 +167,8 @@ def run_target(target: str, args, findings: pathlib.Path) -> dict:
     inputs = _stat(proc.stderr, "number_of_executed_units") or 0
     return {
         "target": target, "engine": engine, "c": "sanitized" if args.sanitized else "built",
-        "inputs": inputs, "per_second": _stat(proc.stderr, "average_exec_per_sec") or 0,
+        "inputs": inputs,  # libFuzzer's rate, whole inputs/s: 0 for a run under a second
+        "per_second": _stat(proc.stderr, "average_exec_per_sec") or round(inputs / seconds),
         "coverage": _coverage(proc.stderr) if engine == "atheris" else "–",
         "disagreements": sum(k != "crash" for k in kinds),
         "precedence": kinds.count("precedence"),
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         args.inputs = min(args.inputs, 10_000)
     targets = ("decode",) if args.sanitized else TARGETS if args.target == "all" else (args.target,)
     findings = pathlib.Path(args.findings or tempfile.mkstemp(prefix="ksp-fuzz-", suffix=".jsonl")[1])
-    rows = [run_target(t, args, findings) for t in targets]
+    with tempfile.TemporaryDirectory(prefix="ksp-fuzz-") as scratch:  # the sanitized build
+        rows = [run_target(t, args, findings, scratch) for t in targets]
     headers = ["target", "engine", "C module", "inputs", "inputs/s", "coverage (cov / ft)",
                "disagreements (precedence)", "crashes", "seconds"]
     body = [[r["target"], r["engine"], r["c"], f"{r['inputs']:,}", f"{r['per_second']:,}",
