@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -81,6 +82,17 @@ typedef struct {
 static Slot *cache;
 static int interning = 1; /* off only to measure what interning saves (tools/bench/codec.py) */
 
+/* memcpy and memcmp of n bytes that may be none: C gives both nonnull parameters, and a length-0
+ * part of a key (no prefix, a literal's missing second part) comes as NULL. */
+static inline void copy_bytes(void *dst, const void *src, size_t n) {
+    if (n)
+        memcpy(dst, src, n);
+}
+
+static inline int same_bytes(const void *a, const void *b, size_t n) {
+    return n == 0 || memcmp(a, b, n) == 0;
+}
+
 static inline uint64_t mix(uint64_t h, uint64_t w) {
     h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
     return h ^ (h >> 29);
@@ -95,7 +107,7 @@ static uint64_t hash_bytes(uint64_t h, const uchar *p, Py_ssize_t n) {
         n -= 8;
     }
     uint64_t w = 0;
-    memcpy(&w, p, (size_t)n);
+    copy_bytes(&w, p, (size_t)n);
     return mix(h, w ^ ((uint64_t)n << 56));
 }
 
@@ -116,8 +128,8 @@ static PyObject *cache_get(CacheKey *k, uchar tag, const uchar *a, Py_ssize_t al
     Slot *s = &cache[h & (CACHE_SIZE - 1)];
     k->hash = h;
     k->slot = s;
-    if (s->len == len && s->hash == h && s->key[0] == tag && memcmp(s->key + 1, a, alen) == 0 &&
-        memcmp(s->key + 1 + alen, b, blen) == 0) {
+    if (s->len == len && s->hash == h && s->key[0] == tag && same_bytes(s->key + 1, a, alen) &&
+        same_bytes(s->key + 1 + alen, b, blen)) {
         Py_INCREF(s->val);
         return s->val;
     }
@@ -133,8 +145,8 @@ static void cache_put(CacheKey *k, uchar tag, const uchar *a, Py_ssize_t alen, c
     s->hash = k->hash;
     s->len = 1 + alen + blen;
     s->key[0] = tag;
-    memcpy(s->key + 1, a, alen);
-    memcpy(s->key + 1 + alen, b, blen);
+    copy_bytes(s->key + 1, a, alen);
+    copy_bytes(s->key + 1 + alen, b, blen);
     Py_INCREF(val);
     s->val = val;
     Py_XDECREF(old);
@@ -171,7 +183,7 @@ static PyObject *make_iri(const uchar *a, Py_ssize_t alen, const uchar *b, Py_ss
         if (joined == NULL)
             return PyErr_NoMemory();
         memcpy(joined, a, alen);
-        memcpy(joined + alen, b, blen);
+        copy_bytes(joined + alen, b, blen);
         text = PyUnicode_DecodeUTF8(joined, alen + blen, "strict");
         if (joined != small)
             PyMem_Free(joined);
@@ -339,16 +351,17 @@ static PyObject *double_lexical(double v) {
     return s;
 }
 
-/* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7). */
+/* codec._fixed_literal: the Literal of a fixed-size payload (literal types 1-4 and 7); `p` holds
+ * FIXED_SIZE[kind] bytes, no more (a boolean's one byte may end the message). */
 static PyObject *fixed_literal(int kind, const uchar *p) {
     PyObject *lex = NULL, *datatype = NULL;
-    uint32_t u32 = le32(p);
     switch (kind) {
     case 1:
-        lex = PyUnicode_FromFormat("%d", (int)(int32_t)u32);
+        lex = PyUnicode_FromFormat("%d", (int)(int32_t)le32(p));
         datatype = K.xsd_integer;
         break;
     case 2: {
+        uint32_t u32 = le32(p);
         float f;
         memcpy(&f, &u32, 4);
         PyObject *value = PyFloat_FromDouble((double)f);
@@ -370,7 +383,7 @@ static PyObject *fixed_literal(int kind, const uchar *p) {
         datatype = K.xsd_boolean;
         break;
     default: {
-        uint64_t u64 = u32 | ((uint64_t)le32(p + 4) << 32);
+        uint64_t u64 = le32(p) | ((uint64_t)le32(p + 4) << 32);
         double d;
         memcpy(&d, &u64, 8);
         lex = double_lexical(d);
@@ -1218,7 +1231,7 @@ static int grow(Out *o, Py_ssize_t n) {
 static int put(Out *o, const void *data, Py_ssize_t n) {
     if (grow(o, n))
         return -1;
-    memcpy(o->p + o->len, data, n);
+    copy_bytes(o->p + o->len, data, n);
     o->len += n;
     return 0;
 }
@@ -1858,6 +1871,8 @@ static PyObject *py_encode(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     int tcp = PyObject_IsTrue(args[1]);
+    if (tcp < 0)
+        return NULL;
     Out o;
     o.p = o.small;
     o.len = 0;
@@ -1881,10 +1896,11 @@ static PyObject *py_decode_request(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "decode_request(buf, tcp) after setup()");
         return NULL;
     }
+    int tcp = PyObject_IsTrue(args[1]);
     Py_buffer view;
-    if (get_buffer(args[0], &view))
+    if (tcp < 0 || get_buffer(args[0], &view))
         return NULL;
-    PyObject *msg = decode_request(view.buf, view.len, PyObject_IsTrue(args[1]));
+    PyObject *msg = decode_request(view.buf, view.len, tcp);
     PyBuffer_Release(&view);
     return msg;
 }
@@ -1898,10 +1914,13 @@ static PyObject *py_decode_response(PyObject *self, PyObject *const *args, Py_ss
     long form = PyLong_AsLong(args[2]);
     if (form == -1 && PyErr_Occurred())
         return NULL;
+    if (form < INT_MIN || form > INT_MAX)
+        form = -1; /* no result form, as any negative */
+    int tcp = PyObject_IsTrue(args[1]);
     Py_buffer view;
-    if (get_buffer(args[0], &view))
+    if (tcp < 0 || get_buffer(args[0], &view))
         return NULL;
-    PyObject *msg = decode_response(view.buf, view.len, PyObject_IsTrue(args[1]), (int)form);
+    PyObject *msg = decode_response(view.buf, view.len, tcp, (int)form);
     PyBuffer_Release(&view);
     return msg;
 }

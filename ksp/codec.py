@@ -43,7 +43,7 @@ from .wire import (
 __all__ = [
     "Transport", "UDP", "TCP", "LAYOUT", "encode", "decode_kp_message", "decode_sib_message",
     "tcp_frame_length", "header_size", "peek_tid", "retag", "use_speedups", "speedups_enabled",
-    "pure_python", "set_interning",
+    "pure_python", "set_interning", "c_decode_kp_message", "c_decode_sib_message",
 ]
 
 
@@ -94,6 +94,26 @@ def decode_sib_message(buf: bytes, transport: Transport = UDP, answers: Tx | Non
 # ---------------------------------------------------------------------------------------------
 # The C decoder (ksp/_speedups.c): same answers for valid bytes, None for anything else, which
 # the Python decoders above then answer. KSP_PURE_PYTHON=1 in the environment turns it off.
+
+
+def c_decode_kp_message(buf: bytes, transport: Transport = UDP) -> Request | Ack | None:
+    """The C decoder's own answer, without the Python fallback: the message `decode_kp_message`
+    returns, or None where the C module declines (bytes it does not vouch for). For the tools
+    that compare the two decoders (`ksp bench fuzz`); RuntimeError without the built module."""
+    return _built().decode_request(buf, _is_tcp(transport))
+
+
+def c_decode_sib_message(buf: bytes, transport: Transport = UDP,
+                         answers: Tx | None = None) -> Response | None:
+    """As `c_decode_kp_message`, for what a KP receives (`decode_sib_message`)."""
+    form = -1 if answers is None else _RESULT_FORM[answers]
+    return _built().decode_response(buf, _is_tcp(transport), -1 if form is None else form)
+
+
+def _built():
+    if _BUILT is None:
+        raise RuntimeError("ksp._speedups is not built or KSP_PURE_PYTHON=1 turned it off")
+    return _BUILT
 
 
 def _load_speedups():

@@ -407,6 +407,15 @@ def test_random_text_raises_only_typed_errors(text):
     encode(req)  # whatever compiles is a request KSP can carry
 
 
+@pytest.mark.parametrize("text", ["#\\U09999899", "# \\U80000000\n", "# \\U0000D800"])
+def test_a_codepoint_escape_outside_unicode_in_a_comment_is_a_typed_error(text):
+    """Text the subset parser refuses is shown to a full parser with its escapes replaced as
+    the subset parser replaces them (not in comments): an escape beyond U+10FFFF or a
+    surrogate in a comment is still a typed error, not chr()'s ValueError or OverflowError."""
+    with pytest.raises(SparqlError):
+        compile(text)
+
+
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ks.requests(small=True, txs=[t for t in Tx if t not in (Tx.TERMINATE, Tx.RESET)]),

@@ -29,6 +29,7 @@ BENCH_SUITES = {
     "broker-store": ".bench.broker_store",
     "codec": ".bench.codec",
     "firmware": ".bench.firmware",
+    "fuzz": ".bench.fuzz",
     "bridge": ".bench.bridge",
     "bridge-soak": ".bench.bridge_soak",
     "fanout": ".bench.fanout",

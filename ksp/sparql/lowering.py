@@ -24,7 +24,7 @@ from ..errors import EncodeError, SparqlError, SparqlSyntaxError, UnsupportedSpa
 from ..model import Bind, Options, Request, SolutionModifier
 from ..terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
 from .render import NO_PROJECTION
-from .lexer import _IRI_BAD, _SCHEME
+from .lexer import _IRI_BAD, _SCHEME, unescape_codepoints
 from .parser import _Parsed, _Parser, _V
 
 
@@ -249,9 +249,6 @@ def compile_named(text: str, *, persistent: bool = False, prefixes: dict[str, st
 #: Text pyoxigraph may not be shown, as it parses only to execute: LOAD fetches, SERVICE asks
 #: another endpoint. rdflib's parser (parse only) judges it instead.
 _RUNS_REMOTELY = re.compile(r"\b(?:LOAD|SERVICE)\b", re.I)
-#: SPARQL's codepoint escapes, replaced before parsing (SPARQL 1.1 section 19.2), which
-#: pyoxigraph does not do in IRIs and names.
-_CODEPOINT = re.compile(r"\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})")
 
 
 def _refusal(text: str, prefixes: dict[str, str] | None) -> SparqlSyntaxError | None:
@@ -259,7 +256,10 @@ def _refusal(text: str, prefixes: dict[str, str] | None) -> SparqlSyntaxError | 
     stopped at a feature it lacks; None when it accepts the text or none is installed
     (pyoxigraph comes with the SIB's extra, rdflib always). Only on that error path: the
     subset parser decides everything it reads."""
-    text = _CODEPOINT.sub(lambda m: chr(int(m[1] or m[2], 16)), text)
+    try:  # SPARQL's codepoint escapes (section 19.2), which pyoxigraph does not replace in IRIs
+        text = unescape_codepoints(text)  # and names: as the subset parser reads them
+    except SparqlSyntaxError as exc:  # one beyond U+10FFFF or a surrogate: not SPARQL
+        return exc
     if _RUNS_REMOTELY.search(text):
         return _rdflib_refusal(text, prefixes)
     try:
