@@ -169,8 +169,8 @@ class UdpMessageLayer(SibMessageLayer):
             self._start_backoff(key, now)
 
     def answered(self, ex: Exchange, data: bytes | None) -> None:
+        self.cache.answered(ex, data)
         if data is not None:
-            self.cache.answered(ex, data)
             if ex.tx in PERSISTENT and data[1] == 0:  # started: its keepalives find it
                 self._route(ex.addr, ex.key[1], ex.key[0])
                 self._pin((ex.key[0], ex.key[1]), ex.addr)
