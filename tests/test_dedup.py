@@ -28,7 +28,8 @@ def test_answered_entries_add_nothing_for_the_collector_and_still_answer_copies(
         answers(sib)
     before = tracked()
     for data in sent[64:]:
-        sib.receive_datagram(data, (KP_ADDR[0], KP_ADDR[1]), 1.0)  # a tuple of its own each, as recvfrom gives
+        # an address tuple of its own each, as recvfrom gives
+        sib.receive_datagram(data, (KP_ADDR[0], KP_ADDR[1]), 1.0)
         assert len(executed(sib)) == 1
         answers(sib)
     assert sib.sizes()["recent requests"] == 4096

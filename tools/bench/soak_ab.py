@@ -313,7 +313,8 @@ def plot(results: dict[str, tuple[list[dict], list[Probe]]], path: str) -> None:
         ax = [row["cycles"] for row in aging]
         c.plot(ax, [row["cpu"] * 1e6 for row in aging], ".-", label="CPU µs/update")
         c.plot(ax, [row["p99"] * 1e6 for row in aging], ".", alpha=0.5, label="p99 µs")
-        c.set(xlabel="A's update cycles", ylabel="µs", yscale="log", title=f"{kind}: A while it ages")
+        c.set(xlabel="A's update cycles", ylabel="µs", yscale="log",
+              title=f"{kind}: A while it ages")
         m.plot(ax, [row["rss"] for row in aging], ".-", label="A")
         m.plot(xs, [p.rss[1] for p in probes], "x", label="F at its probe")
         m.set(xlabel="A's update cycles", ylabel="RSS MiB", title=f"{kind}: resident memory",
