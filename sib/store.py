@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -155,11 +156,22 @@ class QuadStore:
     removes: RocksDB as tombstones until compaction, the in-memory store as old versions for
     good; a sensor replacing one reading every period makes every later read of that quad
     slower, without bound. So after `maintain_after` removed quads — and at least as many as
-    the store holds, which keeps the cost per write constant — `maintenance_due()` says so and
+    the store holds, which keeps the cost per write constant — or sooner when the removals
+    pile up under one subject or one predicate (`maintain_hot`, below), `maintenance_due()`
+    says so and
     the SIB's scheduler calls `maintain()` between two requests: an on-disk store is compacted
     (`Store.optimize`) in a background thread while requests go on (RocksDB allows it, and
     the call releases the GIL); an in-memory store is copied into a fresh one, which pauses
     the scheduler (about 190 ms for 100,000 quads).
+
+    **A hot spot** (a sensor replacing its reading; docs/sib.md, "Flat cost over time"): what a
+    read pays for is the removed quads under its own prefix, the subject or the predicate it
+    names, not all of them; a maintenance costs about 14 ms plus 2 µs per quad held, each
+    removed quad about 1 µs per update that reads past it. So maintenance is also due once one
+    subject or one predicate has had `maintain_hot` removed quads (500), or the square root of
+    4 × the quads held if more (2,000 for 1,000,000 quads): the two costs balanced. Waiting for
+    10,000 removals let a reading replaced 10,000 times take 2.8 ms to read against 0.11 ms
+    fresh, and an aged `ksp-sib` 1.3–1.4× a fresh one's CPU per update (`ksp bench soak --ab`).
 
     **A failed write** (a full disk, an I/O error) writes nothing, and RocksDB then refuses
     every write until it is reopened; so the store refuses writes itself (`StoreUnwritable`,
@@ -168,7 +180,7 @@ class QuadStore:
     which the reopening reads back."""
 
     def __init__(self, path: str | None = None, *, temporary: bool = False,
-                 maintain_after: int | None = 10_000) -> None:
+                 maintain_after: int | None = 10_000, maintain_hot: int | None = 500) -> None:
         self._tmp = None
         if temporary:
             sweep_abandoned()
@@ -181,9 +193,13 @@ class QuadStore:
         self.path = path
         self._store = ox.Store(path) if path is not None else ox.Store()
         self.maintain_after = maintain_after
+        self.maintain_hot = maintain_hot
         self._size = len(self._store)  # kept up to date by the writes (len() may scan)
-        #: Quads removed since the last maintenance.
+        #: Quads removed since the last maintenance; the most of them under one subject or one
+        #: predicate, and the counts that tell it.
         self.removed = 0
+        self.hot = 0
+        self._removed_under: dict[tuple[int, Term], int] = {}
         #: Maintenance runs done, and the seconds the last one took.
         self.maintenance_runs = 0
         self.maintenance_seconds = 0.0
@@ -341,17 +357,28 @@ class QuadStore:
     # -- maintenance ----------------------------------------------------------------------
 
     def _counted(self, delta: Delta) -> None:
-        self.removed += len(delta.removed)
-        self._size += len(delta.added) - len(delta.removed)
+        removed = delta.removed
+        self.removed += len(removed)
+        self._size += len(delta.added) - len(removed)
+        if removed and self.maintain_hot is not None:
+            under, hot = self._removed_under, self.hot
+            for q in removed:
+                for at in ((0, q[0]), (1, q[1])):
+                    n = under[at] = under.get(at, 0) + 1
+                    if n > hot:
+                        hot = n
+            self.hot = hot
 
     def maintenance_due(self) -> bool:
-        after = self.maintain_after
-        return (after is not None and self.removed >= max(after, self._size)
-                and self._compaction is None and self.unwritable is None)
+        after, hot = self.maintain_after, self.maintain_hot
+        return (after is not None and self._compaction is None and self.unwritable is None
+                and (self.removed >= max(after, self._size)
+                     or (hot is not None and self.hot >= max(hot, math.isqrt(4 * self._size)))))
 
     def maintain(self) -> None:
         """Compact (on disk, in the background) or rebuild (in memory) now."""
-        self.removed = 0
+        self.removed = self.hot = 0
+        self._removed_under = {}
         if self.path is not None:
             self._compaction = threading.Thread(target=self._compact, name="ksp-compaction",
                                                 daemon=True)

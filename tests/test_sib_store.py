@@ -135,3 +135,30 @@ def test_maintenance_keeps_every_quad_and_empty_named_graph(tmp_path):
         store.close()
         if path is not None:
             assert not os.path.exists(path)
+
+
+def test_removals_piling_up_under_one_subject_or_predicate_make_maintenance_due_sooner():
+    """A sensor replacing its reading leaves its removals under one subject and predicate,
+    which every read of it passes: maintenance is due after `maintain_hot` of them, long before
+    `maintain_after` removals in all; removals spread over many subjects and predicates wait
+    for `maintain_after`."""
+    from ksp.terms import DEFAULT_GRAPH, IRI, Literal
+    from sib.store import Delta, QuadStore
+
+    store = QuadStore(maintain_after=10_000, maintain_hot=50)
+    s, p = IRI("http://example.org/sensor"), IRI("http://example.org/value")
+    for i in range(50):
+        assert not store.maintenance_due()
+        store.apply(Delta(((s, p, Literal.of(i + 1), DEFAULT_GRAPH),),
+                          ((s, p, Literal.of(i), DEFAULT_GRAPH),) if i else ()))
+    assert store.hot == 49 and not store.maintenance_due()
+    store.apply(Delta((), ((s, p, Literal.of(50), DEFAULT_GRAPH),)))
+    assert store.hot == 50 and store.maintenance_due()
+    store.maintain()
+    assert store.hot == 0 and not store.maintenance_due()
+    spread = [(IRI(f"http://example.org/s{i}"), IRI(f"http://example.org/p{i}"), Literal.of(i),
+               DEFAULT_GRAPH) for i in range(200)]
+    store.apply(Delta(tuple(spread)))
+    store.apply(Delta((), tuple(spread)))
+    assert store.removed == 200 and store.hot == 1 and not store.maintenance_due()
+    store.close()

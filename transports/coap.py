@@ -151,17 +151,16 @@ class _CoapLayer(SibMessageLayer):
         self.server.answer(data, addr, answering)
 
     def answered(self, ex: Exchange, data: bytes | None) -> None:
-        if data is not None:
-            self.cache.answered(ex, data)
-        else:  # the NON rule sent nothing
+        self.cache.answered(ex, data)
+        if data is None:  # the NON rule sent nothing
             self.server.answer_empty((ex.addr, ex.key[1]))
 
     def duplicate(self, key: tuple, addr: Hashable) -> bool:
-        seen = self.cache.get(key)
+        seen = self.cache.get(key)  # its exchange while it executes, True once answered
         if seen is None:
             return False
-        if seen.exchange.addr != addr:  # the KP moved: the copies it sent before wait here now
-            self.server.move_waiting((seen.exchange.addr, key[1]), (addr, key[1]))
+        if seen is not True and seen.addr != addr:  # the KP moved: its copies wait here now
+            self.server.move_waiting((seen.addr, key[1]), (addr, key[1]))
         self.cache.answer_copy(key, addr, lambda data, to: self.send(data, to, key),
                                self.session.stats)
         if key[:2] not in self.session.transactions.executing:  # answered: with nothing, 2.04

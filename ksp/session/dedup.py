@@ -1,6 +1,13 @@
 """The SIB's duplicate cache: requests seen within EXCHANGE_LIFETIME, each copy answered from
 its entry, and per KP what it no longer keeps, by request number (UDP's message layer, and the
-CoAP server's; wire format 15)."""
+CoAP server's; wire format 15).
+
+At the rate one KP reaches the cache is full (`max_entries`, 65,536, every TID of the KP) for as
+long as the SIB runs, so its entries are kept as objects the garbage collector does not track:
+a flat tuple of numbers, bytes and the KP's own key for each (the exchange only while it
+executes). As objects (five tracked objects each: ~330,000 for a full cache) they made each
+full collection of an aged SIB take 0.1–0.34 s of its loop (`ksp bench soak --ab`,
+docs/benchmarks.md)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -9,29 +16,22 @@ from typing import TYPE_CHECKING
 
 from ..codes import Tx
 from ..transactions import Exchange
+from .events import KPIdentity
 
 if TYPE_CHECKING:
     from .sib import SessionStats
 
-__all__ = ["DuplicateCache", "Seen", "Record", "LAST_EPOCH"]
+__all__ = ["DuplicateCache", "Record", "LAST_EPOCH"]
 
 #: The highest epoch a request number has (the EPOCH option is a u32).
 LAST_EPOCH = 0xFFFFFFFF
 
 _TERMINATE = Tx.TERMINATE
 
-
-class Seen:
-    """A request in the cache: its exchange, its number (-1: none, a TERMINATE), when the
-    entry expires and the RES it got (bytes, or None until it is answered)."""
-
-    __slots__ = ("exchange", "number", "expires", "response")
-
-    def __init__(self, exchange: Exchange, number: int, expires: float) -> None:
-        self.exchange = exchange
-        self.number = number
-        self.expires = expires
-        self.response: bytes | None = None
+# An entry: (tx, hash of the request's bytes, number (-1: none, a TERMINATE), when it expires,
+# its RES (bytes, or None until it is answered), its exchange while it executes (else None)).
+# Plain ints, a float, bytes and None: once answered, a tuple the collector stops tracking.
+_TX, _DIGEST, _NUMBER, _EXPIRES, _RESPONSE, _EXCHANGE = range(6)
 
 
 class Record:
@@ -55,12 +55,12 @@ class DuplicateCache:
     entry and never executed again.
 
     Keys are (KP identity, TID, transaction type, hash of the request's bytes), the `key` of
-    the `Exchange` each entry (`Seen`) holds with its expiry and its RES, whose length counts
-    against `max_bytes`. One entry per KP and TID (a TERMINATE apart: it carries its target's
-    TID): a request with other bytes under a TID is a new request and takes the place of the
-    one before, as the KP has moved on from it (R12). Oldest first, which is soonest to expire;
-    over `max_entries` or `max_bytes` the oldest go. UDP's message layer keeps one, and so does
-    CoAP's server, under which aiocoap is the message layer.
+    the `Exchange` an entry holds while it executes; an entry keeps its expiry and its RES, whose
+    length counts against `max_bytes`. One entry per KP and TID (a TERMINATE apart: it carries
+    its target's TID): a request with other bytes under a TID is a new request and takes the
+    place of the one before, as the KP has moved on from it (R12). Oldest first, which is
+    soonest to expire; over `max_entries` or `max_bytes` the oldest go. UDP's message layer
+    keeps one, and so does CoAP's server, under which aiocoap is the message layer.
 
     Which of two requests is the newer, and whether one nothing is kept for was had before,
     their numbers say (wire format 15): `records` keeps per KP identity (at most
@@ -75,7 +75,9 @@ class DuplicateCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[Hashable, Seen] = OrderedDict()
+        # (KP ID, KP address, TID, is a TERMINATE) -> entry (the module's comment): the KP
+        # identity spread out, a tuple of untracked parts (a KPIdentity is tracked).
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self.records: OrderedDict[Hashable, Record] = OrderedDict()
 
     def __len__(self) -> int:
@@ -83,12 +85,26 @@ class DuplicateCache:
 
     @staticmethod
     def _slot(key: tuple) -> tuple:
-        return key[0], key[1], key[2] is _TERMINATE
+        kp = key[0]
+        return kp[0], kp[1], key[1], key[2] is _TERMINATE
 
-    def get(self, key: tuple) -> Seen | None:
+    def _entry(self, key: tuple) -> tuple | None:
         """The entry of request `key`: None if unseen, or if another request took its place."""
         entry = self._entries.get(self._slot(key))
-        return entry if entry is not None and entry.exchange.key == key else None
+        if entry is None or entry[_DIGEST] != key[3] or entry[_TX] != key[2]:
+            return None
+        return entry
+
+    def get(self, key: tuple) -> Exchange | bool | None:
+        """Whether request `key` is kept: its exchange while it executes, True once answered,
+        None if unseen or if another request took its place."""
+        entry = self._entry(key)
+        return None if entry is None else entry[_EXCHANGE] or True
+
+    def response(self, key: tuple) -> bytes | None:
+        """The RES cached for request `key` (None: none, or not kept)."""
+        entry = self._entry(key)
+        return None if entry is None else entry[_RESPONSE]
 
     def behind(self, key: tuple, number: int) -> int | None:
         """For request `key` numbered `number` (-1: none), not a copy: None when it is new,
@@ -99,7 +115,7 @@ class DuplicateCache:
             return None
         record = self.records.get(key[0])
         entry = self._entries.get(self._slot(key))
-        kept = -1 if entry is None else entry.number
+        kept = -1 if entry is None else entry[_NUMBER]
         if kept < number and (record is None or number > record.floor):
             return None
         if record is None:  # an entry kept with no record: the record went first
@@ -114,8 +130,8 @@ class DuplicateCache:
         slot = self._slot(key)
         before = entries.pop(slot, None)
         if before is not None:
-            self._drop(before)
-        entries[slot] = Seen(exchange, number, now + self.lifetime)
+            self._drop(slot, before)
+        entries[slot] = (int(key[2]), key[3], number, now + self.lifetime, None, exchange)
         if number >= 0:
             record = self._record(key[0])
             if number > record.highest:
@@ -145,44 +161,58 @@ class DuplicateCache:
             records.move_to_end(kp)
         return record
 
-    def answered(self, exchange: Exchange, response: bytes) -> None:
-        """`exchange`'s answer is `response` (if its entry is still there)."""
-        entry = self._entries.get(self._slot(exchange.key))
-        if entry is not None and entry.exchange is exchange:
-            entry.response = response
-            self.bytes += len(response)
-            if self.bytes > self.max_bytes:
-                self._evict()
+    def answered(self, exchange: Exchange, response: bytes | None) -> None:
+        """`exchange`'s answer is `response` (None: nothing was sent, as for an OK NON), if its
+        entry is still there: the entry keeps the RES and lets the exchange go."""
+        entries = self._entries
+        slot = self._slot(exchange.key)
+        entry = entries.get(slot)
+        if entry is not None and entry[_EXCHANGE] is exchange:
+            entries[slot] = entry[:_RESPONSE] + (response, None)  # in its place in the order
+            if response is not None:
+                self.bytes += len(response)
+                if self.bytes > self.max_bytes:
+                    self._evict()
 
     def answer_copy(self, key: tuple, addr: Hashable, send: Callable[[bytes, Hashable], None],
                     stats: "SessionStats") -> bool:
-        """Whether request `key` is a copy of one seen. If so its exchange answers at `addr`
-        from now on (the newest copy's address), and its cached RES goes there again (`send`),
-        or nothing while it executes."""
-        entry = self.get(key)
+        """Whether request `key` is a copy of one seen. If so, while it executes its exchange
+        answers at `addr` from now on (the newest copy's address); once answered, its cached
+        RES goes there again (`send`)."""
+        entry = self._entry(key)
         if entry is None:
             return False
-        entry.exchange.addr = addr  # a retransmission (or a duplicated datagram)
-        if entry.response is not None:
+        exchange = entry[_EXCHANGE]
+        if exchange is not None:  # a retransmission (or a duplicated datagram)
+            exchange.addr = addr
+            stats.duplicates_ignored += 1
+        elif entry[_RESPONSE] is not None:
             stats.res_retransmissions_answered += 1
-            send(entry.response, addr)
+            send(entry[_RESPONSE], addr)
         else:
             stats.duplicates_ignored += 1
         return True
 
     def expire(self, now: float) -> None:
         entries = self._entries
-        while entries and next(iter(entries.values())).expires <= now:
-            self._drop(entries.popitem(last=False)[1])
+        while entries:
+            slot = next(iter(entries))
+            entry = entries[slot]
+            if entry[_EXPIRES] > now:
+                return
+            del entries[slot]
+            self._drop(slot, entry)
 
     def _evict(self) -> None:
         entries = self._entries
         while entries and (len(entries) > self.max_entries or self.bytes > self.max_bytes):
-            self._drop(entries.popitem(last=False)[1])
+            self._drop(*entries.popitem(last=False))
 
-    def _drop(self, entry: Seen) -> None:
-        if entry.response is not None:
-            self.bytes -= len(entry.response)
-        if entry.number >= 0:  # not kept any more: its copies are behind the floor
-            kp = entry.exchange.key[0]
-            self._raise_floor(self.records.get(kp) or self._record(kp), entry.number)
+    def _drop(self, slot: tuple, entry: tuple) -> None:
+        response = entry[_RESPONSE]
+        if response is not None:
+            self.bytes -= len(response)
+        number = entry[_NUMBER]
+        if number >= 0:  # not kept any more: its copies are behind the floor
+            kp = KPIdentity(slot[0], slot[1])
+            self._raise_floor(self.records.get(kp) or self._record(kp), number)

@@ -169,8 +169,8 @@ class UdpMessageLayer(SibMessageLayer):
             self._start_backoff(key, now)
 
     def answered(self, ex: Exchange, data: bytes | None) -> None:
+        self.cache.answered(ex, data)
         if data is not None:
-            self.cache.answered(ex, data)
             # Started (status OK, the request's epoch named or not): its keepalives find it.
             if ex.tx in PERSISTENT and data[1] & ~RES_EPOCH == 0:
                 self._route(ex.addr, ex.key[1], ex.key[0])

@@ -1,20 +1,23 @@
 """Aged against fresh `ksp-sib` (`ksp bench soak --ab`): does a process that has served a long
-soak cost more per update than a freshly started one, measured alternately in the same run?
+soak cost more per update than a freshly started one, at every moment of its life?
 
-Two real `ksp-sib` processes at a time, each with its own two KPs over UDP on loopback and the
-soak's workload (`tools/bench/sensors.py`: 10 sensors replacing their readings with UPDATE DATA,
-a persistent SELECT watching each, a rule keeping a fan's state equal to sensor 0's; every update
-sends an IND that the watcher ACKs). Process A is aged with `--age` cycles; process B is then
-started fresh and given the same base data (the same 11 triples, subscriptions and rule: the
-store contents A has), and warmed with `--per-round` cycles. Then `--rounds` rounds of
-`--per-round` cycles each, one cycle of A's then one of B's (so whatever else the machine does
-costs both alike): the SIB process's CPU time per update (its threads' time on a CPU,
-/proc/PID/task/*/schedstat) and the update → IND latency p50/p99.
-Run for `--memory` and for a data directory on disk (`--kind`).
+Process A, a real `ksp-sib` with two KPs over UDP on loopback and the soak's workload
+(`tools/bench/sensors.py`: 10 sensors replacing their readings with UPDATE DATA at the rate one
+KP reaches, a persistent SELECT watching each, a rule keeping a fan's state equal to sensor 0's;
+every update sends an IND that the watcher ACKs), ages continuously for `--cycles` cycles. At
+each probe (`--first` cycles, then every `--every`) a process F is started fresh with the same
+base data (the same 11 triples, subscriptions and rule: the store contents A has), warmed, and
+then `--slices` slices of `--per-slice` cycles each run alternately, one cycle of A's then one
+of F's (so whatever else the machine does costs both alike); F then stops. Measured per slice:
+each SIB process's CPU time per update (its threads' time on a CPU,
+/proc/PID/task/*/schedstat) and the update → IND latencies. Run for `--memory` and for a data
+directory on disk (`--kind`).
 
-Reported per kind: each round's aged/fresh ratio of CPU per update, and their min/median/max;
-while A ages, its CPU per update per `--window` (does the cost grow with the cycles?). Target:
-the median ratio within 1.2.
+Reported per probe: A's age, aged ÷ fresh CPU per update over the probe and min/median/max
+over its slices, aged ÷ fresh p99 latency, both resident sizes; for the run, min/median/max of
+the probes' ratios; and A's CPU per update, p99 and RSS per `--window` while it ages (the
+saw-tooth a median hides). `--plot FILE.png` draws them. Targets: aged ÷ fresh CPU ≤ 1.2 at
+every probe, p99 ≤ 1.2×, RSS flat after the first EXCHANGE_LIFETIME.
 """
 from __future__ import annotations
 
@@ -141,95 +144,257 @@ async def alternate(a: Contender, b: Contender, count: int) -> tuple[Measure, Me
             got[c].latencies.append(await c.cycle())
     for c in (a, b):
         got[c].cpu = (cpu_seconds(c.pid) - got[c].cpu) / count
-    print(f"{a.name} {got[a].cpu * 1e6:.0f} µs, {b.name} {got[b].cpu * 1e6:.0f} µs CPU/update: "
-          f"ratio {got[a].cpu / got[b].cpu:.2f}", file=sys.stderr, flush=True)
     return got[a], got[b]
 
 
-async def ab(kind: str, age: int, window: int, rounds: int, per_round: int
-             ) -> tuple[list[dict], list[tuple[Measure, Measure]]]:
-    """Age A by `age` cycles (a row per `window`), start B fresh, then `rounds` alternating
-    rounds: [(aged, fresh)] per round."""
+@dataclass
+class Probe:
+    """Aged A against a fresh F at one moment of A's life: the slices' (aged, fresh) pairs."""
+    cycles: int  # A's cycles when the probe began
+    slices: list[tuple[Measure, Measure]]
+    rss: tuple[float, float]  # (aged, fresh) resident MiB at the probe's end
+
+    @property
+    def ratio(self) -> float:
+        """Aged ÷ fresh CPU per update over the probe (its slices are of equal length)."""
+        return (sum(a.cpu for a, _ in self.slices) / sum(f.cpu for _, f in self.slices))
+
+    @property
+    def slice_ratios(self) -> list[float]:
+        return [a.cpu / f.cpu for a, f in self.slices]
+
+    def p99(self, which: int) -> float:
+        """p99 update → IND latency of the aged (0) or the fresh (1) over the probe."""
+        return percentile([t for pair in self.slices for t in pair[which].latencies], 99)
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.p99(0) / self.p99(1)
+
+
+def schedule(cycles: int, first: int, every: int) -> list[int]:
+    """A's ages at which probes begin: `first`, then every `every`, below `cycles`."""
+    return list(range(first, cycles, every)) if first < cycles else []
+
+
+async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, window: int,
+             first: int = 2_000, warm: int = 200) -> tuple[list[dict], list[Probe]]:
+    """Age A for `cycles` cycles (a row per `window`: CPU per update, p50, p99, RSS, seconds),
+    probing it against a fresh F at `schedule(cycles, first, every)`: `slices` alternating
+    slices of `per_slice` cycles each, after `warm` cycles of F alone (first-use costs are not
+    what is compared)."""
     aging: list[dict] = []
+    probes: list[Probe] = []
+    at = schedule(cycles, first, every)
     with tempfile.TemporaryDirectory(prefix="ksp-soak-ab-") as root:
         a = await Contender("aged", kind, root).open()
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
-            while a.cycles < age:
-                m = await a.run(min(window, age - a.cycles))
-                aging.append({"cycles": a.cycles, "cpu": m.cpu, "p50": m.p50, "p99": m.p99,
-                              "rss": rss_mib(a.pid)})
-                print(f"{kind} aging: {a.cycles:,} cycles, {m.cpu * 1e6:.0f} µs CPU/update, "
-                      f"p99 {m.p99 * 1e3:.2f} ms, {aging[-1]['rss']:.0f} MiB, "
-                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-            b = await Contender("fresh", kind, root).open()
-            try:
-                await b.run(per_round)  # warm: first-use costs are not what is compared
-                pairs = [await alternate(a, b, per_round) for _ in range(rounds)]
-            finally:
-                await b.close()
+            while a.cycles < cycles:
+                if at and a.cycles >= at[0]:
+                    at.pop(0)
+                    probes.append(await probe(a, kind, root, len(probes), slices, per_slice,
+                                              warm))
+                    p = probes[-1]
+                    print(f"{kind} probe at {p.cycles:,} cycles: aged/fresh CPU {p.ratio:.2f} "
+                          f"({spread(p.slice_ratios)}), p99 {p.p99(0) * 1e3:.2f} / "
+                          f"{p.p99(1) * 1e3:.2f} ms = {p.p99_ratio:.2f}, RSS {p.rss[0]:.0f} / "
+                          f"{p.rss[1]:.0f} MiB, load {os.getloadavg()[0]:.2f}",
+                          file=sys.stderr, flush=True)
+                    continue
+                step = min(window - a.cycles % window, cycles - a.cycles,
+                           (at[0] - a.cycles) if at else cycles)
+                m = await a.run(step)
+                if a.cycles % window == 0 or a.cycles == cycles:
+                    aging.append({"cycles": a.cycles, "cpu": m.cpu, "p50": m.p50, "p99": m.p99,
+                                  "rss": rss_mib(a.pid), "seconds": time.perf_counter() - t0,
+                                  "load": os.getloadavg()[0]})
+                    if len(aging) % 10 == 0:
+                        r = aging[-1]
+                        print(f"{kind} aging: {r['cycles']:,} cycles, {r['cpu'] * 1e6:.0f} µs "
+                              f"CPU/update, p99 {r['p99'] * 1e3:.2f} ms, {r['rss']:.0f} MiB, "
+                              f"{r['seconds']:.0f} s", file=sys.stderr, flush=True)
         finally:
             await a.close()
-    return aging, pairs
+    return aging, probes
 
 
-def ratios(pairs: list[tuple[Measure, Measure]]) -> list[float]:
-    return [aged.cpu / fresh.cpu for aged, fresh in pairs]
+async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_slice: int,
+                warm: int) -> Probe:
+    """A fresh F against `a`: `slices` alternating slices of `per_slice` cycles each."""
+    began = a.cycles
+    f = await Contender(f"fresh{n}", kind, root).open()
+    try:
+        await f.run(warm)
+        pairs = [await alternate(a, f, per_slice) for _ in range(slices)]
+        return Probe(began, pairs, (rss_mib(a.pid), rss_mib(f.pid)))
+    finally:
+        await f.close()
+        if kind == "disk":
+            import shutil
+
+            shutil.rmtree(os.path.join(root, f.name), ignore_errors=True)
 
 
-HEADERS = ["store", "round", "aged CPU µs/update", "fresh CPU µs/update", "aged/fresh CPU",
-           "aged p50/p99 ms", "fresh p50/p99 ms"]
+HEADERS = ["store", "A's cycles", "aged CPU µs/update", "fresh CPU µs/update",
+           "aged/fresh CPU", "per slice min / median / max", "aged/fresh p99",
+           "p99 aged / fresh ms", "RSS aged / fresh MiB"]
 
 
-def table_rows(results: dict[str, tuple[list[dict], list]]) -> list[list[str]]:
+def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[str]]:
     body = []
-    for kind, (_, pairs) in results.items():
-        for r, (aged, fresh) in enumerate(pairs, 1):
-            body.append([kind, str(r), f"{aged.cpu * 1e6:.0f}", f"{fresh.cpu * 1e6:.0f}",
-                         f"{aged.cpu / fresh.cpu:.2f}",
-                         f"{aged.p50 * 1e3:.2f} / {aged.p99 * 1e3:.2f}",
-                         f"{fresh.p50 * 1e3:.2f} / {fresh.p99 * 1e3:.2f}"])
-        q = ratios(pairs)
-        body.append([f"**{kind}**", "min / median / max", "", "",
-                     f"**{spread(q)}**", "", ""])
+    for kind, (_, probes) in results.items():
+        for p in probes:
+            n = len(p.slices)
+            body.append([kind, f"{p.cycles:,}", f"{sum(a.cpu for a, _ in p.slices) / n * 1e6:.0f}",
+                         f"{sum(f.cpu for _, f in p.slices) / n * 1e6:.0f}", f"{p.ratio:.2f}",
+                         spread(p.slice_ratios), f"{p.p99_ratio:.2f}",
+                         f"{p.p99(0) * 1e3:.2f} / {p.p99(1) * 1e3:.2f}",
+                         f"{p.rss[0]:.0f} / {p.rss[1]:.0f}"])
+        if probes:
+            body.append([f"**{kind}**", "min / median / max", "", "",
+                         f"**{spread([p.ratio for p in probes])}**", "",
+                         f"**{spread([p.p99_ratio for p in probes])}**", "", ""])
     return body
+
+
+def pooled_p99(probes: list[Probe]) -> tuple[float, float]:
+    """p99 update → IND latency of the aged and of the fresh over every probe's updates."""
+    return tuple(percentile([t for p in probes for pair in p.slices for t in pair[i].latencies],
+                            99) for i in (0, 1))
+
+
+def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float = 247.0
+             ) -> list[str]:
+    """One line per store and target: every probe's CPU ratio and p99 ratio within 1.2, and
+    A's RSS after its first `lifetime` seconds (the most minus the least, MiB)."""
+    lines = []
+    for kind, (aging, probes) in results.items():
+        if probes:
+            worst = max(probes, key=lambda p: p.ratio)
+            lines.append(f"{kind}: aged/fresh CPU per update at every probe ≤ 1.2: worst "
+                         f"{worst.ratio:.2f} at {worst.cycles:,} cycles: "
+                         f"{'met' if worst.ratio <= 1.2 else 'NOT MET'}")
+            slow = max(probes, key=lambda p: p.p99_ratio)
+            pooled = pooled_p99(probes)
+            lines.append(f"{kind}: aged/fresh p99 ≤ 1.2: over every probe's updates "
+                         f"{pooled[0] * 1e3:.2f} / {pooled[1] * 1e3:.2f} ms = "
+                         f"{pooled[0] / pooled[1]:.2f}: "
+                         f"{'met' if pooled[0] <= 1.2 * pooled[1] else 'NOT MET'}; worst probe "
+                         f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles")
+        late = [r["rss"] for r in aging if r["seconds"] >= lifetime]
+        if late:
+            lines.append(f"{kind}: A's RSS after its first {lifetime:.0f} s: {min(late):.0f} – "
+                         f"{max(late):.0f} MiB ({max(late) - min(late):.0f} MiB apart)")
+    return lines
+
+
+def plot(results: dict[str, tuple[list[dict], list[Probe]]], path: str) -> None:
+    """Per store: each probe's aged/fresh CPU ratio (its slices' min–max as a bar) and p99
+    ratio; A's CPU per update while it ages; A's RSS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 3, figsize=(15, 4 * len(results)), squeeze=False)
+    for (kind, (aging, probes)), (r, c, m) in zip(results.items(), axes):
+        xs = [p.cycles for p in probes]
+        med = [statistics.median(p.slice_ratios) for p in probes]
+        r.errorbar(xs, [p.ratio for p in probes],
+                   yerr=[[p.ratio - min(p.slice_ratios) for p in probes],
+                         [max(p.slice_ratios) - p.ratio for p in probes]],
+                   fmt="o-", capsize=3, label="CPU per update (bar: slices' min–max)")
+        r.plot(xs, med, "_", color="C0", markersize=10, label="slices' median")
+        r.plot(xs, [p.p99_ratio for p in probes], "s--", alpha=0.7, label="p99 latency")
+        r.axhline(1.2, color="red", lw=0.8, ls=":", label="target 1.2")
+        r.axhline(1.0, color="gray", lw=0.5)
+        r.set(xlabel="A's update cycles", ylabel="aged ÷ fresh", title=f"{kind}: aged ÷ fresh")
+        ax = [row["cycles"] for row in aging]
+        c.plot(ax, [row["cpu"] * 1e6 for row in aging], ".-", label="CPU µs/update")
+        c.plot(ax, [row["p99"] * 1e6 for row in aging], ".", alpha=0.5, label="p99 µs")
+        c.set(xlabel="A's update cycles", ylabel="µs", yscale="log",
+              title=f"{kind}: A while it ages")
+        m.plot(ax, [row["rss"] for row in aging], ".-", label="A")
+        m.plot(xs, [p.rss[1] for p in probes], "x", label="F at its probe")
+        m.set(xlabel="A's update cycles", ylabel="RSS MiB", title=f"{kind}: resident memory",
+              ylim=(0, None))
+        for a in (r, c, m):
+            a.grid(True, alpha=0.3)
+            a.legend(fontsize=8)
+    fig.suptitle("ksp-sib aged (A) against fresh (F) over UDP, 10 sensors under subscriptions "
+                 "and a rule")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def load_json(path: str) -> dict[str, tuple[list[dict], list[Probe]]]:
+    """The results a run wrote with --json."""
+    import json
+
+    with open(path) as f:
+        data = json.load(f)
+    return {kind: (run["aging"], [
+        Probe(p["cycles"], [(Measure(**s["aged"]), Measure(**s["fresh"])) for s in p["slices"]],
+              tuple(p["rss"])) for p in run["probes"]]) for kind, run in data.items()}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = bench_parser(__name__, __doc__, prog,
-                          "age 20,000 cycles, 6 rounds of 1,000 (not 200,000, 10 of 2,000)")
+    parser = bench_parser(__name__, __doc__, prog, "30,000 cycles, a probe every 10,000 of 2 "
+                          "slices of 250 (not 1,000,000, every 22,000, 4 of 500)")
     parser.add_argument("--ab", action="store_true", help="(as `ksp bench soak --ab`)")
-    parser.add_argument("--age", type=int, default=200_000, help="cycles that age process A")
-    parser.add_argument("--window", type=int, default=10_000, help="cycles per aging row")
-    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds")
-    parser.add_argument("--per-round", type=int, default=2_000,
-                        help="cycles of each process per round")
+    parser.add_argument("--cycles", type=int, default=1_000_000, help="cycles A ages")
+    parser.add_argument("--first", type=int, default=2_000, help="A's age at the first probe")
+    parser.add_argument("--every", type=int, default=22_000, help="cycles between probes")
+    parser.add_argument("--slices", type=int, default=4, help="alternating slices per probe")
+    parser.add_argument("--per-slice", type=int, default=500,
+                        help="cycles of each process per slice")
+    parser.add_argument("--window", type=int, default=2_000,
+                        help="cycles per row of A's aging")
     parser.add_argument("--kind", nargs="+", choices=KINDS, default=list(KINDS),
                         help="the SIB's store: --memory, or a data directory on disk")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the probes and A's aging")
+    parser.add_argument("--json", metavar="FILE", help="write every row and probe as JSON")
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="report (and plot) a run written by --json, running nothing")
     args = parser.parse_args(argv)
     if args.quick:
-        args.age, args.window, args.rounds, args.per_round = 20_000, 2_000, 6, 1_000
+        args.cycles, args.every, args.slices, args.per_slice = 30_000, 10_000, 2, 250
     load = os.getloadavg()
-    results = {kind: asyncio.run(ab(kind, args.age, args.window, args.rounds, args.per_round))
-               for kind in args.kind}
+    if args.from_json:  # the title's figures from the run itself
+        results = load_json(args.from_json)
+        aging, probes = next(iter(results.values()))
+        args.cycles, args.first = aging[-1]["cycles"], probes[0].cycles
+        args.every = probes[1].cycles - probes[0].cycles if len(probes) > 1 else 0
+        args.slices, args.per_slice = len(probes[0].slices), len(probes[0].slices[0][0].latencies)
+    else:
+        results = {kind: asyncio.run(ab(kind, args.cycles, args.every, args.slices,
+                                        args.per_slice, args.window, args.first))
+                   for kind in args.kind}
     env = environment("pyoxigraph")
-    print_report(f"Aged against fresh ksp-sib over UDP: A aged {args.age:,} cycles, then "
-                 f"{args.rounds} rounds of {args.per_round:,} cycles alternating with a fresh "
-                 f"B ({time.strftime('%Y-%m-%d')}, load {load[0]:.2f} at the start, "
-                 f"{os.getloadavg()[0]:.2f} at the end)", HEADERS, table_rows(results),
-                 markdown=args.markdown, module="tools.bench.soak", prog=prog,
-                 argv=argv if args.ab else ["--ab", *argv], libraries=f"{env['python']}; "
-                 f"{env['libraries']}")
-    print("\nA's CPU per update while it aged (µs, per window):\n")
-    for kind, (aging, _) in results.items():
-        print(f"- {kind}: " + ", ".join(f"{r['cycles']:,}: {r['cpu'] * 1e6:.0f}"
-                                         for r in aging))
+    print_report(f"Aged against fresh ksp-sib over UDP: A aged {args.cycles:,} cycles, a fresh F "
+                 f"at {args.first:,} and every {args.every:,}, {args.slices} alternating slices "
+                 f"of {args.per_slice:,} cycles each ({time.strftime('%Y-%m-%d')}, load "
+                 f"{load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)", HEADERS,
+                 table_rows(results), markdown=args.markdown, module="tools.bench.soak",
+                 prog=prog, argv=argv if args.ab else ["--ab", *argv],
+                 libraries=f"{env['python']}; {env['libraries']}")
     print()
-    for kind, (_, pairs) in results.items():
-        med = statistics.median(ratios(pairs))
-        print(f"{kind}: median aged/fresh CPU per update = {med:.2f} (target ≤ 1.2): "
-              f"{'met' if med <= 1.2 else 'NOT MET'}")
+    for line in verdicts(results):
+        print(line)
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump({kind: {"aging": aging, "probes": [
+                {"cycles": p.cycles, "rss": p.rss, "slices": [
+                    {"aged": vars(a), "fresh": vars(b)} for a, b in p.slices]}
+                for p in probes]} for kind, (aging, probes) in results.items()}, f)
+    if args.plot:
+        plot(results, args.plot)
+        print(f"\nplot: {args.plot}")
     return 0
 
 
