@@ -24,17 +24,11 @@ needs_c = pytest.mark.skipif(not codec.speedups_enabled(), reason="the C decoder
 INSERT = bytes.fromhex("010200000189000161000170012a00000000")
 
 
-def unexpected(tally: fuzz.Tally) -> dict:
-    """The findings but those of error precedence (tools.fuzz.PRECEDENCE_REASONS: settled in
-    the spec elsewhere)."""
-    return {key: n for key, n in tally.findings.items() if key[1] != "precedence"}
-
-
 def test_decoders_agree_on_a_short_run():
     tally = fuzz.run("decode", fuzz.mutate_inputs("decode", 3000, seed=1),
                      c=codec.speedups_enabled())
     assert tally.inputs == 3000
-    assert not unexpected(tally), json.dumps(tally.to_json(), indent=1)
+    assert not tally.findings, json.dumps(tally.to_json(), indent=1)
 
 
 def test_sparql_compiles_to_typed_errors_or_round_trips_on_a_short_run():

@@ -191,11 +191,10 @@ def _differences(a, b, path: str = "message") -> str | None:
     return None if a == b else f"{path}: {a!r} != {b!r}"
 
 
-#: Python's reasons whose status depends on which of two errors a decoder reports first, the
-#: order being settled in docs/wire-format.md elsewhere: a prefix index beyond the list is known
-#: to the reference only once the list is read, and a repeated option once the whole option list
-#: is, so it reports a later option's error (an unknown or inapplicable code) where Python
-#: reports the first in wire order.
+#: Python's reasons whose status depends on which of two errors a decoder reports first (wire
+#: format 3.2's passes: a prefix index beyond the list in the late pass, a repeated option where
+#: it repeats): a disagreement of these is reported apart, as error precedence, and counts as
+#: one like any other.
 PRECEDENCE_REASONS = ("beyond the", "appears twice")
 
 

@@ -529,9 +529,23 @@ def _option_applies(this) -> bool:
     return this._root["header"]["type"]["tx"] in OPTION_APPLIES[Opt(this["option"])]
 
 
+def _first_of_its_type(this) -> bool:
+    """§3.2 rule 3: a repeated option is refused where it repeats, after its code and whether
+    it applies, before its body (the codes seen are kept in the message's root context). When
+    building, `OptionList`'s own check says it (a body may be built twice, to be measured)."""
+    if not this._parsing:
+        return True
+    seen = this._root.setdefault("_options_seen", set())
+    if this["option"] in seen:
+        return False
+    seen.add(this["option"])
+    return True
+
+
 Option = Struct(
     "option" / ExprValidator(Int8ul, lambda obj, ctx: obj in OPTION_BODIES),
     Check(_option_applies),
+    "once" / Check(_first_of_its_type),
     "body" / Switch(this.option, OPTION_BODIES),
 )
 
