@@ -36,7 +36,7 @@ from .config import Config, ConfigError, ServingConfig, anonymous_notice, load
 from .journal import FILE as JOURNAL_FILE, Journal
 from .lifecycle import (  # noqa: F401  (lock_data_dir, DataDirLocked: also named here)
     DataDirLocked, claim_data_dir, lock_data_dir, run_main, run_until_stopped, start_metrics,
-    stop_metrics,
+    steady_heap, stop_metrics,
 )
 from .metrics import Metrics
 from .service import Sib
@@ -161,6 +161,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None,
     # ~10,000 persistent operations (observed in the benchmark).
     gc.collect()
     gc.freeze()
+    steady_heap()  # big blocks given back when freed: a heap that does not creep (lifecycle)
     mode = "smart" if config.smart else "naive"
     try:
         # An evaluation keeping the loop busy ends at its next look at the clock (`stop_all`),

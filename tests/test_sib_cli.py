@@ -227,3 +227,14 @@ def test_kill_9_mid_stream_loses_no_answered_insert_over_udp(tmp_path):
         stored = {int(v) for v in run(check())}
         assert sib.stop() == 0
     assert len(answered) >= 200 and set(answered) <= stored
+
+
+def test_steady_heap_gives_big_blocks_mappings_of_their_own_under_glibc():
+    """`ksp-sib` sets glibc's mmap threshold at start (`sib.lifecycle.steady_heap`), so its
+    heap does not creep as big tables are replaced; elsewhere nothing is changed."""
+    import platform
+
+    from sib.lifecycle import steady_heap
+
+    assert steady_heap() is (sys.platform.startswith("linux")
+                             and platform.libc_ver()[0] == "glibc")

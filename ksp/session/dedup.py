@@ -101,11 +101,6 @@ class DuplicateCache:
         entry = self._entry(key)
         return None if entry is None else entry[_EXCHANGE] or True
 
-    def response(self, key: tuple) -> bytes | None:
-        """The RES cached for request `key` (None: none, or not kept)."""
-        entry = self._entry(key)
-        return None if entry is None else entry[_RESPONSE]
-
     def behind(self, key: tuple, number: int) -> int | None:
         """For request `key` numbered `number` (-1: none), not a copy: None when it is new,
         else the first epoch the KP's numbers are new from (NUMBER BEHIND): it is at or below
