@@ -44,6 +44,7 @@ BENCH_SUITES = {
     "sepa": ".bench.sepa",
     "sib": ".bench.sib",
     "soak": ".bench.soak",
+    "spark-start": ".bench.spark_start",
     "stall": ".bench.stall",
     "sparql": ".bench.sparql",
     "transport": ".bench.transport",
