@@ -110,6 +110,11 @@ writes it so too)."""
 COMPACT_CACHED = 8192
 
 
+def literals_cached() -> int:
+    """Literals whose compact form the encoders keep now (at most `COMPACT_CACHED`)."""
+    return len(_compact_cache)
+
+
 def _literal_payload(lit: Literal, pfx: _Prefixes) -> tuple[int, bytes]:
     """(literal type, payload) of a literal by the compact-form rule."""
     cached = _compact_cache.get(lit)

@@ -313,12 +313,12 @@ def test_typed_literals_are_encoded_in_c_once_checked():
 
 
 def test_the_literal_cache_is_bounded():
-    from ksp.encode import COMPACT_CACHED, _compact_cache
+    from ksp.encode import COMPACT_CACHED, literals_cached
     from ksp.model import SelectResult
     from ksp.terms import Literal, XSD_FLOAT
     for i in range(COMPACT_CACHED + 10):
         encode(Response(1, Status.OK, SelectResult(1, ((Literal(f"{i}", XSD_FLOAT),),))), UDP)
-        assert len(_compact_cache) <= COMPACT_CACHED
+        assert 0 < literals_cached() <= COMPACT_CACHED
 
 
 def _refused_messages():
