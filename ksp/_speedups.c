@@ -1305,6 +1305,8 @@ static int put_uri(Out *o, const Prefixes *pfx, PyObject *iri) {
     return put_byte(o, best + 1) || put_uri_len(o, n - skip) || put(o, text + skip, n - skip);
 }
 
+#define LIT_TYPED 0x06 /* the literal type of a literal with its datatype IRI (§4.2) */
+
 /* (member type, bytes) of a non-Empty term, as codec._member; -1 to leave it to Python. */
 static int put_member(Out *o, const Prefixes *pfx, PyObject *term, int *code) {
     if (PyUnicode_Check(term)) {
@@ -1328,10 +1330,20 @@ static int put_member(Out *o, const Prefixes *pfx, PyObject *term, int *code) {
             return text == NULL || put_byte(o, 0) || put_str(o, text, n);
         }
         PyObject *cached = PyDict_GetItemWithError(K.compact_cache, term);
-        if (cached == NULL || !PyTuple_Check(cached) || PyTuple_GET_SIZE(cached) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(cached, 1)))
+        if (cached == NULL || !PyTuple_Check(cached) || PyTuple_GET_SIZE(cached) != 2)
             return -1;
         PyObject *payload = PyTuple_GET_ITEM(cached, 1);
+        if (payload == Py_None && PyLong_Check(PyTuple_GET_ITEM(cached, 0)) &&
+            PyLong_AsLong(PyTuple_GET_ITEM(cached, 0)) == LIT_TYPED) {
+            /* TYPED (checked by the Python encoder that cached it): the datatype IRI against
+             * this message's prefix list, then the lexical form (codec._literal_payload) */
+            Py_ssize_t n;
+            const char *text = utf8(lex, &n);
+            return text == NULL || !PyUnicode_Check(datatype) || put_byte(o, LIT_TYPED) ||
+                   put_uri(o, pfx, datatype) || put_str(o, text, n);
+        }
+        if (!PyBytes_Check(payload))
+            return -1;
         return put_byte(o, (int)PyLong_AsLong(PyTuple_GET_ITEM(cached, 0))) ||
                put(o, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload));
     }

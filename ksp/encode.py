@@ -103,19 +103,29 @@ def _string(text: str) -> bytes:
     return _str_len(len(raw)) + raw
 
 
-_compact_cache: dict[Literal, tuple[int, bytes]] = {}
+_compact_cache: dict[Literal, tuple[int, bytes | None]] = {}
+"""Literal -> (literal type, payload), at most `COMPACT_CACHED` entries; a TYPED literal's
+payload is None: its datatype IRI is written against each message's prefix list (the C encoder
+writes it so too)."""
+COMPACT_CACHED = 8192
+
+
+def literals_cached() -> int:
+    """Literals whose compact form the encoders keep now (at most `COMPACT_CACHED`)."""
+    return len(_compact_cache)
 
 
 def _literal_payload(lit: Literal, pfx: _Prefixes) -> tuple[int, bytes]:
     """(literal type, payload) of a literal by the compact-form rule."""
     cached = _compact_cache.get(lit)
     if cached is not None:
-        return cached
+        if cached[1] is not None:
+            return cached
+        return cached[0], pfx.uri(lit.datatype) + _string(lit.lexical)
     kind, payload = _literal_payload_uncached(lit, pfx)
-    if kind != LiteralType.TYPED:  # TYPED payloads depend on the message's prefix list
-        if len(_compact_cache) >= 8192:
-            _compact_cache.clear()
-        _compact_cache[lit] = (kind, payload)
+    if len(_compact_cache) >= COMPACT_CACHED:
+        _compact_cache.clear()
+    _compact_cache[lit] = (kind, None if kind == LiteralType.TYPED else payload)
     return kind, payload
 
 

@@ -55,6 +55,9 @@ from .updates import Fresh, data_delta, fresh_labels, management, template_delta
 from .validate import check_request
 
 log = logging.getLogger("ksp.sib")
+_OK = Status.OK
+#: Each transaction type's name, as the request counters have it (`Tx.name` is a property).
+_NAMES = {tx: tx.name for tx in Tx}
 #: Lines a peer can set off, one per kind and minute (`ksp.ratelog`).
 peer_log = RateLimitedLog(log, time.monotonic)
 
@@ -178,14 +181,14 @@ class SibCore:
         if simple is None:
             return None
         try:
-            self.access.check_from(kp.kp_id, request)
-            result = simple.answer(self.store, payload)
+            self.registry.access.check_from(kp.kp_id, request)
+            result = simple.answer(request, self.store, payload)
         except Exception:  # refused, or not evaluable so: `read` says how
             return None
         if result is None:
             return None
-        self.metrics.requests[request.tx.name] += 1
-        return Response(request.tid, Status.OK, result)
+        self.metrics.requests[_NAMES[request.tx]] += 1
+        return Response(request.tid, _OK, result)
 
     def _refused(self, request: Request, kp: KPIdentity, exc: Exception) -> Response:
         """The RES of a request that raised `exc` (a bug or an I/O error: INTERNAL_ERROR; the

@@ -97,15 +97,21 @@ def evaluate_once(store: QuadStore, req: Request, pattern: Pattern,
                   payload)
 
 
+def most_rows(req: Request, payload: int | None, projection: int) -> int:
+    """The most rows a SELECT RES of `req` keeps (`select`): MAX_ROWS, and one byte per term
+    at least within MAX RESPONSE SIZE and the transport's `payload`."""
+    cap = req.options.max_response_size
+    if payload is not None:
+        cap = payload if cap is None else min(cap, payload)
+    return MAX_ROWS if cap is None else min(MAX_ROWS, cap // max(1, projection))
+
+
 def select(req: Request, rows: Iterator | list, payload: int | None = None) -> SelectResult:
     """The SELECT result of `req` from `rows` of pyoxigraph terms (each projected on its
     variables, in the order of its modifier): the rows a RES of at most `payload` bytes and
     MAX RESPONSE SIZE can hold, in the canonical order (`evaluate_once`)."""
     projection = req.projection or 0
-    cap = req.options.max_response_size
-    if payload is not None:
-        cap = payload if cap is None else min(cap, payload)
-    keep = MAX_ROWS if cap is None else min(MAX_ROWS, cap // max(1, projection))
+    keep = most_rows(req, payload, projection)
     if _ordered(req.options.modifier):
         rows = iter(rows)
         kept = list(islice(rows, keep))

@@ -28,16 +28,16 @@ from operator import attrgetter
 
 from ksp.codes import Tx
 from ksp.errors import KspError
-from ksp.model import AskResult, Request, Result
+from ksp.model import AskResult, Request, Result, SelectResult
 from ksp.sparql import render_term
 from ksp.terms import IRI, Literal, Var
 
 from .errors import RequestError
-from .oxterms import CACHED, CACHED_CHARS, graph_to_ox, to_ox
-from .query import select
+from .oxterms import CACHED, CACHED_CHARS, from_ox, graph_to_ox, to_ox
+from .query import most_rows, select
 from .store import QuadStore
 
-__all__ = ["MOST_ROWS", "Plan", "plan"]
+__all__ = ["MOST_ROWS", "PLANS_CACHED", "Plan", "plan", "plans_cached"]
 
 MOST_ROWS = 32
 """Rows a simple read answers at most; one matching more takes the normal path."""
@@ -54,18 +54,23 @@ _NO_FIELDS = (None,) * 6
 
 
 class Plan:
-    """A simple read (see the module docstring): the store terms of its pattern (None where a
-    variable is) and, per projected variable, where its value is in a matching quad."""
+    """A simple read's plan (see the module docstring), the same for every request of its
+    shape: the store terms of its pattern (None where a variable is) and, per projected
+    variable, where its value is in a matching quad."""
 
-    __slots__ = ("request", "terms", "graph", "columns", "ask")
+    __slots__ = ("terms", "graph", "columns", "ask", "single")
 
-    def __init__(self, request: Request, terms: tuple, graph, columns: tuple) -> None:
-        self.request, self.terms, self.graph, self.columns = request, terms, graph, columns
-        self.ask = request.tx is Tx.ASK
+    def __init__(self, tx: Tx, terms: tuple, graph, columns: tuple) -> None:
+        self.terms, self.graph, self.columns = terms, graph, columns
+        self.ask = tx is Tx.ASK
+        #: The one projected variable's getter, when there is one and the pattern binds it.
+        self.single = columns[0] if len(columns) == 1 else None
 
-    def answer(self, store: QuadStore, payload: int | None = None) -> Result | None:
-        """The result, or None when the pattern matches more than `MOST_ROWS` quads.
-        `payload`: the most bytes the transport carries in one RES (`sib.query.select`)."""
+    def answer(self, request: Request, store: QuadStore, payload: int | None = None
+               ) -> Result | None:
+        """The result of `request` (of this plan's shape), or None when the pattern matches
+        more than `MOST_ROWS` quads. `payload`: the most bytes the transport carries in one
+        RES (`sib.query.select`)."""
         s, p, o = self.terms
         quads = store.oxigraph.quads_for_pattern(s, p, o, self.graph)
         if self.ask:
@@ -73,14 +78,28 @@ class Plan:
         found = list(islice(quads, MOST_ROWS + 1))
         if len(found) > MOST_ROWS:
             return None
+        get = self.single
+        if get is not None:
+            if len(found) == 1 and most_rows(request, payload, 1) >= 1:  # `select`'s answer
+                return SelectResult(1, ((from_ox(get(found[0])),),))
+            return select(request, [(get(q),) for q in found], payload)
         columns = self.columns
         rows = [tuple([None if get is None else get(q) for get in columns]) for q in found]
-        return select(self.request, rows, payload)
+        return select(request, rows, payload)
+
+
+PLANS_CACHED = 4096
+"""Shapes whose plan (or None: not simple) `plan` keeps; when full it starts afresh."""
+_plans: dict[tuple, Plan | None] = {}
+_UNSEEN = object()
 
 
 def plan(request: Request) -> Plan | None:
     """The plan of `request` if it is a simple read, else None (the normal path answers it,
-    whatever its status)."""
+    whatever its status). Kept per shape (transaction, pattern, projection, QUERY GRAPH): a
+    device polling its few values plans each once. (Terms of different kinds never compare
+    equal — an IRI is a `str`, a literal, a blank node and a variable tuples of 3 strings, 1
+    string, 1 integer — so a shape's key is its plan's.)"""
     tx = request.tx
     if tx is not Tx.SELECT and tx is not Tx.ASK:
         return None
@@ -88,13 +107,31 @@ def plan(request: Request) -> Plan | None:
     if (where is None or len(where) != 1 or request.optional or _others(opts) != _NONE
             or _fields(request) != _NO_FIELDS):
         return None
-    graphs = opts.query_graphs
+    key = (tx, where[0], request.projection, opts.query_graphs)
+    try:
+        made = _plans.get(key, _UNSEEN)
+    except TypeError:  # a term that is no ksp term (unhashable): never simple
+        return None
+    if made is _UNSEEN:
+        made = _plan(tx, where[0], request.projection or 0, opts.query_graphs)
+        if len(_plans) >= PLANS_CACHED:
+            _plans.clear()
+        _plans[key] = made
+    return made
+
+
+def plans_cached() -> int:
+    """Shapes `plan` keeps now (at most `PLANS_CACHED`)."""
+    return len(_plans)
+
+
+def _plan(tx: Tx, pattern: tuple, projection: int, graphs: tuple | None) -> Plan | None:
     graph = None
     if graphs is not None:
         if len(graphs) != 1 or (graph := _store_term(graphs[0], graph=True)) is None:
             return None
     terms, where_var = [], {}
-    for position, term in enumerate(where[0]):
+    for position, term in enumerate(pattern):
         kind = type(term)
         if kind is Var:
             if term.index in where_var:
@@ -107,8 +144,8 @@ def plan(request: Request) -> Plan | None:
             terms.append(stored)
         else:
             return None
-    columns = tuple([where_var.get(k) for k in range(request.projection or 0)])
-    return Plan(request, tuple(terms), graph, columns)
+    columns = tuple([where_var.get(k) for k in range(projection)])
+    return Plan(tx, tuple(terms), graph, columns)
 
 
 def _store_term(term: IRI | Literal, graph: bool = False):

@@ -209,11 +209,13 @@ class LoggedProcess:
 class SibProcess(LoggedProcess):
     """`ksp-sib` as a real subprocess (`python -m sib.cli`), for tests and demos: started with
     the given flags, its log read on a thread; `ports` are the bound ports it logged. `cwd`:
-    the directory it runs in, whose `sib` package it runs (another checkout's)."""
+    the directory it runs in, whose `sib` package it runs (another checkout's); `program`:
+    the command line that runs ``python -m sib.cli`` (under valgrind, say), else that."""
 
     name = "SIB"
 
-    def __init__(self, *args: str, timeout: float = 60.0, cwd: str | None = None) -> None:
+    def __init__(self, *args: str, timeout: float = 60.0, cwd: str | None = None,
+                 program: list[str] | None = None) -> None:
         import re
 
         self.args = args
@@ -224,7 +226,7 @@ class SibProcess(LoggedProcess):
         super().__init__("sib.cli", ("--log-level", "info", "--sepa-http-port", "-1",
                                      "--sepa-ws-port", "-1", *args), "SIB ready", timeout,
                          lambda line: (m := pattern.search(line)) and self.ports.__setitem__(
-                             m[1] or "metrics", int(m[2])), cwd)
+                             m[1] or "metrics", int(m[2])), cwd, program)
 
 
 def free_port(kind: str = "udp") -> int:

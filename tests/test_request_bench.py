@@ -24,3 +24,15 @@ def test_the_table_has_every_row(monkeypatch):
     line = request.target_line(results)
     assert line.startswith("Target: the p50") and line.count("×") == 3
     assert BENCH_SUITES["request"] == ".bench.request"
+
+
+@pytest.mark.skipif(not __import__("tools.bench.request_instructions",
+                                   fromlist=["available"]).available(),
+                    reason="valgrind (callgrind) is not installed")
+def test_instructions_per_request_are_counted_in_both_servers():
+    """`--instructions`: each server's counted part is its requests only (the SIB's is more
+    than the echo's, and neither is 0, which a dump never read would give)."""
+    from tools.bench import request_instructions
+
+    counts = request_instructions.run(count=50, warm=50)
+    assert 0 < counts["echo"] < counts["sib"]

@@ -14,7 +14,7 @@ from ksp.session import KPIdentity
 from ksp.terms import XSD_FLOAT, XSD_INTEGER
 from sib import QuadStore, Sib
 from sib.core import SibCore
-from sib.simple import MOST_ROWS, plan
+from sib.simple import MOST_ROWS, PLANS_CACHED, plan, plans_cached
 from sib.testing import Client, ex
 from sib.validate import check_request
 
@@ -109,6 +109,23 @@ def test_only_simple_shapes_are_planned():
         simple._replace(where=(Triple(IRI("no scheme"), PREDICATES[0], Var(0)),)),
     ]
     assert [plan(r) for r in not_simple] == [None] * len(not_simple)
+
+
+def test_plans_are_kept_per_shape_and_bounded():
+    """A shape is planned once (the same plan for the next request of it, whatever its TID);
+    the plans kept never pass `PLANS_CACHED`, and a shape planned again after the cache
+    started afresh gets an equal plan."""
+    request = Request(Tx.SELECT, 1, projection=1, where=(Triple(SUBJECTS[0], PREDICATES[0],
+                                                                 Var(0)),))
+    first = plan(request)
+    assert plan(request._replace(tid=2)) is first
+    for i in range(PLANS_CACHED + 10):
+        plan(request._replace(where=(Triple(ex(f"shape{i}"), PREDICATES[0], Var(0)),)))
+        assert plans_cached() <= PLANS_CACHED
+    again = plan(request)
+    assert again.terms == first.terms and again.columns == first.columns
+    core = core_of([(SUBJECTS[0], PREDICATES[0], OBJECTS[0], DEFAULT_GRAPH)])
+    assert core.read_at_once(request, KP) == core.read(request, KP)
 
 
 def test_more_rows_than_the_bound_take_the_normal_path():

@@ -281,29 +281,44 @@ def test_encoder_agrees_on_vectors(name):
 
 def _left_to_python(msg) -> bool:
     """What C encodes through Python on purpose: ASK results, results with a given prefix list,
-    requests with options other than PREFIX, the graph options, MAX RESPONSE SIZE and EPOCH,
-    and literals that travel with their datatype IRI (TYPED)."""
-    from ksp.codes import LiteralType
-    from ksp.literals import compact_type
-    from ksp.model import AskResult, SelectResult
-    from ksp.terms import Literal
+    requests with options other than PREFIX, the graph options, MAX RESPONSE SIZE and EPOCH.
+    (A literal that travels with its datatype IRI, TYPED, is C's once the Python encoder has
+    checked it: the second encoding.)"""
+    from ksp.model import AskResult
     if isinstance(msg, Ack):
         return False
     if isinstance(msg, Response):
         result = msg.result
-        if result is None:
-            return False
-        if isinstance(result, AskResult) or result.prefixes is not None:
-            return True
-        groups = result.rows if isinstance(result, SelectResult) else result.triples
-    else:
-        o = msg.options
-        if (o.optional, o.filters, o.modifier, o.binds, o.credentials, o.echo) != (None,) * 6:
-            return True
-        groups = [t for g in (msg.delete, msg.insert, msg.where, msg.template) if g for t in g]
-        groups += [t for g in msg.optional or () for t in g]
-    return any(isinstance(term, Literal) and compact_type(term) == LiteralType.TYPED
-               for group in groups for term in group)
+        return result is not None and (isinstance(result, AskResult)
+                                       or result.prefixes is not None)
+    o = msg.options
+    return (o.optional, o.filters, o.modifier, o.binds, o.credentials, o.echo) != (None,) * 6
+
+
+@needs_c
+def test_typed_literals_are_encoded_in_c_once_checked():
+    """A literal with its datatype IRI (a float the compact form cannot carry, an unknown
+    datatype) goes through Python once, then C writes it, against each message's own prefix
+    list (the datatype IRI shares a namespace with the next row's)."""
+    from ksp.model import SelectResult
+    from ksp.terms import Literal, XSD_FLOAT
+    rows = ((Literal("20", XSD_FLOAT), Literal("x", "http://example.org/dt#t")),
+            (Literal("21", XSD_FLOAT), Literal("y", "http://example.org/dt#u")))
+    for result in (SelectResult(2, rows), SelectResult(2, rows[:1])):
+        msg = Response(7, Status.OK, result)
+        encode(msg, UDP)  # checked by the Python encoder: cached
+        for transport in (UDP, TCP):
+            got = c.encode(msg, transport is TCP)
+            assert got is not None and got == python_bytes(msg, transport)
+
+
+def test_the_literal_cache_is_bounded():
+    from ksp.encode import COMPACT_CACHED, literals_cached
+    from ksp.model import SelectResult
+    from ksp.terms import Literal, XSD_FLOAT
+    for i in range(COMPACT_CACHED + 10):
+        encode(Response(1, Status.OK, SelectResult(1, ((Literal(f"{i}", XSD_FLOAT),),))), UDP)
+        assert 0 < literals_cached() <= COMPACT_CACHED
 
 
 def _refused_messages():

@@ -45,9 +45,9 @@ class SessionChannel:
         self.tid = tid
         #: UDP: the KP keeps its IDs across a SIB restart, which resumes its operations; a TCP
         #: connection ends with the process.
-        self.durable = adapter.session.transactions.policy.durable
+        self.durable = adapter.durable
         #: The most bytes one RES can hold here (one datagram; None: as the framing allows).
-        self.payload_cap = adapter.session.transactions.payload_cap
+        self.payload_cap = adapter.payload_cap
         self._adapter = adapter
         self._delivery = delivery
 
@@ -95,6 +95,9 @@ class SessionAdapter:
         self.service = service
         self.session = session
         self.loop = asyncio.get_running_loop()
+        #: What every channel of the session says of it (`SessionChannel`), read once.
+        self.durable = session.transactions.policy.durable
+        self.payload_cap = session.transactions.payload_cap
         #: The service's verdicts on CREDENTIALS, asked by the session before its duplicate
         #: cache (`Service.authenticator`; none: KP IDs are taken at their word).
         self.authenticator = service.authenticator

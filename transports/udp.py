@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import select
 import socket
 from collections.abc import Hashable
 
@@ -43,6 +44,8 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         #: A second handle of the transport's socket (a dup of its descriptor, non-blocking
         #: like it) to read what else has arrived once the loop reports it readable.
         self._reader: socket.socket | None = None
+        #: Polls `_reader` without waiting: whether anything else has arrived (None: no poll).
+        self._waiting: select.poll | None = None
 
     @classmethod
     async def start(cls, service: Service, host: str = "127.0.0.1", port: int = 0, *,
@@ -66,15 +69,19 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
         if sock is not None:
             self._reader = socket.socket(sock.family, sock.type, sock.proto,
                                          fileno=os.dup(sock.fileno()))
+            if hasattr(select, "poll"):
+                self._waiting = select.poll()
+                self._waiting.register(self._reader, select.POLLIN)
 
     def datagram_received(self, data: bytes, addr: Hashable) -> None:
         """One datagram, then those already queued behind it (at most `DRAIN` in all):
         datagrams that arrived together (the ACKs of one update's INDs) cost one event-loop
         turn (`epoll_wait`, callback), not one each. Each is handled as the loop would hand
-        it over: received, then pumped."""
+        it over: received, then pumped. Whether anything is queued is polled first: one request
+        alone (the common case) then costs no failed read (an exception raised and caught)."""
         self._received(data, addr)
         reader = self._reader
-        if reader is None:
+        if reader is None or (self._waiting is not None and not self._waiting.poll(0)):
             return
         for _ in range(DRAIN - 1):
             if self._closed:
@@ -137,6 +144,7 @@ class UdpServer(SessionAdapter, asyncio.DatagramProtocol):
     def shut(self) -> None:
         super().shut()
         if self._reader is not None:
+            self._waiting = None
             self._reader.close()
             self._reader = None
 

@@ -1,10 +1,10 @@
 """Request benchmark: a 1-row SELECT through a real `ksp-sib` over UDP, against a bare asyncio
 UDP echo of the same sizes in a process of its own.
 
-Run as ``python -m tools.bench.request [--quick] [--markdown] [--profile] [--tree DIR]`` or
-``ksp bench request``. One ``ksp-sib --memory`` (its own process, UDP on a free loopback port)
-holds a few thousand triples: `SENSORS` sensors, each with a value, a type and a place. The
-request is ``SELECT ?v WHERE { <sensor_k> <value> ?v }`` as a KSP request (k changes with every
+Run as ``python -m tools.bench.request [--quick] [--markdown] [--profile] [--instructions]
+[--tree DIR]`` or ``ksp bench request``. One ``ksp-sib --memory`` (its own process, UDP on a
+free loopback port) holds a few thousand triples: `SENSORS` sensors, each with a value, a type
+and a place. The request is ``SELECT ?v WHERE { <sensor_k> <value> ?v }`` as a KSP request (k changes with every
 round trip), answered by a RES of one row. The contenders, one request outstanding at a time:
 
 - ``bare UDP echo``: an asyncio DatagramProtocol server in a process of its own, answering each
@@ -28,7 +28,10 @@ The contenders run in interleaved rounds (every contender the same number of rou
 round, starting at a rotating position). p50/p99 are over every round trip; "× echo" is the
 ratio of the p50s; the per-round ratio is each round's median over the echo's median in that
 round, reported as min/median/max. ``--profile`` prints where the in-process path spends its
-time (cProfile of `SibCore.read`, which a reader thread runs, and of the `Sib.submit` loop).
+time (cProfile of `SibCore.read`, which a reader thread runs, and of the `Sib.submit` loop);
+``--instructions`` counts the instructions per request of ``ksp-sib`` and of the echo under
+valgrind's callgrind (`tools.bench.request_instructions`; with ``--tree`` that tree's too),
+which a loaded host does not change.
 Target: the minimal KP's median and the SPARQL text's within 2× the echo's.
 
 Where the processes run decides the ratio more than anything they do: on a 2-core VM a round
@@ -481,6 +484,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="one: the client, the echo and the SIBs on one CPU (default); "
                              "split: the client on one, the servers on another; any: where the "
                              "OS puts them (Linux; elsewhere always any)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the instructions per request of ksp-sib and of the "
+                             "echo under valgrind's callgrind (load-independent; needs valgrind)")
     parser.add_argument("--tree", metavar="DIR",
                         help="also run a ksp-sib from the source tree DIR (the tree before a "
                              "change), in the same rounds")
@@ -497,6 +503,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
           f"{SENSORS * 3:,} triples.")
     if args.profile:
         print("\n" + asyncio.run(profile_in_process()))
+    if args.instructions:
+        from . import request_instructions
+
+        if not request_instructions.available():
+            print("\nNo instruction counts: valgrind (callgrind) is not installed.")
+        else:
+            print("\n" + request_instructions.report(tree=args.tree))
     return 0
 
 
