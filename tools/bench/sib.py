@@ -44,7 +44,7 @@ import sys
 import time
 
 from ksp.codec import UDP, encode
-from ksp.codes import Op, Tx
+from ksp.codes import Op, Tx, res_status
 from ksp.model import Ack, Options, Request
 from ksp.session import KPIdentity, SessionOptions
 from ksp.terms import DEFAULT_GRAPH, IRI, Literal, Triple, Var
@@ -217,7 +217,7 @@ class UdpKP:
             return
         fut = self.res.pop(tid, None)
         if fut is not None and not fut.done():
-            fut.set_result(kind & 0x7F)
+            fut.set_result(res_status(kind))
 
     def send(self, request: Request) -> asyncio.Future:
         fut = self.loop.create_future()
