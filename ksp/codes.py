@@ -15,6 +15,12 @@ ECHO_MAX = 10
 RES_EPOCH = 0x40
 
 
+def res_status(type_byte: int) -> int:
+    """The status code in a RES's type byte (§2.1): bits 0–6 without the epoch bit (a UDP RES
+    that names its request's epoch has bit 6 set, the status in bits 0–5)."""
+    return type_byte & 0x7F & ~RES_EPOCH
+
+
 class Tx(IntEnum):
     """Transaction types (7 bits, table 3.1)."""
 

@@ -9,6 +9,7 @@ import pytest
 
 from ksp.codes import (
     OPTION_APPLIES, RES_EPOCH, RESERVED_WORDS, LiteralType, Member, Op, Opt, Status, Tx,
+    res_status,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,6 +54,20 @@ def test_the_res_epoch_bit_matches_spec():
     """Table 3.2's ranges: reserved statuses up to the bit a UDP RES names its epoch with."""
     ranges = [row[0] for row in spec_table("### 3.2 Status codes") if "–" in row[0]]
     assert ranges == [f"{max(Status) + 1:#04x}–{RES_EPOCH - 1:#04x}", f"{RES_EPOCH:#04x}–0x7f"]
+
+
+@pytest.mark.parametrize("status", [Status.OK, Status.LIMIT_EXCEEDED, Status.UNKNOWN_TRANSACTION])
+@pytest.mark.parametrize("epoch", [None, 1, 2**32 - 1])
+def test_res_status_reads_a_res_type_byte_with_or_without_its_epoch(status, epoch):
+    """What the tools that read only a RES's header take for its status: the codec's own
+    status, also when the RES names its request's epoch (bit 6, §2.1)."""
+    from ksp.codec import UDP, decode_sib_message, encode
+    from ksp.model import Response
+
+    data = encode(Response(7, status, epoch=epoch), UDP)
+    assert bool(data[1] & RES_EPOCH) == (epoch is not None)
+    assert res_status(data[1]) == decode_sib_message(data, UDP).status == status
+
 
 def test_status_codes_match_spec():
     spec = codes_named(spec_table("### 3.2 Status codes"), 1)

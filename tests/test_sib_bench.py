@@ -24,6 +24,7 @@ def test_bench_modes_send_the_same_indications_for_the_same_updates():
     assert smart["evaluations"] < naive["evaluations"]
     table = bench.table([{"n": 200, "smart": smart, "naive": naive}])
     assert table.count("\n") == 2 and "| 200 | 2 |" in table
+    assert smart["cpu"] > 0 and table.rstrip().endswith(f"| {smart['cpu'] * 1e3:.2f} |")
 
 
 def test_bench_updates_keep_one_value_per_sensor():

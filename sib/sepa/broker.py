@@ -284,9 +284,7 @@ class SepaBroker:
             ev = _Evaluation(text, dataset, made=next(self._made))
             self._evaluate(ev)  # raises SepaError for a bad query: nothing registered
             self._evaluations[key] = ev
-            # the service base as a BASE before the text's own: its relative IRIs resolved
-            patterns = triple_patterns(text if self.base_iri is None
-                                       else f"BASE <{self.base_iri}>\n{text}")
+            patterns = triple_patterns(text, self.base_iri)
             if patterns is None:
                 self._unscreened.add(key)
             else:

@@ -46,6 +46,7 @@ import sys
 import time
 
 from ksp import UDP, Ack, Literal, Request, Response, Status, Triple, Tx, Var, encode
+from ksp.codes import res_status
 from ksp.model import SelectResult
 from ksp.service import Service
 from ksp.session import SessionOptions
@@ -123,7 +124,7 @@ class Devices:
                 sock.sendto(encode(Ack(tid, data[4] | data[5] << 8), UDP), addr)
                 self.receipts.setdefault(index, now)
             elif index < 0:
-                self.res[tid] = kind & 0x7F
+                self.res[tid] = res_status(kind)
             else:
                 self.answered.add(index)
 

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 
 from ksp import IRI, UDP, Literal, Request, Response, Status, Triple, Tx, Var, encode
-from ksp.codes import RES_EPOCH
+from ksp.codes import res_status
 from ksp.codec import decode_sib_message
 from ksp.model import SelectResult
 from ksp.terms import DEFAULT_GRAPH, XSD_FLOAT
@@ -104,7 +104,7 @@ def query_text(k: int) -> str:
 
 def status_of(data: bytes) -> int:
     """The status of a RES datagram: its type byte's low bits, without the epoch bit."""
-    return data[1] & 0x7F & ~RES_EPOCH
+    return res_status(data[1])
 
 
 REQUEST_SIZE = len(encode(query(123, 1), UDP))
