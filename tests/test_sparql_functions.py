@@ -160,3 +160,41 @@ def test_variadic_lists_of_any_length(store, items, op, fn):
             f"FILTER(?v {op} ({args}) || true) BIND({fn}({args}) AS ?x) }}")
     rendered, _ = _through_the_wire(text)
     assert _rows(store, rendered) == _rows(store, P + text)
+
+
+def test_a_persistent_query_with_functions_over_udp_through_a_real_sib():
+    """A subscription whose FILTER uses functions (STRSTARTS, STR, IN, LCASE) gets an IND when
+    a matching reading arrives and none for one the filter rejects; the SIB evaluates them."""
+    import asyncio
+
+    from sib import Sib
+    from transports import Server, connect
+
+    from ksp import IRI, Literal as L, Triple
+    from transport_helpers import run, until
+
+    ex = "http://example.org/"
+    query = compile_named(P + "SELECT ?s ?v WHERE { ?s :v ?v FILTER(STRSTARTS(STR(?s), "
+                          "\"http://example.org/room\") && LCASE(STR(?v)) IN (\"hot\", \"warm\")) }",
+                          persistent=True)[0]
+
+    async def scenario() -> None:
+        sib = Sib()
+        server = await Server.start(sib, udp=0)
+        try:
+            async with await connect(f"udp://127.0.0.1:{server.udp.port}") as kp:
+                async with kp.subscribe(query) as sub:
+                    first = await asyncio.wait_for(anext(sub), 30)
+                    assert first.result.rows == ()
+                    await kp.insert_data([(IRI(ex + "hall1"), IRI(ex + "v"), L("HOT"))])
+                    await kp.insert_data([(IRI(ex + "room1"), IRI(ex + "v"), L("Cold"))])
+                    await kp.insert_data([(IRI(ex + "room2"), IRI(ex + "v"), L("Warm"))])
+                    ind = await asyncio.wait_for(anext(sub), 30)
+                    # the first IND already holds only room2: hall1 and room1 changed nothing
+                    rows = [tuple(str(t) for t in row) for row in ind.result.rows]
+                    assert rows == [(ex + "room2", "Warm")]
+                    assert ind.seq == 1
+        finally:
+            await server.close()
+            await sib.close()
+    run(scenario())
