@@ -14,7 +14,7 @@ from .errors import (
     UnsupportedSparql,
 )
 from .model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Expression, Message, Options,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Expression, Message, Options,
     Order, Request, Response, Result, SelectResult, SolutionModifier,
 )
 from .seqnum import is_newer, next_seq
@@ -53,7 +53,7 @@ __all__ = [
     "LAYOUT", "TCP", "UDP", "Transport", "decode_kp_message", "decode_sib_message", "encode",
     "header_size", "peek_tid", "tcp_frame_length", "VERSION", "LiteralType", "Member", "Op", "Opt",
     "Status", "Tx", "DecodeError", "EncodeError", "KspError", "Ack", "AskResult", "Behind", "Bind",
-    "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
+    "Call", "ConstructResult", "Credentials", "Expression", "Message", "Options", "Order", "Request",
     "Response", "Result", "SelectResult", "SolutionModifier", "is_newer", "next_seq",
     "DEFAULT_GRAPH", "IRI", "BNode", "Literal", "Term", "Triple", "Var",
     "AckReceived", "CredentialsPending", "RequestRefused", "Event", "IndicationReceived",

@@ -33,7 +33,7 @@ static inline uint32_t le32(const uchar *p) { return le16(p) | ((uint32_t)le16(p
 static struct {
     PyTypeObject *IRI, *Literal, *Var, *BNode, *Triple, *Request, *Response, *Ack, *Options,
         *SelectResult, *ConstructResult, *Behind;
-    PyObject *AskResult, *SolutionModifier, *Bind, *Credentials; /* called (dataclasses) */
+    PyObject *AskResult, *SolutionModifier, *Bind, *Credentials, *Call; /* called (dataclasses) */
     PyObject *float_lexical;  /* literals.float_lexical(value) -> str */
     PyObject *xsd_integer, *xsd_float, *xsd_datetime, *xsd_boolean, *xsd_double;
     PyObject *str_true, *str_false;
@@ -50,6 +50,7 @@ static struct {
     PyObject *reserved[256];       /* reserved-word IRIs */
     int n_reserved;
     int op_arity[256];
+    int op_variadic[256];          /* 1: a u8 count n follows the code, arity += n */
     int op_bound;
     signed char layout[128][4];    /* field kinds per tx code, -1 ends */
     signed char layout_slot[128][4]; /* Request field index per entry */
@@ -670,13 +671,29 @@ static int expression(R *r, void *unused, PyObject **out) {
                 goto fail;
             if (code == K.op_bound && !prev_var)
                 goto fail;
-            int arity = K.op_arity[code];
+            int arity = K.op_arity[code], n = 0;
+            if (K.op_variadic[code]) { /* model.Call(op, n) */
+                if (byte_at(r, &n))
+                    goto fail;
+                arity += n;
+            }
             if (depth < arity)
                 goto fail;
             depth -= arity - 1;
             if (r->build) {
-                token = op;
-                Py_INCREF(token);
+                if (K.op_variadic[code]) {
+                    PyObject *count = PyLong_FromLong(n);
+                    if (count == NULL)
+                        goto fail;
+                    PyObject *args[2] = {op, count};
+                    token = PyObject_Vectorcall(K.Call, args, 2, NULL);
+                    Py_DECREF(count);
+                    if (token == NULL)
+                        goto fail;
+                } else {
+                    token = op;
+                    Py_INCREF(token);
+                }
             }
         }
         prev_var = is_var;
@@ -2006,7 +2023,7 @@ static PyObject *py_setup(PyObject *self, PyObject *config) {
         return PyErr_Format(PyExc_TypeError, "setup() takes a dict");
     TYPE(IRI) TYPE(Literal) TYPE(Var) TYPE(BNode) TYPE(Triple) TYPE(Request) TYPE(Response)
     TYPE(Ack) TYPE(Options) TYPE(SelectResult) TYPE(ConstructResult) TYPE(Behind)
-    OBJ(AskResult, "AskResult") OBJ(SolutionModifier, "SolutionModifier") OBJ(Bind, "Bind")
+    OBJ(AskResult, "AskResult") OBJ(SolutionModifier, "SolutionModifier") OBJ(Bind, "Bind") OBJ(Call, "Call")
     OBJ(Credentials, "Credentials") OBJ(float_lexical, "float_lexical")
     OBJ(reserved_code, "reserved_code") OBJ(compact_cache, "compact_cache")
     OBJ(compact_datatypes, "compact_datatypes")
@@ -2022,7 +2039,8 @@ static PyObject *py_setup(PyObject *self, PyObject *config) {
         fetch_table(config, "op_by_code", K.op_by_code, 256) ||
         fetch_table(config, "order", K.order, 3) ||
         fetch_table(config, "vars", K.vars, 256) ||
-        fetch_ints(config, "op_arity", K.op_arity, 256))
+        fetch_ints(config, "op_arity", K.op_arity, 256) ||
+        fetch_ints(config, "op_variadic", K.op_variadic, 256))
         return NULL;
     PyObject *reserved = fetch(config, "reserved");
     if (reserved == NULL || !PyTuple_Check(reserved) || PyTuple_GET_SIZE(reserved) > 256)

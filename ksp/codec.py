@@ -28,8 +28,8 @@ from .errors import EncodeError
 from .layout import OPTION_FIELDS
 from .literals import float_lexical, is_lang_tag
 from .model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Message, Options, Order, Request,
-    Response, SelectResult, SolutionModifier,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Message, Options, Order,
+    Request, Response, SelectResult, SolutionModifier,
 )
 from .terms import (
     RDF_LANGSTRING, XSD_BOOLEAN, XSD_DATETIME, XSD_DOUBLE, XSD_FLOAT, XSD_INTEGER, XSD_STRING,
@@ -137,7 +137,7 @@ def _load_speedups():
         "Request": Request, "Response": Response, "Ack": Ack, "Options": Options,
         "Behind": Behind,
         "SelectResult": SelectResult, "ConstructResult": ConstructResult,
-        "AskResult": AskResult, "SolutionModifier": SolutionModifier, "Bind": Bind,
+        "AskResult": AskResult, "SolutionModifier": SolutionModifier, "Bind": Bind, "Call": Call,
         "Credentials": Credentials, "float_lexical": float_lexical, "is_lang_tag": is_lang_tag,
         "xsd_integer": XSD_INTEGER, "xsd_float": XSD_FLOAT, "xsd_datetime": XSD_DATETIME,
         "xsd_boolean": XSD_BOOLEAN, "xsd_double": XSD_DOUBLE,
@@ -148,6 +148,8 @@ def _load_speedups():
         "tx_by_code": tuple(_TX_BY_CODE), "status_by_code": tuple(_STATUS_BY_CODE),
         "op_by_code": tuple(_OP_BY_CODE.get(i) for i in range(256)),
         "op_arity": tuple(_OP_BY_CODE[i].arity if i in _OP_BY_CODE else 0 for i in range(256)),
+        "op_variadic": tuple(int(i in _OP_BY_CODE and _OP_BY_CODE[i].variadic)
+                             for i in range(256)),
         "order": tuple(Order), "vars": tuple(Var(i) for i in range(256)),
         "reserved": _RESERVED_IRIS,
         "layout": tuple(layout), "layout_slot": tuple(slots),

@@ -137,7 +137,11 @@ class Opt(IntEnum):
 
 
 class Op(IntEnum):
-    """RPN operator tokens (table 8.2). Operand token codes are in `OPERAND_TOKENS`."""
+    """RPN operator tokens (table 8.2). Operand token codes are in `OPERAND_TOKENS`.
+
+    0x19 and up are SPARQL 1.1 §17 functions [ext]: fixed-arity ones are one byte; the
+    variadic ones (`variadic`) carry a u8 count and appear in an expression as `model.Call`.
+    """
 
     EQ = 0x07
     NE = 0x08
@@ -156,22 +160,94 @@ class Op(IntEnum):
     NEG = 0x15  # [ext]
     REGEX_FLAGS = 0x16  # [ext]
     BOUND = 0x17  # [ext]
+    # 1 operand
+    STR = 0x19
+    LANG = 0x1A
+    DATATYPE = 0x1B
+    IRI = 0x1C
+    IS_IRI = 0x1D
+    IS_BLANK = 0x1E
+    IS_LITERAL = 0x1F
+    IS_NUMERIC = 0x20
+    STRLEN = 0x21
+    UCASE = 0x22
+    LCASE = 0x23
+    ABS = 0x24
+    ROUND = 0x25
+    CEIL = 0x26
+    FLOOR = 0x27
+    YEAR = 0x28
+    MONTH = 0x29
+    DAY = 0x2A
+    HOURS = 0x2B
+    MINUTES = 0x2C
+    SECONDS = 0x2D
+    TIMEZONE = 0x2E
+    TZ = 0x2F
+    ENCODE_FOR_URI = 0x30
+    MD5 = 0x31
+    SHA1 = 0x32
+    SHA256 = 0x33
+    SHA384 = 0x34
+    SHA512 = 0x35
+    BNODE_OF = 0x36
+    # 2 operands
+    LANGMATCHES = 0x38
+    STRSTARTS = 0x39
+    STRENDS = 0x3A
+    CONTAINS = 0x3B
+    STRBEFORE = 0x3C
+    STRAFTER = 0x3D
+    STRLANG = 0x3E
+    STRDT = 0x3F
+    SAME_TERM = 0x40
+    SUBSTR = 0x41
+    # 3 and 4 operands
+    SUBSTR_LEN = 0x42
+    REPLACE = 0x43
+    IF = 0x44
+    REPLACE_FLAGS = 0x45
+    # no operand
+    NOW = 0x46
+    RAND = 0x47
+    UUID = 0x48
+    STRUUID = 0x49
+    BNODE = 0x4A
+    # variadic: a u8 count n follows the code
+    CONCAT = 0x4B
+    COALESCE = 0x4C
+    IN = 0x4D
+    NOT_IN = 0x4E
 
     @property
     def arity(self) -> int:
+        """Operands popped; for a variadic operator, those popped besides its n."""
         return _ARITY.get(self, 2)
+
+    @property
+    def variadic(self) -> bool:
+        return self in _VARIADIC
 
     @property
     def symbol(self) -> str:
         return _SYMBOL[self]
 
 
-_ARITY = {Op.NOT: 1, Op.NEG: 1, Op.BOUND: 1, Op.REGEX_FLAGS: 3}
+_ARITY = {Op.NOT: 1, Op.NEG: 1, Op.BOUND: 1, Op.REGEX_FLAGS: 3,
+          **{op: 1 for op in Op if Op.STR <= op <= Op.BNODE_OF},
+          Op.SUBSTR_LEN: 3, Op.REPLACE: 3, Op.IF: 3, Op.REPLACE_FLAGS: 4,
+          **{op: 0 for op in Op if Op.NOW <= op <= Op.COALESCE}, Op.IN: 1, Op.NOT_IN: 1}
+_VARIADIC = frozenset((Op.CONCAT, Op.COALESCE, Op.IN, Op.NOT_IN))
 _SYMBOL = {
     Op.EQ: "=", Op.NE: "!=", Op.LT: "<", Op.GT: ">", Op.LE: "<=", Op.GE: ">=",
     Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.OR: "||", Op.AND: "&&",
     Op.REGEX: "regex", Op.NOT: "!", Op.NEG: "-", Op.REGEX_FLAGS: "regex", Op.BOUND: "bound",
+    Op.IS_IRI: "isIRI", Op.IS_BLANK: "isBLANK", Op.IS_LITERAL: "isLITERAL",
+    Op.IS_NUMERIC: "isNUMERIC", Op.SAME_TERM: "sameTerm", Op.BNODE_OF: "BNODE",
+    Op.SUBSTR_LEN: "SUBSTR", Op.REPLACE_FLAGS: "REPLACE", Op.NOT_IN: "NOT IN",
 }
+for _op in Op:
+    _SYMBOL.setdefault(_op, _op.name)
 
 # Operand token codes (table 8.2).
 TOKEN_STRING = 0x00

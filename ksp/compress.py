@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .codes import RESERVED_CODE, Op
-from .model import UNSET_OPTIONS
+from .model import UNSET_OPTIONS, Call
 from .terms import COMPACT_DATATYPES, Literal
 
 
@@ -92,7 +92,7 @@ def _add_graph(out: list[str], graph) -> None:
 
 def _add_expr(out: list[str], expr) -> None:
     for token in expr:
-        if not isinstance(token, Op):
+        if not isinstance(token, (Op, Call)):
             _add_term(out, token)
 
 

@@ -13,7 +13,7 @@ from .layout import LITERAL_SIZES
 from .errors import DecodeError
 from .literals import float_lexical, is_datetime19, is_lang_tag
 from .model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
 from .terms import (
@@ -263,7 +263,11 @@ def _expression_at(buf: bytes, pos: int, pfx) -> tuple[tuple, int]:
             op = _OP_BY_CODE.get(code)
             if op is None:
                 raise _Bad(f"token type {code:#04x}")
-            tokens.append(op)
+            if op.variadic:
+                tokens.append(Call(op, buf[pos]))
+                pos += 1
+            else:
+                tokens.append(op)
     expr = tuple(tokens)
     _check_rpn(expr, _Bad)
     return expr, pos

@@ -14,8 +14,8 @@ from .compress import choose_prefixes, request_iris, result_iris
 from .errors import EncodeError
 from .literals import compact_type, is_lang_tag
 from .model import (
-    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, Behind, ConstructResult, Message, Options, Order,
-    Request, Response, SelectResult, SolutionModifier,
+    NO_OPTIONS, UNSET_OPTIONS, Ack, AskResult, Behind, Call, ConstructResult, Message, Options,
+    Order, Request, Response, SelectResult, SolutionModifier,
 )
 from .terms import BNode, IRI, Literal, Triple, Var
 from .wire import (
@@ -261,19 +261,31 @@ def _put_expression(out: bytearray, expr, pfx: _Prefixes) -> None:
     for token in expr:
         if isinstance(token, Op):
             out.append(token)
+        elif isinstance(token, Call):
+            out += bytes((token.op, token.count))
         else:
             out += _operand(token, pfx)
 
 
 def _check_rpn(expr: tuple, error) -> None:
+    """§8.1's stack rule, bound() after a variable, and each operator token's own form: a
+    variadic operator only as a `Call` with a u8 count, a fixed-arity one never."""
     depth = 0
     for i, token in enumerate(expr):
-        if isinstance(token, Op):
+        if isinstance(token, (Op, Call)):
             if token is Op.BOUND and (i == 0 or not isinstance(expr[i - 1], Var)):
                 raise error("bound() must follow a variable token")
+            if isinstance(token, Call):
+                if not isinstance(token.op, Op) or not token.op.variadic:
+                    raise error(f"{token!r}: only a variadic operator carries a count")
+                if not 0 <= token.count <= 255:
+                    raise error(f"{token.op.name} with count {token.count}; the count is a u8")
+            elif token.variadic:
+                raise error(f"{token.name} is variadic: write it as Call({token.name}, n)")
             arity = token.arity
             if depth < arity:
-                raise error(f"{token.name} needs {arity} operands, has {depth}")
+                name = f"{token.op.name}({token.count})" if isinstance(token, Call) else token.name
+                raise error(f"{name} needs {arity} operands, has {depth}")
             depth -= arity - 1
         else:
             depth += 1

@@ -15,7 +15,22 @@ from typing import NamedTuple, Union
 from .codes import Op, Status, Tx, VERSION
 from .terms import Graph, IRI, Term
 
-Token = Union[Term, Op]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A variadic operator token (§8.2: CONCAT, COALESCE, IN, NOT IN) and its count n, the
+    u8 that follows its code: it pops n operands (IN and NOT IN: n + 1, the tested value first)."""
+
+    op: Op
+    count: int
+
+    @property
+    def arity(self) -> int:
+        return self.op.arity + self.count
+
+
+Token = Union[Term, Op, Call]
 Expression = tuple[Token, ...]
 
 

@@ -42,7 +42,7 @@ import functools
 from hypothesis import strategies as st
 
 from ksp import (
-    DEFAULT_GRAPH, IRI, Ack, AskResult, Behind, Bind, BNode, ConstructResult, Credentials,
+    DEFAULT_GRAPH, IRI, Ack, AskResult, Behind, Bind, BNode, Call, ConstructResult, Credentials,
     Literal, Op, Options, Order, Request, Response, SelectResult, SolutionModifier, Status,
     Triple, Tx, Var, UDP, encode,
 )
@@ -83,7 +83,11 @@ PERSISTENT: tuple[Tx, ...] = tuple(t for t in Tx if t.persistent)
 QUERIES: tuple[Tx, ...] = tuple(t for t in Tx if t.is_query)
 _GRAPH_FIELDS = ("delete", "insert", "where", "template")
 _BINARY_OPS = tuple(op for op in Op if op.arity == 2)
-_UNARY_OPS = (Op.NOT, Op.NEG)  # BOUND is unary too, but only right after a variable
+# BOUND is unary too, but only right after a variable
+_UNARY_OPS = tuple(op for op in Op if op.arity == 1 and op is not Op.BOUND and not op.variadic)
+_TERNARY_OPS = tuple(op for op in Op if op.arity == 3)
+_NULLARY_OPS = tuple(op for op in Op if op.arity == 0 and not op.variadic)
+_VARIADIC_OPS = tuple(op for op in Op if op.variadic)
 _U16 = st.one_of(st.integers(0, 0xFFFF), st.sampled_from([0, 1, 0x7FFF, 0x8000, 0xFFFF]))
 _LOCAL = st.text(st.sampled_from("abcxyz019_-.é日🙂/#:"), max_size=12)
 
@@ -258,7 +262,11 @@ def expressions(small: bool = False):
         return st.one_of(
             st.builds(lambda op, x, y: x + y + (op,), st.sampled_from(_BINARY_OPS), sub, sub),
             st.builds(lambda op, x: x + (op,), st.sampled_from(_UNARY_OPS), sub),
-            st.builds(lambda x, y, z: x + y + z + (Op.REGEX_FLAGS,), sub, sub, sub),
+            st.builds(lambda op, x, y, z: x + y + z + (op,), st.sampled_from(_TERNARY_OPS),
+                      sub, sub, sub),
+            st.builds(lambda xs, op: sum(xs, ()) + (Call(op, len(xs) - op.arity),),
+                      st.lists(sub, min_size=1, max_size=3), st.sampled_from(_VARIADIC_OPS)),
+            st.sampled_from(_NULLARY_OPS).map(lambda op: (op,)),
         )
 
     tree = st.recursive(st.one_of(operand, operand, bound), extend,

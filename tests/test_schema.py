@@ -517,7 +517,7 @@ INVALID: list[tuple[str, str, str, str, Tx | None, Status]] = [
      Status.INVALID_OPTION_FORMAT),
     ("rpn_bound_after_literal", _hex("01880100 00 00", "01 05 01 02 0401 17"), "udp",
      "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),
-    ("token_0x19", _hex("01880100 00 00", "01 05 01 01 19"), "udp", "kp_to_sib", None,
+    ("token_0xff", _hex("01880100 00 00", "01 05 01 01 ff"), "udp", "kp_to_sib", None,
      Status.INVALID_OPTION_FORMAT),
     ("option_prefix_beyond_list", _hex("01850100 00 00", "01 03 01", _uri("g", 1)), "udp",
      "kp_to_sib", None, Status.INVALID_OPTION_FORMAT),

@@ -23,7 +23,7 @@ from ksp.codes import (
     RESERVED_CODE, RESERVED_WORDS, TOKEN_LITERAL, LiteralType, Member, Op, Opt, Status, Tx,
 )
 from ksp.reference.jsonmodel import from_json, to_json
-from ksp.model import AskResult, ConstructResult, Request, Response, SelectResult
+from ksp.model import AskResult, Call, ConstructResult, Request, Response, SelectResult
 
 VECTOR_DIR = Path(__file__).parent / "vectors"
 FILES = sorted(VECTOR_DIR.glob("*.json"))
@@ -230,6 +230,8 @@ def test_coverage_from_messages():
             for token in (t for e in exprs for t in e):
                 if isinstance(token, Op):
                     ops.add(token)
+                elif isinstance(token, Call):
+                    ops.add(token.op)
                 elif isinstance(token, Var):
                     operands.add(0x05)
                 elif isinstance(token, str):
@@ -301,6 +303,7 @@ _LAYOUT = {  # table 3.1 / §5
 }
 _STATUS_NAMES = {s.value: s.name for s in Status}
 _OP_NAMES = {op.value: op.name for op in Op}
+_VARIADIC_CODES = {0x4B, 0x4C, 0x4D, 0x4E}  # table 8.2, read from the spec, not from ksp
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _LANGSTRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
 _OPTION_KEYS = ("prefixes", "delete_graphs", "insert_graphs", "query_graphs", "optional",
@@ -469,6 +472,8 @@ class Wire:
                 tokens.append({"type": "uri", "value": self.uri()})
             elif code == 0x18:
                 tokens.append(self.literal(self.u8()))
+            elif code in _VARIADIC_CODES:  # CONCAT, COALESCE, IN, NOT IN: a u8 count follows
+                tokens.append({"type": "op", "op": _OP_NAMES[code], "count": self.u8()})
             else:
                 tokens.append({"type": "op", "op": _OP_NAMES[code]})
         return tokens

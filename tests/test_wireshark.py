@@ -67,7 +67,10 @@ def triples(graph: list) -> list[str]:
 
 
 def token(t: dict) -> str:
-    return t["op"] if t["type"] == "op" else term(t)
+    """A token as the dissector shows it: a variadic operator with its count, `CONCAT(3)`."""
+    if t["type"] != "op":
+        return term(t)
+    return f"{t['op']}({t['count']})" if "count" in t else t["op"]
 
 
 def expected(vector: dict) -> dict:

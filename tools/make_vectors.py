@@ -20,7 +20,7 @@ from ksp.codec import LAYOUT, TCP, UDP, decode_sib_message, encode
 from ksp.codes import OWL, RDF, RDFS, RESERVED_WORDS, XSD, Op, Status, Tx
 from ksp.reference.jsonmodel import to_json
 from ksp.model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
 from ksp.terms import (
@@ -404,6 +404,91 @@ for _k, (_name, _expr, _what) in enumerate(FILTERS):
        f"FILTER (0x05) on SELECT, operator {_ops[-1].name} ({int(_ops[-1]):#04x}): {_what}.",
        R(Tx.SELECT, 0x2200 + _k, True, EXP, projection=2, where=FILTER_WHERE,
          optional=((T(V(0), ex("owner"), V(3)),),) if _name == "bound" else (),
+         options={"filters": (_expr,)}))
+
+# SPARQL 1.1 §17 functions (0x19 and up): one vector per token code. Fixed-arity functions are
+# one byte; the variadic ones (CONCAT, COALESCE, IN, NOT IN) carry their count n after the code.
+FUNCTIONS = [
+    (Op.STR, (V(0), Op.STR, s(SN), Op.STRSTARTS), "STRSTARTS(STR(?v0), \"…/sensors/\")"),
+    (Op.LANG, (V(1), Op.LANG, s("en"), Op.EQ), "LANG(?v1) = \"en\""),
+    (Op.DATATYPE, (V(1), Op.DATATYPE, IRI(XSD + "float"), Op.EQ),
+     "DATATYPE(?v1) = xsd:float"),
+    (Op.IRI, (s(SN + "sensor1"), Op.IRI, V(0), Op.EQ), "IRI(\"…/sensor1\") = ?v0"),
+    (Op.IS_IRI, (V(0), Op.IS_IRI), "isIRI(?v0)"),
+    (Op.IS_BLANK, (V(0), Op.IS_BLANK, Op.NOT), "!isBLANK(?v0)"),
+    (Op.IS_LITERAL, (V(1), Op.IS_LITERAL), "isLITERAL(?v1)"),
+    (Op.IS_NUMERIC, (V(1), Op.IS_NUMERIC), "isNUMERIC(?v1)"),
+    (Op.STRLEN, (V(1), Op.STR, Op.STRLEN, i(8), Op.LT), "STRLEN(STR(?v1)) < 8"),
+    (Op.UCASE, (V(1), Op.STR, Op.UCASE, s("INF"), Op.NE), "UCASE(STR(?v1)) != \"INF\""),
+    (Op.LCASE, (V(1), Op.STR, Op.LCASE, s("nan"), Op.NE), "LCASE(STR(?v1)) != \"nan\""),
+    (Op.ABS, (V(1), Op.ABS, i(40), Op.LT), "ABS(?v1) < 40"),
+    (Op.ROUND, (V(1), Op.ROUND, i(21), Op.EQ), "ROUND(?v1) = 21"),
+    (Op.CEIL, (V(1), Op.CEIL, i(22), Op.LE), "CEIL(?v1) <= 22"),
+    (Op.FLOOR, (V(1), Op.FLOOR, i(21), Op.GE), "FLOOR(?v1) >= 21"),
+    (Op.YEAR, (V(2), Op.YEAR, i(2026), Op.EQ), "YEAR(?v2) = 2026"),
+    (Op.MONTH, (V(2), Op.MONTH, i(11), Op.EQ), "MONTH(?v2) = 11"),
+    (Op.DAY, (V(2), Op.DAY, i(21), Op.EQ), "DAY(?v2) = 21"),
+    (Op.HOURS, (V(2), Op.HOURS, i(12), Op.LT), "HOURS(?v2) < 12"),
+    (Op.MINUTES, (V(2), Op.MINUTES, i(30), Op.LT), "MINUTES(?v2) < 30"),
+    (Op.SECONDS, (V(2), Op.SECONDS, i(0), Op.EQ), "SECONDS(?v2) = 0"),
+    (Op.TIMEZONE, (V(2), Op.TIMEZONE, typed("PT0S", XSD + "dayTimeDuration"), Op.EQ),
+     "TIMEZONE(?v2) = \"PT0S\"^^xsd:dayTimeDuration"),
+    (Op.TZ, (V(2), Op.TZ, s(""), Op.EQ), "TZ(?v2) = \"\" (no time zone)"),
+    (Op.ENCODE_FOR_URI, (s("a b"), Op.ENCODE_FOR_URI, s("a%20b"), Op.EQ),
+     "ENCODE_FOR_URI(\"a b\") = \"a%20b\""),
+    (Op.MD5, (V(1), Op.STR, Op.MD5, s("0"), Op.STRSTARTS), "STRSTARTS(MD5(STR(?v1)), \"0\")"),
+    (Op.SHA1, (V(1), Op.STR, Op.SHA1, s("0"), Op.STRSTARTS),
+     "STRSTARTS(SHA1(STR(?v1)), \"0\")"),
+    (Op.SHA256, (V(1), Op.STR, Op.SHA256, s("0"), Op.STRSTARTS),
+     "STRSTARTS(SHA256(STR(?v1)), \"0\")"),
+    (Op.SHA384, (V(1), Op.STR, Op.SHA384, s("0"), Op.STRSTARTS),
+     "STRSTARTS(SHA384(STR(?v1)), \"0\")"),
+    (Op.SHA512, (V(1), Op.STR, Op.SHA512, s("0"), Op.STRSTARTS),
+     "STRSTARTS(SHA512(STR(?v1)), \"0\")"),
+    (Op.BNODE_OF, (s("a"), Op.BNODE_OF, Op.IS_BLANK), "isBLANK(BNODE(\"a\")) (one operand)"),
+    (Op.LANGMATCHES, (V(1), Op.LANG, s("en"), Op.LANGMATCHES),
+     "LANGMATCHES(LANG(?v1), \"en\")"),
+    (Op.STRSTARTS, (V(0), Op.STR, s("http"), Op.STRSTARTS), "STRSTARTS(STR(?v0), \"http\")"),
+    (Op.STRENDS, (V(0), Op.STR, s("1"), Op.STRENDS), "STRENDS(STR(?v0), \"1\")"),
+    (Op.CONTAINS, (V(0), Op.STR, s("sensor"), Op.CONTAINS), "CONTAINS(STR(?v0), \"sensor\")"),
+    (Op.STRBEFORE, (V(0), Op.STR, s("/sensors/"), Op.STRBEFORE, s(EX[:-1]), Op.EQ),
+     "STRBEFORE(STR(?v0), \"/sensors/\") = \"http://example.org\""),
+    (Op.STRAFTER, (V(0), Op.STR, s("/sensors/"), Op.STRAFTER, s("sensor1"), Op.EQ),
+     "STRAFTER(STR(?v0), \"/sensors/\") = \"sensor1\""),
+    (Op.STRLANG, (s("kitchen"), s("en"), Op.STRLANG, V(1), Op.EQ),
+     "STRLANG(\"kitchen\", \"en\") = ?v1"),
+    (Op.STRDT, (s("21.5"), IRI(XSD + "float"), Op.STRDT, V(1), Op.EQ),
+     "STRDT(\"21.5\", xsd:float) = ?v1"),
+    (Op.SAME_TERM, (V(1), f("21.5"), Op.SAME_TERM), "sameTerm(?v1, 21.5)"),
+    (Op.SUBSTR, (V(0), Op.STR, i(20), Op.SUBSTR, s("sensors/sensor1"), Op.EQ),
+     "SUBSTR(STR(?v0), 20) = \"sensors/sensor1\" (two operands)"),
+    (Op.SUBSTR_LEN, (V(0), Op.STR, i(20), i(7), Op.SUBSTR_LEN, s("sensors"), Op.EQ),
+     "SUBSTR(STR(?v0), 20, 7) = \"sensors\" (three operands)"),
+    (Op.REPLACE, (V(0), Op.STR, s("sensor"), s("s"), Op.REPLACE, s("s1"), Op.STRENDS),
+     "STRENDS(REPLACE(STR(?v0), \"sensor\", \"s\"), \"s1\") (three operands)"),
+    (Op.IF, (V(1), Op.IS_NUMERIC, V(1), i(40), Op.LT, b(False), Op.IF),
+     "IF(isNUMERIC(?v1), ?v1 < 40, false)"),
+    (Op.REPLACE_FLAGS, (V(0), Op.STR, s("SENSOR"), s("s"), s("i"), Op.REPLACE_FLAGS, s("s1"),
+                        Op.STRENDS),
+     "STRENDS(REPLACE(STR(?v0), \"SENSOR\", \"s\", \"i\"), \"s1\") (four operands)"),
+    (Op.NOW, (V(2), Op.NOW, Op.LT), "?v2 < NOW() (no operand)"),
+    (Op.RAND, (Op.RAND, d("0.5"), Op.LT), "RAND() < 0.5e0"),
+    (Op.UUID, (Op.UUID, Op.IS_IRI), "isIRI(UUID())"),
+    (Op.STRUUID, (Op.STRUUID, Op.STRLEN, i(36), Op.EQ), "STRLEN(STRUUID()) = 36"),
+    (Op.BNODE, (Op.BNODE, Op.IS_BLANK), "isBLANK(BNODE()) (no operand)"),
+    (Op.CONCAT, (s("t="), V(1), Op.STR, s("C"), Call(Op.CONCAT, 3), s("t=21.5C"), Op.EQ),
+     "CONCAT(\"t=\", STR(?v1), \"C\") = \"t=21.5C\": count 3 follows the code"),
+    (Op.COALESCE, (V(3), V(0), Call(Op.COALESCE, 2), Op.IS_IRI),
+     "isIRI(COALESCE(?v3, ?v0)): count 2"),
+    (Op.IN, (V(1), i(20), i(21), f("21.5"), Call(Op.IN, 3)),
+     "?v1 IN (20, 21, 21.5): count 3, the tested value pushed first"),
+    (Op.NOT_IN, (V(1), Call(Op.NOT_IN, 0)), "?v1 NOT IN (): count 0 (always true)"),
+]
+for _k, (_op, _expr, _what) in enumerate(FUNCTIONS):
+    kp(f"req_filter_{_op.name.lower()}",
+       f"FILTER (0x05) on SELECT, token {_op.name} ({int(_op):#04x}): {_what}.",
+       R(Tx.SELECT, 0x2400 + _k, True, (EX, SN), projection=2, where=FILTER_WHERE,
+         optional=((T(V(0), ex("owner"), V(3)),),) if _op is Op.COALESCE else (),
          options={"filters": (_expr,)}))
 kp("req_filter_two_expressions",
    "FILTER with FC = 2 (both must hold) on a DELETE pattern update, and a URI operand with no "
@@ -997,8 +1082,23 @@ bad("invalid_0x06_modifier_reserved_bits", "SOLUTION MODIFIER flags 0x20 (reserv
     f"01 87 0100 | {SELECT_DATA} | 01 06 20", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_modifier_order_3", "SOLUTION MODIFIER order 3 (flags 0x03, variable 0).",
     f"01 87 0100 | {SELECT_DATA} | 01 06 03 00", ST.INVALID_OPTION_FORMAT)
-bad("invalid_0x06_unknown_token_0x19", "FILTER with token type 0x19.",
-    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 19", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_unknown_token_0x4f", "FILTER with token type 0x4f (the first code after "
+    "the functions; 0x37 and 0x4f-0xff are unassigned).",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 4f", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_unknown_token_0xff", "FILTER with token type 0xff.",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 01 ff", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_function_underflow", "FILTER IF(?v0) (0x44 pops 3, the stack holds 1).",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 02 05 00 44", ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_variadic_underflow", "FILTER CONCAT with count 2 (0x4b 02) after one "
+    "operand.", f"01 87 0100 | {SELECT_DATA} | 01 05 01 02 05 00 4b 02",
+    ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_variadic_count_missing", "FILTER ends after the CONCAT code (0x4b): its "
+    "count is missing.", f"01 87 0100 | {SELECT_DATA} | 01 05 01 02 05 00 4b",
+    ST.INVALID_OPTION_FORMAT)
+bad("invalid_0x06_in_count_leaves_two", "FILTER ?v0 ?v0 ?v0 IN with count 1 (0x4d 01): IN "
+    "pops n + 1 = 2 of 3, leaving two values.",
+    f"01 87 0100 | {SELECT_DATA} | 01 05 01 04 05 00 05 00 05 00 4d 01",
+    ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_trailing_bytes", "One byte (0x00) after the last option (OC = 0).",
     f"01 82 0100 | 01 {TRIPLE} | 00 00", ST.INVALID_OPTION_FORMAT)
 bad("invalid_0x06_prefix_entry_nonzero_index", "PREFIX entry with prefix index 1.",

@@ -316,12 +316,16 @@ def _meaning(f: _Field, raw: bytes, info: _Info) -> str:
             return f"token {v:#04x}: {_OPERAND_NAMES[v]}"
         if v in schema._OP_CODES:
             op = Op(v)
+            if op.variadic:
+                return f"token {v:#04x}: {op.symbol} ({op.name}, count follows)"
             return f"token {v:#04x}: {op.symbol} ({op.name}, {op.arity}-ary)"
         return f"token {v:#04x}: invalid"
     if label == "operand":
         token = ctx["token"]
         if token == TOKEN_VARIABLE:
             return f"?v{v}"
+        if token in schema._OP_CODES:
+            return f"count {v}"
         return _literal_value(token, v)
     if label == "option":
         return f"option {v:#04x}: {_name(Opt, v)}"

@@ -16,7 +16,8 @@ Mapping (field names are the model's; fields that are None are omitted):
   `{"type": "literal", "value": lexical, "datatype": IRI}` (+ `"lang"` when language-tagged);
   an unbound result term is `null`
 - triple: `{"s": term, "p": term, "o": term}`; graph: list of triples
-- expression: list of tokens; a token is a term or `{"type": "op", "op": NAME}` (`ksp.codes.Op`)
+- expression: list of tokens; a token is a term or `{"type": "op", "op": NAME}` (`ksp.codes.Op`),
+  with `"count": n` for a variadic operator (`ksp.model.Call`)
 - IRIs that can only be IRIs (graph names, prefixes, datatypes) are plain strings
 - enums by NAME (`"tx": "INSERT_DATA"`, `"status": "OK"`, `"order": "ASC"`); a status code
   with no name is its integer
@@ -38,7 +39,7 @@ from typing import Any
 
 from ..codes import Op, Status, Tx
 from ..model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Message, Options, Order,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Message, Options, Order,
     Request, Response, SelectResult, SolutionModifier,
 )
 from ..terms import IRI, BNode, Literal, Triple, Var
@@ -82,6 +83,8 @@ def _graph_to_json(graph) -> list:
 def _token_to_json(token: Any) -> dict:
     if isinstance(token, Op):
         return {"type": "op", "op": token.name}
+    if isinstance(token, Call):
+        return {"type": "op", "op": token.op.name, "count": token.count}
     return term_to_json(token)
 
 
@@ -231,7 +234,7 @@ def _graph_from_json(items) -> tuple:
 
 def _token_from_json(d: dict):
     if d["type"] == "op":
-        return Op[d["op"]]
+        return Call(Op[d["op"]], d["count"]) if "count" in d else Op[d["op"]]
     return term_from_json(d)
 
 

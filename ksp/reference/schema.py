@@ -44,7 +44,7 @@ from ..codes import (
 from ..layout import LITERAL_FORMS, MEMBER_TYPES, OPTION_FIELDS, REQUEST_FIELDS, Body
 from ..literals import is_datetime19, is_lang_tag
 from ..model import (
-    Ack, AskResult, Behind, Bind, ConstructResult, Credentials, Options, Order, Request,
+    Ack, AskResult, Behind, Bind, Call, ConstructResult, Credentials, Options, Order, Request,
     Response, SelectResult, SolutionModifier,
 )
 from ..terms import (
@@ -447,7 +447,7 @@ TOKEN_OPERANDS = {
                                                  LiteralType.BOOLEAN)},
     TOKEN_VARIABLE: Int8ul,
     TOKEN_URI: UriField,
-    **{op: Pass for op in Op},
+    **{op: Int8ul if op.variadic else Pass for op in Op},  # a variadic operator's count n
     TOKEN_LITERAL: LiteralField,
 }
 
@@ -469,9 +469,10 @@ def rpn_well_formed(tokens) -> bool:
             op = Op(code)
             if op is Op.BOUND and (i == 0 or tokens[i - 1]["token"] != TOKEN_VARIABLE):
                 return False
-            if depth < op.arity:
+            arity = op.arity + (tok["operand"] if op.variadic else 0)
+            if depth < arity:
                 return False
-            depth -= op.arity - 1
+            depth -= arity - 1
         else:
             depth += 1
     return depth == 1
@@ -893,6 +894,8 @@ class _Resolver:
                 out.append(self.literal(code, operand))
             elif code == TOKEN_LITERAL:
                 out.append(self.literal(operand.littype, operand.payload))
+            elif Op(code).variadic:
+                out.append(Call(Op(code), operand))
             else:
                 out.append(Op(code))
         return tuple(out)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..codes import RDF, Op, Tx
 from ..errors import SparqlSyntaxError, UnsupportedSparql
-from ..model import Order
+from ..model import Call, Order
 from ..terms import (
     DEFAULT_GRAPH, IRI, RDF_LANGSTRING, XSD_BOOLEAN, XSD_DECIMAL, XSD_DOUBLE, XSD_INTEGER, BNode,
     Literal, Triple,
@@ -64,6 +64,14 @@ _BUILTINS = {
     "ISLITERAL", "ISNUMERIC", "SUBSTR", "REPLACE", "LANGDIR", "STRLANGDIR", "HASLANG",
     "HASLANGDIR", "ISTRIPLE", "TRIPLE", "SUBJECT", "PREDICATE", "OBJECT",
 }
+#: SPARQL built-in name → {argument count: operator token} (table 8.2, 0x19 and up).
+_FUNCTIONS: dict[str, dict[int, Op]] = {}
+for _op in Op:
+    if _op >= Op.STR and not _op.variadic:
+        _FUNCTIONS.setdefault(_op.symbol.upper(), {})[_op.arity] = _op
+_FUNCTIONS["URI"] = _FUNCTIONS["IRI"]
+_FUNCTIONS["ISURI"] = _FUNCTIONS["ISIRI"]
+_VARIADIC = {"CONCAT": Op.CONCAT, "COALESCE": Op.COALESCE}
 _REL_OPS = {"=": Op.EQ, "!=": Op.NE, "<": Op.LT, ">": Op.GT, "<=": Op.LE, ">=": Op.GE}
 _MAX_U16 = 0xFFFF
 
@@ -346,8 +354,30 @@ class _Parser:
             self.i += 1
             out = out + self.additive() + [_REL_OPS[tok.text]]
         elif self.is_kw("IN") or (self.is_kw("NOT") and self.peek().text.upper() == "IN"):
-            raise UnsupportedSparql("IN", "IN and NOT IN are not supported (write = and ||)")
+            op = Op.IN if self.tok.text.upper() == "IN" else Op.NOT_IN
+            self.i += 1 if op is Op.IN else 2
+            args = self.expression_list()
+            out = out + [t for a in args for t in a] + [Call(op, self.count(args, op))]
         return out
+
+    def expression_list(self) -> list[list]:
+        """`( e1, …, en )` or NIL: the arguments of CONCAT, COALESCE, IN and NOT IN."""
+        self.expect_op("(")
+        if self.accept_op(")"):
+            return []
+        args = [self.expression()]
+        while self.accept_op(","):
+            args.append(self.expression())
+        self.expect_op(")")
+        return args
+
+    @staticmethod
+    def count(args: list, op: Op) -> int:
+        if len(args) > 255:
+            raise UnsupportedSparql(f"{op.symbol} of more than 255 operands",
+                                    f"{op.symbol} of more than 255 operands is not supported "
+                                    "(its count is a u8)")
+        return len(args)
 
     def additive(self) -> list:
         out = self.multiplicative()
@@ -427,10 +457,23 @@ class _Parser:
                                     f"aggregates ({name}) are not supported")
         if name in ("EXISTS", "NOT"):
             raise UnsupportedSparql("EXISTS", "EXISTS and NOT EXISTS are not supported")
+        if name in _VARIADIC:
+            self.i += 1
+            args = self.expression_list()
+            op = _VARIADIC[name]
+            return [t for a in args for t in a] + [Call(op, self.count(args, op))]
+        if name in _FUNCTIONS:
+            self.i += 1
+            args = self.expression_list()
+            op = _FUNCTIONS[name].get(len(args))
+            if op is None:
+                counts = " or ".join(str(n) for n in sorted(_FUNCTIONS[name]))
+                raise _syntax(self.text, tok.pos, f"{name} takes {counts} arguments")
+            return [t for a in args for t in a] + [op]
         if name in _BUILTINS:
             raise UnsupportedSparql(f"function {name}",
                                     f"the function {name}() is not supported "
-                                    "(KSP has regex and bound)")
+                                    "(KSP has SPARQL 1.1's functions; this one is 1.2's)")
         raise self.error("expected an expression")
 
     # -- group patterns --------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from ..codes import OPTION_APPLIES, OWL, RDF, RDFS, XSD, Op, Opt, Tx
 from ..errors import NoSparqlEquivalent
-from ..model import Bind, Expression, Options, Order, Request
+from ..model import Bind, Call, Expression, Options, Order, Request
 from ..terms import (
     DEFAULT_GRAPH, IRI, XSD_BOOLEAN, XSD_INTEGER, XSD_STRING, BNode, Graph, Literal, Term, Var,
 )
@@ -210,7 +210,7 @@ class _Writer:
         stack: list[tuple[int, str]] = []  # (precedence, text)
         prev: object = None
         for token in expr:
-            if isinstance(token, Op):
+            if isinstance(token, (Op, Call)):
                 n = token.arity
                 if len(stack) < n:
                     raise NoSparqlEquivalent("expression", f"malformed RPN expression {expr!r}: "
@@ -227,7 +227,14 @@ class _Writer:
         return stack[0][1]
 
     @staticmethod
-    def _apply(op: Op, args: list[tuple[int, str]], prev: object) -> tuple[int, str]:
+    def _apply(token: Op | Call, args: list[tuple[int, str]], prev: object) -> tuple[int, str]:
+        op = token.op if isinstance(token, Call) else token
+        if op is Op.IN or op is Op.NOT_IN:  # `x IN (…)`: x is an additive expression
+            (lp, left), rest = args[0], args[1:]
+            return 3, (f"{left if lp > 3 else f'({left})'} {op.symbol} "
+                       f"({', '.join(text for _, text in rest)})")
+        if op >= Op.STR:  # a function call of SPARQL 1.1 §17.4
+            return _PRIMARY, f"{op.symbol}({', '.join(text for _, text in args)})"
         if op is Op.BOUND:
             if not isinstance(prev, Var):
                 raise NoSparqlEquivalent("expression", "bound() must follow a variable (§8.2)")

@@ -29,10 +29,25 @@ local STATUS = {[0]="OK", "VERSION_NOT_SUPPORTED", "INVALID_TRANSACTION_TYPE",
 local OPT = {[0]="PREFIX", "DELETE_GRAPH", "INSERT_GRAPH", "QUERY_GRAPH", "OPTIONAL_PATTERN",
   "FILTER", "SOLUTION_MODIFIER", "BIND", "MAX_RESPONSE_SIZE", "CREDENTIALS",
   "ECHO", "EPOCH"}
-local OP = {[7]="EQ", [8]="NE", [9]="LT", [10]="GT", [11]="LE", [12]="GE", [13]="ADD",
-  [14]="SUB", [15]="MUL", [16]="DIV", [17]="OR", [18]="AND", [19]="REGEX", [20]="NOT",
-  [21]="NEG", [22]="REGEX_FLAGS", [23]="BOUND"}
-local ARITY = {[20]=1, [21]=1, [22]=3, [23]=1}
+local OP = {[7]="EQ", [8]="NE", [9]="LT", [10]="GT", [11]="LE", [12]="GE", [13]="ADD", [14]="SUB",
+  [15]="MUL", [16]="DIV", [17]="OR", [18]="AND", [19]="REGEX", [20]="NOT", [21]="NEG",
+  [22]="REGEX_FLAGS", [23]="BOUND", [25]="STR", [26]="LANG", [27]="DATATYPE", [28]="IRI",
+  [29]="IS_IRI", [30]="IS_BLANK", [31]="IS_LITERAL", [32]="IS_NUMERIC", [33]="STRLEN",
+  [34]="UCASE", [35]="LCASE", [36]="ABS", [37]="ROUND", [38]="CEIL", [39]="FLOOR", [40]="YEAR",
+  [41]="MONTH", [42]="DAY", [43]="HOURS", [44]="MINUTES", [45]="SECONDS", [46]="TIMEZONE",
+  [47]="TZ", [48]="ENCODE_FOR_URI", [49]="MD5", [50]="SHA1", [51]="SHA256", [52]="SHA384",
+  [53]="SHA512", [54]="BNODE_OF", [56]="LANGMATCHES", [57]="STRSTARTS", [58]="STRENDS",
+  [59]="CONTAINS", [60]="STRBEFORE", [61]="STRAFTER", [62]="STRLANG", [63]="STRDT",
+  [64]="SAME_TERM", [65]="SUBSTR", [66]="SUBSTR_LEN", [67]="REPLACE", [68]="IF",
+  [69]="REPLACE_FLAGS", [70]="NOW", [71]="RAND", [72]="UUID", [73]="STRUUID", [74]="BNODE",
+  [75]="CONCAT", [76]="COALESCE", [77]="IN", [78]="NOT_IN"}
+-- operands popped; a variadic operator (VARIADIC) pops these plus its u8 count n
+local ARITY = {[20]=1, [21]=1, [22]=3, [23]=1, [25]=1, [26]=1, [27]=1, [28]=1, [29]=1, [30]=1,
+  [31]=1, [32]=1, [33]=1, [34]=1, [35]=1, [36]=1, [37]=1, [38]=1, [39]=1, [40]=1, [41]=1, [42]=1,
+  [43]=1, [44]=1, [45]=1, [46]=1, [47]=1, [48]=1, [49]=1, [50]=1, [51]=1, [52]=1, [53]=1, [54]=1,
+  [66]=3, [67]=3, [68]=3, [69]=4, [70]=0, [71]=0, [72]=0, [73]=0, [74]=0, [75]=0, [76]=0, [77]=1,
+  [78]=1}
+local VARIADIC = {[75]=true, [76]=true, [77]=true, [78]=true}
 local ORDER = {[0]="NONE", "ASC", "DESC"}
 local XSD = "http://www.w3.org/2001/XMLSchema#"
 local RESERVED = {[0]="http://www.w3.org/1999/02/22-rdf-syntax-ns#type",
@@ -421,9 +436,14 @@ local function expression(r, tree, label)
     elseif OP[code] then
       if code == 23 and not last_var then fail(r.status, "bound() not after a variable") end
       local arity = ARITY[code] or 2
+      text = OP[code]
+      if VARIADIC[code] then
+        local count = r:u8("count")
+        arity = arity + count
+        text = text .. "(" .. count .. ")"
+      end
       if depth < arity then fail(r.status, "RPN stack underflow") end
       depth = depth - arity + 1
-      text = OP[code]
     else
       fail(r.status, string.format("token type 0x%02x", code))
     end
