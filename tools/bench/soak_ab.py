@@ -38,6 +38,29 @@ from .sensors import FAN, SENSORS, STATE, VALUE, reading, sensor, watch
 
 KINDS = ("memory", "disk")
 
+#: EXCHANGE_LIFETIME (seconds) as the SIB uses it: A's RSS is expected to settle after it.
+LIFETIME = 247.0
+
+#: The most RSS slope, MiB per 100,000 cycles, that counts as flat: a page of a cache's growth
+#: is noise, a creep of a few MiB per 100,000 cycles (0.3 GiB in 10 million) is not.
+FLAT_MIB = 0.5
+
+
+def rss_slope(aging: list[dict], upto: int | None = None, lifetime: float = LIFETIME
+              ) -> float | None:
+    """A's RSS slope, MiB per 100,000 cycles (least squares), over the last half of its rows up
+    to `upto` cycles (all: None) that come after its first `lifetime` seconds; None with fewer
+    than 3 such rows (too young to tell)."""
+    rows = [r for r in aging if (upto is None or r["cycles"] <= upto)]
+    if not rows:
+        return None
+    half = rows[-1]["cycles"] / 2
+    late = [r for r in rows if r["seconds"] >= lifetime and r["cycles"] >= half]
+    if len(late) < 3 or late[0]["cycles"] == late[-1]["cycles"]:
+        return None
+    fit = statistics.linear_regression([r["cycles"] for r in late], [r["rss"] for r in late])
+    return fit.slope * 100_000
+
 
 def cpu_seconds(pid: int) -> float:
     """CPU time of process `pid` so far, seconds: the sum of its threads' time on a CPU from
@@ -153,6 +176,7 @@ class Probe:
     cycles: int  # A's cycles when the probe began
     slices: list[tuple[Measure, Measure]]
     rss: tuple[float, float]  # (aged, fresh) resident MiB at the probe's end
+    slope: float | None = None  # A's RSS slope then, MiB per 100,000 cycles (`rss_slope`)
 
     @property
     def ratio(self) -> float:
@@ -177,12 +201,18 @@ def schedule(cycles: int, first: int, every: int) -> list[int]:
     return list(range(first, cycles, every)) if first < cycles else []
 
 
+def slope_text(slope: float | None) -> str:
+    """An RSS slope as the report gives it: MiB per 100,000 cycles, or why there is none."""
+    return "too young" if slope is None else f"{slope:+.2f} MiB/100k"
+
+
 async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, window: int,
-             first: int = 2_000, warm: int = 200) -> tuple[list[dict], list[Probe]]:
+             first: int = 2_000, warm: int = 200, lifetime: float = LIFETIME
+             ) -> tuple[list[dict], list[Probe]]:
     """Age A for `cycles` cycles (a row per `window`: CPU per update, p50, p99, RSS, seconds),
     probing it against a fresh F at `schedule(cycles, first, every)`: `slices` alternating
     slices of `per_slice` cycles each, after `warm` cycles of F alone (first-use costs are not
-    what is compared)."""
+    what is compared); each probe with A's RSS slope then (`rss_slope` after `lifetime`)."""
     aging: list[dict] = []
     probes: list[Probe] = []
     at = schedule(cycles, first, every)
@@ -193,14 +223,14 @@ async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, wi
             while a.cycles < cycles:
                 if at and a.cycles >= at[0]:
                     at.pop(0)
-                    probes.append(await probe(a, kind, root, len(probes), slices, per_slice,
-                                              warm))
-                    p = probes[-1]
+                    p = await probe(a, kind, root, len(probes), slices, per_slice, warm)
+                    p.slope = rss_slope(aging, lifetime=lifetime)
+                    probes.append(p)
                     print(f"{kind} probe at {p.cycles:,} cycles: aged/fresh CPU {p.ratio:.2f} "
                           f"({spread(p.slice_ratios)}), p99 {p.p99(0) * 1e3:.2f} / "
                           f"{p.p99(1) * 1e3:.2f} ms = {p.p99_ratio:.2f}, RSS {p.rss[0]:.0f} / "
-                          f"{p.rss[1]:.0f} MiB, load {os.getloadavg()[0]:.2f}",
-                          file=sys.stderr, flush=True)
+                          f"{p.rss[1]:.0f} MiB, A's RSS slope {slope_text(p.slope)}, load "
+                          f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
                     continue
                 step = min(window - a.cycles % window, cycles - a.cycles,
                            (at[0] - a.cycles) if at else cycles)
@@ -238,7 +268,7 @@ async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_sli
 
 HEADERS = ["store", "A's cycles", "aged CPU µs/update", "fresh CPU µs/update",
            "aged/fresh CPU", "per slice min / median / max", "aged/fresh p99",
-           "p99 aged / fresh ms", "RSS aged / fresh MiB"]
+           "p99 aged / fresh ms", "RSS aged / fresh MiB", "A's RSS slope MiB/100k"]
 
 
 def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[str]]:
@@ -250,11 +280,12 @@ def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[
                          f"{sum(f.cpu for _, f in p.slices) / n * 1e6:.0f}", f"{p.ratio:.2f}",
                          spread(p.slice_ratios), f"{p.p99_ratio:.2f}",
                          f"{p.p99(0) * 1e3:.2f} / {p.p99(1) * 1e3:.2f}",
-                         f"{p.rss[0]:.0f} / {p.rss[1]:.0f}"])
+                         f"{p.rss[0]:.0f} / {p.rss[1]:.0f}",
+                         "" if p.slope is None else f"{p.slope:+.2f}"])
         if probes:
             body.append([f"**{kind}**", "min / median / max", "", "",
                          f"**{spread([p.ratio for p in probes])}**", "",
-                         f"**{spread([p.p99_ratio for p in probes])}**", "", ""])
+                         f"**{spread([p.p99_ratio for p in probes])}**", "", "", ""])
     return body
 
 
@@ -264,10 +295,11 @@ def pooled_p99(probes: list[Probe]) -> tuple[float, float]:
                             99) for i in (0, 1))
 
 
-def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float = 247.0
+def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float = LIFETIME
              ) -> list[str]:
     """One line per store and target: every probe's CPU ratio and p99 ratio within 1.2, and
-    A's RSS after its first `lifetime` seconds (the most minus the least, MiB)."""
+    A's RSS after its first `lifetime` seconds: its least and most, and flat or not
+    (`rss_slope` over the last half of the run within `FLAT_MIB`)."""
     lines = []
     for kind, (aging, probes) in results.items():
         if probes:
@@ -282,10 +314,17 @@ def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float
                          f"{pooled[0] / pooled[1]:.2f}: "
                          f"{'met' if pooled[0] <= 1.2 * pooled[1] else 'NOT MET'}; worst probe "
                          f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles")
-        late = [r["rss"] for r in aging if r["seconds"] >= lifetime]
+        late = [r for r in aging if r["seconds"] >= lifetime]
         if late:
-            lines.append(f"{kind}: A's RSS after its first {lifetime:.0f} s: {min(late):.0f} – "
-                         f"{max(late):.0f} MiB ({max(late) - min(late):.0f} MiB apart)")
+            rss = [r["rss"] for r in late]
+            slope = rss_slope(aging, lifetime=lifetime)
+            flat = ("too short to tell" if slope is None else
+                    "met" if abs(slope) <= FLAT_MIB else "NOT MET")
+            lines.append(f"{kind}: A's RSS flat after its first {lifetime:.0f} s (slope over the "
+                         f"last half ≤ {FLAT_MIB} MiB/100k cycles): {slope_text(slope)}, "
+                         f"{late[0]['rss']:.1f} MiB at {late[0]['cycles']:,} cycles → "
+                         f"{late[-1]['rss']:.1f} at {late[-1]['cycles']:,} (least {min(rss):.1f}, "
+                         f"most {max(rss):.1f}): {flat}")
     return lines
 
 
@@ -337,7 +376,8 @@ def load_json(path: str) -> dict[str, tuple[list[dict], list[Probe]]]:
         data = json.load(f)
     return {kind: (run["aging"], [
         Probe(p["cycles"], [(Measure(**s["aged"]), Measure(**s["fresh"])) for s in p["slices"]],
-              tuple(p["rss"])) for p in run["probes"]]) for kind, run in data.items()}
+              tuple(p["rss"]), p.get("slope")) for p in run["probes"]])
+            for kind, run in data.items()}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -389,7 +429,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
         with open(args.json, "w") as f:
             json.dump({kind: {"aging": aging, "probes": [
-                {"cycles": p.cycles, "rss": p.rss, "slices": [
+                {"cycles": p.cycles, "rss": p.rss, "slope": p.slope, "slices": [
                     {"aged": vars(a), "fresh": vars(b)} for a, b in p.slices]}
                 for p in probes]} for kind, (aging, probes) in results.items()}, f)
     if args.plot:
