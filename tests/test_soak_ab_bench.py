@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from tools.bench.soak_ab import FLAT_MIB, ab, plot, rss_slope, schedule, table_rows, verdicts
+from tools.bench.soak_ab import (FLAT_MIB, Measure, Probe, ab, plot, rss_slope, schedule,
+                                 table_rows, verdicts)
 
 # slow: three ksp-sib processes, one after the other beside A
 pytestmark = pytest.mark.slow
@@ -39,6 +40,20 @@ def test_rss_slope_is_per_100k_cycles_over_the_last_half_after_the_lifetime():
     assert rss_slope(creep, upto=100_000) == pytest.approx(2.0)
     assert rss_slope(rows([1.0, 2.0, 3.0, 4.0], seconds=60.0), lifetime=247.0) is None
     assert rss_slope([]) is None
+
+
+def test_p99_band_tells_noise_from_an_aged_process_own_slowness():
+    import random
+
+    rand = random.Random(1)
+    alike = [(Measure(1.0, [rand.expovariate(1) for _ in range(500)]),
+              Measure(1.0, [rand.expovariate(1) for _ in range(500)])) for _ in range(4)]
+    probe = Probe(2_000, alike, (1.0, 1.0))
+    low, high = probe.p99_band()
+    assert low < 1.0 < high and low <= probe.p99_ratio <= high
+    slower = Probe(2_000, [(Measure(1.0, [2 * t for t in a.latencies]), f) for a, f in alike],
+                   (1.0, 1.0))
+    assert slower.p99_ratio > slower.p99_band()[1]
 
 
 def test_an_aged_sib_is_probed_against_a_fresh_one_each_time(tmp_path):

@@ -55,7 +55,7 @@ def rss_slope(aging: list[dict], upto: int | None = None, lifetime: float = LIFE
     if not rows:
         return None
     half = rows[-1]["cycles"] / 2
-    late = [r for r in rows if r["seconds"] >= lifetime and r["cycles"] >= half]
+    late = [r for r in rows if r["seconds"] >= lifetime and r["cycles"] > half]
     if len(late) < 3 or late[0]["cycles"] == late[-1]["cycles"]:
         return None
     fit = statistics.linear_regression([r["cycles"] for r in late], [r["rss"] for r in late])
@@ -195,6 +195,23 @@ class Probe:
     def p99_ratio(self) -> float:
         return self.p99(0) / self.p99(1)
 
+    def p99_band(self, rounds: int = 200, seed: int = 0) -> tuple[float, float]:
+        """The p99 ratio two processes alike would show with this probe's samples: the 2.5th
+        and 97.5th percentiles of the ratio over `rounds` random splits of the aged and fresh
+        latencies pooled. A ratio outside it is the aged process's own; inside, this machine's
+        noise at this many samples (2,000 updates: their 20 slowest make the p99)."""
+        import random
+
+        aged = [t for a, _ in self.slices for t in a.latencies]
+        pool = aged + [t for _, f in self.slices for t in f.latencies]
+        shuffle = random.Random(seed).shuffle
+        ratios = []
+        for _ in range(rounds):
+            shuffle(pool)
+            ratios.append(percentile(pool[:len(aged)], 99) / percentile(pool[len(aged):], 99))
+        ratios.sort()
+        return ratios[int(rounds * 0.025)], ratios[int(rounds * 0.975) - 1]
+
 
 def schedule(cycles: int, first: int, every: int) -> list[int]:
     """A's ages at which probes begin: `first`, then every `every`, below `cycles`."""
@@ -268,7 +285,7 @@ async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_sli
 
 HEADERS = ["store", "A's cycles", "aged CPU µs/update", "fresh CPU µs/update",
            "aged/fresh CPU", "per slice min / median / max", "aged/fresh p99",
-           "p99 aged / fresh ms", "RSS aged / fresh MiB", "A's RSS slope MiB/100k"]
+           "alike: 95 % band", "p99 aged / fresh ms", "RSS aged / fresh MiB", "A's RSS slope MiB/100k"]
 
 
 def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[str]]:
@@ -279,13 +296,14 @@ def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[
             body.append([kind, f"{p.cycles:,}", f"{sum(a.cpu for a, _ in p.slices) / n * 1e6:.0f}",
                          f"{sum(f.cpu for _, f in p.slices) / n * 1e6:.0f}", f"{p.ratio:.2f}",
                          spread(p.slice_ratios), f"{p.p99_ratio:.2f}",
+                         "{:.2f} – {:.2f}".format(*p.p99_band()),
                          f"{p.p99(0) * 1e3:.2f} / {p.p99(1) * 1e3:.2f}",
                          f"{p.rss[0]:.0f} / {p.rss[1]:.0f}",
                          "" if p.slope is None else f"{p.slope:+.2f}"])
         if probes:
             body.append([f"**{kind}**", "min / median / max", "", "",
                          f"**{spread([p.ratio for p in probes])}**", "",
-                         f"**{spread([p.p99_ratio for p in probes])}**", "", "", ""])
+                         f"**{spread([p.p99_ratio for p in probes])}**", "", "", "", ""])
     return body
 
 
@@ -309,11 +327,14 @@ def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float
                          f"{'met' if worst.ratio <= 1.2 else 'NOT MET'}")
             slow = max(probes, key=lambda p: p.p99_ratio)
             pooled = pooled_p99(probes)
+            above = sum(p.p99_ratio > p.p99_band()[1] for p in probes)
             lines.append(f"{kind}: aged/fresh p99 ≤ 1.2: over every probe's updates "
                          f"{pooled[0] * 1e3:.2f} / {pooled[1] * 1e3:.2f} ms = "
                          f"{pooled[0] / pooled[1]:.2f}: "
                          f"{'met' if pooled[0] <= 1.2 * pooled[1] else 'NOT MET'}; worst probe "
-                         f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles")
+                         f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles; above the band two "
+                         f"alike processes give: {above} of {len(probes)} probes (by chance: "
+                         f"~{len(probes) * 0.025:.1f})")
         late = [r for r in aging if r["seconds"] >= lifetime]
         if late:
             rss = [r["rss"] for r in late]
@@ -369,15 +390,15 @@ def plot(results: dict[str, tuple[list[dict], list[Probe]]], path: str) -> None:
 
 
 def load_json(path: str) -> dict[str, tuple[list[dict], list[Probe]]]:
-    """The results a run wrote with --json."""
+    """The results a run wrote with --json (each probe's RSS slope from A's rows up to it)."""
     import json
 
     with open(path) as f:
         data = json.load(f)
     return {kind: (run["aging"], [
         Probe(p["cycles"], [(Measure(**s["aged"]), Measure(**s["fresh"])) for s in p["slices"]],
-              tuple(p["rss"]), p.get("slope")) for p in run["probes"]])
-            for kind, run in data.items()}
+              tuple(p["rss"]), rss_slope(run["aging"], upto=p["cycles"]))
+        for p in run["probes"]]) for kind, run in data.items()}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
