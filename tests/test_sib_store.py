@@ -202,3 +202,31 @@ def test_an_on_disk_store_is_reopened_every_renew_after_maintenance_runs(tmp_pat
                       ((s, p, Literal.of(40), DEFAULT_GRAPH),)))
     assert store.unwritable is None and store.match() == [(s, p, Literal.of(41), DEFAULT_GRAPH)]
     store.close()
+
+
+def test_the_sib_renews_its_store_between_requests_with_every_quad_kept(tmp_path):
+    """The scheduler reopens an on-disk store once `renew_after` maintenance runs are behind
+    it; the readings written before and after are all there, and a read follows it."""
+    import time
+
+    async def go():
+        store = QuadStore(str(tmp_path / "db"), maintain_after=4, renew_after=1)
+        sib = Sib(store)
+        kp = Client(sib)
+        await kp.call(Request(Tx.INSERT_DATA, 1, insert=(Triple(S, P, Literal.of(0)),)))
+        tid, i = 2, 0
+        deadline = time.monotonic() + 120
+        while store.renewals < 2:  # the compactions run in the background meanwhile
+            assert time.monotonic() < deadline
+            i += 1
+            r = await kp.call(Request(Tx.UPDATE_DATA, tid,
+                                      delete=(Triple(S, P, Literal.of(i - 1)),),
+                                      insert=(Triple(S, P, Literal.of(i)),)))
+            assert r.status == Status.OK
+            tid = tid % 60_000 + 1
+            await asyncio.sleep(0.02)
+        assert store.renewals >= 2 and store.unwritable is None
+        r = await kp.call(Request(Tx.SELECT, tid, projection=1, where=(Triple(S, P, Var(0)),)))
+        assert [row[0] for row in r.result.rows] == [Literal.of(i)]
+        await sib.close()
+    asyncio.run(go())
