@@ -70,9 +70,11 @@ def test_an_aged_sib_is_probed_against_a_fresh_one_each_time(tmp_path):
             assert aged.cpu > 0 and fresh.cpu > 0
         assert len(p.slice_ratios) == 2 and p.ratio > 0 and p.p99_ratio > 0
         assert p.rss[0] > 0 and p.rss[1] > 0
-    # A's RSS slope at each probe once it has rows enough past the lifetime (0 here)
+    # A's RSS slope at each probe once it has rows enough past the lifetime (0 here); flags
+    # both SIBs get (a duplicate cache of 256 entries, full within the run)
     aged = asyncio.run(ab("memory", cycles=400, every=150, slices=1, per_slice=10,
-                          window=50, first=300, warm=10, lifetime=0.0))[1]
+                          window=50, first=300, warm=10, lifetime=0.0,
+                          extra=("--max-session-entries", "256")))[1]
     assert [p.cycles for p in aged] == [300] and aged[0].slope is not None
     results = {"memory": (aging, probes)}
     assert len(table_rows(results)) == len(probes) + 1  # and min / median / max

@@ -95,14 +95,14 @@ class Contender:
     """A `ksp-sib` process with the soak's KPs connected to it (`open`), run a number of cycles
     at a time (`run`)."""
 
-    def __init__(self, name: str, kind: str, root: str) -> None:
+    def __init__(self, name: str, kind: str, root: str, extra: tuple[str, ...] = ()) -> None:
         from sib.testing import SibProcess
 
         where = (("--memory",) if kind == "memory"
                  else ("--data-dir", os.path.join(root, name)))
         self.name = name
         self.proc = SibProcess(*where, "--udp-port", "0", "--tcp-port", "-1",
-                               "--coap-port", "-1", timeout=120)
+                               "--coap-port", "-1", *extra, timeout=120)
         self.url = f"udp://127.0.0.1:{self.proc.ports['udp']}"
         self.pid = self.proc.proc.pid
         self.cycles = 0
@@ -224,23 +224,25 @@ def slope_text(slope: float | None) -> str:
 
 
 async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, window: int,
-             first: int = 2_000, warm: int = 200, lifetime: float = LIFETIME
-             ) -> tuple[list[dict], list[Probe]]:
+             first: int = 2_000, warm: int = 200, lifetime: float = LIFETIME,
+             extra: tuple[str, ...] = ()) -> tuple[list[dict], list[Probe]]:
     """Age A for `cycles` cycles (a row per `window`: CPU per update, p50, p99, RSS, seconds),
     probing it against a fresh F at `schedule(cycles, first, every)`: `slices` alternating
     slices of `per_slice` cycles each, after `warm` cycles of F alone (first-use costs are not
-    what is compared); each probe with A's RSS slope then (`rss_slope` after `lifetime`)."""
+    what is compared); each probe with A's RSS slope then (`rss_slope` after `lifetime`).
+    `extra`: flags both `ksp-sib` processes get."""
     aging: list[dict] = []
     probes: list[Probe] = []
     at = schedule(cycles, first, every)
     with tempfile.TemporaryDirectory(prefix="ksp-soak-ab-") as root:
-        a = await Contender("aged", kind, root).open()
+        a = await Contender("aged", kind, root, extra).open()
         t0 = time.perf_counter()
         try:
             while a.cycles < cycles:
                 if at and a.cycles >= at[0]:
                     at.pop(0)
-                    p = await probe(a, kind, root, len(probes), slices, per_slice, warm)
+                    p = await probe(a, kind, root, len(probes), slices, per_slice, warm,
+                                    extra)
                     p.slope = rss_slope(aging, lifetime=lifetime)
                     probes.append(p)
                     print(f"{kind} probe at {p.cycles:,} cycles: aged/fresh CPU {p.ratio:.2f} "
@@ -267,10 +269,10 @@ async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, wi
 
 
 async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_slice: int,
-                warm: int) -> Probe:
+                warm: int, extra: tuple[str, ...] = ()) -> Probe:
     """A fresh F against `a`: `slices` alternating slices of `per_slice` cycles each."""
     began = a.cycles
-    f = await Contender(f"fresh{n}", kind, root).open()
+    f = await Contender(f"fresh{n}", kind, root, extra).open()
     try:
         await f.run(warm)
         pairs = [await alternate(a, f, per_slice) for _ in range(slices)]
@@ -416,6 +418,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="cycles per row of A's aging")
     parser.add_argument("--kind", nargs="+", choices=KINDS, default=list(KINDS),
                         help="the SIB's store: --memory, or a data directory on disk")
+    parser.add_argument("--session-entries", type=int, metavar="N",
+                        help="both SIBs' duplicate cache bound (`ksp-sib --max-session-entries`; "
+                             "default its own, 65,536): the cache holds the requests of one "
+                             "EXCHANGE_LIFETIME, so below ~265 cycles a second it never fills and "
+                             "A's RSS follows the rate; a small bound fills it within seconds")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the probes and A's aging")
     parser.add_argument("--json", metavar="FILE", help="write every row and probe as JSON")
     parser.add_argument("--from-json", metavar="FILE",
@@ -431,8 +438,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         args.every = probes[1].cycles - probes[0].cycles if len(probes) > 1 else 0
         args.slices, args.per_slice = len(probes[0].slices), len(probes[0].slices[0][0].latencies)
     else:
+        extra = (() if args.session_entries is None
+                 else ("--max-session-entries", str(args.session_entries)))
         results = {kind: asyncio.run(ab(kind, args.cycles, args.every, args.slices,
-                                        args.per_slice, args.window, args.first))
+                                        args.per_slice, args.window, args.first, extra=extra))
                    for kind in args.kind}
     env = environment("pyoxigraph")
     print_report(f"Aged against fresh ksp-sib over UDP: A aged {args.cycles:,} cycles, a fresh F "
