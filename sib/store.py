@@ -175,7 +175,7 @@ class QuadStore:
     fresh, and an aged `ksp-sib` 1.3–1.4× a fresh one's CPU per update (`ksp bench soak --ab`).
 
     **Renewal**: RocksDB keeps state of its own that grows with the compactions themselves —
-    blocks of the files each one writes go into its block cache (32 MiB by default, a size
+    most likely blocks of the files each one writes go into its block cache (32 MiB by default, a size
     pyoxigraph does not let one set) and stay there after the file is gone, until pushed out:
     a `ksp-sib` compacting every few hundred updates grew by about 2–3 MiB per 100,000 of them
     up to 1,000,000 (`ksp bench soak --ab`), which reopening the store gives back. So an
