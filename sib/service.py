@@ -129,6 +129,9 @@ class Sib(Service):
                 (metrics.counters, "ksp_store_maintenance_total",
                  "Store maintenance runs (compaction on disk, rebuild in memory).",
                  lambda sib: sib.store.maintenance_runs),
+                (metrics.counters, "ksp_store_renewals_total",
+                 "Store reopenings that gave back what RocksDB's caches grew to.",
+                 lambda sib: sib.store.renewals),
                 (metrics.gauges, "ksp_store_maintenance_last_seconds",
                  "How long the last store maintenance took.",
                  lambda sib: sib.store.maintenance_seconds),
@@ -390,6 +393,9 @@ class Sib(Service):
                         run()
                 if self.store.maintenance_due():  # between two requests (sib.store)
                     self.store.maintain()
+                elif (self.store.renewal_due() and not self.readers.running
+                      and not self.readers.waiting):  # nothing else holds the store open
+                    self.store.renew()
             except Exception:  # never let one request stop the scheduler
                 peer_log.exception("scheduler", "scheduler: unhandled error")
             finally:

@@ -9,6 +9,7 @@ really appeared or disappeared — what the persistent-operation index is fed wi
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import logging
 import math
@@ -173,6 +174,15 @@ class QuadStore:
     10,000 removals let a reading replaced 10,000 times take 2.8 ms to read against 0.11 ms
     fresh, and an aged `ksp-sib` 1.3–1.4× a fresh one's CPU per update (`ksp bench soak --ab`).
 
+    **Renewal**: RocksDB keeps state of its own that grows with the compactions themselves —
+    most likely blocks of the files each one writes go into its block cache (32 MiB by default, a size
+    pyoxigraph does not let one set) and stay there after the file is gone, until pushed out:
+    a `ksp-sib` compacting every few hundred updates grew by about 2–3 MiB per 100,000 of them
+    up to 1,000,000 (`ksp bench soak --ab`), which reopening the store gives back. So an
+    on-disk store is reopened every `renew_after` maintenance runs (100: about 50,000 updates
+    of a hot reading), between two requests and with no read under way (`renewal_due`,
+    `renew`); it takes about 50 ms, the time RocksDB takes to open.
+
     **A failed write** (a full disk, an I/O error) writes nothing, and RocksDB then refuses
     every write until it is reopened; so the store refuses writes itself (`StoreUnwritable`,
     one log line a minute) while reads go on, and reopens itself at the next write once the file
@@ -180,7 +190,8 @@ class QuadStore:
     which the reopening reads back."""
 
     def __init__(self, path: str | None = None, *, temporary: bool = False,
-                 maintain_after: int | None = 10_000, maintain_hot: int | None = 500) -> None:
+                 maintain_after: int | None = 10_000, maintain_hot: int | None = 500,
+                 renew_after: int | None = 100) -> None:
         self._tmp = None
         if temporary:
             sweep_abandoned()
@@ -194,6 +205,10 @@ class QuadStore:
         self._store = ox.Store(path) if path is not None else ox.Store()
         self.maintain_after = maintain_after
         self.maintain_hot = maintain_hot
+        self.renew_after = renew_after
+        #: Reopenings done (`renew`), and `maintenance_runs` at the last one.
+        self.renewals = 0
+        self._renewed_at = 0
         self._size = len(self._store)  # kept up to date by the writes (len() may scan)
         #: Quads removed since the last maintenance; the most of them under one subject or one
         #: predicate, and the counts that tell it.
@@ -321,15 +336,55 @@ class QuadStore:
         if now < self._reopen_at or not room:
             self._refuse(self.unwritable)
         self._reopen_at = now + 1.0
-        self._wait_for_compaction()
-        self._store = None  # closes RocksDB, and its error state with it
-        try:
-            self._store = ox.Store(self.path)
-        except OSError as exc:
-            self._store = ox.Store.read_only(self.path)
-            self._refuse(str(exc))
-        self.unwritable = None
+        failed = self._open_again()
+        if failed is not None:
+            self._refuse(failed)
         log.warning("store: writable again (reopened)")
+
+    def _open_again(self, wait: float = 0.0) -> str | None:
+        """Close RocksDB (and its error state, its caches with it) and open it again: None
+        once it is open for writing, else why not (then it is open read-only). For up to
+        `wait` seconds a failed opening is tried again: what still held the store open (a
+        result not yet collected) lets go meanwhile."""
+        self._wait_for_compaction()
+        self._store = None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self._store = ox.Store(self.path)
+                break
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    self._store = ox.Store.read_only(self.path)
+                    return str(exc)
+            gc.collect()
+            time.sleep(0.01)
+        self.unwritable = None
+        return None
+
+    def renewal_due(self) -> bool:
+        """Whether an on-disk store is `renew_after` maintenance runs past its last reopening
+        (and none runs now)."""
+        every = self.renew_after
+        return (every is not None and self.path is not None and self._compaction is None
+                and self.unwritable is None
+                and self.maintenance_runs - self._renewed_at >= every)
+
+    def renew(self, wait: float = 5.0) -> None:
+        """Reopen the store now, giving back what RocksDB's caches grew to. Only with nothing
+        else holding it open (no read under way: the caller knows); what still does is waited
+        for up to `wait` seconds, then the store refuses writes until a write finds it free
+        (`_reopen`)."""
+        started = time.perf_counter()
+        self._renewed_at = self.maintenance_runs
+        failed = self._open_again(wait)
+        if failed is not None:
+            self.unwritable = failed
+            self._reopen_at = time.monotonic()
+            log.error("store: not reopened, writes wait for it: %s", failed)
+            return
+        self.renewals += 1
+        log.info("store renewed (reopened) in %.0f ms", (time.perf_counter() - started) * 1e3)
 
     def load(self, quads: Iterable[Quad]) -> None:
         """Bulk-load quads (no delta, no notifications): for seeding a store."""

@@ -38,6 +38,29 @@ from .sensors import FAN, SENSORS, STATE, VALUE, reading, sensor, watch
 
 KINDS = ("memory", "disk")
 
+#: EXCHANGE_LIFETIME (seconds) as the SIB uses it: A's RSS is expected to settle after it.
+LIFETIME = 247.0
+
+#: The most RSS slope, MiB per 100,000 cycles, that counts as flat: a page of a cache's growth
+#: is noise, a creep of a few MiB per 100,000 cycles (0.3 GiB in 10 million) is not.
+FLAT_MIB = 0.5
+
+
+def rss_slope(aging: list[dict], upto: int | None = None, lifetime: float = LIFETIME
+              ) -> float | None:
+    """A's RSS slope, MiB per 100,000 cycles (least squares), over the last half of its rows up
+    to `upto` cycles (all: None) that come after its first `lifetime` seconds; None with fewer
+    than 3 such rows (too young to tell)."""
+    rows = [r for r in aging if (upto is None or r["cycles"] <= upto)]
+    if not rows:
+        return None
+    half = rows[-1]["cycles"] / 2
+    late = [r for r in rows if r["seconds"] >= lifetime and r["cycles"] > half]
+    if len(late) < 3 or late[0]["cycles"] == late[-1]["cycles"]:
+        return None
+    fit = statistics.linear_regression([r["cycles"] for r in late], [r["rss"] for r in late])
+    return fit.slope * 100_000
+
 
 def cpu_seconds(pid: int) -> float:
     """CPU time of process `pid` so far, seconds: the sum of its threads' time on a CPU from
@@ -72,14 +95,14 @@ class Contender:
     """A `ksp-sib` process with the soak's KPs connected to it (`open`), run a number of cycles
     at a time (`run`)."""
 
-    def __init__(self, name: str, kind: str, root: str) -> None:
+    def __init__(self, name: str, kind: str, root: str, extra: tuple[str, ...] = ()) -> None:
         from sib.testing import SibProcess
 
         where = (("--memory",) if kind == "memory"
                  else ("--data-dir", os.path.join(root, name)))
         self.name = name
         self.proc = SibProcess(*where, "--udp-port", "0", "--tcp-port", "-1",
-                               "--coap-port", "-1", timeout=120)
+                               "--coap-port", "-1", *extra, timeout=120)
         self.url = f"udp://127.0.0.1:{self.proc.ports['udp']}"
         self.pid = self.proc.proc.pid
         self.cycles = 0
@@ -153,6 +176,7 @@ class Probe:
     cycles: int  # A's cycles when the probe began
     slices: list[tuple[Measure, Measure]]
     rss: tuple[float, float]  # (aged, fresh) resident MiB at the probe's end
+    slope: float | None = None  # A's RSS slope then, MiB per 100,000 cycles (`rss_slope`)
 
     @property
     def ratio(self) -> float:
@@ -171,36 +195,61 @@ class Probe:
     def p99_ratio(self) -> float:
         return self.p99(0) / self.p99(1)
 
+    def p99_band(self, rounds: int = 200, seed: int = 0) -> tuple[float, float]:
+        """The p99 ratio two processes alike would show with this probe's samples: the 2.5th
+        and 97.5th percentiles of the ratio over `rounds` random splits of the aged and fresh
+        latencies pooled. A ratio outside it is the aged process's own; inside, this machine's
+        noise at this many samples (2,000 updates: their 20 slowest make the p99)."""
+        import random
+
+        aged = [t for a, _ in self.slices for t in a.latencies]
+        pool = aged + [t for _, f in self.slices for t in f.latencies]
+        shuffle = random.Random(seed).shuffle
+        ratios = []
+        for _ in range(rounds):
+            shuffle(pool)
+            ratios.append(percentile(pool[:len(aged)], 99) / percentile(pool[len(aged):], 99))
+        ratios.sort()
+        return ratios[int(rounds * 0.025)], ratios[int(rounds * 0.975) - 1]
+
 
 def schedule(cycles: int, first: int, every: int) -> list[int]:
     """A's ages at which probes begin: `first`, then every `every`, below `cycles`."""
     return list(range(first, cycles, every)) if first < cycles else []
 
 
+def slope_text(slope: float | None) -> str:
+    """An RSS slope as the report gives it: MiB per 100,000 cycles, or why there is none."""
+    return "too young" if slope is None else f"{slope:+.2f} MiB/100k"
+
+
 async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, window: int,
-             first: int = 2_000, warm: int = 200) -> tuple[list[dict], list[Probe]]:
+             first: int = 2_000, warm: int = 200, lifetime: float = LIFETIME,
+             extra: tuple[str, ...] = ()) -> tuple[list[dict], list[Probe]]:
     """Age A for `cycles` cycles (a row per `window`: CPU per update, p50, p99, RSS, seconds),
     probing it against a fresh F at `schedule(cycles, first, every)`: `slices` alternating
     slices of `per_slice` cycles each, after `warm` cycles of F alone (first-use costs are not
-    what is compared)."""
+    what is compared); each probe with A's RSS slope then (`rss_slope` after `lifetime`).
+    `extra`: flags both `ksp-sib` processes get."""
     aging: list[dict] = []
     probes: list[Probe] = []
     at = schedule(cycles, first, every)
     with tempfile.TemporaryDirectory(prefix="ksp-soak-ab-") as root:
-        a = await Contender("aged", kind, root).open()
+        a = await Contender("aged", kind, root, extra).open()
         t0 = time.perf_counter()
         try:
             while a.cycles < cycles:
                 if at and a.cycles >= at[0]:
                     at.pop(0)
-                    probes.append(await probe(a, kind, root, len(probes), slices, per_slice,
-                                              warm))
-                    p = probes[-1]
+                    p = await probe(a, kind, root, len(probes), slices, per_slice, warm,
+                                    extra)
+                    p.slope = rss_slope(aging, lifetime=lifetime)
+                    probes.append(p)
                     print(f"{kind} probe at {p.cycles:,} cycles: aged/fresh CPU {p.ratio:.2f} "
                           f"({spread(p.slice_ratios)}), p99 {p.p99(0) * 1e3:.2f} / "
                           f"{p.p99(1) * 1e3:.2f} ms = {p.p99_ratio:.2f}, RSS {p.rss[0]:.0f} / "
-                          f"{p.rss[1]:.0f} MiB, load {os.getloadavg()[0]:.2f}",
-                          file=sys.stderr, flush=True)
+                          f"{p.rss[1]:.0f} MiB, A's RSS slope {slope_text(p.slope)}, load "
+                          f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
                     continue
                 step = min(window - a.cycles % window, cycles - a.cycles,
                            (at[0] - a.cycles) if at else cycles)
@@ -220,10 +269,10 @@ async def ab(kind: str, cycles: int, every: int, slices: int, per_slice: int, wi
 
 
 async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_slice: int,
-                warm: int) -> Probe:
+                warm: int, extra: tuple[str, ...] = ()) -> Probe:
     """A fresh F against `a`: `slices` alternating slices of `per_slice` cycles each."""
     began = a.cycles
-    f = await Contender(f"fresh{n}", kind, root).open()
+    f = await Contender(f"fresh{n}", kind, root, extra).open()
     try:
         await f.run(warm)
         pairs = [await alternate(a, f, per_slice) for _ in range(slices)]
@@ -238,7 +287,7 @@ async def probe(a: Contender, kind: str, root: str, n: int, slices: int, per_sli
 
 HEADERS = ["store", "A's cycles", "aged CPU µs/update", "fresh CPU µs/update",
            "aged/fresh CPU", "per slice min / median / max", "aged/fresh p99",
-           "p99 aged / fresh ms", "RSS aged / fresh MiB"]
+           "alike: 95 % band", "p99 aged / fresh ms", "RSS aged / fresh MiB", "A's RSS slope MiB/100k"]
 
 
 def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[str]]:
@@ -249,12 +298,14 @@ def table_rows(results: dict[str, tuple[list[dict], list[Probe]]]) -> list[list[
             body.append([kind, f"{p.cycles:,}", f"{sum(a.cpu for a, _ in p.slices) / n * 1e6:.0f}",
                          f"{sum(f.cpu for _, f in p.slices) / n * 1e6:.0f}", f"{p.ratio:.2f}",
                          spread(p.slice_ratios), f"{p.p99_ratio:.2f}",
+                         "{:.2f} – {:.2f}".format(*p.p99_band()),
                          f"{p.p99(0) * 1e3:.2f} / {p.p99(1) * 1e3:.2f}",
-                         f"{p.rss[0]:.0f} / {p.rss[1]:.0f}"])
+                         f"{p.rss[0]:.0f} / {p.rss[1]:.0f}",
+                         "" if p.slope is None else f"{p.slope:+.2f}"])
         if probes:
             body.append([f"**{kind}**", "min / median / max", "", "",
                          f"**{spread([p.ratio for p in probes])}**", "",
-                         f"**{spread([p.p99_ratio for p in probes])}**", "", ""])
+                         f"**{spread([p.p99_ratio for p in probes])}**", "", "", "", ""])
     return body
 
 
@@ -264,10 +315,11 @@ def pooled_p99(probes: list[Probe]) -> tuple[float, float]:
                             99) for i in (0, 1))
 
 
-def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float = 247.0
+def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float = LIFETIME
              ) -> list[str]:
     """One line per store and target: every probe's CPU ratio and p99 ratio within 1.2, and
-    A's RSS after its first `lifetime` seconds (the most minus the least, MiB)."""
+    A's RSS after its first `lifetime` seconds: its least and most, and flat or not
+    (`rss_slope` over the last half of the run within `FLAT_MIB`)."""
     lines = []
     for kind, (aging, probes) in results.items():
         if probes:
@@ -277,15 +329,25 @@ def verdicts(results: dict[str, tuple[list[dict], list[Probe]]], lifetime: float
                          f"{'met' if worst.ratio <= 1.2 else 'NOT MET'}")
             slow = max(probes, key=lambda p: p.p99_ratio)
             pooled = pooled_p99(probes)
+            above = sum(p.p99_ratio > p.p99_band()[1] for p in probes)
             lines.append(f"{kind}: aged/fresh p99 ≤ 1.2: over every probe's updates "
                          f"{pooled[0] * 1e3:.2f} / {pooled[1] * 1e3:.2f} ms = "
                          f"{pooled[0] / pooled[1]:.2f}: "
                          f"{'met' if pooled[0] <= 1.2 * pooled[1] else 'NOT MET'}; worst probe "
-                         f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles")
-        late = [r["rss"] for r in aging if r["seconds"] >= lifetime]
+                         f"{slow.p99_ratio:.2f} at {slow.cycles:,} cycles; above the band two "
+                         f"alike processes give: {above} of {len(probes)} probes (by chance: "
+                         f"~{len(probes) * 0.025:.1f})")
+        late = [r for r in aging if r["seconds"] >= lifetime]
         if late:
-            lines.append(f"{kind}: A's RSS after its first {lifetime:.0f} s: {min(late):.0f} – "
-                         f"{max(late):.0f} MiB ({max(late) - min(late):.0f} MiB apart)")
+            rss = [r["rss"] for r in late]
+            slope = rss_slope(aging, lifetime=lifetime)
+            flat = ("too short to tell" if slope is None else
+                    "met" if abs(slope) <= FLAT_MIB else "NOT MET")
+            lines.append(f"{kind}: A's RSS flat after its first {lifetime:.0f} s (slope over the "
+                         f"last half ≤ {FLAT_MIB} MiB/100k cycles): {slope_text(slope)}, "
+                         f"{late[0]['rss']:.1f} MiB at {late[0]['cycles']:,} cycles → "
+                         f"{late[-1]['rss']:.1f} at {late[-1]['cycles']:,} (least {min(rss):.1f}, "
+                         f"most {max(rss):.1f}): {flat}")
     return lines
 
 
@@ -330,14 +392,15 @@ def plot(results: dict[str, tuple[list[dict], list[Probe]]], path: str) -> None:
 
 
 def load_json(path: str) -> dict[str, tuple[list[dict], list[Probe]]]:
-    """The results a run wrote with --json."""
+    """The results a run wrote with --json (each probe's RSS slope from A's rows up to it)."""
     import json
 
     with open(path) as f:
         data = json.load(f)
     return {kind: (run["aging"], [
         Probe(p["cycles"], [(Measure(**s["aged"]), Measure(**s["fresh"])) for s in p["slices"]],
-              tuple(p["rss"])) for p in run["probes"]]) for kind, run in data.items()}
+              tuple(p["rss"]), rss_slope(run["aging"], upto=p["cycles"]))
+        for p in run["probes"]]) for kind, run in data.items()}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -355,6 +418,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="cycles per row of A's aging")
     parser.add_argument("--kind", nargs="+", choices=KINDS, default=list(KINDS),
                         help="the SIB's store: --memory, or a data directory on disk")
+    parser.add_argument("--session-entries", type=int, metavar="N",
+                        help="both SIBs' duplicate cache bound (`ksp-sib --max-session-entries`; "
+                             "default its own, 65,536): the cache holds the requests of one "
+                             "EXCHANGE_LIFETIME, so below ~265 cycles a second it never fills and "
+                             "A's RSS follows the rate; a small bound fills it within seconds")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the probes and A's aging")
     parser.add_argument("--json", metavar="FILE", help="write every row and probe as JSON")
     parser.add_argument("--from-json", metavar="FILE",
@@ -370,8 +438,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         args.every = probes[1].cycles - probes[0].cycles if len(probes) > 1 else 0
         args.slices, args.per_slice = len(probes[0].slices), len(probes[0].slices[0][0].latencies)
     else:
+        extra = (() if args.session_entries is None
+                 else ("--max-session-entries", str(args.session_entries)))
         results = {kind: asyncio.run(ab(kind, args.cycles, args.every, args.slices,
-                                        args.per_slice, args.window, args.first))
+                                        args.per_slice, args.window, args.first, extra=extra))
                    for kind in args.kind}
     env = environment("pyoxigraph")
     print_report(f"Aged against fresh ksp-sib over UDP: A aged {args.cycles:,} cycles, a fresh F "
@@ -389,7 +459,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
         with open(args.json, "w") as f:
             json.dump({kind: {"aging": aging, "probes": [
-                {"cycles": p.cycles, "rss": p.rss, "slices": [
+                {"cycles": p.cycles, "rss": p.rss, "slope": p.slope, "slices": [
                     {"aged": vars(a), "fresh": vars(b)} for a, b in p.slices]}
                 for p in probes]} for kind, (aging, probes) in results.items()}, f)
     if args.plot:
