@@ -70,7 +70,11 @@ def graph(items):
 
 
 def token(d):
-    return Op(OPS[d["op"]]) if d["type"] == "op" else term(d)
+    if d["type"] != "op":
+        return term(d)
+    if d["op"] not in OPS or "count" in d:
+        raise Unsupported("the function " + d["op"])
+    return Op(OPS[d["op"]])
 
 
 def encode_request(m, tcp):

@@ -10,6 +10,9 @@ _CONSTRUCT = "CONSTRUCT: boards run SELECT/ASK; CONSTRUCT results are not decode
 _MANAGEMENT = "graph management (CREATE/DROP/COPY/MOVE/ADD) is an administrator's job, not a board's"
 _BIND = "BIND option: computed values are not needed on a board"
 _OPTIONAL = "OPTIONAL PATTERN option of pattern updates: not needed on a board"
+_FUNCTIONS = ("the SPARQL 1.1 function tokens (§8.2, 0x19-0x4e): a board's filters compare, "
+              "compute and match (0x00-0x18); a function on a gateway's subscription costs a "
+              "board nothing, and its bundle is within 1 KiB of its 24 KiB budget")
 
 OUT_OF_SCOPE: dict[str, str] = {
     "ack_bare": "the firmware always sends the ACK's 2-byte sequence number (§10 rule 5)",
@@ -79,7 +82,10 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x05_option_repeated_and_not_applicable", "invalid_0x06_filter_bad_datetime",
     "invalid_0x06_filter_invalid_utf8", "invalid_0x06_filter_langstring_datatype",
     "invalid_0x06_optional_pattern_empty_first_triple",
-    "invalid_0x06_unknown_token_0x19", "invalid_0x06_echo_length_0",
+    "invalid_0x06_unknown_token_0x4f", "invalid_0x06_unknown_token_0xff",
+    "invalid_0x06_function_underflow", "invalid_0x06_in_count_leaves_two",
+    "invalid_0x06_variadic_count_missing", "invalid_0x06_variadic_underflow",
+    "invalid_0x06_echo_length_0",
     "invalid_0x06_echo_length_11", "invalid_0x06_echo_truncated",
     "invalid_0x05_epoch_on_terminate", "invalid_0x06_epoch_0", "invalid_0x06_epoch_repeated",
     "invalid_0x06_epoch_truncated", "invalid_0x06_echo_length_0_tcp", "invalid_0x06_epoch_0_tcp",
@@ -89,3 +95,10 @@ OUT_OF_SCOPE.update({name: _SIB_DECODES for name in (
     "invalid_0x06_epoch_truncated_after_option_prefix_index",
     "invalid_0x04_data_prefix_index_before_option_prefix_index",
     "invalid_0x04_data_prefix_index_before_option_prefix_index_reordered")})
+OUT_OF_SCOPE.update({f"req_filter_{name}": _FUNCTIONS for name in (
+    "abs", "bnode", "bnode_of", "ceil", "coalesce", "concat", "contains", "datatype", "day",
+    "encode_for_uri", "floor", "hours", "if", "in", "iri", "is_blank", "is_iri", "is_literal",
+    "is_numeric", "lang", "langmatches", "lcase", "md5", "minutes", "month", "not_in", "now",
+    "rand", "replace", "replace_flags", "round", "same_term", "seconds", "sha1", "sha256",
+    "sha384", "sha512", "str", "strafter", "strbefore", "strdt", "strends", "strlang", "strlen",
+    "strstarts", "struuid", "substr", "substr_len", "timezone", "tz", "ucase", "uuid", "year")})
