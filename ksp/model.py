@@ -16,7 +16,6 @@ from .codes import Op, Status, Tx, VERSION
 from .terms import Graph, IRI, Term
 
 
-
 @dataclass(frozen=True, slots=True)
 class Call:
     """A variadic operator token (§8.2: CONCAT, COALESCE, IN, NOT IN) and its count n, the

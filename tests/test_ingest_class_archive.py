@@ -23,11 +23,6 @@ def dead_pid() -> int:
     return process.pid
 
 
-def names(directory: Path) -> set[str]:
-    return {p.name.split(".", 1)[1] if p.name.count(".") else p.name
-            for p in directory.iterdir()}
-
-
 def test_one_start_makes_the_archive_the_next_takes_it(tmp_path):
     assert class_archive.prepare("off") is None
     assert class_archive.prepare(tmp_path, make=False) is None and not any(tmp_path.iterdir())
